@@ -1,0 +1,90 @@
+"""The one exception tree of inferactors.
+
+Every error the library raises on purpose derives from `InferactorsError`::
+
+    InferactorsError
+    ├── AdmissionRefused      a spec or model cannot run here (read-only checks said no)
+    ├── InvalidConfig         a config, spec, manifest or argument is malformed (also ValueError)
+    ├── InvalidState          the instance is not in a state that allows the command
+    ├── UnknownInstance       no instance with that id is loaded
+    ├── BackendError          a server, process or file system call failed
+    │   └── DeepHealthTimeout the one-token completion did not finish in time (also TimeoutError)
+    ├── Unsupported           the runtime does not do that in this mode
+    └── ModelError            the model registry refused a name or a file
+        ├── UnknownModel      no manifest with that name
+        └── ModelNotReady     a shard is missing, resized or its BLAKE3 digest differs
+
+Each class carries a stable ``code`` (the reference's error codes: ``admission-refused``,
+``invalid-config``, ...) for logs and machine-readable output. ``str(error)`` is the message
+alone; messages name the field, file or instance at fault.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class InferactorsError(Exception):
+    """Base of every error inferactors raises on purpose."""
+
+    code: ClassVar[str] = "inferactors"
+
+
+class AdmissionRefused(InferactorsError):
+    """The spec cannot run on this runtime (wrong flavor, port, model or format)."""
+
+    code = "admission-refused"
+
+
+class InvalidConfig(InferactorsError, ValueError):
+    """A config, spec, manifest or argument is malformed; the message names the field."""
+
+    code = "invalid-config"
+
+
+class InvalidState(InferactorsError):
+    """The instance's state does not allow the command (already running, not running, ...)."""
+
+    code = "invalid-state"
+
+
+class UnknownInstance(InferactorsError):
+    """No instance with that id is loaded in this runtime."""
+
+    code = "unknown-instance"
+
+
+class BackendError(InferactorsError):
+    """A server, a process or the file system failed while carrying out a command."""
+
+    code = "backend"
+
+
+class DeepHealthTimeout(BackendError, TimeoutError):
+    """The one-token completion of a deep health check took longer than its timeout."""
+
+    code = "deep-health-timeout"
+
+
+class Unsupported(InferactorsError):
+    """The runtime does not offer that operation in its mode (for example stop when adopted)."""
+
+    code = "unsupported"
+
+
+class ModelError(InferactorsError):
+    """The model registry refused a name, a manifest or a file."""
+
+    code = "model"
+
+
+class UnknownModel(ModelError):
+    """No manifest with that name is in the registry."""
+
+    code = "unknown-model"
+
+
+class ModelNotReady(ModelError):
+    """A registered model's files are missing or differ from the digests its manifest pins."""
+
+    code = "model-not-ready"
