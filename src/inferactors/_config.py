@@ -1,0 +1,389 @@
+"""Runtime configuration: restart policy, managed settings, per-runtime and run-file configs.
+
+Pure values with ``validate()`` methods; loading them from TOML is `_convert`'s job. All
+durations are float seconds. Source: seed-behaviour.md section 1 ("Config") and checklist
+item 15; the run file (`RunConfig`) is inferactors' own.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+
+from ._errors import InvalidConfig
+from ._flavor import InferFlavor
+from ._spec import InferenceSpec, valid_token
+
+DEFAULT_PASSTHROUGH = ("HOME", "PATH")
+"""Environment variables handed from the supervisor to a managed server by default."""
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_USER_NAME = re.compile(r"[a-z_][a-z0-9_.-]*\$?")
+_IDS = re.compile(r"([0-9]+)(?::([0-9]+))?")
+_GO_DURATION = re.compile(r"-?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|ms|s|m|h))+")
+
+
+class ControlMode(enum.Enum):
+    """Whether inferactors starts the server (managed) or watches one already running."""
+
+    MANAGED = "managed"
+    ADOPTED = "adopted"
+
+
+@attrs.frozen
+class RestartPolicy:
+    """How often and how fast a crashed managed server is restarted.
+
+    Attributes:
+        max_restarts: Restarts allowed before giving up (the budget).
+        base_s: Delay before the first restart, seconds.
+        cap_s: Longest delay, seconds.
+        stable_after_s: Seconds a server must stay up before the budget is refilled.
+    """
+
+    max_restarts: int = 5
+    base_s: float = 2.0
+    cap_s: float = 60.0
+    stable_after_s: float = 60.0
+
+    def delay_s(self, n: int) -> float:
+        """Seconds to wait before restart number ``n`` (0-based).
+
+        ``min(base_s * 2**min(n, 16), cap_s)``; with base 2 s and cap 10 s that gives
+        2, 4, 8, 10, 10. Source: seed-behaviour.md section 1, ``delay(n)``.
+        """
+        return min(self.base_s * (1 << min(max(n, 0), 16)), self.cap_s)
+
+    def validate(self, field: str = "restart") -> None:
+        """Raise `InvalidConfig` naming ``field.<name>`` for a negative budget, a
+        non-positive or non-finite base, a cap below the base or a negative stable time."""
+        if self.max_restarts < 0:
+            raise InvalidConfig(f"{field}.max_restarts must not be negative")
+        _check_positive(f"{field}.base_s", self.base_s)
+        _check_positive(f"{field}.cap_s", self.cap_s)
+        if self.cap_s < self.base_s:
+            raise InvalidConfig(f"{field}.cap_s must not be below {field}.base_s")
+        if not (math.isfinite(self.stable_after_s) and self.stable_after_s >= 0):
+            raise InvalidConfig(f"{field}.stable_after_s must be a finite number >= 0")
+
+
+@attrs.frozen
+class ManagedConfig:
+    """Settings for servers inferactors starts itself.
+
+    Attributes:
+        registry: The model registry file.
+        data_root: Instance directories are created at ``data_root/<instance id>``.
+        serve_program: The server executable (llama-server, mlx_lm.server); Ollama needs none.
+        version_probe: argv run to learn the server's version (first stdout line).
+        env: Variables set in the server's cleared environment.
+        env_passthrough: Names copied from the supervisor's environment when set there.
+        run_as: Unprivileged account: a user name, ``uid`` or ``uid:gid``; never root.
+        restart: The restart policy.
+        keep_alive: Ollama keep_alive: a Go duration string (``"30m"``) or seconds.
+        readiness_timeout_s: Seconds a started server may take to become ready.
+    """
+
+    registry: Path
+    data_root: Path
+    serve_program: Path | None = None
+    version_probe: tuple[str, ...] | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    env_passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH
+    run_as: str | None = None
+    restart: RestartPolicy = RestartPolicy()
+    keep_alive: str | int = "30m"
+    readiness_timeout_s: float = 600.0
+
+    def validate(self, field: str = "managed") -> None:
+        """Raise `InvalidConfig` naming the field (``managed.env[0]``, ...) when a setting
+        is malformed: an empty version probe, a bad environment name or value, a root or
+        malformed ``run_as``, a bad keep_alive, a bad restart policy or timeout."""
+        if self.version_probe is not None and not self.version_probe:
+            raise InvalidConfig(f"{field}.version_probe must name a program")
+        check_env(f"{field}.env", self.env)
+        check_env_names(f"{field}.env_passthrough", self.env_passthrough)
+        check_run_as(f"{field}.run_as", self.run_as)
+        check_keep_alive(f"{field}.keep_alive", self.keep_alive)
+        self.restart.validate(f"{field}.restart")
+        _check_positive(f"{field}.readiness_timeout_s", self.readiness_timeout_s)
+
+
+@attrs.frozen
+class InferConfig:
+    """Configuration of one runtime (one flavor in one control mode).
+
+    Build with `InferConfig.adopted` or `InferConfig.managing`.
+
+    Attributes:
+        flavor: The server flavor.
+        managed: Managed settings; None means adopted.
+        probe_timeout_s: Timeout of one health probe, seconds.
+        deep_timeout_s: Timeout of the one-token completion, seconds.
+        probe_port: Port probed for capabilities; None means the flavor's default.
+        allowed_ports: Inclusive ``(lo, hi)`` range of ports instances may use.
+    """
+
+    flavor: InferFlavor
+    managed: ManagedConfig | None = None
+    probe_timeout_s: float = 2.0
+    deep_timeout_s: float = 300.0
+    probe_port: int | None = None
+    allowed_ports: tuple[int, int] | None = None
+
+    @classmethod
+    def adopted(
+        cls,
+        flavor: InferFlavor,
+        *,
+        probe_timeout_s: float = 2.0,
+        deep_timeout_s: float = 300.0,
+        probe_port: int | None = None,
+        allowed_ports: tuple[int, int] | None = None,
+    ) -> InferConfig:
+        """A validated config for watching servers already running.
+
+        Raises:
+            InvalidConfig: as `validate`.
+        """
+        config = cls(flavor, None, probe_timeout_s, deep_timeout_s, probe_port, allowed_ports)
+        config.validate()
+        return config
+
+    @classmethod
+    def managing(
+        cls,
+        flavor: InferFlavor,
+        managed: ManagedConfig,
+        *,
+        probe_timeout_s: float = 2.0,
+        deep_timeout_s: float = 300.0,
+        probe_port: int | None = None,
+        allowed_ports: tuple[int, int] | None = None,
+    ) -> InferConfig:
+        """A validated config for servers inferactors starts (Ollama: models it loads).
+
+        Raises:
+            InvalidConfig: as `validate`.
+        """
+        config = cls(flavor, managed, probe_timeout_s, deep_timeout_s, probe_port, allowed_ports)
+        config.validate()
+        return config
+
+    @property
+    def mode(self) -> ControlMode:
+        """MANAGED when managed settings are present, else ADOPTED."""
+        return ControlMode.ADOPTED if self.managed is None else ControlMode.MANAGED
+
+    @property
+    def adapter_id(self) -> str:
+        """``infer.llamacpp`` when managed, ``infer.llamacpp.adopted`` when adopted (likewise
+        for the other flavors). Source: seed-behaviour.md checklist item 1."""
+        suffix = ".adopted" if self.mode is ControlMode.ADOPTED else ""
+        return self.flavor.id + suffix
+
+    def validate(self) -> None:
+        """Raise `InvalidConfig` naming the field for non-positive timeouts, a probe port
+        outside 1..65535, an allowed range not ``1 <= lo <= hi <= 65535``, or bad managed
+        settings."""
+        _check_positive("probe_timeout_s", self.probe_timeout_s)
+        _check_positive("deep_timeout_s", self.deep_timeout_s)
+        if self.probe_port is not None:
+            _check_port("probe_port", self.probe_port)
+        if self.allowed_ports is not None:
+            _check_port_range("allowed_ports", self.allowed_ports)
+        if self.managed is not None:
+            self.managed.validate()
+
+
+@attrs.frozen
+class ManagedSection:
+    """The ``[managed]`` table of a run file: `ManagedConfig` for every flavor at once.
+
+    ``serve_programs`` maps a flavor to its server executable (a TOML table keyed by flavor
+    id). Relative paths were resolved against the run file's directory by the loader.
+    """
+
+    registry: Path
+    data_root: Path
+    serve_programs: tuple[tuple[InferFlavor, Path], ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    env_passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH
+    run_as: str | None = None
+    restart: RestartPolicy = RestartPolicy()
+    keep_alive: str | int = "30m"
+    readiness_timeout_s: float = 600.0
+
+    def serve_program(self, flavor: InferFlavor) -> Path | None:
+        """The executable configured for ``flavor``, or None."""
+        return dict(self.serve_programs).get(flavor)
+
+    def managed_config(self, flavor: InferFlavor) -> ManagedConfig:
+        """The `ManagedConfig` of ``flavor`` (not validated; see `validate`)."""
+        return ManagedConfig(
+            registry=self.registry,
+            data_root=self.data_root,
+            serve_program=self.serve_program(flavor),
+            env=self.env,
+            env_passthrough=self.env_passthrough,
+            run_as=self.run_as,
+            restart=self.restart,
+            keep_alive=self.keep_alive,
+            readiness_timeout_s=self.readiness_timeout_s,
+        )
+
+    def validate(self, field: str = "$.managed") -> None:
+        """Raise `InvalidConfig` naming the field, as `ManagedConfig.validate`."""
+        self.managed_config(InferFlavor.OLLAMA).validate(field)
+
+
+@attrs.frozen
+class RunInstance:
+    """One ``[[instances]]`` entry: the control mode beside the spec's keys (flat in TOML)."""
+
+    mode: ControlMode
+    spec: InferenceSpec
+
+
+@attrs.frozen
+class RunConfig:
+    """The CLI's run file: node identity, probe timeouts, managed settings, instances."""
+
+    node_id: str = "local"
+    probe_timeout_s: float = 2.0
+    deep_timeout_s: float = 300.0
+    managed: ManagedSection | None = None
+    instances: tuple[RunInstance, ...] = ()
+
+    def infer_config(self, flavor: InferFlavor, mode: ControlMode) -> InferConfig:
+        """The validated per-runtime config for ``flavor`` in ``mode``.
+
+        Raises:
+            InvalidConfig: managed mode without a ``[managed]`` section, or a bad setting.
+        """
+        probe_s, deep_s = self.probe_timeout_s, self.deep_timeout_s
+        if mode is ControlMode.ADOPTED:
+            return InferConfig.adopted(flavor, probe_timeout_s=probe_s, deep_timeout_s=deep_s)
+        if self.managed is None:
+            raise InvalidConfig("$.managed: managed instances need a [managed] section")
+        managed = self.managed.managed_config(flavor)
+        return InferConfig.managing(flavor, managed, probe_timeout_s=probe_s, deep_timeout_s=deep_s)
+
+    def validate(self) -> None:
+        """Check the whole run file; messages name the path (``$.instances[1].serve.host``).
+
+        Besides each spec's own rules: node_id is a plain token (1-64 chars), timeouts are
+        positive, and a managed instance names a model, has a ``[managed]`` section and,
+        except on Ollama, a serve program for its flavor.
+
+        Raises:
+            InvalidConfig: the first problem found.
+        """
+        if not valid_token(self.node_id, 64):
+            raise InvalidConfig(
+                f"$.node_id must be a plain token (1-64 chars), got {self.node_id!r}"
+            )
+        _check_positive("$.probe_timeout_s", self.probe_timeout_s)
+        _check_positive("$.deep_timeout_s", self.deep_timeout_s)
+        if self.managed is not None:
+            self.managed.validate()
+        for index, instance in enumerate(self.instances):
+            self._check_instance(f"$.instances[{index}]", instance)
+
+    def _check_instance(self, path: str, instance: RunInstance) -> None:
+        try:
+            instance.spec.validate()
+        except InvalidConfig as error:
+            raise InvalidConfig(f"{path}.{error}") from None
+        if instance.mode is ControlMode.ADOPTED:
+            return
+        flavor = instance.spec.runtime
+        if instance.spec.model is None:
+            raise InvalidConfig(f'{path}.model is required when mode = "managed"')
+        if self.managed is None:
+            raise InvalidConfig(f"{path}: a managed instance needs a [managed] section")
+        if flavor is not InferFlavor.OLLAMA and self.managed.serve_program(flavor) is None:
+            raise InvalidConfig(
+                f'{path}: $.managed.serve_programs has no "{flavor.id}" entry for this '
+                "managed instance"
+            )
+
+
+def check_env(field: str, env: Sequence[tuple[str, str]]) -> None:
+    """Raise `InvalidConfig` (``field[i]``) for a bad name, a ``LLAMA_ARG_*`` name (llama-server
+    reads those as flags; server-apis.md section 1) or a value containing NUL."""
+    for index, (name, value) in enumerate(env):
+        _check_env_name(f"{field}[{index}]", name)
+        if "\x00" in value:
+            raise InvalidConfig(f"{field}[{index}] ({name}) must not contain NUL")
+
+
+def check_env_names(field: str, names: Sequence[str]) -> None:
+    """Raise `InvalidConfig` (``field[i]``) for a name that is not ``[A-Za-z_][A-Za-z0-9_]*``
+    or that starts with ``LLAMA_ARG_``."""
+    for index, name in enumerate(names):
+        _check_env_name(f"{field}[{index}]", name)
+
+
+def _check_env_name(field: str, name: str) -> None:
+    if not _ENV_NAME.fullmatch(name):
+        raise InvalidConfig(f"{field} {name!r} is not a valid environment variable name")
+    if name.startswith("LLAMA_ARG_"):
+        raise InvalidConfig(
+            f"{field} {name}: LLAMA_ARG_* variables are read by llama-server as flags; "
+            "use serve.extra_args instead"
+        )
+
+
+def check_run_as(field: str, run_as: str | None) -> None:
+    """Raise `InvalidConfig` unless ``run_as`` is None, a user name other than root, or
+    ``uid[:gid]`` with uid (and gid) not 0. Source: checklist item 45 (uid 0 is refused)."""
+    if run_as is None:
+        return
+    ids = _IDS.fullmatch(run_as)
+    if ids is not None:
+        if int(ids.group(1)) == 0 or (ids.group(2) is not None and int(ids.group(2)) == 0):
+            raise InvalidConfig(f"{field} must not be root (uid or gid 0)")
+        return
+    if not _USER_NAME.fullmatch(run_as) or len(run_as) > 32:
+        raise InvalidConfig(f"{field} {run_as!r} is neither a user name nor uid[:gid]")
+    if run_as == "root":
+        raise InvalidConfig(f"{field} must not be root")
+
+
+def check_keep_alive(field: str, keep_alive: str | int) -> None:
+    """Raise `InvalidConfig` unless ``keep_alive`` is an int (seconds; negative = forever) or a
+    Go duration string Ollama accepts (``"30m"``, ``"1h30m"``, ``"-1m"``, ``"0"``); a bare
+    number string such as ``"3600"`` is refused (server-apis.md section 3)."""
+    if isinstance(keep_alive, bool):
+        raise InvalidConfig(f"{field} must be a duration string or whole seconds")
+    if isinstance(keep_alive, int) or keep_alive == "0":
+        return
+    if not _GO_DURATION.fullmatch(keep_alive):
+        raise InvalidConfig(
+            f'{field} "{keep_alive}" is not a duration such as "30m" or "1h" (a bare number '
+            "string needs a unit; give seconds as an integer)"
+        )
+
+
+def _check_positive(field: str, value: float) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise InvalidConfig(f"{field} must be a positive number of seconds, got {value}")
+
+
+def _check_port(field: str, port: int) -> None:
+    if not 0 < port <= 65535:
+        raise InvalidConfig(f"{field} {port} is outside 1..65535")
+
+
+def _check_port_range(field: str, ports: tuple[int, int]) -> None:
+    lo, hi = ports
+    _check_port(f"{field}[0]", lo)
+    _check_port(f"{field}[1]", hi)
+    if lo > hi:
+        raise InvalidConfig(f"{field} ({lo}, {hi}) is empty: lo must be <= hi")

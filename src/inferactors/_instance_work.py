@@ -1,0 +1,204 @@
+"""The instance actor's workers: every piece of I/O an instance does.
+
+Each worker runs as a task in the actor's nursery, reads only the immutable plan and
+config, and posts its result to the actor's inbox (``_instance_msgs``), so the actor's loop
+stays the only writer of the instance's state. Workers that change no state (health and
+deep health) answer their caller directly.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import attrs
+import trio
+
+from ._config import InferConfig
+from ._errors import BackendError, InferactorsError
+from ._flavor import InferFlavor
+from ._instance_msgs import (
+    Confirmed,
+    Exited,
+    Internal,
+    Probed,
+    ShutdownDone,
+    Spawned,
+    SpawnFailed,
+    Stopped,
+)
+from ._matching import same_model
+from ._messages import ReplyTo, answer, refuse
+from ._netcheck import port_in_use
+from ._plan import Plan, ProberFactory, probe_once
+from ._probe import CompletionResult, Prober, ServerReport, Unreachable, Up
+from ._process import ManagedProcess
+from ._status import InstanceStatus
+
+FIRST_PROBE_S = 0.01
+"""The monitor's first delay after a spawn; it doubles up to `STARTUP_PROBE_CAP_S`."""
+
+STARTUP_PROBE_CAP_S = 0.1
+"""Longest delay between probes of a server that is not up yet."""
+
+RUNNING_PROBE_S = 1.0
+"""Delay between probes of a server that is up."""
+
+
+@attrs.frozen
+class InstanceWork:
+    """The I/O of one instance; ``post`` is the actor's inbox."""
+
+    plan: Plan
+    config: InferConfig
+    open_prober: ProberFactory
+    post: trio.MemorySendChannel[object]
+
+    @property
+    def _flavor(self) -> InferFlavor:
+        return self.plan.spec.runtime
+
+    async def _post(self, message: Internal) -> None:
+        try:
+            await self.post.send(message)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass  # the actor is gone; its teardown answered everyone
+
+    async def spawn(self, nursery: trio.Nursery, reply: ReplyTo[None]) -> None:
+        """Start the managed server unless its port is taken (checklist items 47, 54)."""
+        launch = self.plan.launch
+        assert launch is not None, "spawn is only for managed process plans"
+        spec = self.plan.spec
+        ip, port = str(spec.bind_ip()), spec.port()
+        try:
+            if await port_in_use(ip, port):
+                raise BackendError(
+                    f"{spec.base_url()} is already taken by something else; not starting over it"
+                )
+            process = await ManagedProcess.spawn(nursery, launch)
+        except InferactorsError as error:
+            await self._post(SpawnFailed(error, reply))
+            return
+        except OSError as error:
+            failed = BackendError(f"cannot start {launch.program}: {error}")
+            await self._post(SpawnFailed(failed, reply))
+            return
+        await self._post(Spawned(process, reply))
+
+    async def watch_exit(self, process: ManagedProcess) -> None:
+        """Await the process's exit and report it the moment it happens."""
+        evidence = await process.wait_exited()
+        await self._post(Exited(process, evidence))
+
+    async def stop(self, process: ManagedProcess, grace_s: float) -> None:
+        """TERM the group, wait ``grace_s`` seconds, KILL the group, reap (checklist 48)."""
+        evidence = await process.terminate(grace_s)
+        await self._post(Stopped(process, evidence))
+
+    async def shutdown(
+        self,
+        process: ManagedProcess | None,
+        grace_s: float,
+        instance_dir: Path | None,
+        reply: ReplyTo[None],
+    ) -> None:
+        """Unload: stop a running server, delete the instance directory, end the actor."""
+        if process is not None and process.running:
+            evidence = await process.terminate(grace_s)
+            await self._post(Exited(process, evidence))
+        if instance_dir is not None:
+            await trio.to_thread.run_sync(shutil.rmtree, instance_dir, True)  # errors ignored
+        await self._post(ShutdownDone(reply))
+
+    async def probe_for(self, process: ManagedProcess | None, reply: ReplyTo[InstanceStatus]) -> None:
+        """Probe once for a status request."""
+        report = await self._probe()
+        await self._post(Probed(report, process, reply))
+
+    async def monitor(self, process: ManagedProcess | None, scope: trio.CancelScope) -> None:
+        """Probe until cancelled: fast until the server is up, then every second."""
+        delay = FIRST_PROBE_S
+        prober = self.open_prober(self.plan.spec.base_url(), self.config.probe_timeout_s)
+        with scope:
+            try:
+                while True:
+                    report = await prober.report(self._flavor)
+                    await self._post(Probed(report, process))
+                    up = isinstance(report.health, Up)
+                    delay = RUNNING_PROBE_S if up else min(delay * 2, STARTUP_PROBE_CAP_S)
+                    await trio.sleep(delay)
+            finally:
+                with trio.move_on_after(1.0) as cleanup:
+                    cleanup.shield = True
+                    await prober.aclose()
+
+    async def confirm_adopted(self, reply: ReplyTo[None]) -> None:
+        """An adopted start only checks that the server answers (checklist item 21)."""
+        report = await self._probe()
+        if isinstance(report.health, Unreachable):
+            refuse(
+                reply,
+                BackendError(
+                    f"adopted server is not answering ({report.health.why}); "
+                    "inferactors does not start adopted servers"
+                ),
+            )
+            return
+        await self._post(Confirmed(reply))
+
+    async def health(self, reply: ReplyTo[ServerReport]) -> None:
+        """Answer one probe report."""
+        answer(reply, await self._probe())
+
+    async def deep_health(self, reply: ReplyTo[CompletionResult]) -> None:
+        """Ask the server for one real token (checklist item 62; FC-07, FC-09)."""
+        prober = self.open_prober(self.plan.spec.base_url(), self.config.deep_timeout_s)
+        try:
+            result = await self._one_token(prober)
+        except InferactorsError as error:
+            refuse(reply, error)
+        else:
+            answer(reply, result)
+        finally:
+            with trio.move_on_after(1.0) as cleanup:
+                cleanup.shield = True
+                await prober.aclose()
+
+    async def _one_token(self, prober: Prober) -> CompletionResult:
+        report = await prober.report(self._flavor)
+        if not isinstance(report.health, Up):
+            raise BackendError(f"deep health: the server is not up ({_words(report)})")
+        model = completion_model(self._flavor, report.models, self.plan.served_model)
+        try:
+            return await prober.tiny_completion(model)
+        except BackendError as error:
+            if str(error).startswith("deep health"):
+                raise
+            raise type(error)(f"deep health: {error}") from error
+
+    async def _probe(self) -> ServerReport:
+        base = self.plan.spec.base_url()
+        return await probe_once(self.open_prober, base, self.config.probe_timeout_s, self._flavor)
+
+
+def completion_model(
+    flavor: InferFlavor, listed: tuple[str, ...], served: str | None
+) -> str | None:
+    """The ``model`` field of a deep-health completion, or None to leave it out.
+
+    mlx_lm.server loads whatever a request names (mlx-lm #1892, FC-09), so it gets none;
+    llama-server ignores the field in single-model mode and routes by it in router mode, so
+    it gets the listed id that matches our model, else our model's name, else the first id.
+    """
+    if flavor is InferFlavor.MLX_LM:
+        return None
+    if served is not None:
+        matching = [name for name in listed if same_model(served, name)]
+        return matching[0] if matching else served
+    return listed[0] if listed else None
+
+
+def _words(report: ServerReport) -> str:
+    health = report.health
+    why = getattr(health, "why", None)
+    return f"{type(health).__name__.lower()}: {why}" if why else type(health).__name__.lower()

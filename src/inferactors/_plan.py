@@ -1,0 +1,188 @@
+"""Planning: the read-only checks shared by ``admit`` and ``load``.
+
+Source: seed-behaviour.md section 4, ``plan()``, steps 1 to 8, and checklist items 16 to
+19, 36 to 38. Planning only ever sends GET requests and TCP connects, so ``admit`` may run
+before any permission is granted. Every refusal is `AdmissionRefused` unless the spec itself
+is malformed (`InvalidConfig`).
+"""
+
+from __future__ import annotations
+
+import os
+import os.path
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+import trio
+
+from ._config import ControlMode, InferConfig, ManagedConfig
+from ._errors import AdmissionRefused, ModelError
+from ._flavor import InferFlavor
+from ._launch import Launch, build_launch, check_format
+from ._manifest import ResolvedModel
+from ._netcheck import port_in_use
+from ._probe import Prober, ServerReport, Unreachable
+from ._registry import ModelRegistry
+from ._spec import InferenceSpec
+
+ProberFactory = Callable[[str, float], Prober]
+"""Opens a prober for a base URL with a timeout in seconds (the HTTP edge, swappable)."""
+
+
+@attrs.frozen
+class Admission:
+    """What ``admit`` answers: the runtime id, the host architecture and the notes."""
+
+    runtime: str
+    arch: str
+    notes: tuple[str, ...]
+
+
+@attrs.frozen
+class Plan:
+    """A checked spec, ready to load.
+
+    ``launch`` is set for a managed llama.cpp or mlx-lm server; ``model`` is the verified
+    registry model when managed; ``served_model`` is the name the server should list.
+    """
+
+    spec: InferenceSpec
+    mode: ControlMode
+    notes: tuple[str, ...]
+    launch: Launch | None = None
+    model: ResolvedModel | None = None
+
+    @property
+    def served_model(self) -> str | None:
+        """The registry name when managed, the spec's model when adopted (checklist 71)."""
+        return self.model.name if self.model is not None else self.spec.model
+
+
+async def make_plan(
+    spec: InferenceSpec,
+    config: InferConfig,
+    *,
+    registry: ModelRegistry | None,
+    open_prober: ProberFactory,
+    instance_dir: Path,
+) -> Plan:
+    """Check ``spec`` against ``config`` and build its plan (see the module docstring).
+
+    Args:
+        spec: the inference spec; validated here.
+        config: the runtime's config (flavor, mode, ports, timeouts).
+        registry: the model registry; required when managed.
+        open_prober: the HTTP edge.
+        instance_dir: where a managed server will run (its cwd); not created here.
+
+    Raises:
+        InvalidConfig: the spec is malformed.
+        AdmissionRefused: the spec cannot run here; the message says why.
+    """
+    spec.validate()
+    _check_runtime_and_port(spec, config)
+    if config.managed is None:
+        return await _plan_adopted(spec, config, open_prober)
+    if spec.runtime is InferFlavor.OLLAMA:
+        raise AdmissionRefused("managed Ollama is not supported by this version of inferactors")
+    return await _plan_process(spec, config, config.managed, registry, instance_dir)
+
+
+def _check_runtime_and_port(spec: InferenceSpec, config: InferConfig) -> None:
+    if spec.runtime is not config.flavor:
+        raise AdmissionRefused(f"{config.flavor.id} cannot run a {spec.runtime.id} workload")
+    if config.allowed_ports is not None:
+        lo, hi = config.allowed_ports
+        port = spec.port()
+        if not lo <= port <= hi:
+            raise AdmissionRefused(
+                f"port {port} is outside this runtime's allowed range {lo}-{hi}"
+            )
+
+
+async def _plan_adopted(spec: InferenceSpec, config: InferConfig, open_prober: ProberFactory) -> Plan:
+    base = spec.base_url()
+    report = await probe_once(open_prober, base, config.probe_timeout_s, config.flavor)
+    if isinstance(report.health, Unreachable):
+        raise AdmissionRefused(
+            f"no {spec.runtime.id} server answering at {base}: {report.health.why}"
+        )
+    notes = [
+        f"endpoint {base}",
+        f"adopting running server ({type(report.health).__name__})",
+        f"{len(report.models)} model(s) listed",
+    ]
+    if report.version:
+        notes.append(f"version {report.version}")
+    return Plan(spec=spec, mode=ControlMode.ADOPTED, notes=tuple(notes))
+
+
+async def probe_once(
+    open_prober: ProberFactory, base: str, timeout_s: float, flavor: InferFlavor
+) -> ServerReport:
+    """One probe of ``base`` with a fresh client, closed afterwards."""
+    prober = open_prober(base, timeout_s)
+    try:
+        return await prober.report(flavor)
+    finally:
+        await prober.aclose()
+
+
+async def _plan_process(
+    spec: InferenceSpec,
+    config: InferConfig,
+    managed: ManagedConfig,
+    registry: ModelRegistry | None,
+    instance_dir: Path,
+) -> Plan:
+    if spec.model is None:
+        raise AdmissionRefused("managed mode needs a model: set the spec's model to a registry name")
+    if registry is None:
+        raise AdmissionRefused("managed mode needs a model registry")
+    model = await _resolve(registry, spec.model)
+    check_format(spec.runtime, model)
+    draft = None
+    if spec.serve.draft_model is not None:
+        draft = await _resolve(registry, spec.serve.draft_model)
+        check_format(spec.runtime, draft)
+    program = _serve_program(managed)
+    ip, port = str(spec.bind_ip()), spec.port()
+    if await port_in_use(ip, port):
+        raise AdmissionRefused(
+            f"something is already listening on {spec.base_url()}; "
+            "adopt it instead of managing over it"
+        )
+    launch = build_launch(
+        spec,
+        model,
+        draft,
+        program=program,
+        cwd=instance_dir,
+        env=managed.env,
+        passthrough=managed.env_passthrough,
+        parent_env=os.environ,
+    )
+    notes = (
+        f"endpoint {spec.base_url()}",
+        f"model {model.name} ({model.format.value}) verified",
+        f"launch {program} with {len(launch.args)} args",
+    )
+    return Plan(spec=spec, mode=ControlMode.MANAGED, notes=notes, launch=launch, model=model)
+
+
+async def _resolve(registry: ModelRegistry, name: str) -> ResolvedModel:
+    try:
+        return await trio.to_thread.run_sync(registry.resolve, name)
+    except ModelError as error:
+        raise AdmissionRefused(f"model {name}: {error}") from error
+
+
+def _serve_program(managed: ManagedConfig) -> Path:
+    program = managed.serve_program
+    if program is None:
+        raise AdmissionRefused("managed mode needs a serve program (the server binary)")
+    if not (program.is_file() and os.access(program, os.X_OK)):
+        raise AdmissionRefused(f"serve program {program} is not an executable file")
+    return program
+

@@ -1,0 +1,371 @@
+"""`InferRuntime`, the facade, and the ways to run it: `open_runtime` and `serve_runtime`.
+
+The facade holds no lock and no instance state: each method sends a command to the
+supervisor actor (which routes instance commands to the instance's actor) and awaits the
+reply. The API follows seed-behaviour.md section 7 (the ``WorkloadRuntime`` contract) for
+one flavor in one mode; all durations are float seconds.
+
+Usage::
+
+    async with open_runtime(config, node_id="laptop") as runtime:
+        handle = await runtime.load(spec)
+        await runtime.start(handle)
+        print(await runtime.status(handle))
+"""
+
+from __future__ import annotations
+
+import enum
+from functools import partial
+import platform
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import NoReturn, TypeVar
+
+import attrs
+import httpx
+import trio
+
+from ._capabilities import Capability, probe_capabilities
+from ._config import ControlMode, InferConfig
+from ._errors import BackendError, InferactorsError, InvalidState, Unsupported
+from ._events import Event
+from ._ids import check_node_id, instance_id
+from ._instance import InstanceActor
+from ._messages import (
+    DeepHealth,
+    GetHealth,
+    GetStatus,
+    InstanceCommand,
+    ListInstances,
+    Load,
+    PlanOf,
+    ReplyTo,
+    Route,
+    Start,
+    Stop,
+    Subscribe,
+    Unload,
+    call,
+)
+from ._plan import Admission, Plan, ProberFactory, make_plan
+from ._probe import CompletionResult, Prober, ProbeClient, ServerReport
+from ._capture import RunEvidence
+from ._registry import ModelRegistry
+from ._spec import InferenceSpec
+from ._status import InstanceState, InstanceStatus
+from ._supervisor import Supervisor
+
+T = TypeVar("T")
+
+DEFAULT_STOP_GRACE_S = 10.0
+"""Grace between SIGTERM and SIGKILL when ``stop`` is not given one (llama-swap's default)."""
+
+
+class NetworkExposure(enum.Enum):
+    """How far a runtime's servers may be reachable (checklist item 31)."""
+
+    NONE = "none"
+    LAN = "lan"
+    EGRESS = "egress"
+
+
+@attrs.frozen
+class InstanceHandle:
+    """Names one loaded instance; returned by `InferRuntime.load` and `InferRuntime.adopt`."""
+
+    runtime: str
+    instance_id: str
+    workload_id: str
+
+
+@attrs.define(eq=False)
+class InferRuntime:
+    """One flavor of inference server in one mode (adopted or managed).
+
+    Get one from `open_runtime` or `serve_runtime`; it is valid while that runs.
+    """
+
+    config: InferConfig
+    node_id: str
+    _supervisor: trio.MemorySendChannel[object]
+    _events: trio.MemorySendChannel[Event]
+    _registry: ModelRegistry | None
+    _open_prober: ProberFactory
+    _capabilities: tuple[Capability, ...] = ()
+
+    @property
+    def id(self) -> str:
+        """``infer.<x>`` when managed, ``infer.<x>.adopted`` when adopted (checklist 1)."""
+        suffix = ".adopted" if self.control_mode is ControlMode.ADOPTED else ""
+        return self.config.flavor.id + suffix
+
+    @property
+    def control_mode(self) -> ControlMode:
+        """Managed or adopted."""
+        return self.config.mode
+
+    @property
+    def network_exposure(self) -> NetworkExposure:
+        """NONE when managed (loopback enforced); LAN when adopted, whose bind we cannot
+        choose (checklist item 31)."""
+        return NetworkExposure.NONE if self.config.managed else NetworkExposure.LAN
+
+    def provides(self) -> tuple[Capability, ...]:
+        """Capabilities found by the last `probe_capabilities`; empty before it runs."""
+        return self._capabilities
+
+    async def probe_capabilities(self) -> tuple[Capability, ...]:
+        """Probe and remember what this runtime can offer (checklist items 32 to 35)."""
+        self._capabilities = await probe_capabilities(self.config, self._open_prober)
+        return self._capabilities
+
+    async def admit(self, spec: InferenceSpec) -> Admission:
+        """Check that ``spec`` could run here, read-only (GETs and TCP connects only).
+
+        Raises:
+            InvalidConfig: the spec is malformed.
+            AdmissionRefused: it cannot run here; the message says why.
+        """
+        plan = await self._plan(spec, self._instance_dir("plan"))
+        return Admission(runtime=self.id, arch=platform.machine(), notes=plan.notes)
+
+    async def load(self, spec: InferenceSpec) -> InstanceHandle:
+        """Plan ``spec``, create its instance directory (managed) and its actor.
+
+        The instance is Loaded; nothing is started. Raises what `admit` raises, plus
+        `InvalidState` for an id already loaded or an ip:port a managed instance uses, and
+        `BackendError` when the instance directory cannot be made.
+        """
+        iid = instance_id(spec, self.control_mode, self.node_id)
+        directory = self._instance_dir(iid)
+        plan = await self._plan(spec, directory)
+        if directory is not None:
+            await _make_dir(directory)
+        await self._install(iid, plan, directory)
+        return InstanceHandle(self.id, iid, spec.role)
+
+    async def start(self, handle: InstanceHandle) -> None:
+        """Start a managed server (returns once spawned), or confirm an adopted one answers.
+
+        Raises:
+            InvalidState: already running, or stopped for exposure until reloaded.
+            BackendError: the port is taken, the program failed to start, or an adopted
+                server does not answer.
+            UnknownInstance: no such instance.
+        """
+        await self._route(handle, Start)
+
+    async def stop(self, handle: InstanceHandle, grace_s: float = DEFAULT_STOP_GRACE_S) -> RunEvidence:
+        """Stop a managed server: SIGTERM to its group, ``grace_s`` seconds, SIGKILL, reap.
+
+        Returns the run's evidence. Raises `InvalidState` when it is not running and
+        `Unsupported` for an adopted server, which inferactors never signals.
+        """
+        return await self._route(handle, partial(Stop, grace_s))
+
+    async def unload(self, handle: InstanceHandle) -> None:
+        """Forget the instance; a managed server is stopped (5 s grace) and its directory
+        deleted. An adopted server is left untouched (checklist item 22)."""
+        await call(self._supervisor, partial(Unload, handle.instance_id))
+
+    async def status(self, handle: InstanceHandle) -> InstanceStatus:
+        """The instance's status; never raises (an unknown handle is Unknown)."""
+        try:
+            return await self._route(handle, GetStatus)
+        except InferactorsError as error:
+            return InstanceStatus(InstanceState.UNKNOWN, str(error))
+
+    async def adopt(self, handle: InstanceHandle, spec: InferenceSpec) -> InstanceHandle:
+        """Re-register an adopted server under ``handle``'s id (checklist item 72).
+
+        Raises:
+            Unsupported: in managed mode, where a lost process cannot be recovered.
+        """
+        if self.control_mode is ControlMode.MANAGED:
+            raise Unsupported(
+                f"{self.id} cannot re-adopt {handle.instance_id}: "
+                "a managed server's process is not recoverable"
+            )
+        plan = await self._plan(spec, None)
+        try:
+            await self._install(handle.instance_id, plan, None)
+        except InvalidState:
+            pass  # already registered under that id: nothing to do
+        return InstanceHandle(self.id, handle.instance_id, spec.role)
+
+    async def console(self, handle: InstanceHandle) -> NoReturn:
+        """Always raises `Unsupported`: inference servers have no console run."""
+        raise Unsupported(f"{self.id} has no console run ({handle.instance_id})")
+
+    async def health(self, handle: InstanceHandle) -> ServerReport:
+        """One probe report of the instance's server."""
+        return await self._route(handle, GetHealth)
+
+    async def deep_health(self, handle: InstanceHandle) -> CompletionResult:
+        """Ask the server for one real token, with ``config.deep_timeout_s``.
+
+        Raises:
+            DeepHealthTimeout: no answer in time.
+            BackendError: the server is down, or the completion failed.
+        """
+        return await self._route(handle, DeepHealth)
+
+    async def spec_of(self, handle: InstanceHandle) -> InferenceSpec:
+        """The spec the instance was loaded with."""
+        return (await self._plan_of(handle)).spec
+
+    async def endpoint(self, handle: InstanceHandle) -> str:
+        """The server's base URL, for example ``http://127.0.0.1:8090``."""
+        return (await self._plan_of(handle)).spec.base_url()
+
+    async def served_model(self, handle: InstanceHandle) -> str | None:
+        """The registry name when managed, the spec's model when adopted (checklist 71)."""
+        return (await self._plan_of(handle)).served_model
+
+    async def instances(self) -> tuple[InstanceHandle, ...]:
+        """Handles of every loaded instance, in load order."""
+        ids = await call(self._supervisor, ListInstances)
+        plans = [await self._plan_of_id(iid) for iid in ids]
+        return tuple(InstanceHandle(self.id, iid, p.spec.role) for iid, p in zip(ids, plans, strict=True))
+
+    async def subscribe(self, buffer: int = 256) -> trio.MemoryReceiveChannel[Event]:
+        """A stream of every event from now on; a subscriber that falls ``buffer`` events
+        behind loses the newest ones (the supervisor never waits for a subscriber)."""
+        return await call(self._supervisor, partial(Subscribe, buffer))
+
+    async def stop_all(self, grace_s: float = DEFAULT_STOP_GRACE_S) -> None:
+        """Stop every running managed server concurrently; nothing is unloaded."""
+        if self.control_mode is not ControlMode.MANAGED:
+            return
+        handles = await self.instances()
+        async with trio.open_nursery() as nursery:
+            for handle in handles:
+                nursery.start_soon(self._stop_quietly, handle, grace_s)
+
+    async def _stop_quietly(self, handle: InstanceHandle, grace_s: float) -> None:
+        try:
+            await self.stop(handle, grace_s)
+        except InferactorsError:
+            pass  # not running, or gone meanwhile: nothing to stop
+
+    async def _plan(self, spec: InferenceSpec, directory: Path | None) -> Plan:
+        return await make_plan(
+            spec,
+            self.config,
+            registry=self._registry,
+            open_prober=self._open_prober,
+            instance_dir=directory or Path("."),
+        )
+
+    async def _install(self, iid: str, plan: Plan, directory: Path | None) -> None:
+        actor = InstanceActor.create(
+            instance_id=iid,
+            runtime_id=self.id,
+            plan=plan,
+            config=self.config,
+            instance_dir=directory,
+            open_prober=self._open_prober,
+            events=self._events,
+        )
+        await call(self._supervisor, partial(Load, actor))
+
+    def _instance_dir(self, iid: str) -> Path | None:
+        managed = self.config.managed
+        return None if managed is None else managed.data_root / iid
+
+    async def _plan_of(self, handle: InstanceHandle) -> Plan:
+        return await self._plan_of_id(handle.instance_id)
+
+    async def _plan_of_id(self, iid: str) -> Plan:
+        return await call(self._supervisor, partial(PlanOf, iid))
+
+    async def _route(
+        self, handle: InstanceHandle, make: Callable[[ReplyTo[T]], InstanceCommand]
+    ) -> T:
+        def routed(reply: ReplyTo[T]) -> Route:
+            return Route(handle.instance_id, make(reply))
+
+        return await call(self._supervisor, routed)
+
+
+async def _make_dir(directory: Path) -> None:
+    try:
+        await trio.to_thread.run_sync(lambda: directory.mkdir(parents=True, exist_ok=True))
+    except OSError as error:
+        raise BackendError(f"cannot create the instance directory {directory}: {error}") from error
+
+
+def http_prober_factory(transport: httpx.AsyncBaseTransport | None = None) -> ProberFactory:
+    """The HTTP edge: `ProbeClient` over ``transport`` (httpx's default when None)."""
+
+    def open_prober(base_url: str, timeout_s: float) -> Prober:
+        return ProbeClient.open(base_url, timeout_s=timeout_s, transport=transport)
+
+    return open_prober
+
+
+@asynccontextmanager
+async def open_runtime(
+    config: InferConfig,
+    *,
+    node_id: str = "local",
+    open_prober: ProberFactory | None = None,
+    stop_grace_s: float = DEFAULT_STOP_GRACE_S,
+) -> AsyncIterator[InferRuntime]:
+    """Run a runtime for the duration of an ``async with`` block.
+
+    On exit every running managed server is stopped (SIGTERM, ``stop_grace_s`` seconds,
+    SIGKILL), even when the block raised or was cancelled; adopted servers are left alone.
+
+    Raises:
+        InvalidConfig: the config or ``node_id`` is malformed, or the registry file is.
+    """
+    async with trio.open_nursery() as nursery:
+        runtime: InferRuntime = await nursery.start(
+            _serve, config, node_id, open_prober or http_prober_factory()
+        )
+        try:
+            yield runtime
+        finally:
+            with trio.move_on_after(stop_grace_s + 5.0) as cleanup:
+                cleanup.shield = True
+                await runtime.stop_all(stop_grace_s)
+            nursery.cancel_scope.cancel()
+
+
+async def serve_runtime(
+    config: InferConfig,
+    *,
+    node_id: str = "local",
+    open_prober: ProberFactory | None = None,
+    task_status: trio.TaskStatus[InferRuntime] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run a runtime until cancelled, for hosts that own a nursery::
+
+        runtime = await nursery.start(serve_runtime, config)
+
+    ``task_status.started`` receives the `InferRuntime` once it accepts commands. When
+    cancelled, each running managed server gets SIGTERM and, after 5 s, SIGKILL.
+    """
+    await _serve(config, node_id, open_prober or http_prober_factory(), task_status=task_status)
+
+
+async def _serve(
+    config: InferConfig,
+    node_id: str,
+    open_prober: ProberFactory,
+    *,
+    task_status: trio.TaskStatus[InferRuntime] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    config.validate()
+    check_node_id(node_id)
+    registry = None
+    if config.managed is not None:
+        registry = await trio.to_thread.run_sync(ModelRegistry.open, config.managed.registry)
+    supervisor = Supervisor.create()
+    runtime = InferRuntime(config, node_id, supervisor.inbox, supervisor.events, registry, open_prober)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.serve)
+        task_status.started(runtime)

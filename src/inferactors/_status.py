@@ -1,0 +1,78 @@
+"""Instance states and the mapping from a probe report to a status (pure; no I/O).
+
+Source: seed-behaviour.md section 4, ``status`` and ``map_report``; checklist items 23, 24,
+42 and 52. A status is a snapshot: it never raises and it is never stale by more than one
+probe.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+from ._matching import lists
+from ._probe import Loading, ServerReport, Unhealthy, Unreachable, Up
+
+
+class InstanceState(enum.Enum):
+    """The reference's five states; ``detail`` in `InstanceStatus` says the rest."""
+
+    LOADED = "loaded"
+    RUNNING = "running"
+    DEGRADED = "degraded"
+    EXITED = "exited"
+    UNKNOWN = "unknown"
+
+
+@attrs.frozen
+class InstanceStatus:
+    """What `InferRuntime.status` answers.
+
+    Attributes:
+        state: one of `InstanceState`.
+        detail: why, in words (``"loading model"``, ``"server process exited"``), or None.
+        exit_code: the last process's exit status when it exited with one.
+        stop_reason: why the last process ended (``"requested"``, ``"crash"``, ...), kept
+            apart from the exit status (FC-22).
+        pid: the live process id of a managed server, else None.
+        uptime_s: seconds since the live process was spawned, else None.
+    """
+
+    state: InstanceState
+    detail: str | None = None
+    exit_code: int | None = None
+    stop_reason: str | None = None
+    pid: int | None = None
+    uptime_s: float | None = None
+
+
+def map_report(
+    report: ServerReport, *, model: str | None, alive: bool, adopted: bool
+) -> InstanceStatus:
+    """Map a probe report of a llama.cpp or mlx-lm server to a status.
+
+    ``model`` is the name the server should list (the registry name when managed, the
+    spec's model when adopted); ``alive`` says whether our process still runs (always True
+    for adopted servers, whose liveness only the probe can tell).
+    """
+    health = report.health
+    if isinstance(health, Loading):
+        return InstanceStatus(InstanceState.DEGRADED, "loading model")
+    if isinstance(health, Unhealthy):
+        return InstanceStatus(InstanceState.DEGRADED, health.why)
+    if isinstance(health, Unreachable):
+        return _unreachable(health.why, alive=alive, adopted=adopted)
+    assert isinstance(health, Up)
+    if model is not None and report.models and not lists(report.models, model):
+        return InstanceStatus(InstanceState.DEGRADED, f"model {model} is not listed by the server")
+    return InstanceStatus(InstanceState.RUNNING, "server up")
+
+
+def _unreachable(why: str, *, alive: bool, adopted: bool) -> InstanceStatus:
+    if adopted:
+        detail = f"unreachable ({why}); inferactors does not restart adopted servers"
+        return InstanceStatus(InstanceState.EXITED, detail)
+    if alive:
+        return InstanceStatus(InstanceState.DEGRADED, f"starting: not listening yet ({why})")
+    return InstanceStatus(InstanceState.EXITED, f"unreachable ({why})")
