@@ -56,6 +56,8 @@ def _kind(obj: object) -> str:
     names = {bool: "bool", int: "int", float: "float", str: "string", list: "list"}
     if isinstance(obj, Mapping):
         return "table"
+    if obj is None:
+        return "null"
     return names.get(type(obj), type(obj).__name__)
 
 
@@ -403,7 +405,8 @@ def _parse_toml(text: str, source: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
-        raise InvalidConfig(f"{source}TOML syntax error: {error}") from None
+        where = "" if "line" in str(error) else f" after line {len(text.splitlines())}"
+        raise InvalidConfig(f"{source}TOML syntax error: {error}{where}") from None
 
 
 def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

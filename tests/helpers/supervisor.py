@@ -1,0 +1,37 @@
+"""Test helper: a supervisor that the test SIGKILLs while its managed child runs (FC-13).
+
+Usage: python supervisor.py PIDFILE. Starts ``sleep 600`` through `ManagedProcess`, writes
+the sleep's pid to PIDFILE, then sleeps until killed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import attrs
+import trio
+
+from inferactors._process import ManagedProcess
+
+
+@attrs.frozen
+class _Launch:
+    program: Path
+    args: tuple[str, ...]
+    cwd: Path
+    env: tuple[tuple[str, str], ...]
+
+
+async def _main(pid_file: Path) -> None:
+    launch = _Launch(Path("/bin/sleep"), ("600",), pid_file.parent, ())
+    async with trio.open_nursery() as nursery:
+        process = await ManagedProcess.spawn(nursery, launch)
+        staging = pid_file.with_suffix(".tmp")
+        staging.write_text(str(process.pid))
+        staging.rename(pid_file)
+        await trio.sleep_forever()
+
+
+if __name__ == "__main__":
+    trio.run(_main, Path(sys.argv[1]))
