@@ -405,8 +405,10 @@ def _parse_toml(text: str, source: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
-        where = "" if "line" in str(error) else f" after line {len(text.splitlines())}"
-        raise InvalidConfig(f"{source}TOML syntax error: {error}{where}") from None
+        message = str(error).replace(
+            "(at end of document)", f"(at end of document, after line {len(text.splitlines())})"
+        )
+        raise InvalidConfig(f"{source}TOML syntax error: {message}") from None
 
 
 def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -486,4 +486,3 @@ async def _read_stream(stream: trio.abc.ReceiveStream, capture: OutputCapture) -
             capture.mark_eof()
             return
         capture.feed(chunk)
-
