@@ -310,7 +310,7 @@ def test_load_run_config_errors_start_with_the_file(tmp_path: Path) -> None:
         ('run_as = "llm"', 'run_as = "root"', "$.managed.run_as must not be root"),
         ("env = { LLAMA_CACHE", 'env = { LLAMA_ARG_PORT = "1", X', "$.managed.env[0] LLAMA_ARG_"),
         ("[managed]", "[managed]\nbogus = 1", "$.managed.bogus: unknown key"),
-        ('"infer.llamacpp" = "bin/', '"x" = "bin/', '$.managed.serve_programs["x"]: expected'),
+        ('"infer.llamacpp" = "bin/', '"x" = "bin/', "$.managed.serve_programs.x: expected"),
         ('"infer.llamacpp" = "bin/llama-server"', "", 'serve_programs has no "infer.llamacpp"'),
     ],
 )  # fmt: skip

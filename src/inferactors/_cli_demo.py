@@ -15,7 +15,7 @@ from pathlib import Path
 
 import trio
 
-from ._cli_output import StatusRow, describe_event, stamp, status_table
+from ._cli_output import StatusRow, describe_event, evidence_block, stamp, status_table
 from ._config import InferConfig, ManagedConfig
 from ._errors import InferactorsError, UnknownModel
 from ._events import Event
@@ -112,9 +112,9 @@ async def _demo_steps(runtime: InferRuntime) -> int:
     row = StatusRow(handle.instance_id, status, await runtime.endpoint(handle), DEMO_MODEL)
     print(status_table([row]))
     evidence = await runtime.stop(handle, STOP_GRACE_S)
-    print(f"{stamp()}  stopped: {evidence.describe()} after {evidence.elapsed_s:.2f} s; "
-          f"stdout {evidence.stdout_bytes} bytes, stderr {evidence.stderr_bytes} bytes")
-    print(f"{stamp()}  evidence: {evidence.audit()}")
+    await trio.sleep(0.01)  # let the exit events print first
+    print(f"{stamp()}  stopped: {evidence.describe()} after {evidence.elapsed_s:.2f} s")
+    print(evidence_block(evidence))
     await runtime.unload(handle)
     print(f"{stamp()}  unloaded {handle.instance_id}; demo finished")
     return 0

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from ._capture import RunEvidence
 from ._events import Event, ProcessExited, ProcessStarted, StateChanged
 from ._status import InstanceStatus
 
@@ -76,3 +77,17 @@ def _cells(row: StatusRow) -> tuple[str, ...]:
         uptime,
         status.detail or "",
     )
+
+
+def evidence_block(evidence: RunEvidence, tail_lines: int = 3) -> str:
+    """The evidence of a run as an indented block: process, exit, output sizes, last lines."""
+    audit = evidence.audit()
+    lines = [
+        f"    pid {evidence.pid}, {evidence.describe()}, ran {evidence.elapsed_s:.2f} s",
+        f"    stdout {evidence.stdout_bytes} bytes, stderr {evidence.stderr_bytes} bytes"
+        + (" (truncated to the first 1 MiB)" if evidence.truncated else ""),
+        f"    stderr blake3 {str(audit.get('stderr_blake3', ''))[:16]}...",
+    ]
+    tail = [line for line in evidence.stderr_tail.splitlines() if line.strip()][-tail_lines:]
+    lines += [f"    | {line}" for line in tail]
+    return "\n".join(lines)

@@ -1,0 +1,117 @@
+"""The CLI end to end: `inferactors demo` and `inferactors run` as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+
+def _env(llama_server: Path) -> dict[str, str]:
+    return {**os.environ, "INFERACTORS_LLAMA_SERVER": str(llama_server)}
+
+
+def test_demo_prints_states_one_token_and_exits_zero(tmp_path: Path, llama_server: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "inferactors", "demo", "--work-dir", str(tmp_path)],
+        env=_env(llama_server),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "-> running" in out
+    assert "deep health: one token" in out
+    assert "INSTANCE" in out and "running" in out
+    assert "stopped: exited with status 0" in out or "stopped: killed by" in out
+    assert "demo finished" in out
+
+
+def test_demo_fails_clearly_without_a_server(tmp_path: Path) -> None:
+    env = {**os.environ, "INFERACTORS_LLAMA_SERVER": str(tmp_path / "missing")}
+    done = subprocess.run(
+        [sys.executable, "-m", "inferactors", "demo", "--work-dir", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "is not an executable file" in done.stderr
+
+
+RUN_FILE = """
+node_id = "ci"
+
+[managed]
+registry = "models.json"
+data_root = "state"
+serve_programs = {{ "infer.llamacpp" = "{server}" }}
+
+[[instances]]
+mode = "managed"
+role = "chat"
+runtime = "infer.llamacpp"
+model = "tiny"
+serve = {{ port = {port} }}
+"""
+
+
+def test_run_supervises_and_stops_every_managed_server_on_sigint(
+    tmp_path: Path, llama_server: Path, registry_path: Path, free_port: int
+) -> None:
+    run_file = registry_path.parent / "run.toml"
+    run_file.write_text(RUN_FILE.format(server=llama_server, port=free_port))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "inferactors", "run", str(run_file)],
+        env=_env(llama_server),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        lines = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            lines.append(line)
+            if "-> running" in line:
+                break
+        else:
+            pytest.fail("never reached running:\n" + "".join(lines))
+        children = psutil.Process(process.pid).children(recursive=True)
+        assert children, "the managed llama-server should be a child of inferactors run"
+        process.send_signal(signal.SIGINT)
+        rest, errors = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 0, errors
+    assert "SIGINT: stopping managed servers" in rest
+    assert "(reason: requested)" in rest
+    gone, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive
+
+
+def test_run_refuses_a_bad_file_naming_the_field(tmp_path: Path) -> None:
+    run_file = tmp_path / "run.toml"
+    run_file.write_text('[[instances]]\nmode = "managed"\nrole = "x"\nruntime = "infer.llamacpp"\n'
+                        'serve = { port = "high" }\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "inferactors", "run", str(run_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "instances[0].serve.port" in done.stderr
