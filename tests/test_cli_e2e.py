@@ -30,7 +30,7 @@ def test_demo_prints_states_one_token_and_exits_zero(tmp_path: Path, llama_serve
     out = done.stdout
     assert "-> running" in out
     assert "deep health: one token" in out
-    assert "INSTANCE" in out and "running" in out
+    assert "INSTANCE" in out
     assert "stopped: exited with status 0" in out or "stopped: killed by" in out
     assert "demo finished" in out
 
@@ -98,14 +98,16 @@ def test_run_supervises_and_stops_every_managed_server_on_sigint(
     assert process.returncode == 0, errors
     assert "SIGINT: stopping managed servers" in rest
     assert "(reason: requested)" in rest
-    gone, alive = psutil.wait_procs(children, timeout=5)
+    _gone, alive = psutil.wait_procs(children, timeout=5)
     assert not alive
 
 
 def test_run_refuses_a_bad_file_naming_the_field(tmp_path: Path) -> None:
     run_file = tmp_path / "run.toml"
-    run_file.write_text('[[instances]]\nmode = "managed"\nrole = "x"\nruntime = "infer.llamacpp"\n'
-                        'serve = { port = "high" }\n')
+    run_file.write_text(
+        '[[instances]]\nmode = "managed"\nrole = "x"\nruntime = "infer.llamacpp"\n'
+        'serve = { port = "high" }\n'
+    )
     done = subprocess.run(
         [sys.executable, "-m", "inferactors", "run", str(run_file)],
         capture_output=True,

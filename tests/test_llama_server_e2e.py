@@ -34,8 +34,7 @@ async def wait_for_state(
     runtime: InferRuntime, handle: InstanceHandle, state: InstanceState
 ) -> None:
     with trio.fail_after(READY_S):
-        while (await runtime.status(handle)).state is not state:
-            await trio.sleep(0.05)
+        await runtime.wait_state(handle, state)
 
 
 def group_alive(pgid: int) -> bool:
@@ -141,7 +140,10 @@ async def test_adopted_llama_server_gets_only_gets_and_unload_only_forgets(
     upstream = f"http://127.0.0.1:{own_llama_server}"
     async with open_recording_proxy(upstream) as proxy:
         spec = InferenceSpec(
-            role="seen", runtime=InferFlavor.LLAMACPP, model="tiny", serve=ServeArgs(port=proxy.port)
+            role="seen",
+            runtime=InferFlavor.LLAMACPP,
+            model="tiny",
+            serve=ServeArgs(port=proxy.port),
         )
         config = InferConfig.adopted(InferFlavor.LLAMACPP)
         async with open_runtime(config, node_id="test") as runtime:

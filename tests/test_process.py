@@ -88,8 +88,15 @@ async def eventually(predicate: Callable[[], bool], timeout_s: float) -> None:
 
 
 async def wait_gone(pid: int, timeout_s: float = 1.0) -> None:
-    """Wait for a SIGKILLed ``pid`` to finish dying (its pipes close a moment before)."""
-    await eventually(lambda: is_gone(pid), timeout_s)
+    """Wait for a SIGKILLed ``pid`` to finish dying (its pipes close a moment before).
+
+    If it does not, the test fails and the process is killed, so a failure leaks nothing.
+    """
+    try:
+        await eventually(lambda: is_gone(pid), timeout_s)
+    except trio.TooSlowError:
+        os.kill(pid, signal.SIGKILL)
+        raise
 
 
 async def wait_group_empty(pgid: int, timeout_s: float = 1.0) -> None:
@@ -414,6 +421,18 @@ async def test_terminate_after_exit_signals_nothing_and_repeats_the_evidence(
     assert not again.killed_after_grace
     assert await process.terminate(grace_s=0.0) is evidence
     process.kill_group_now()  # released group: a no-op, must not raise
+
+
+async def test_kill_group_now_kills_a_running_group(nursery: trio.Nursery, tmp_path: Path) -> None:
+    process = await ManagedProcess.spawn(nursery, wrapper_launch(tmp_path, "wait", "sleep", "600"))
+    grandchild = int(await wait_for_file(tmp_path / "grandchild.pid"))
+    assert process.running
+    assert process.returncode is None
+    process.kill_group_now()
+    evidence = await process.wait_exited()
+    assert evidence.signal == signal.SIGKILL
+    assert not evidence.killed_after_grace  # no stop asked for it
+    await wait_gone(grandchild)
 
 
 async def test_cancelling_terminate_still_kills_and_reaps(

@@ -6,6 +6,8 @@ import json
 import os
 import re
 import struct
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -693,3 +695,31 @@ def test_verify_reports_each_model_and_clears_a_refusal(
     hasher.take()
     registry.resolve("tiny")
     assert hasher.take() == []  # verify's full check counts: resolve is lazy
+
+
+def test_concurrent_first_resolves_hash_each_file_once(hf_dir: Path) -> None:
+    @attrs.define
+    class SlowHasher(CountingHasher):
+        def hash_file(self, path: Path, *, on_progress: ProgressFn | None = None) -> str:
+            time.sleep(0.01)  # widen the window in which two checks could overlap
+            return super().hash_file(path, on_progress=on_progress)
+
+    hasher = SlowHasher()
+    registry = ModelRegistry.in_memory(hasher=hasher)
+    registry.add(hf_dir, name="hf")
+    hasher.take()
+    threads = [threading.Thread(target=registry.resolve, args=("hf",)) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(hasher.take()) == 5  # one full check; the others waited, then found no change
+
+
+def test_saves_keep_the_registry_file_mode(gguf_file: Path, registry_path: Path) -> None:
+    registry = ModelRegistry.open(registry_path)
+    registry.add(gguf_file, name="tiny")
+    assert registry_path.stat().st_mode & 0o777 == 0o644
+    registry_path.chmod(0o600)
+    registry.add_ollama("qwen", "qwen3:0.6b")
+    assert registry_path.stat().st_mode & 0o777 == 0o600

@@ -61,9 +61,7 @@ async def _server_answers(
     return isinstance(report.health, Up | Loading), report.version
 
 
-async def _managed_version(
-    flavor: InferFlavor, managed: ManagedConfig
-) -> tuple[bool, str | None]:
+async def _managed_version(flavor: InferFlavor, managed: ManagedConfig) -> tuple[bool, str | None]:
     program = managed.serve_program
     if program is None or not (program.is_file() and os.access(program, os.X_OK)):
         return False, None

@@ -78,7 +78,8 @@ def _prepare_model(work: Path) -> Path:
         pass
     manifest = registry.add(model_path, name=DEMO_MODEL)
     shard = manifest.shards[0]
-    print(f"{stamp()}  registered {DEMO_MODEL}: {shard.path} {shard.size} bytes blake3 {shard.blake3[:16]}...")
+    pin = f"{shard.path}, {shard.size} bytes, blake3 {shard.blake3[:16]}..."
+    print(f"{stamp()}  registered {DEMO_MODEL}: {pin}")
     return registry_path
 
 
@@ -95,7 +96,10 @@ async def _demo(config: InferConfig) -> int:
 
 async def _demo_steps(runtime: InferRuntime) -> int:
     spec = InferenceSpec(
-        role="demo", runtime=InferFlavor.LLAMACPP, model=DEMO_MODEL, serve=ServeArgs(port=_free_port())
+        role="demo",
+        runtime=InferFlavor.LLAMACPP,
+        model=DEMO_MODEL,
+        serve=ServeArgs(port=_free_port()),
     )
     admission = await runtime.admit(spec)
     for note in admission.notes:
@@ -104,7 +108,9 @@ async def _demo_steps(runtime: InferRuntime) -> int:
     print(f"{stamp()}  loaded {handle.instance_id}")
     await runtime.start(handle)
     if not await _wait_running(runtime, handle):
-        print(f"inferactors demo: failed: not running after {READY_TIMEOUT_S:.0f} s", file=sys.stderr)
+        print(
+            f"inferactors demo: failed: not running after {READY_TIMEOUT_S:.0f} s", file=sys.stderr
+        )
         return 1
     result = await runtime.deep_health(handle)
     print(f"{stamp()}  deep health: one token {result.text!r} in {result.latency_s * 1000:.1f} ms")
@@ -122,8 +128,7 @@ async def _demo_steps(runtime: InferRuntime) -> int:
 
 async def _wait_running(runtime: InferRuntime, handle: InstanceHandle) -> bool:
     with trio.move_on_after(READY_TIMEOUT_S):
-        while (await runtime.status(handle)).state is not InstanceState.RUNNING:
-            await trio.sleep(0.05)
+        await runtime.wait_state(handle, InstanceState.RUNNING)
         return True
     return False
 

@@ -65,28 +65,21 @@ def _expected(what: str, obj: object) -> _BadValue:
     return _BadValue(f"expected {what}, got {_kind(obj)}")
 
 
-def _structure_int(obj: object, _: Any) -> int:
-    if isinstance(obj, bool) or not isinstance(obj, int):
-        raise _expected("int", obj)
-    return obj
+def _strict(cl: type[Any], name: str) -> Hook:
+    """Accept exactly ``cl``; a bool is never taken for an int (nor an int for a bool)."""
+
+    def structure(obj: object, _: Any) -> Any:
+        if isinstance(obj, bool) is not (cl is bool) or not isinstance(obj, cl):
+            raise _expected(name, obj)
+        return obj
+
+    return structure
 
 
 def _structure_float(obj: object, _: Any) -> float:
     if isinstance(obj, bool) or not isinstance(obj, int | float):
         raise _expected("number", obj)
     return float(obj)
-
-
-def _structure_str(obj: object, _: Any) -> str:
-    if not isinstance(obj, str):
-        raise _expected("string", obj)
-    return obj
-
-
-def _structure_bool(obj: object, _: Any) -> bool:
-    if not isinstance(obj, bool):
-        raise _expected("bool", obj)
-    return obj
 
 
 def _structure_path(obj: object, _: Any) -> Path:
@@ -242,9 +235,9 @@ def _is_exactly(expected: Any) -> Callable[[Any], bool]:
 
 def _install() -> None:
     conv = converter
-    for cl, hook in [(int, _structure_int), (float, _structure_float), (str, _structure_str)]:
-        conv.register_structure_hook(cl, hook)
-    conv.register_structure_hook(bool, _structure_bool)
+    for cl, name in [(int, "int"), (str, "string"), (bool, "bool")]:
+        conv.register_structure_hook(cl, _strict(cl, name))
+    conv.register_structure_hook(float, _structure_float)
     conv.register_structure_hook(Path, _structure_path)
     conv.register_unstructure_hook(Path, str)
     conv.register_structure_hook(enum.Enum, _structure_enum)

@@ -28,8 +28,6 @@ def check_node_id(node_id: str) -> str:
 def instance_id(spec: InferenceSpec, mode: ControlMode, node_id: str) -> str:
     """The instance id of ``spec`` run in ``mode`` on ``node_id`` (checklist item 29)."""
     check_node_id(node_id)
-    material = "".join(
-        (spec.role, spec.runtime.id, spec.model or "", spec.base_url(), mode.value)
-    )
+    material = "".join((spec.role, spec.runtime.id, spec.model or "", spec.base_url(), mode.value))
     digest = blake3.blake3(material.encode()).hexdigest()[:8]
     return f"{spec.role}-{digest}-{node_id}"

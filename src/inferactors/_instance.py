@@ -21,6 +21,7 @@ from typing import assert_never
 import attrs
 import trio
 
+from ._capture import RunEvidence
 from ._config import ControlMode, InferConfig
 from ._errors import BackendError, InvalidState, UnknownInstance, Unsupported
 from ._events import Event, ProcessExited, ProcessStarted, StateChanged, StopReason
@@ -49,7 +50,6 @@ from ._messages import (
     refuse,
 )
 from ._plan import Plan, ProberFactory
-from ._capture import RunEvidence
 from ._process import ManagedProcess
 from ._status import InstanceState, InstanceStatus, map_report
 
@@ -78,7 +78,7 @@ class InstanceActor:
     _inbox_recv: trio.MemoryReceiveChannel[object]
     _work: InstanceWork
     _nursery: trio.Nursery | None = None
-    _status: InstanceStatus = InstanceStatus(InstanceState.LOADED)
+    _status: InstanceStatus = InstanceStatus(InstanceState.LOADED)  # noqa: RUF009  (frozen)
     _process: ManagedProcess | None = None
     _starting: bool = False
     _watching: bool = False
@@ -357,7 +357,12 @@ class InstanceActor:
             process.kill_group_now()
             self._emit(
                 ProcessExited(
-                    self.instance_id, process.pid, None, None, StopReason.SHUTDOWN, trio.current_time()
+                    self.instance_id,
+                    process.pid,
+                    None,
+                    None,
+                    StopReason.SHUTDOWN,
+                    trio.current_time(),
                 )
             )
         self._drain_inbox()
@@ -371,4 +376,3 @@ class InstanceActor:
             reply = getattr(message, "reply", None)
             if isinstance(reply, trio.MemorySendChannel):
                 refuse(reply, UnknownInstance(f"{self.instance_id} is no longer loaded"))
-

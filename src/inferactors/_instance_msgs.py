@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import attrs
 
+from ._capture import RunEvidence
 from ._errors import InferactorsError
 from ._messages import ReplyTo
 from ._probe import ServerReport
-from ._capture import RunEvidence
 from ._process import ManagedProcess
 from ._status import InstanceStatus
 

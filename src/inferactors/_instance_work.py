@@ -110,7 +110,9 @@ class InstanceWork:
             await trio.to_thread.run_sync(shutil.rmtree, instance_dir, True)  # errors ignored
         await self._post(ShutdownDone(reply))
 
-    async def probe_for(self, process: ManagedProcess | None, reply: ReplyTo[InstanceStatus]) -> None:
+    async def probe_for(
+        self, process: ManagedProcess | None, reply: ReplyTo[InstanceStatus]
+    ) -> None:
         """Probe once for a status request."""
         report = await self._probe()
         await self._post(Probed(report, process, reply))

@@ -85,7 +85,8 @@ def build_launch(
 
     llama.cpp: ``-m <first shard> --host IP --port P [-c N] [-ctk Q -ctv Q] [-md <draft
     first shard>] *extra_args``. mlx-lm: ``--model <root dir> --host IP --port P
-    *extra_args``. An IPv6 host is passed without brackets.
+    *extra_args`` (mlx_lm.server has no context-size or KV-cache flag, so ``serve.ctx`` and
+    ``serve.kv_quant`` are not passed to it). An IPv6 host is passed without brackets.
 
     The environment starts empty, gets ``PATH=/usr/local/bin:/usr/bin:/bin``, then ``env``,
     then each ``passthrough`` name set in ``parent_env`` (so a caller's PATH wins); names

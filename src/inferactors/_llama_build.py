@@ -161,7 +161,9 @@ def _compile(build: Path, log: TextIO, say: _Progress) -> None:
         match = step.match(line)
         if match:
             done, total = int(match.group(1)), int(match.group(2))
-            say.step(f"inferactors: compiling llama-server {100 * done // total:3d}% ({done}/{total})")
+            say.step(
+                f"inferactors: compiling llama-server {100 * done // total:3d}% ({done}/{total})"
+            )
     if proc.wait() != 0:
         say.line("")
         raise BackendError(f"the llama-server build failed; see {log.name}; it needs {_NEEDS}")

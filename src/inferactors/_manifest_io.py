@@ -172,7 +172,8 @@ def _str(obj: object, where: str) -> str:
 
 
 def _kind(obj: object) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
+    names: dict[type, str] = {dict: "an object", list: "a list", str: "a string"}
+    names |= {bool: "a boolean", int: "a number", float: "a number"}
     if obj is None:
         return "null"
     return names.get(type(obj), f"a {type(obj).__name__}")

@@ -13,11 +13,11 @@ from typing import Any, Generic, TypeVar
 import attrs
 import trio
 
+from ._capture import RunEvidence
 from ._errors import BackendError, InferactorsError
 from ._events import Event
 from ._plan import Plan
 from ._probe import CompletionResult, ServerReport
-from ._capture import RunEvidence
 from ._status import InstanceStatus
 
 T = TypeVar("T")

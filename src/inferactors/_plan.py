@@ -96,12 +96,12 @@ def _check_runtime_and_port(spec: InferenceSpec, config: InferConfig) -> None:
         lo, hi = config.allowed_ports
         port = spec.port()
         if not lo <= port <= hi:
-            raise AdmissionRefused(
-                f"port {port} is outside this runtime's allowed range {lo}-{hi}"
-            )
+            raise AdmissionRefused(f"port {port} is outside this runtime's allowed range {lo}-{hi}")
 
 
-async def _plan_adopted(spec: InferenceSpec, config: InferConfig, open_prober: ProberFactory) -> Plan:
+async def _plan_adopted(
+    spec: InferenceSpec, config: InferConfig, open_prober: ProberFactory
+) -> Plan:
     base = spec.base_url()
     report = await probe_once(open_prober, base, config.probe_timeout_s, config.flavor)
     if isinstance(report.health, Unreachable):
@@ -137,7 +137,9 @@ async def _plan_process(
     instance_dir: Path,
 ) -> Plan:
     if spec.model is None:
-        raise AdmissionRefused("managed mode needs a model: set the spec's model to a registry name")
+        raise AdmissionRefused(
+            "managed mode needs a model: set the spec's model to a registry name"
+        )
     if registry is None:
         raise AdmissionRefused("managed mode needs a model registry")
     model = await _resolve(registry, spec.model)
@@ -185,4 +187,3 @@ def _serve_program(managed: ManagedConfig) -> Path:
     if not (program.is_file() and os.access(program, os.X_OK)):
         raise AdmissionRefused(f"serve program {program} is not an executable file")
     return program
-

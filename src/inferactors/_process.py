@@ -55,6 +55,8 @@ OUTPUT_DRAIN_S = 2.0
 REAP_BOUND_S = 5.0
 """How long a SIGKILLed leader gets to be reaped before we give up waiting (seconds)."""
 
+_SETTLE_BOUND_S = REAP_BOUND_S + OUTPUT_DRAIN_S + 1.0
+
 _READ_CHUNK_BYTES = 65536
 _PR_SET_PDEATHSIG = 1
 _ZERO_ARGS = (ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
@@ -278,8 +280,9 @@ class ManagedProcess:
     for up to `OUTPUT_DRAIN_S` and builds the evidence. If that nursery is cancelled first,
     the watcher SIGKILLs the group and reaps it (bounded by `REAP_BOUND_S`) before it ends.
 
-    Signals are sent only while the group is ours: once the evidence is built, no method
-    signals anything again, so a later process reusing the id is never touched.
+    Signals go to the group only while the leader is unreaped, so the group id is surely
+    ours; after the reap nothing is signalled again (the watcher SIGKILLed the group just
+    before it), so a later process that reuses the id is never touched.
     """
 
     _child: ChildProcess
@@ -348,7 +351,8 @@ class ManagedProcess:
 
     @property
     def running(self) -> bool:
-        """True until the leader's exit has been noticed."""
+        """True until the leader's exit has been noticed (or, for a leader that a SIGKILL
+        could not end, until `REAP_BOUND_S` has been spent waiting for it)."""
         return not self._exited.is_set()
 
     async def wait_exited(self) -> RunEvidence:
@@ -366,8 +370,8 @@ class ManagedProcess:
 
         Safe to call after the process exited, or twice: it then signals nothing and returns
         the evidence. If the task is cancelled during the grace period, the group is SIGKILLed
-        at once and reaped (shielded, bounded by `REAP_BOUND_S` + `OUTPUT_DRAIN_S`) before
-        `trio.Cancelled` propagates.
+        at once and reaped (shielded, bounded by `REAP_BOUND_S` + `OUTPUT_DRAIN_S` + 1 s)
+        before `trio.Cancelled` propagates.
 
         Args:
             grace_s: Seconds the leader gets to exit after SIGTERM (0: kill at once).
@@ -402,7 +406,7 @@ class ManagedProcess:
         if self.running:
             self._killed_after_grace = True
             self._signal_group(signal.SIGKILL)
-        with trio.move_on_after(REAP_BOUND_S + OUTPUT_DRAIN_S + 1.0, shield=True):
+        with trio.move_on_after(_SETTLE_BOUND_S, shield=True):
             await self._finished.wait()
 
     async def _watch_exit(self) -> None:
@@ -411,7 +415,7 @@ class ManagedProcess:
             await self._child.wait_exiting()
             self._exited_at = trio.current_time()
         finally:
-            with trio.move_on_after(REAP_BOUND_S + OUTPUT_DRAIN_S + 1.0, shield=True):
+            with trio.move_on_after(_SETTLE_BOUND_S, shield=True):
                 await self._settle()
             self._finish()
 

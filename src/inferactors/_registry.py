@@ -120,14 +120,10 @@ class ModelRegistry:
     ) -> ModelManifest:
         """Register the model at ``path`` under ``name``, hashing its files in place.
 
-        ``path`` is one ``.gguf`` file (format gguf, root its directory) or a directory whose
-        top-level weight files (``*.safetensors, *.gguf, *.bin, *.pt, *.pth, *.npz,
-        *.ckpt``) become shards and whose ``*.json, *.model, *.tiktoken, *.txt, *.jinja``
-        files are pinned as tokenizer files; hidden files and subdirectories are ignored. A
-        directory is gguf if every shard is ``.gguf``, else mlx if ``config.json`` has mlx-lm's
-        ``quantization`` key or the first safetensors header has ``format: mlx``, else
-        safetensors; ``format`` overrides that. Nothing is copied; the registry file is saved
-        atomically. Source: seed-behaviour.md section 6 (``scan_file``, ``scan_dir``).
+        ``path`` is one ``.gguf`` file or a model directory: top-level ``*.safetensors,
+        *.gguf, *.bin, *.pt, *.pth, *.npz, *.ckpt`` are shards, ``*.json, *.model,
+        *.tiktoken, *.txt, *.jinja`` tokenizer files; ``format`` overrides the detected format
+        (see `_hashing.scan_model`). Nothing is copied; the file is saved atomically.
 
         Returns:
             The manifest as stored.
@@ -213,10 +209,7 @@ class ModelRegistry:
                 for a missing, resized, tampered or escaping file.
         """
         manifest = self.get(name)
-        state = self._state(manifest)
-        with state.lock:
-            full = not state.full_done or state.refused is not None
-            failure = self._check(manifest, state, full=full, on_progress=on_progress)
+        failure = self._check(manifest, force_full=False, on_progress=on_progress)
         if failure is not None:
             raise ModelNotReady(f"model {name} is not ready: {failure.reason}")
         return _resolved(manifest)
@@ -234,30 +227,24 @@ class ModelRegistry:
         manifests = [self.get(name)] if name is not None else builtins.list(self.list())
         checks = []
         for manifest in manifests:
-            state = self._state(manifest)
-            with state.lock:
-                failure = self._check(manifest, state, full=True, on_progress=on_progress)
+            failure = self._check(manifest, force_full=True, on_progress=on_progress)
             reason = _ok_reason(manifest) if failure is None else failure.reason
             checks.append(ModelCheck(manifest.name, failure is None, reason))
         return checks
 
-    def _state(self, manifest: ModelManifest) -> _ModelState:
-        with self._lock:
-            return self._states.setdefault(manifest, _ModelState())
-
     def _check(
-        self,
-        manifest: ModelManifest,
-        state: _ModelState,
-        *,
-        full: bool,
-        on_progress: ProgressFn | None,
+        self, manifest: ModelManifest, *, force_full: bool, on_progress: ProgressFn | None
     ) -> CheckFailure | None:
-        failure = self._check_files(manifest, state, full=full, on_progress=on_progress)
-        if failure is None and full:
-            state.full_done, state.refused = True, None
-        elif failure is not None and failure.sticky:
-            state.refused = failure.reason
+        """Full when forced, for a manifest never checked here, or one refused (sticky)."""
+        with self._lock:
+            state = self._states.setdefault(manifest, _ModelState())
+        with state.lock:
+            full = force_full or not state.full_done or state.refused is not None
+            failure = self._check_files(manifest, state, full=full, on_progress=on_progress)
+            if failure is None and full:
+                state.full_done, state.refused = True, None
+            elif failure is not None and failure.sticky:
+                state.refused = failure.reason
         return failure
 
     def _check_files(
@@ -313,6 +300,7 @@ class ModelRegistry:
 def write_atomic(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` atomically: a temporary file in the same directory,
     fsync, ``os.replace``, fsync of the directory. A failure leaves the old file as it was.
+    The new file keeps the old one's permissions (``0o644`` for a first save).
 
     Raises:
         BackendError: naming the file.
@@ -322,6 +310,7 @@ def write_atomic(path: Path, text: str) -> None:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                os.fchmod(handle.fileno(), _mode_to_keep(path))
                 handle.write(text)
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -333,6 +322,13 @@ def write_atomic(path: Path, text: str) -> None:
         _fsync_dir(path.parent)
     except OSError as error:
         raise BackendError(f"{path}: cannot save the registry: {error}") from error
+
+
+def _mode_to_keep(path: Path) -> int:
+    try:
+        return path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        return 0o644
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -16,10 +16,10 @@ Usage::
 from __future__ import annotations
 
 import enum
-from functools import partial
 import platform
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
@@ -28,9 +28,10 @@ import httpx
 import trio
 
 from ._capabilities import Capability, probe_capabilities
+from ._capture import RunEvidence
 from ._config import ControlMode, InferConfig
-from ._errors import BackendError, InferactorsError, InvalidState, Unsupported
-from ._events import Event
+from ._errors import BackendError, InferactorsError, InvalidState, UnknownInstance, Unsupported
+from ._events import Event, StateChanged
 from ._ids import check_node_id, instance_id
 from ._instance import InstanceActor
 from ._messages import (
@@ -50,8 +51,7 @@ from ._messages import (
     call,
 )
 from ._plan import Admission, Plan, ProberFactory, make_plan
-from ._probe import CompletionResult, Prober, ProbeClient, ServerReport
-from ._capture import RunEvidence
+from ._probe import CompletionResult, ProbeClient, Prober, ServerReport
 from ._registry import ModelRegistry
 from ._spec import InferenceSpec
 from ._status import InstanceState, InstanceStatus
@@ -157,7 +157,9 @@ class InferRuntime:
         """
         await self._route(handle, Start)
 
-    async def stop(self, handle: InstanceHandle, grace_s: float = DEFAULT_STOP_GRACE_S) -> RunEvidence:
+    async def stop(
+        self, handle: InstanceHandle, grace_s: float = DEFAULT_STOP_GRACE_S
+    ) -> RunEvidence:
         """Stop a managed server: SIGTERM to its group, ``grace_s`` seconds, SIGKILL, reap.
 
         Returns the run's evidence. Raises `InvalidState` when it is not running and
@@ -228,7 +230,25 @@ class InferRuntime:
         """Handles of every loaded instance, in load order."""
         ids = await call(self._supervisor, ListInstances)
         plans = [await self._plan_of_id(iid) for iid in ids]
-        return tuple(InstanceHandle(self.id, iid, p.spec.role) for iid, p in zip(ids, plans, strict=True))
+        return tuple(
+            InstanceHandle(self.id, iid, p.spec.role) for iid, p in zip(ids, plans, strict=True)
+        )
+
+    async def wait_state(self, handle: InstanceHandle, state: InstanceState) -> InstanceStatus:
+        """Wait, without polling, until the instance reports ``state``; return that status.
+
+        Put a deadline around it (``trio.fail_after``). Raises `UnknownInstance` if the
+        instance is not (or no longer) loaded.
+        """
+        events = await self.subscribe()
+        with events:
+            while True:
+                status = await self.status(handle)
+                if status.state is state:
+                    return status
+                if status.state is InstanceState.UNKNOWN:
+                    raise UnknownInstance(status.detail or handle.instance_id)
+                await _next_change(events, handle.instance_id)
 
     async def subscribe(self, buffer: int = 256) -> trio.MemoryReceiveChannel[Event]:
         """A stream of every event from now on; a subscriber that falls ``buffer`` events
@@ -288,6 +308,12 @@ class InferRuntime:
             return Route(handle.instance_id, make(reply))
 
         return await call(self._supervisor, routed)
+
+
+async def _next_change(events: trio.MemoryReceiveChannel[Event], iid: str) -> None:
+    async for event in events:
+        if isinstance(event, StateChanged) and event.instance_id == iid:
+            return
 
 
 async def _make_dir(directory: Path) -> None:
@@ -365,7 +391,9 @@ async def _serve(
     if config.managed is not None:
         registry = await trio.to_thread.run_sync(ModelRegistry.open, config.managed.registry)
     supervisor = Supervisor.create()
-    runtime = InferRuntime(config, node_id, supervisor.inbox, supervisor.events, registry, open_prober)
+    runtime = InferRuntime(
+        config, node_id, supervisor.inbox, supervisor.events, registry, open_prober
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.serve)
         task_status.started(runtime)

@@ -20,9 +20,9 @@ from ._instance import InstanceActor
 from ._messages import (
     ListInstances,
     Load,
+    PlanOf,
     Route,
     Shutdown,
-    PlanOf,
     Subscribe,
     SupervisorCommand,
     Unload,
@@ -121,7 +121,9 @@ class Supervisor:
                 spec.port(),
             )
             if either_managed and same:
-                return f"{spec.base_url()} is already used by another instance ({other.instance_id})"
+                return (
+                    f"{spec.base_url()} is already used by another instance ({other.instance_id})"
+                )
         return None
 
     def _on_route(self, route: Route) -> None:

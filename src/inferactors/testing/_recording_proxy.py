@@ -52,14 +52,16 @@ class RecordingProxy:
 async def open_recording_proxy(upstream: str) -> AsyncIterator[RecordingProxy]:
     """Run a proxy to ``upstream`` (a base URL) on a free loopback port for the block."""
     proxy = RecordingProxy(upstream.rstrip("/"))
-    async with httpx.AsyncClient(trust_env=False, timeout=30.0) as client:
-        async with trio.open_nursery() as nursery:
-            listeners = await nursery.start(
-                trio.serve_tcp, lambda stream: _serve_connection(proxy, client, stream), 0
-            )
-            proxy.port = listeners[0].socket.getsockname()[1]
-            yield proxy
-            nursery.cancel_scope.cancel()
+    async with (
+        httpx.AsyncClient(trust_env=False, timeout=30.0) as client,
+        trio.open_nursery() as nursery,
+    ):
+        listeners = await nursery.start(
+            trio.serve_tcp, lambda stream: _serve_connection(proxy, client, stream), 0
+        )
+        proxy.port = listeners[0].socket.getsockname()[1]
+        yield proxy
+        nursery.cancel_scope.cancel()
 
 
 async def _serve_connection(

@@ -24,74 +24,14 @@ _FFN = 128
 _CONTEXT = 4096
 _HEAD_DIM = _EMBED // _HEADS
 
-_WORDS = (  # 66 distinct words, in vocabulary order
-    "the",
-    "of",
-    "and",
-    "to",
-    "in",
-    "is",
-    "it",
-    "that",
-    "was",
-    "for",
-    "on",
-    "are",
-    "with",
-    "as",
-    "his",
-    "they",
-    "be",
-    "at",
-    "one",
-    "have",
-    "this",
-    "from",
-    "or",
-    "had",
-    "by",
-    "word",
-    "but",
-    "what",
-    "some",
-    "can",
-    "out",
-    "other",
-    "were",
-    "all",
-    "there",
-    "when",
-    "up",
-    "use",
-    "your",
-    "how",
-    "said",
-    "each",
-    "which",
-    "do",
-    "their",
-    "time",
-    "will",
-    "way",
-    "about",
-    "many",
-    "then",
-    "them",
-    "write",
-    "would",
-    "like",
-    "so",
-    "these",
-    "her",
-    "long",
-    "make",
-    "thing",
-    "see",
-    "him",
-    "two",
-    "look",
-    "more",
+_WORD_TEXT = (
+    "the of and to in is it that was for on are with as his they be at one have this from "
+    "or had by word but what some can out other were all there when up use your how said "
+    "each which do their time will way about many then them write would like so these her "
+    "long make thing see him two look more"
 )
+_WORDS = tuple(_WORD_TEXT.split())
+"""The 66 distinct words of the ``▁word`` pieces, in vocabulary order."""
 
 _CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"

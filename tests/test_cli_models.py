@@ -1,0 +1,225 @@
+"""The ``inferactors models`` handlers, called through a small argparse parser."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from inferactors._cli_models import (
+    HashProgress,
+    default_registry_path,
+    format_size,
+    register_models_commands,
+)
+
+GGUF_BYTES = b"GGUF" + bytes(range(256)) * 4
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="inferactors")
+    register_models_commands(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def _run(*argv: str) -> int:
+    args = _parser().parse_args(["models", *argv])
+    code: int = args.func(args)
+    return code
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Path:
+    return tmp_path / "reg" / "models.json"
+
+
+@pytest.fixture
+def gguf_file(tmp_path: Path) -> Path:
+    (tmp_path / "models").mkdir()
+    path = tmp_path / "models" / "tiny.gguf"
+    path.write_bytes(GGUF_BYTES)
+    return path
+
+
+def test_add_registers_and_reports(
+    gguf_file: Path, registry: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _run(
+        "add", str(gguf_file), "--name", "tiny", "--hf-repo", "me/tiny", "--registry", str(registry)
+    )
+
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert out == f"registered tiny: gguf, 1 file, 1.0 KiB, root {gguf_file.parent}\n"
+    assert err == ""
+    saved = json.loads(registry.read_text())["models"][0]
+    assert saved["source"] == {"hf_repo": "me/tiny"}
+    assert saved["shards"][0]["size"] == len(GGUF_BYTES)
+
+
+def test_add_with_bad_input_exits_2(
+    gguf_file: Path, registry: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run("add", str(gguf_file), "--name", "has space", "--registry", str(registry)) == 2
+    assert capsys.readouterr().err.startswith("inferactors: error: name: 'has space' is not")
+    assert _run("add", str(gguf_file), "--name", "tiny", "--registry", str(registry)) == 0
+    assert _run("add", str(gguf_file), "--name", "tiny", "--registry", str(registry)) == 2
+    err = capsys.readouterr().err
+    assert err == "inferactors: error: name: a model named 'tiny' is already registered\n"
+
+
+def test_add_with_format_override(tmp_path: Path, registry: Path) -> None:
+    model = tmp_path / "mlx"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00{}")
+    (model / "config.json").write_text("{}")
+    assert (
+        _run("add", str(model), "--name", "m", "--format", "mlx", "--registry", str(registry)) == 0
+    )
+    assert json.loads(registry.read_text())["models"][0]["format"] == "mlx"
+
+
+def test_add_shows_progress_for_files_over_64_mib(
+    tmp_path: Path, registry: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    big = tmp_path / "big.gguf"
+    with big.open("wb") as handle:
+        handle.truncate(65 << 20)  # sparse: instant to write, 65 MiB to hash
+
+    assert _run("add", str(big), "--name", "big", "--registry", str(registry)) == 0
+
+    err = capsys.readouterr().err
+    assert re.search(r"hashing big\.gguf: 100% of 65\.0 MiB \([0-9.]+ MiB/s\)\n$", err)
+
+
+def test_add_ollama_and_list_table(
+    gguf_file: Path, registry: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _run("add", str(gguf_file), "--name", "tiny", "--registry", str(registry))
+    assert (
+        _run("add-ollama", "--name", "qwen", "--tag", "qwen3:0.6b", "--registry", str(registry))
+        == 0
+    )
+    assert capsys.readouterr().out.endswith("registered qwen: ollama tag qwen3:0.6b\n")
+
+    assert _run("list", "--registry", str(registry)) == 0
+
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        "NAME  FORMAT  FILES  SIZE     ROOT",
+        "qwen  ollama  0      -        (ollama tag qwen3:0.6b)",
+        f"tiny  gguf    1      1.0 KiB  {gguf_file.parent}",
+    ]
+
+
+def test_list_of_an_empty_registry(registry: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run("list", "--registry", str(registry)) == 0
+    assert capsys.readouterr().out == f"no models registered in {registry}\n"
+
+
+def test_verify_reports_ok_and_failed(
+    gguf_file: Path, registry: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _run("add", str(gguf_file), "--name", "tiny", "--registry", str(registry))
+    _run("add-ollama", "--name", "qwen", "--tag", "qwen3:0.6b", "--registry", str(registry))
+    capsys.readouterr()
+
+    assert _run("verify", "--registry", str(registry)) == 0
+    assert capsys.readouterr().out == (
+        "ok      qwen: ollama tag qwen3:0.6b: no files pinned (Ollama keeps them)\n"
+        "ok      tiny: 1 file verified\n"
+    )
+
+    data = bytearray(gguf_file.read_bytes())
+    data[100] ^= 1
+    gguf_file.write_bytes(bytes(data))
+    assert _run("verify", "tiny", "--registry", str(registry)) == 1
+    assert capsys.readouterr().out == (
+        "FAILED  tiny: shard tiny.gguf: BLAKE3 differs from the registry (tampered or replaced)\n"
+    )
+
+
+def test_verify_unknown_model_exits_2(registry: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run("verify", "nope", "--registry", str(registry)) == 2
+    assert capsys.readouterr().err == "inferactors: error: no registered model 'nope'\n"
+
+
+def test_remove(gguf_file: Path, registry: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _run("add", str(gguf_file), "--name", "tiny", "--registry", str(registry))
+    assert _run("remove", "tiny", "--registry", str(registry)) == 0
+    assert capsys.readouterr().out.endswith("removed tiny (its files are untouched)\n")
+    assert json.loads(registry.read_text())["models"] == []
+    assert gguf_file.exists()
+
+
+def test_corrupt_registry_exits_2_naming_file_and_field(
+    gguf_file: Path, registry: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    registry.parent.mkdir()
+    registry.write_text('{"schema": "inferactors.model-registry.v1", "models": 3}')
+    assert _run("add", str(gguf_file), "--name", "tiny", "--registry", str(registry)) == 2
+    assert capsys.readouterr().err == (
+        f"inferactors: error: {registry}: $.models: expected a list, got a number\n"
+    )
+    assert registry.read_text().endswith('"models": 3}')
+
+
+def test_registry_defaults_to_the_environment(
+    gguf_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("INFERACTORS_REGISTRY", str(tmp_path / "env.json"))
+    assert default_registry_path() == tmp_path / "env.json"
+    assert _run("add", str(gguf_file), "--name", "tiny") == 0
+    assert (tmp_path / "env.json").exists()
+
+
+def test_default_registry_path_without_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("INFERACTORS_REGISTRY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert default_registry_path() == tmp_path / ".local/share/inferactors/models.json"
+    monkeypatch.setenv("INFERACTORS_REGISTRY", "")
+    assert default_registry_path() == tmp_path / ".local/share/inferactors/models.json"
+
+
+def test_hash_progress_throttles_and_ends_the_line() -> None:
+    stream = io.StringIO()
+    now = [10.0]
+    progress = HashProgress(stream=stream, clock=lambda: now[0])
+    path = Path("/m/big.gguf")
+    total = 200 << 20
+
+    progress(Path("/m/small.json"), 10, 10)  # under 64 MiB: silent
+    progress(path, 1 << 20, total)  # first chunk: no rate yet
+    now[0] = 10.1
+    progress(path, 2 << 20, total)  # within 0.5 s: throttled
+    now[0] = 11.0
+    progress(path, 100 << 20, total)
+    now[0] = 12.0
+    progress(path, total, total)
+
+    assert stream.getvalue() == (
+        "\rhashing big.gguf:   0% of 200.0 MiB (-- MiB/s)"
+        "\rhashing big.gguf:  50% of 200.0 MiB (99.0 MiB/s)"
+        "\rhashing big.gguf: 100% of 200.0 MiB (99.5 MiB/s)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("size", "text"),
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1.0 KiB"),
+        (522_336, "510.1 KiB"),
+        (5 << 30, "5.0 GiB"),
+        (3 << 50, "3072.0 TiB"),
+    ],
+)
+def test_format_size(size: int, text: str) -> None:
+    assert format_size(size) == text
