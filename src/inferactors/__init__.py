@@ -1,5 +1,23 @@
-"""inferactors: keeps local LLM inference servers registered, healthy and contained."""
+"""inferactors: keeps local LLM inference servers registered, healthy and contained.
 
+Everything public is re-exported here from private modules; ``inferactors.testing`` holds
+the test helpers (tiny models, a recording proxy). The exception tree is drawn in
+``_errors.py``; the actor design is described in ``design/actors.md``.
+"""
+
+from ._capabilities import Capability as Capability
+from ._capture import RunEvidence as RunEvidence
+from ._config import ControlMode as ControlMode
+from ._config import InferConfig as InferConfig
+from ._config import ManagedConfig as ManagedConfig
+from ._config import ManagedSection as ManagedSection
+from ._config import RestartPolicy as RestartPolicy
+from ._config import RunConfig as RunConfig
+from ._config import RunInstance as RunInstance
+from ._convert import load_run_config as load_run_config
+from ._convert import spec_from_json as spec_from_json
+from ._convert import spec_from_toml as spec_from_toml
+from ._convert import spec_to_json as spec_to_json
 from ._errors import AdmissionRefused as AdmissionRefused
 from ._errors import BackendError as BackendError
 from ._errors import DeepHealthTimeout as DeepHealthTimeout
@@ -11,20 +29,100 @@ from ._errors import ModelNotReady as ModelNotReady
 from ._errors import UnknownInstance as UnknownInstance
 from ._errors import UnknownModel as UnknownModel
 from ._errors import Unsupported as Unsupported
+from ._events import Event as Event
+from ._events import ProcessExited as ProcessExited
+from ._events import ProcessStarted as ProcessStarted
+from ._events import StateChanged as StateChanged
+from ._events import StopReason as StopReason
 from ._flavor import InferFlavor as InferFlavor
 from ._flavor import ModelFormat as ModelFormat
+from ._launch import Launch as Launch
+from ._manifest import ModelFile as ModelFile
+from ._manifest import ModelManifest as ModelManifest
+from ._manifest import ModelSource as ModelSource
+from ._manifest import ResolvedModel as ResolvedModel
+from ._plan import Admission as Admission
+from ._probe import CompletionResult as CompletionResult
+from ._probe import Health as Health
+from ._probe import Loading as Loading
+from ._probe import ProbeClient as ProbeClient
+from ._probe import Prober as Prober
+from ._probe import ServerReport as ServerReport
+from ._probe import Unhealthy as Unhealthy
+from ._probe import Unreachable as Unreachable
+from ._probe import Up as Up
+from ._registry import ModelCheck as ModelCheck
+from ._registry import ModelRegistry as ModelRegistry
+from ._runtime import InferRuntime as InferRuntime
+from ._runtime import InstanceHandle as InstanceHandle
+from ._runtime import NetworkExposure as NetworkExposure
+from ._runtime import open_runtime as open_runtime
+from ._runtime import serve_runtime as serve_runtime
+from ._spec import InferenceSpec as InferenceSpec
+from ._spec import LatencyClass as LatencyClass
+from ._spec import MemoryFootprint as MemoryFootprint
+from ._spec import ServeArgs as ServeArgs
+from ._status import InstanceState as InstanceState
+from ._status import InstanceStatus as InstanceStatus
 
 __all__ = [
+    "Admission",
     "AdmissionRefused",
     "BackendError",
+    "Capability",
+    "CompletionResult",
+    "ControlMode",
     "DeepHealthTimeout",
+    "Event",
+    "Health",
+    "InferConfig",
     "InferFlavor",
+    "InferRuntime",
     "InferactorsError",
+    "InferenceSpec",
+    "InstanceHandle",
+    "InstanceState",
+    "InstanceStatus",
     "InvalidConfig",
     "InvalidState",
+    "LatencyClass",
+    "Launch",
+    "Loading",
+    "ManagedConfig",
+    "ManagedSection",
+    "MemoryFootprint",
+    "ModelCheck",
     "ModelError",
+    "ModelFile",
+    "ModelFormat",
+    "ModelManifest",
     "ModelNotReady",
+    "ModelRegistry",
+    "ModelSource",
+    "NetworkExposure",
+    "ProbeClient",
+    "Prober",
+    "ProcessExited",
+    "ProcessStarted",
+    "ResolvedModel",
+    "RestartPolicy",
+    "RunConfig",
+    "RunEvidence",
+    "RunInstance",
+    "ServeArgs",
+    "ServerReport",
+    "StateChanged",
+    "StopReason",
+    "Unhealthy",
     "UnknownInstance",
     "UnknownModel",
+    "Unreachable",
     "Unsupported",
+    "Up",
+    "load_run_config",
+    "open_runtime",
+    "serve_runtime",
+    "spec_from_json",
+    "spec_from_toml",
+    "spec_to_json",
 ]

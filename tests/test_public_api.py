@@ -1,0 +1,35 @@
+"""The public surface: `__all__` is sorted, complete, and every name resolves."""
+
+from __future__ import annotations
+
+import types
+
+import inferactors
+import inferactors.testing
+
+
+def test_all_is_sorted_and_unique() -> None:
+    for module in (inferactors, inferactors.testing):
+        assert list(module.__all__) == sorted(set(module.__all__)), module.__name__
+
+
+def test_all_lists_every_public_name_and_nothing_else() -> None:
+    for module in (inferactors, inferactors.testing):
+        public = {
+            name
+            for name, value in vars(module).items()
+            if not name.startswith("_") and not isinstance(value, types.ModuleType)
+        }
+        assert public == set(module.__all__), module.__name__
+
+
+def test_every_exported_name_comes_from_a_private_module() -> None:
+    for name in inferactors.__all__:
+        value = getattr(inferactors, name)
+        origin = getattr(value, "__module__", "inferactors._")
+        assert origin.startswith("inferactors._") or name in {"Event", "Health"}, (name, origin)
+
+
+def test_the_package_imports_without_the_dev_extra_helpers() -> None:
+    # gguf and numpy are imported lazily by write_tiny_gguf, not at import time.
+    assert "gguf" not in vars(inferactors.testing)
