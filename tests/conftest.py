@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -10,6 +11,11 @@ import pytest
 from inferactors._llama_build import locate_llama_server
 from inferactors._registry import ModelRegistry
 from inferactors.testing import write_tiny_gguf
+
+# The exposure check connects to the host's non-loopback addresses. Tests keep every
+# packet on loopback: 127.0.0.2 stands in for "a LAN address" (a server bound to 0.0.0.0
+# answers there, one bound to 127.0.0.1 does not). Child processes inherit this.
+os.environ["INFERACTORS_LAN_ADDRESSES"] = "127.0.0.2"
 
 
 @pytest.fixture(scope="session")

@@ -35,21 +35,45 @@ class ControlMode(enum.Enum):
     ADOPTED = "adopted"
 
 
+class RestartType(enum.Enum):
+    """OTP's child restart types: which exits of a managed server are restarted.
+
+    ``permanent`` restarts after any exit it did not ask for, ``transient`` only after an
+    abnormal one (a non-zero status, a signal, a readiness timeout or a health kill), and
+    ``temporary`` never. An operator's stop is never restarted.
+    """
+
+    PERMANENT = "permanent"
+    TRANSIENT = "transient"
+    TEMPORARY = "temporary"
+
+
 @attrs.frozen
 class RestartPolicy:
     """How often and how fast a crashed managed server is restarted.
 
     Attributes:
-        max_restarts: Restarts allowed before giving up (the budget).
+        max_restarts: Restarts allowed before giving up (the budget; seed-behaviour
+            section 1), refilled once the server stays up for ``stable_after_s``.
         base_s: Delay before the first restart, seconds.
         cap_s: Longest delay, seconds.
         stable_after_s: Seconds a server must stay up before the budget is refilled.
+        restart_type: OTP's permanent, transient or temporary.
+        intensity: OTP's MaxR: at most this many restarts within ``period_s`` (a sliding
+            window on trio's clock), whatever the budget says.
+        period_s: OTP's MaxT, seconds.
+        jitter: Fraction of each delay that may be taken off at random (0 to 1), so many
+            servers that crash together do not restart in lockstep.
     """
 
     max_restarts: int = 5
     base_s: float = 2.0
     cap_s: float = 60.0
     stable_after_s: float = 60.0
+    restart_type: RestartType = RestartType.PERMANENT
+    intensity: int = 10
+    period_s: float = 600.0
+    jitter: float = 0.1
 
     def delay_s(self, n: int) -> float:
         """Seconds to wait before restart number ``n`` (0-based).
@@ -70,6 +94,11 @@ class RestartPolicy:
             raise InvalidConfig(f"{field}.cap_s must not be below {field}.base_s")
         if not (math.isfinite(self.stable_after_s) and self.stable_after_s >= 0):
             raise InvalidConfig(f"{field}.stable_after_s must be a finite number >= 0")
+        if self.intensity < 0:
+            raise InvalidConfig(f"{field}.intensity must not be negative")
+        _check_positive(f"{field}.period_s", self.period_s)
+        if not 0.0 <= self.jitter <= 1.0:
+            raise InvalidConfig(f"{field}.jitter must be between 0 and 1")
 
 
 @attrs.frozen
@@ -243,11 +272,60 @@ class ManagedSection:
 
 
 @attrs.frozen
+class Watchdog:
+    """The deep-health watchdog of one instance (issue 3; FC-04, FC-05, FC-07).
+
+    Every ``interval_s`` seconds while the server is up, ask it for one token with a
+    ``timeout_s`` deadline; after ``failures`` failures in a row report it unhealthy and,
+    when managed, kill it (stop reason "health kill") so the restart policy takes over.
+    """
+
+    interval_s: float = 30.0
+    timeout_s: float = 30.0
+    failures: int = 3
+
+    def validate(self, field: str = "watchdog") -> None:
+        """Raise `InvalidConfig` naming the field for non-positive values."""
+        _check_positive(f"{field}.interval_s", self.interval_s)
+        _check_positive(f"{field}.timeout_s", self.timeout_s)
+        if self.failures < 1:
+            raise InvalidConfig(f"{field}.failures must be at least 1")
+
+
+@attrs.frozen
+class Supervision:
+    """Per-instance supervision settings; None fields take the runtime's defaults.
+
+    Attributes:
+        restart: the restart policy (default: ``ManagedConfig.restart``).
+        readiness_timeout_s: seconds a started server may take to answer Up before it is
+            killed and counted as a failure (default: ``ManagedConfig.readiness_timeout_s``;
+            FC-01, FC-02, FC-06).
+        watchdog: the deep-health watchdog, off when None.
+    """
+
+    restart: RestartPolicy | None = None
+    readiness_timeout_s: float | None = None
+    watchdog: Watchdog | None = None
+
+    def validate(self, field: str = "supervision") -> None:
+        """Raise `InvalidConfig` naming the field for a bad value."""
+        if self.restart is not None:
+            self.restart.validate(f"{field}.restart")
+        if self.readiness_timeout_s is not None:
+            _check_positive(f"{field}.readiness_timeout_s", self.readiness_timeout_s)
+        if self.watchdog is not None:
+            self.watchdog.validate(f"{field}.watchdog")
+
+
+@attrs.frozen
 class RunInstance:
-    """One ``[[instances]]`` entry: the control mode beside the spec's keys (flat in TOML)."""
+    """One ``[[instances]]`` entry: the control mode and an optional ``supervision`` table
+    beside the spec's keys (flat in TOML)."""
 
     mode: ControlMode
     spec: InferenceSpec
+    supervision: Supervision = Supervision()
 
 
 @attrs.frozen
@@ -300,6 +378,7 @@ class RunConfig:
             instance.spec.validate()
         except InvalidConfig as error:
             raise InvalidConfig(f"{path}.{error}") from None
+        instance.supervision.validate(f"{path}.supervision")
         if instance.mode is ControlMode.ADOPTED:
             return
         flavor = instance.spec.runtime

@@ -32,7 +32,7 @@ from cattrs.errors import (
 from cattrs.gen import make_dict_structure_fn
 from cattrs.preconf.tomllib import make_converter
 
-from ._config import ControlMode, RunConfig, RunInstance
+from ._config import ControlMode, RunConfig, RunInstance, Supervision
 from ._errors import InvalidConfig
 from ._flavor import InferFlavor
 from ._spec import InferenceSpec
@@ -210,7 +210,14 @@ def _structure_run_instance(obj: object, _: Any) -> RunInstance:
     except Exception as error:
         error.add_note(AttributeValidationNote("mode", "mode", ControlMode))
         errors.append(error)
-    rest = {k: v for k, v in obj.items() if k != "mode"}
+    supervision: Any = Supervision()
+    if "supervision" in obj:
+        try:
+            supervision = converter.structure(obj["supervision"], Supervision)
+        except Exception as error:
+            error.add_note(AttributeValidationNote("supervision", "supervision", Supervision))
+            errors.append(error)
+    rest = {k: v for k, v in obj.items() if k not in ("mode", "supervision")}
     try:
         spec = converter.structure(rest, InferenceSpec)
     except ClassValidationError as error:
@@ -219,11 +226,14 @@ def _structure_run_instance(obj: object, _: Any) -> RunInstance:
         errors.append(error)
     if errors:
         raise ClassValidationError("while structuring RunInstance", errors, RunInstance)
-    return RunInstance(mode=mode, spec=spec)
+    return RunInstance(mode=mode, spec=spec, supervision=supervision)
 
 
 def _unstructure_run_instance(instance: RunInstance) -> dict[str, Any]:
-    return {"mode": instance.mode.value, **converter.unstructure(instance.spec)}
+    data = {"mode": instance.mode.value, **converter.unstructure(instance.spec)}
+    if instance.supervision != Supervision():
+        data["supervision"] = converter.unstructure(instance.supervision)
+    return data
 
 
 def _is_exactly(expected: Any) -> Callable[[Any], bool]:

@@ -59,4 +59,73 @@ class ProcessExited:
     at: float
 
 
-Event = StateChanged | ProcessStarted | ProcessExited
+@attrs.frozen
+class RestartScheduled:
+    """The supervisor will restart the server in ``delay_s`` seconds (restart ``attempt``)."""
+
+    instance_id: str
+    attempt: int
+    delay_s: float
+    at: float
+
+
+@attrs.frozen
+class RestartFailed:
+    """A scheduled restart could not start the server (``why``); it counts as a failure."""
+
+    instance_id: str
+    attempt: int
+    why: str
+    at: float
+
+
+@attrs.frozen
+class GaveUp:
+    """The supervisor stopped restarting the server after ``attempts`` restarts (``why``)."""
+
+    instance_id: str
+    attempts: int
+    why: str
+    at: float
+
+
+@attrs.frozen
+class ExposureDetected:
+    """A managed server listened beyond loopback; it is being stopped (``detail`` says where)."""
+
+    instance_id: str
+    detail: str
+    at: float
+
+
+@attrs.frozen
+class ImpostorDetected:
+    """Another process (``pid``) holds the instance's port; its answers are not taken for ours."""
+
+    instance_id: str
+    pid: int | None
+    detail: str
+    at: float
+
+
+@attrs.frozen
+class DeepHealthFailed:
+    """A watchdog's one-token completion failed ``consecutive`` times in a row (``why``)."""
+
+    instance_id: str
+    consecutive: int
+    why: str
+    at: float
+
+
+Event = (
+    StateChanged
+    | ProcessStarted
+    | ProcessExited
+    | RestartScheduled
+    | RestartFailed
+    | GaveUp
+    | ExposureDetected
+    | ImpostorDetected
+    | DeepHealthFailed
+)

@@ -5,12 +5,13 @@ Shape (style.md, "Actors"; llama-swap's single-writer process state machine):
 * The actor owns a nursery and a bounded inbox. Its loop takes one message at a time and
   handles it without awaiting anything, so it always answers promptly.
 * Work that does I/O (spawning, probing, stopping) runs as a worker task in the actor's
-  nursery. A worker never touches the state: it posts its result back to the inbox as an
-  internal message, and the loop applies it and answers the caller.
+  nursery (``_instance_work``). A worker never touches the state: it posts its result back
+  to the inbox, and the loop applies it (``_instance_book``) and answers the caller.
 * The exit of a managed server is awaited by a watcher task the moment the process starts,
   so a crash is seen when it happens, not at the next poll.
-* A monitor task probes the server: fast at first (10 ms doubling to 100 ms) until it is
-  up, then once a second, and every change of the reported state becomes an event.
+* Per process, the actor also runs a monitor (probes: 10 ms doubling to 100 ms until up,
+  then every second), a readiness timer, an exposure watch (every 250 ms) and, when
+  configured, the deep-health watchdog. All of them end with the process.
 """
 
 from __future__ import annotations
@@ -24,31 +25,47 @@ import trio
 from ._capture import RunEvidence
 from ._config import ControlMode, InferConfig
 from ._errors import BackendError, InvalidState, UnknownInstance, Unsupported
-from ._events import Event, ProcessExited, ProcessStarted, StateChanged, StopReason
+from ._events import (
+    DeepHealthFailed,
+    Event,
+    ExposureDetected,
+    ImpostorDetected,
+    ProcessExited,
+    ProcessStarted,
+    StateChanged,
+    StopReason,
+)
+from ._instance_book import InstanceBook, probe_words
 from ._instance_msgs import (
     INTERNAL_TYPES,
     Confirmed,
     Exited,
+    ExposureFound,
     Internal,
     Probed,
+    ReadinessExpired,
     ShutdownDone,
     Spawned,
     SpawnFailed,
     Stopped,
+    WatchdogResult,
 )
 from ._instance_work import InstanceWork
 from ._messages import (
+    Annotate,
     DeepHealth,
     GetHealth,
     GetStatus,
     InstanceCommand,
     ReplyTo,
+    Restart,
     Shutdown,
     Start,
     Stop,
     answer,
     refuse,
 )
+from ._netscan import NetScanner
 from ._plan import Plan, ProberFactory
 from ._process import ManagedProcess
 from ._status import InstanceState, InstanceStatus, map_report
@@ -59,35 +76,36 @@ INBOX_SIZE = 64
 EMERGENCY_GRACE_S = 5.0
 """Grace for a server still running when the actor is torn down without an unload."""
 
+EXPOSURE_GRACE_S = 3.0
+"""Grace for a server stopped for listening beyond loopback (seed-behaviour section 4)."""
+
+HEALTH_KILL_GRACE_S = 3.0
+"""Grace for a server killed by the deep-health watchdog."""
+
 
 @attrs.define(eq=False)
 class InstanceActor:
     """One instance: its plan, its process (when managed) and its reported status.
 
-    Create with `InstanceActor.create`, run with ``await nursery.start(actor.serve)``, and
+    Create with `InstanceActor.create`, run with ``nursery.start_soon(actor.serve)``, and
     talk to it only through `inbox` with the commands of ``_messages``.
     """
 
     instance_id: str
     runtime_id: str
     plan: Plan
-    config: InferConfig
     instance_dir: Path | None
     _events: trio.MemorySendChannel[Event]
     _inbox_send: trio.MemorySendChannel[object]
     _inbox_recv: trio.MemoryReceiveChannel[object]
     _work: InstanceWork
+    _book: InstanceBook
     _nursery: trio.Nursery | None = None
-    _status: InstanceStatus = InstanceStatus(InstanceState.LOADED)  # noqa: RUF009  (frozen)
-    _process: ManagedProcess | None = None
-    _starting: bool = False
-    _watching: bool = False
-    _stop_reason: StopReason | None = None
     _stop_waiters: list[ReplyTo[RunEvidence]] = attrs.Factory(list)
     _after_start: list[Stop] = attrs.Factory(list)
-    _last: RunEvidence | None = None
-    _last_reason: StopReason | None = None
-    _monitor: trio.CancelScope | None = None
+    _process_tasks: ScopeGroup | None = None
+    _watch_tasks: ScopeGroup | None = None
+    _reported: InstanceStatus = InstanceStatus(InstanceState.LOADED)  # noqa: RUF009  (frozen)
     _closing: bool = False
 
     @classmethod
@@ -100,12 +118,14 @@ class InstanceActor:
         config: InferConfig,
         instance_dir: Path | None,
         open_prober: ProberFactory,
+        net: NetScanner,
         events: trio.MemorySendChannel[Event],
     ) -> InstanceActor:
         """A new actor in state Loaded; nothing runs until `serve` is started."""
         send, receive = trio.open_memory_channel[object](INBOX_SIZE)
-        work = InstanceWork(plan=plan, config=config, open_prober=open_prober, post=send)
-        return cls(instance_id, runtime_id, plan, config, instance_dir, events, send, receive, work)
+        work = InstanceWork(plan, config, open_prober, net, send)
+        book = InstanceBook(managed=plan.mode is ControlMode.MANAGED)
+        return cls(instance_id, runtime_id, plan, instance_dir, events, send, receive, work, book)
 
     @property
     def inbox(self) -> trio.MemorySendChannel[object]:
@@ -115,9 +135,9 @@ class InstanceActor:
     @property
     def managed(self) -> bool:
         """Whether inferactors runs this server's process."""
-        return self.plan.mode is ControlMode.MANAGED
+        return self._book.managed
 
-    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(self) -> None:
         """Run the actor until it is unloaded or cancelled.
 
         On cancellation a server that still runs is killed (its whole process group,
@@ -128,7 +148,6 @@ class InstanceActor:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                task_status.started()
                 async for message in self._inbox_recv:
                     self._dispatch(message)
         finally:
@@ -141,6 +160,7 @@ class InstanceActor:
             self._apply(message)
         else:
             self._command(message)  # type: ignore[arg-type]  # only commands reach the inbox
+        self._report()
 
     def _command(self, command: InstanceCommand) -> None:
         if self._closing:
@@ -148,15 +168,20 @@ class InstanceActor:
             return
         match command:
             case Start():
-                self._on_start(command)
+                self._on_start(command.reply, restart=False)
+            case Restart():
+                self._on_start(command.reply, restart=True)
             case Stop():
                 self._on_stop(command)
             case GetStatus():
                 self._on_status(command)
             case GetHealth():
-                self._nursery_or_fail().start_soon(self._work.health, command.reply)
+                self._soon(self._work.health, command.reply)
             case DeepHealth():
-                self._nursery_or_fail().start_soon(self._work.deep_health, command.reply)
+                self._soon(self._work.deep_health, command.reply)
+            case Annotate():
+                self._book.supervision, self._book.restarts = command.supervision, command.restarts
+                answer(command.reply, None)
             case Shutdown():
                 self._on_shutdown(command)
             case _:
@@ -167,11 +192,7 @@ class InstanceActor:
             case Spawned():
                 self._on_spawned(message)
             case SpawnFailed():
-                self._starting = False
-                refuse(message.reply, message.error)
-                for stop in self._after_start:
-                    refuse(stop.reply, InvalidState(f"{self.instance_id} is not running"))
-                self._after_start.clear()
+                self._on_spawn_failed(message)
             case Exited():
                 self._on_exited(message.process, message.evidence)
             case Stopped():
@@ -179,6 +200,12 @@ class InstanceActor:
                 self._answer_stop(message.evidence)
             case Probed():
                 self._on_probed(message)
+            case ExposureFound():
+                self._on_exposure(message.process, message.exposure.describe())
+            case ReadinessExpired():
+                self._on_readiness_expired(message)
+            case WatchdogResult():
+                self._on_watchdog(message)
             case Confirmed():
                 self._watch_adopted()
                 answer(message.reply, None)
@@ -190,17 +217,31 @@ class InstanceActor:
 
     # Commands.
 
-    def _on_start(self, command: Start) -> None:
+    def _on_start(self, reply: ReplyTo[None], *, restart: bool) -> None:
+        book = self._book
         if not self.managed:
-            self._nursery_or_fail().start_soon(self._work.confirm_adopted, command.reply)
+            self._soon(self._work.confirm_adopted, reply)
             return
-        if self._process is not None or self._starting:
-            refuse(command.reply, InvalidState(f"{self.instance_id} is already running"))
+        if book.exposed is not None:
+            refuse(
+                reply,
+                InvalidState(
+                    f"the server was stopped for listening beyond loopback ({book.exposed}); "
+                    "reload the instance"
+                ),
+            )
             return
-        self._starting = True
-        self._nursery_or_fail().start_soon(self._work.spawn, self._nursery_or_fail(), command.reply)
+        if book.process is not None or book.starting:
+            refuse(reply, InvalidState(f"{self.instance_id} is already running"))
+            return
+        if restart and not book.wanted:
+            refuse(reply, InvalidState(f"{self.instance_id} was stopped by the operator"))
+            return
+        book.starting = True
+        self._soon(self._work.spawn, self._nursery_or_fail(), reply)
 
     def _on_stop(self, command: Stop) -> None:
+        book = self._book
         if not self.managed:
             refuse(
                 command.reply,
@@ -210,66 +251,67 @@ class InstanceActor:
                 ),
             )
             return
-        if self._starting:
+        book.wanted = False
+        if book.starting:
             self._after_start.append(command)
             return
-        process = self._process
-        if process is None:
+        if book.process is None:
             refuse(command.reply, InvalidState(f"{self.instance_id} is not running"))
             return
         self._stop_waiters.append(command.reply)
-        if self._stop_reason is None:
-            self._stop_reason = StopReason.REQUESTED
-            self._nursery_or_fail().start_soon(self._work.stop, process, command.grace_s)
+        self._stop_process(StopReason.REQUESTED, command.grace_s)
 
     def _on_status(self, command: GetStatus) -> None:
-        if self.managed and (self._process is None or self._starting):
-            answer(command.reply, self._status)
+        if self.managed and (self._book.process is None or self._book.starting):
+            answer(command.reply, self._status())
             return
-        self._nursery_or_fail().start_soon(self._work.probe_for, self._process, command.reply)
+        self._soon(self._work.probe_for, self._book.process, command.reply)
 
     def _on_shutdown(self, command: Shutdown) -> None:
         self._closing = True
-        if self._process is not None and self._stop_reason is None:
-            self._stop_reason = StopReason.UNLOAD
-        self._nursery_or_fail().start_soon(
-            self._work.shutdown, self._process, command.grace_s, self.instance_dir, command.reply
-        )
+        process = self._book.process
+        if process is not None and self._book.stop_reason is None:
+            self._book.stop_reason = StopReason.UNLOAD
+        self._soon(self._work.shutdown, process, command.grace_s, self.instance_dir, command.reply)
 
     # Results posted by workers.
 
     def _on_spawned(self, message: Spawned) -> None:
-        self._starting = False
         process = message.process
-        self._process = process
-        self._stop_reason = None
+        self._book.spawned(process)
         args = self.plan.launch.args if self.plan.launch else ()
         self._emit(ProcessStarted(self.instance_id, process.pid, args, trio.current_time()))
-        self._set_status(InstanceStatus(InstanceState.DEGRADED, "starting: not listening yet"))
-        nursery = self._nursery_or_fail()
-        nursery.start_soon(self._work.watch_exit, process)
-        self._start_monitor(process)
-        answer(message.reply, None)
-        pending, self._after_start = self._after_start, []
-        for stop in pending:
-            self._on_stop(stop)
+        self._start_process_tasks(process)
+        aborted, self._after_start = self._after_start, []
+        if aborted:
+            refuse(
+                message.reply,
+                InvalidState(f"the start of {self.instance_id} was aborted by a stop"),
+            )
+            for stop in aborted:
+                self._on_stop(stop)
+        else:
+            answer(message.reply, None)
+
+    def _on_spawn_failed(self, message: SpawnFailed) -> None:
+        self._book.starting = False
+        refuse(message.reply, message.error)
+        for stop in self._after_start:
+            refuse(stop.reply, InvalidState(f"{self.instance_id} is not running"))
+        self._after_start.clear()
 
     def _on_exited(self, process: ManagedProcess, evidence: RunEvidence) -> None:
-        if process is not self._process:
+        if process is not self._book.process:
             return
-        self._process = None
-        self._stop_monitor()
-        reason = self._stop_reason or StopReason.CRASH
-        self._stop_reason = None
-        self._last = attrs.evolve(evidence, runtime=self.runtime_id, instance_id=self.instance_id)
-        self._last_reason = reason
-        now = trio.current_time()
-        self._emit(
-            ProcessExited(
-                self.instance_id, evidence.pid, evidence.exit_code, evidence.signal, reason, now
-            )
+        self._cancel_process_tasks()
+        reason = self._book.exited(
+            attrs.evolve(evidence, runtime=self.runtime_id, instance_id=self.instance_id)
         )
-        self._set_status(self._idle_status())
+        now = trio.current_time()
+        event = ProcessExited(
+            self.instance_id, evidence.pid, evidence.exit_code, evidence.signal, reason, now
+        )
+        self._emit(event)
 
     def _answer_stop(self, evidence: RunEvidence) -> None:
         full = attrs.evolve(evidence, runtime=self.runtime_id, instance_id=self.instance_id)
@@ -278,46 +320,111 @@ class InstanceActor:
             answer(reply, full)
 
     def _on_probed(self, message: Probed) -> None:
-        current = message.process is self._process
-        if current and not (self.managed and self._process is None):
-            alive = self._process is not None and self._process.running
-            status = map_report(
-                message.report,
-                model=self.plan.served_model,
-                alive=alive or not self.managed,
-                adopted=not self.managed,
-            )
-            self._set_status(self._with_process_facts(status))
+        book = self._book
+        if message.exposure is not None and message.process is not None:
+            self._on_exposure(message.process, message.exposure.describe())
+        elif message.process is book.process and not (self.managed and book.process is None):
+            self._apply_report(message)
         if message.reply is not None:
-            answer(message.reply, self._status)
+            answer(message.reply, self._status())
+
+    def _apply_report(self, message: Probed) -> None:
+        book = self._book
+        book.last_probe = probe_words(message.report)
+        if message.owner_ok is False and book.impostor is None:
+            book.impostor = f"impostor: port {self.plan.spec.port()} is held by pid {message.owner_pid}, not our server"
+            self._emit(
+                ImpostorDetected(
+                    self.instance_id, message.owner_pid, book.impostor, trio.current_time()
+                )
+            )
+        elif message.owner_ok is True:
+            book.identity_ok, book.impostor = True, None
+        alive = book.process is not None and book.process.running
+        book.mapped = map_report(
+            message.report,
+            model=self.plan.served_model,
+            alive=alive or not self.managed,
+            adopted=not self.managed,
+        )
+        if book.mapped.state is InstanceState.RUNNING and (book.identity_ok or not self.managed):
+            self._on_ready(book.process)
+
+    def _on_ready(self, process: ManagedProcess | None) -> None:
+        if self._book.ready_once:
+            return
+        self._book.ready_once = True
+        watchdog = self.plan.supervision.watchdog
+        group = self._process_tasks if process is not None else self._watch_tasks
+        if watchdog is not None and group is not None:
+            self._soon(self._work.watchdog, process, watchdog, group.new())
+
+    def _on_exposure(self, process: ManagedProcess, detail: str) -> None:
+        book = self._book
+        if process is not book.process or book.exposed is not None:
+            return
+        book.exposed = detail
+        book.wanted = False
+        self._emit(ExposureDetected(self.instance_id, detail, trio.current_time()))
+        self._stop_process(StopReason.EXPOSURE, EXPOSURE_GRACE_S)
+
+    def _on_readiness_expired(self, message: ReadinessExpired) -> None:
+        if message.process is self._book.process and not self._book.ready_once:
+            self._stop_process(StopReason.READINESS_TIMEOUT, 0.0)
+
+    def _on_watchdog(self, message: WatchdogResult) -> None:
+        book = self._book
+        if message.process is not book.process:
+            return
+        if message.why is None:
+            book.health_failures, book.health_failed = 0, None
+            return
+        book.health_failures += 1
+        now = trio.current_time()
+        self._emit(DeepHealthFailed(self.instance_id, book.health_failures, message.why, now))
+        watchdog = self.plan.supervision.watchdog
+        if watchdog is not None and book.health_failures >= watchdog.failures:
+            book.health_failed = f"deep health failed {book.health_failures} times: {message.why}"
+            if book.process is not None:
+                self._stop_process(StopReason.HEALTH_KILL, HEALTH_KILL_GRACE_S)
 
     # Helpers.
 
-    def _idle_status(self) -> InstanceStatus:
-        if self._last is None:
-            return InstanceStatus(InstanceState.LOADED)
-        reason = self._last_reason
-        detail = "stopped on request" if reason is StopReason.REQUESTED else "server process exited"
-        if reason not in (StopReason.REQUESTED, StopReason.CRASH, None):
-            detail = f"stopped: {reason.value}"
-        return InstanceStatus(
-            InstanceState.EXITED,
-            detail,
-            exit_code=self._last.exit_code,
-            stop_reason=reason.value if reason else None,
-        )
+    def _stop_process(self, reason: StopReason, grace_s: float) -> None:
+        book = self._book
+        if book.process is None or book.stop_reason is not None:
+            return  # no process, or a stop is already under way
+        book.stop_reason = reason
+        self._soon(self._work.stop, book.process, grace_s)
 
-    def _with_process_facts(self, status: InstanceStatus) -> InstanceStatus:
-        process = self._process
-        if process is None:
-            return status
-        uptime = trio.current_time() - process.started_at
-        return attrs.evolve(status, pid=process.pid, uptime_s=uptime)
+    def _start_process_tasks(self, process: ManagedProcess) -> None:
+        self._cancel_process_tasks()
+        group = self._process_tasks = ScopeGroup()
+        self._soon(self._work.watch_exit, process)
+        self._soon(self._work.monitor, process, group.new())
+        self._soon(self._work.exposure_watch, process, group.new())
+        timeout = self.plan.supervision.readiness_timeout_s
+        if timeout is not None:
+            self._soon(_scoped, group.new(), self._work.readiness_timer, process, timeout)
 
-    def _set_status(self, status: InstanceStatus) -> None:
-        old = self._status
-        self._status = status
+    def _cancel_process_tasks(self) -> None:
+        if self._process_tasks is not None:
+            self._process_tasks.cancel()
+            self._process_tasks = None
+
+    def _watch_adopted(self) -> None:
+        if self._watch_tasks is None:
+            self._watch_tasks = ScopeGroup()
+            self._soon(self._work.monitor, None, self._watch_tasks.new())
+
+    def _status(self) -> InstanceStatus:
+        return self._book.status(trio.current_time())
+
+    def _report(self) -> None:
+        status = self._status()
+        old = self._reported
         if (old.state, old.detail) != (status.state, status.detail):
+            self._reported = status
             now = trio.current_time()
             self._emit(StateChanged(self.instance_id, old.state, status.state, status.detail, now))
 
@@ -325,23 +432,10 @@ class InstanceActor:
         try:
             self._events.send_nowait(event)
         except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
-            pass  # a slow or gone subscriber loses events; the actor never waits for one
+            pass  # the supervisor is gone or swamped; the actor never waits for it
 
-    def _start_monitor(self, process: ManagedProcess | None) -> None:
-        self._stop_monitor()
-        scope = trio.CancelScope()
-        self._monitor = scope
-        self._nursery_or_fail().start_soon(self._work.monitor, process, scope)
-
-    def _stop_monitor(self) -> None:
-        if self._monitor is not None:
-            self._monitor.cancel()
-            self._monitor = None
-
-    def _watch_adopted(self) -> None:
-        if not self._watching:
-            self._watching = True
-            self._start_monitor(None)
+    def _soon(self, job: object, *args: object) -> None:
+        self._nursery_or_fail().start_soon(job, *args)  # type: ignore[arg-type]
 
     def _nursery_or_fail(self) -> trio.Nursery:
         if self._nursery is None:
@@ -349,21 +443,14 @@ class InstanceActor:
         return self._nursery
 
     async def _teardown(self) -> None:
-        process = self._process
+        process = self._book.process
         if process is not None and process.running:
-            with trio.move_on_after(EMERGENCY_GRACE_S + 3.0) as scope:
-                scope.shield = True
+            with trio.move_on_after(EMERGENCY_GRACE_S + 3.0, shield=True):
                 await process.terminate(EMERGENCY_GRACE_S)
             process.kill_group_now()
+            now = trio.current_time()
             self._emit(
-                ProcessExited(
-                    self.instance_id,
-                    process.pid,
-                    None,
-                    None,
-                    StopReason.SHUTDOWN,
-                    trio.current_time(),
-                )
+                ProcessExited(self.instance_id, process.pid, None, None, StopReason.SHUTDOWN, now)
             )
         self._drain_inbox()
 
@@ -376,3 +463,26 @@ class InstanceActor:
             reply = getattr(message, "reply", None)
             if isinstance(reply, trio.MemorySendChannel):
                 refuse(reply, UnknownInstance(f"{self.instance_id} is no longer loaded"))
+
+
+@attrs.define
+class ScopeGroup:
+    """Cancel scopes of the tasks that live as long as one process (or one adoption)."""
+
+    _scopes: list[trio.CancelScope] = attrs.Factory(list)
+
+    def new(self) -> trio.CancelScope:
+        """A fresh scope for one task, cancelled by `cancel` (even if not entered yet)."""
+        scope = trio.CancelScope()
+        self._scopes.append(scope)
+        return scope
+
+    def cancel(self) -> None:
+        """Cancel every task of the group."""
+        for scope in self._scopes:
+            scope.cancel()
+
+
+async def _scoped(scope: trio.CancelScope, job: object, *args: object) -> None:
+    with scope:
+        await job(*args)  # type: ignore[operator]

@@ -6,6 +6,7 @@ import attrs
 
 from ._capture import RunEvidence
 from ._errors import InferactorsError
+from ._exposure import Exposure
 from ._messages import ReplyTo
 from ._probe import ServerReport
 from ._process import ManagedProcess
@@ -46,11 +47,43 @@ class Stopped:
 
 @attrs.frozen
 class Probed:
-    """A probe of the server finished; ``process`` is the one probed (None when adopted)."""
+    """A probe of the server finished; ``process`` is the one probed (None when adopted).
+
+    ``owner_ok`` says whether the socket on our port belongs to our process group (None
+    when not checked); ``owner_pid`` is the listener's pid when known; ``exposure`` is set
+    when the server was found listening beyond loopback.
+    """
 
     report: ServerReport
     process: ManagedProcess | None
     reply: ReplyTo[InstanceStatus] | None = None
+    owner_ok: bool | None = None
+    owner_pid: int | None = None
+    exposure: Exposure | None = None
+
+
+@attrs.frozen
+class ExposureFound:
+    """The exposure watch found the server listening beyond loopback."""
+
+    process: ManagedProcess
+    exposure: Exposure
+
+
+@attrs.frozen
+class ReadinessExpired:
+    """The process was spawned ``timeout_s`` seconds ago; if it never was up, it must go."""
+
+    process: ManagedProcess
+    timeout_s: float
+
+
+@attrs.frozen
+class WatchdogResult:
+    """One deep-health check of the watchdog: ``why`` is None when it passed."""
+
+    process: ManagedProcess | None
+    why: str | None
 
 
 @attrs.frozen
@@ -67,5 +100,27 @@ class ShutdownDone:
     reply: ReplyTo[None]
 
 
-Internal = Spawned | SpawnFailed | Exited | Stopped | Probed | Confirmed | ShutdownDone
-INTERNAL_TYPES = (Spawned, SpawnFailed, Exited, Stopped, Probed, Confirmed, ShutdownDone)
+Internal = (
+    Spawned
+    | SpawnFailed
+    | Exited
+    | Stopped
+    | Probed
+    | Confirmed
+    | ShutdownDone
+    | ExposureFound
+    | ReadinessExpired
+    | WatchdogResult
+)
+INTERNAL_TYPES = (
+    Spawned,
+    SpawnFailed,
+    Exited,
+    Stopped,
+    Probed,
+    Confirmed,
+    ShutdownDone,
+    ExposureFound,
+    ReadinessExpired,
+    WatchdogResult,
+)

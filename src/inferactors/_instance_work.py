@@ -14,22 +14,27 @@ from pathlib import Path
 import attrs
 import trio
 
-from ._config import InferConfig
+from ._config import InferConfig, Watchdog
 from ._errors import BackendError, InferactorsError
+from ._exposure import Exposure
 from ._flavor import InferFlavor
 from ._instance_msgs import (
     Confirmed,
     Exited,
+    ExposureFound,
     Internal,
     Probed,
+    ReadinessExpired,
     ShutdownDone,
     Spawned,
     SpawnFailed,
     Stopped,
+    WatchdogResult,
 )
 from ._matching import same_model
 from ._messages import ReplyTo, answer, refuse
 from ._netcheck import port_in_use
+from ._netscan import NetScanner
 from ._plan import Plan, ProberFactory, probe_once
 from ._probe import CompletionResult, Prober, ServerReport, Unreachable, Up
 from ._process import ManagedProcess
@@ -44,6 +49,9 @@ STARTUP_PROBE_CAP_S = 0.1
 RUNNING_PROBE_S = 1.0
 """Delay between probes of a server that is up."""
 
+EXPOSURE_CHECK_S = 0.25
+"""Delay between exposure scans of a running managed server (issue 3, item 4)."""
+
 
 @attrs.frozen
 class InstanceWork:
@@ -52,6 +60,7 @@ class InstanceWork:
     plan: Plan
     config: InferConfig
     open_prober: ProberFactory
+    net: NetScanner
     post: trio.MemorySendChannel[object]
 
     @property
@@ -64,14 +73,15 @@ class InstanceWork:
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass  # the actor is gone; its teardown answered everyone
 
+    # Process lifecycle.
+
     async def spawn(self, nursery: trio.Nursery, reply: ReplyTo[None]) -> None:
         """Start the managed server unless its port is taken (checklist items 47, 54)."""
         launch = self.plan.launch
         assert launch is not None, "spawn is only for managed process plans"
         spec = self.plan.spec
-        ip, port = str(spec.bind_ip()), spec.port()
         try:
-            if await port_in_use(ip, port):
+            if await port_in_use(str(spec.bind_ip()), spec.port()):
                 raise BackendError(
                     f"{spec.base_url()} is already taken by something else; not starting over it"
                 )
@@ -95,6 +105,11 @@ class InstanceWork:
         evidence = await process.terminate(grace_s)
         await self._post(Stopped(process, evidence))
 
+    async def readiness_timer(self, process: ManagedProcess, timeout_s: float) -> None:
+        """Tell the actor when the readiness deadline of ``process`` passes."""
+        await trio.sleep_until(process.started_at + timeout_s)
+        await self._post(ReadinessExpired(process, timeout_s))
+
     async def shutdown(
         self,
         process: ManagedProcess | None,
@@ -110,12 +125,17 @@ class InstanceWork:
             await trio.to_thread.run_sync(shutil.rmtree, instance_dir, True)  # errors ignored
         await self._post(ShutdownDone(reply))
 
+    # Probing, identity and exposure.
+
     async def probe_for(
         self, process: ManagedProcess | None, reply: ReplyTo[InstanceStatus]
     ) -> None:
-        """Probe once for a status request."""
+        """Probe once for a status request; a running managed server is also scanned for
+        exposure (checked on every status call) and its listener's identity."""
+        exposure = await self._scan(process)
         report = await self._probe()
-        await self._post(Probed(report, process, reply))
+        owner_ok, owner_pid = await self._identity(process, report)
+        await self._post(Probed(report, process, reply, owner_ok, owner_pid, exposure))
 
     async def monitor(self, process: ManagedProcess | None, scope: trio.CancelScope) -> None:
         """Probe until cancelled: fast until the server is up, then every second."""
@@ -125,14 +145,40 @@ class InstanceWork:
             try:
                 while True:
                     report = await prober.report(self._flavor)
-                    await self._post(Probed(report, process))
+                    owner_ok, owner_pid = await self._identity(process, report)
+                    await self._post(Probed(report, process, None, owner_ok, owner_pid))
                     up = isinstance(report.health, Up)
                     delay = RUNNING_PROBE_S if up else min(delay * 2, STARTUP_PROBE_CAP_S)
                     await trio.sleep(delay)
             finally:
-                with trio.move_on_after(1.0) as cleanup:
-                    cleanup.shield = True
+                with trio.move_on_after(1.0, shield=True):
                     await prober.aclose()
+
+    async def exposure_watch(self, process: ManagedProcess, scope: trio.CancelScope) -> None:
+        """Scan the server every `EXPOSURE_CHECK_S` until it is found exposed or cancelled."""
+        with scope:
+            while True:
+                exposure = await self._scan(process)
+                if exposure is not None:
+                    await self._post(ExposureFound(process, exposure))
+                    return
+                await trio.sleep(EXPOSURE_CHECK_S)
+
+    async def _scan(self, process: ManagedProcess | None) -> Exposure | None:
+        if process is None or not process.running:
+            return None
+        return await self.net.scan(process.pid, self.plan.spec.port())
+
+    async def _identity(
+        self, process: ManagedProcess | None, report: ServerReport
+    ) -> tuple[bool | None, int | None]:
+        if process is None or not isinstance(report.health, Up):
+            return None, None
+        spec = self.plan.spec
+        owner = await trio.to_thread.run_sync(self.net.port_owner, str(spec.bind_ip()), spec.port())
+        if owner is None:
+            return True, None  # the table does not say (no permission): nothing contradicts us
+        return self.net.owned_by(owner, process.pgid), owner
 
     async def confirm_adopted(self, reply: ReplyTo[None]) -> None:
         """An adopted start only checks that the server answers (checklist item 21)."""
@@ -148,22 +194,47 @@ class InstanceWork:
             return
         await self._post(Confirmed(reply))
 
+    # Health.
+
     async def health(self, reply: ReplyTo[ServerReport]) -> None:
         """Answer one probe report."""
         answer(reply, await self._probe())
 
     async def deep_health(self, reply: ReplyTo[CompletionResult]) -> None:
         """Ask the server for one real token (checklist item 62; FC-07, FC-09)."""
-        prober = self.open_prober(self.plan.spec.base_url(), self.config.deep_timeout_s)
         try:
-            result = await self._one_token(prober)
+            result = await self.one_token(self.config.deep_timeout_s)
         except InferactorsError as error:
             refuse(reply, error)
         else:
             answer(reply, result)
+
+    async def watchdog(
+        self, process: ManagedProcess | None, watchdog: Watchdog, scope: trio.CancelScope
+    ) -> None:
+        """Every ``interval_s``, one token within ``timeout_s``; report each result."""
+        with scope:
+            while True:
+                await trio.sleep(watchdog.interval_s)
+                why: str | None = None
+                try:
+                    await self.one_token(watchdog.timeout_s)
+                except InferactorsError as error:
+                    why = str(error)
+                await self._post(WatchdogResult(process, why))
+
+    async def one_token(self, timeout_s: float) -> CompletionResult:
+        """One real token with a fresh client and a ``timeout_s`` deadline.
+
+        Raises:
+            DeepHealthTimeout: no answer in time.
+            BackendError: the server is not up or the completion failed.
+        """
+        prober = self.open_prober(self.plan.spec.base_url(), timeout_s)
+        try:
+            return await self._one_token(prober)
         finally:
-            with trio.move_on_after(1.0) as cleanup:
-                cleanup.shield = True
+            with trio.move_on_after(1.0, shield=True):
                 await prober.aclose()
 
     async def _one_token(self, prober: Prober) -> CompletionResult:

@@ -109,7 +109,25 @@ class Shutdown:
     reply: ReplyTo[None]
 
 
-InstanceCommand = Start | Stop | GetStatus | GetHealth | DeepHealth | Shutdown
+@attrs.frozen
+class Restart:
+    """The supervisor's restart of a crashed server (restart ``attempt``); refused when the
+    operator stopped it meanwhile, when it runs, or when it was stopped for exposure."""
+
+    attempt: int
+    reply: ReplyTo[None]
+
+
+@attrs.frozen
+class Annotate:
+    """The supervisor tells the instance what it is doing about it, for status."""
+
+    supervision: str | None
+    restarts: int
+    reply: ReplyTo[None]
+
+
+InstanceCommand = Start | Stop | GetStatus | GetHealth | DeepHealth | Shutdown | Restart | Annotate
 
 
 # Commands to the supervisor.
@@ -152,4 +170,38 @@ class Subscribe:
     reply: ReplyTo[trio.MemoryReceiveChannel[Event]]
 
 
-SupervisorCommand = Load | Route | Unload | PlanOf | ListInstances | Subscribe
+@attrs.frozen
+class ResetRestarts:
+    """Refill an instance's restart budget (the operator's explicit start; item 56)."""
+
+    instance_id: str
+    reply: ReplyTo[None]
+
+
+@attrs.frozen
+class Notify:
+    """An event from an instance actor, delivered through the supervisor's inbox."""
+
+    event: Event
+
+
+@attrs.frozen
+class RestartDone:
+    """A scheduled restart finished: ``error`` is None when the server was started again."""
+
+    instance_id: str
+    attempt: int
+    error: InferactorsError | None
+
+
+SupervisorCommand = (
+    Load
+    | Route
+    | Unload
+    | PlanOf
+    | ListInstances
+    | Subscribe
+    | ResetRestarts
+    | Notify
+    | RestartDone
+)

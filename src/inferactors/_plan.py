@@ -16,7 +16,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from ._config import ControlMode, InferConfig, ManagedConfig
+from ._config import ControlMode, InferConfig, ManagedConfig, RestartPolicy, Supervision
 from ._errors import AdmissionRefused, ModelError
 from ._flavor import InferFlavor
 from ._launch import Launch, build_launch, check_format
@@ -52,6 +52,12 @@ class Plan:
     notes: tuple[str, ...]
     launch: Launch | None = None
     model: ResolvedModel | None = None
+    supervision: Supervision = Supervision()
+
+    @property
+    def restart_policy(self) -> RestartPolicy:
+        """The instance's restart policy (the defaults when none was given)."""
+        return self.supervision.restart or RestartPolicy()
 
     @property
     def served_model(self) -> str | None:
@@ -187,3 +193,21 @@ def _serve_program(managed: ManagedConfig) -> Path:
     if not (program.is_file() and os.access(program, os.X_OK)):
         raise AdmissionRefused(f"serve program {program} is not an executable file")
     return program
+
+
+def resolve_supervision(given: Supervision | None, config: InferConfig) -> Supervision:
+    """Fill ``given``'s unset fields from the runtime's managed defaults.
+
+    Adopted instances are never restarted and have no readiness deadline; only their
+    watchdog applies (it reports, it never kills).
+    """
+    given = given or Supervision()
+    given.validate()
+    managed = config.managed
+    if managed is None:
+        return Supervision(restart=None, readiness_timeout_s=None, watchdog=given.watchdog)
+    return Supervision(
+        restart=given.restart or managed.restart,
+        readiness_timeout_s=given.readiness_timeout_s or managed.readiness_timeout_s,
+        watchdog=given.watchdog,
+    )

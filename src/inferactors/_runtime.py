@@ -29,7 +29,7 @@ import trio
 
 from ._capabilities import Capability, probe_capabilities
 from ._capture import RunEvidence
-from ._config import ControlMode, InferConfig
+from ._config import ControlMode, InferConfig, Supervision
 from ._errors import BackendError, InferactorsError, InvalidState, UnknownInstance, Unsupported
 from ._events import Event, StateChanged
 from ._ids import check_node_id, instance_id
@@ -43,6 +43,7 @@ from ._messages import (
     Load,
     PlanOf,
     ReplyTo,
+    ResetRestarts,
     Route,
     Start,
     Stop,
@@ -50,7 +51,8 @@ from ._messages import (
     Unload,
     call,
 )
-from ._plan import Admission, Plan, ProberFactory, make_plan
+from ._netscan import NetScanner, SystemNetScanner
+from ._plan import Admission, Plan, ProberFactory, make_plan, resolve_supervision
 from ._probe import CompletionResult, ProbeClient, Prober, ServerReport
 from ._registry import ModelRegistry
 from ._spec import InferenceSpec
@@ -93,6 +95,7 @@ class InferRuntime:
     _events: trio.MemorySendChannel[Event]
     _registry: ModelRegistry | None
     _open_prober: ProberFactory
+    _net: NetScanner
     _capabilities: tuple[Capability, ...] = ()
 
     @property
@@ -131,16 +134,21 @@ class InferRuntime:
         plan = await self._plan(spec, self._instance_dir("plan"))
         return Admission(runtime=self.id, arch=platform.machine(), notes=plan.notes)
 
-    async def load(self, spec: InferenceSpec) -> InstanceHandle:
+    async def load(
+        self, spec: InferenceSpec, supervision: Supervision | None = None
+    ) -> InstanceHandle:
         """Plan ``spec``, create its instance directory (managed) and its actor.
 
-        The instance is Loaded; nothing is started. Raises what `admit` raises, plus
+        ``supervision`` sets this instance's restart policy, readiness deadline and
+        deep-health watchdog; unset fields come from the runtime's `ManagedConfig`. The
+        instance is Loaded; nothing is started. Raises what `admit` raises, plus
         `InvalidState` for an id already loaded or an ip:port a managed instance uses, and
         `BackendError` when the instance directory cannot be made.
         """
         iid = instance_id(spec, self.control_mode, self.node_id)
         directory = self._instance_dir(iid)
         plan = await self._plan(spec, directory)
+        plan = attrs.evolve(plan, supervision=resolve_supervision(supervision, self.config))
         if directory is not None:
             await _make_dir(directory)
         await self._install(iid, plan, directory)
@@ -166,6 +174,24 @@ class InferRuntime:
         `Unsupported` for an adopted server, which inferactors never signals.
         """
         return await self._route(handle, partial(Stop, grace_s))
+
+    async def restart(self, handle: InstanceHandle, grace_s: float = DEFAULT_STOP_GRACE_S) -> None:
+        """Stop the server if it runs (a "not running" answer is fine), then start it.
+
+        The restart budget is kept, as for a plain start (checklist items 51, 56).
+        """
+        try:
+            await self.stop(handle, grace_s)
+        except InvalidState:
+            pass  # it was not running: starting it is all that is left to do
+        await self.start(handle)
+
+    async def reset_restarts(self, handle: InstanceHandle) -> None:
+        """Refill the instance's restart budget (an operator's explicit start; item 56).
+
+        Raises `UnknownInstance` when no such instance is loaded.
+        """
+        await call(self._supervisor, partial(ResetRestarts, handle.instance_id))
 
     async def unload(self, handle: InstanceHandle) -> None:
         """Forget the instance; a managed server is stopped (5 s grace) and its directory
@@ -287,6 +313,7 @@ class InferRuntime:
             config=self.config,
             instance_dir=directory,
             open_prober=self._open_prober,
+            net=self._net,
             events=self._events,
         )
         await call(self._supervisor, partial(Load, actor))
@@ -338,20 +365,23 @@ async def open_runtime(
     *,
     node_id: str = "local",
     open_prober: ProberFactory | None = None,
+    net: NetScanner | None = None,
+    random: Callable[[], float] | None = None,
     stop_grace_s: float = DEFAULT_STOP_GRACE_S,
 ) -> AsyncIterator[InferRuntime]:
     """Run a runtime for the duration of an ``async with`` block.
 
     On exit every running managed server is stopped (SIGTERM, ``stop_grace_s`` seconds,
     SIGKILL), even when the block raised or was cancelled; adopted servers are left alone.
+    ``open_prober`` (the HTTP edge), ``net`` (socket tables and exposure connects) and
+    ``random`` (restart jitter, values in [0, 1)) can be swapped, for tests.
 
     Raises:
         InvalidConfig: the config or ``node_id`` is malformed, or the registry file is.
     """
     async with trio.open_nursery() as nursery:
-        runtime: InferRuntime = await nursery.start(
-            _serve, config, node_id, open_prober or http_prober_factory()
-        )
+        edges = _Edges(open_prober or http_prober_factory(), net or SystemNetScanner(), random)
+        runtime: InferRuntime = await nursery.start(_serve, config, node_id, edges)
         try:
             yield runtime
         finally:
@@ -366,6 +396,8 @@ async def serve_runtime(
     *,
     node_id: str = "local",
     open_prober: ProberFactory | None = None,
+    net: NetScanner | None = None,
+    random: Callable[[], float] | None = None,
     task_status: trio.TaskStatus[InferRuntime] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run a runtime until cancelled, for hosts that own a nursery::
@@ -375,13 +407,21 @@ async def serve_runtime(
     ``task_status.started`` receives the `InferRuntime` once it accepts commands. When
     cancelled, each running managed server gets SIGTERM and, after 5 s, SIGKILL.
     """
-    await _serve(config, node_id, open_prober or http_prober_factory(), task_status=task_status)
+    edges = _Edges(open_prober or http_prober_factory(), net or SystemNetScanner(), random)
+    await _serve(config, node_id, edges, task_status=task_status)
+
+
+@attrs.frozen
+class _Edges:
+    open_prober: ProberFactory
+    net: NetScanner
+    random: Callable[[], float] | None
 
 
 async def _serve(
     config: InferConfig,
     node_id: str,
-    open_prober: ProberFactory,
+    edges: _Edges,
     *,
     task_status: trio.TaskStatus[InferRuntime] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -390,9 +430,9 @@ async def _serve(
     registry = None
     if config.managed is not None:
         registry = await trio.to_thread.run_sync(ModelRegistry.open, config.managed.registry)
-    supervisor = Supervisor.create()
+    supervisor = Supervisor.create(random=edges.random) if edges.random else Supervisor.create()
     runtime = InferRuntime(
-        config, node_id, supervisor.inbox, supervisor.events, registry, open_prober
+        config, node_id, supervisor.inbox, supervisor.events, registry, edges.open_prober, edges.net
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.serve)

@@ -37,6 +37,11 @@ class InstanceStatus:
             apart from the exit status (FC-22).
         pid: the live process id of a managed server, else None.
         uptime_s: seconds since the live process was spawned, else None.
+        last_probe: what the last probe found (``"up"``, ``"loading"``, ``"unreachable:
+            connection refused"``), to show loading progress.
+        restarts: restarts made since the restart budget was last refilled.
+        supervision: what the supervisor is doing about it (``"restarting in 2.0 s"``,
+            ``"gave up: restart budget spent (5 of 5)"``), else None.
     """
 
     state: InstanceState
@@ -45,6 +50,9 @@ class InstanceStatus:
     stop_reason: str | None = None
     pid: int | None = None
     uptime_s: float | None = None
+    last_probe: str | None = None
+    restarts: int = 0
+    supervision: str | None = None
 
 
 def map_report(

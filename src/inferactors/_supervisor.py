@@ -1,34 +1,59 @@
-"""The supervisor actor: owns the instance actors and routes commands to them.
+"""The supervisor actor: owns the instance actors, routes commands, enforces restarts.
 
-It keeps the instance table (the only writer of it), refuses a second instance on an
-ip:port that a managed instance uses (checklist item 30), forwards each instance command to
-its actor's inbox in arrival order, and fans the actors' events out to subscribers.
-Everything it does is synchronous except receiving, so it never stalls behind an instance.
+It keeps the instance table and every instance's restart budget (the only writer of
+both), refuses a second instance on an ip:port that a managed instance uses (checklist item
+30), forwards each instance command to its actor's inbox in arrival order, and fans events
+out to subscribers. Events from instance actors reach it through its own inbox (`Notify`),
+so it decides about a crash the moment the exit is observed, with no caller's poll
+(FC-10). Every handler is synchronous; restarts wait in their own tasks.
 """
 
 from __future__ import annotations
 
+import random as random_module
+from collections.abc import Callable
+from functools import partial
 from typing import assert_never
 
 import attrs
 import trio
 
 from ._config import ControlMode
-from ._errors import BackendError, InvalidState, UnknownInstance
-from ._events import Event
+from ._errors import BackendError, InferactorsError, InvalidState, UnknownInstance
+from ._events import (
+    Event,
+    GaveUp,
+    ProcessExited,
+    RestartFailed,
+    RestartScheduled,
+    StateChanged,
+    StopReason,
+)
 from ._instance import InstanceActor
 from ._messages import (
+    Annotate,
     ListInstances,
     Load,
+    Notify,
     PlanOf,
+    ResetRestarts,
+    Restart,
+    RestartDone,
     Route,
     Shutdown,
+    Start,
+    Stop,
     Subscribe,
+    Reply,
     SupervisorCommand,
     Unload,
     answer,
+    call,
     refuse,
 )
+from ._restart import GiveUp, NoRestart, RestartBudget
+from ._restart import Restart as RestartDecision
+from ._status import InstanceState
 
 INBOX_SIZE = 64
 EVENT_BUFFER = 1024
@@ -44,16 +69,20 @@ class Supervisor:
     _inbox_recv: trio.MemoryReceiveChannel[object]
     _events_send: trio.MemorySendChannel[Event]
     _events_recv: trio.MemoryReceiveChannel[Event]
+    _random: Callable[[], float]
     _actors: dict[str, InstanceActor] = attrs.Factory(dict)
+    _budgets: dict[str, RestartBudget] = attrs.Factory(dict)
+    _pending: dict[str, trio.CancelScope] = attrs.Factory(dict)
     _subscribers: list[trio.MemorySendChannel[Event]] = attrs.Factory(list)
     _nursery: trio.Nursery | None = None
     dropped_events: int = 0
 
     @classmethod
-    def create(cls) -> Supervisor:
+    def create(cls, *, random: Callable[[], float] = random_module.random) -> Supervisor:
+        """A supervisor; ``random`` (values in [0, 1)) drives the restart jitter."""
         inbox_send, inbox_recv = trio.open_memory_channel[object](INBOX_SIZE)
         events_send, events_recv = trio.open_memory_channel[Event](EVENT_BUFFER)
-        return cls(inbox_send, inbox_recv, events_send, events_recv)
+        return cls(inbox_send, inbox_recv, events_send, events_recv, random)
 
     @property
     def inbox(self) -> trio.MemorySendChannel[object]:
@@ -69,10 +98,14 @@ class Supervisor:
         """Run until cancelled; the instance actors run in this actor's nursery."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            nursery.start_soon(self._fan_out)
+            nursery.start_soon(self._relay_events)
             task_status.started()
             async for command in self._inbox_recv:
                 self._dispatch(command)  # type: ignore[arg-type]  # only commands arrive
+
+    async def _relay_events(self) -> None:
+        async for event in self._events_recv:
+            await self._inbox_send.send(Notify(event))
 
     def _dispatch(self, command: SupervisorCommand) -> None:
         match command:
@@ -94,8 +127,16 @@ class Supervisor:
                 send, receive = trio.open_memory_channel[Event](command.buffer)
                 self._subscribers.append(send)
                 answer(command.reply, receive)
+            case ResetRestarts():
+                self._on_reset(command)
+            case Notify():
+                self._on_event(command.event)
+            case RestartDone():
+                self._on_restart_done(command)
             case _:
                 assert_never(command)
+
+    # The instance table.
 
     def _on_load(self, command: Load) -> None:
         actor = command.instance
@@ -108,19 +149,16 @@ class Supervisor:
             refuse(command.reply, InvalidState(clash))
             return
         self._actors[actor.instance_id] = actor
-        assert self._nursery is not None
-        self._nursery.start_soon(actor.serve)
+        self._budgets[actor.instance_id] = RestartBudget(actor.plan.restart_policy)
+        self._nursery_or_fail().start_soon(actor.serve)
         answer(command.reply, None)
 
     def _port_clash(self, actor: InstanceActor) -> str | None:
         spec = actor.plan.spec
+        where = (spec.bind_ip(), spec.port())
         for other in self._actors.values():
             either_managed = ControlMode.MANAGED in (actor.plan.mode, other.plan.mode)
-            same = (other.plan.spec.bind_ip(), other.plan.spec.port()) == (
-                spec.bind_ip(),
-                spec.port(),
-            )
-            if either_managed and same:
+            if either_managed and (other.plan.spec.bind_ip(), other.plan.spec.port()) == where:
                 return (
                     f"{spec.base_url()} is already used by another instance ({other.instance_id})"
                 )
@@ -131,6 +169,8 @@ class Supervisor:
         if actor is None:
             refuse(route.command.reply, _unknown(route.instance_id))
             return
+        if isinstance(route.command, Start | Stop | Shutdown):
+            self._cancel_pending(route.instance_id)  # the operator's word wins over a timer
         self._forward(actor, route.command)
 
     def _on_unload(self, command: Unload) -> None:
@@ -138,6 +178,8 @@ class Supervisor:
         if actor is None:
             refuse(command.reply, _unknown(command.instance_id))
             return
+        self._cancel_pending(command.instance_id)
+        self._budgets.pop(command.instance_id, None)
         self._forward(actor, Shutdown(UNLOAD_GRACE_S, command.reply))
 
     def _forward(self, actor: InstanceActor, command: object) -> None:
@@ -149,15 +191,117 @@ class Supervisor:
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             refuse(command.reply, _unknown(actor.instance_id))  # type: ignore[attr-defined]
 
-    async def _fan_out(self) -> None:
-        async for event in self._events_recv:
-            for subscriber in list(self._subscribers):
-                try:
-                    subscriber.send_nowait(event)
-                except trio.WouldBlock:
-                    self.dropped_events += 1
-                except (trio.ClosedResourceError, trio.BrokenResourceError):
-                    self._subscribers.remove(subscriber)
+    # Restarts (checklist items 50 to 57; OTP restart types and intensity).
+
+    def _on_reset(self, command: ResetRestarts) -> None:
+        budget = self._budgets.get(command.instance_id)
+        if budget is None:
+            refuse(command.reply, _unknown(command.instance_id))
+            return
+        self._budgets[command.instance_id] = budget.reset()
+        self._annotate(command.instance_id, None)
+        answer(command.reply, None)
+
+    def _on_event(self, event: Event) -> None:
+        self._publish(event)
+        budget = self._budgets.get(event.instance_id)
+        if budget is None:
+            return
+        if isinstance(event, StateChanged):
+            running = event.new is InstanceState.RUNNING
+            now = event.at
+            budget = budget.note_running(now) if running else budget.note_not_running()
+            self._budgets[event.instance_id] = budget.refill_if_stable(now)
+        elif isinstance(event, ProcessExited):
+            self._decide(event.instance_id, event.reason, event.exit_code, event.signal)
+
+    def _decide(
+        self, iid: str, reason: StopReason, exit_code: int | None, signal: int | None
+    ) -> None:
+        now = trio.current_time()
+        budget, decision = self._budgets[iid].decide(
+            reason=reason, exit_code=exit_code, signal=signal, now=now, random=self._random()
+        )
+        self._budgets[iid] = budget
+        match decision:
+            case RestartDecision():
+                self._publish(RestartScheduled(iid, decision.attempt, decision.delay_s, now))
+                self._annotate(
+                    iid, f"restarting in {decision.delay_s:.1f} s (attempt {decision.attempt})"
+                )
+                self._schedule(iid, decision)
+            case GiveUp():
+                self._publish(GaveUp(iid, decision.attempts, decision.why, now))
+                self._annotate(iid, f"gave up: {decision.why}")
+            case NoRestart():
+                self._annotate(iid, None)
+            case _:
+                assert_never(decision)
+
+    def _schedule(self, iid: str, decision: RestartDecision) -> None:
+        self._cancel_pending(iid)
+        scope = trio.CancelScope()
+        self._pending[iid] = scope
+        self._nursery_or_fail().start_soon(self._restart_later, iid, decision, scope)
+
+    async def _restart_later(
+        self, iid: str, decision: RestartDecision, scope: trio.CancelScope
+    ) -> None:
+        with scope:
+            await trio.sleep(decision.delay_s)
+            error: InferactorsError | None = None
+            try:
+                await call(self._inbox_send, partial(_routed_restart, iid, decision.attempt))
+            except InferactorsError as failure:
+                error = failure
+            await self._inbox_send.send(RestartDone(iid, decision.attempt, error))
+
+    def _on_restart_done(self, done: RestartDone) -> None:
+        self._pending.pop(done.instance_id, None)
+        if done.instance_id not in self._budgets:
+            return
+        if done.error is None:
+            self._annotate(done.instance_id, None)
+            return
+        if isinstance(done.error, InvalidState | UnknownInstance):
+            self._annotate(done.instance_id, None)  # stopped or unloaded meanwhile
+            return
+        now = trio.current_time()
+        self._publish(RestartFailed(done.instance_id, done.attempt, str(done.error), now))
+        self._decide(done.instance_id, StopReason.CRASH, None, None)
+
+    def _cancel_pending(self, iid: str) -> None:
+        scope = self._pending.pop(iid, None)
+        if scope is not None:
+            scope.cancel()
+
+    def _annotate(self, iid: str, note: str | None) -> None:
+        actor = self._actors.get(iid)
+        budget = self._budgets.get(iid)
+        if actor is None or budget is None:
+            return
+        send, _unread = trio.open_memory_channel[Reply[None]](1)  # nobody waits for it
+        self._forward(actor, Annotate(note, budget.attempts, send))
+
+    # Events.
+
+    def _publish(self, event: Event) -> None:
+        for subscriber in list(self._subscribers):
+            try:
+                subscriber.send_nowait(event)
+            except trio.WouldBlock:
+                self.dropped_events += 1
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                self._subscribers.remove(subscriber)
+
+    def _nursery_or_fail(self) -> trio.Nursery:
+        if self._nursery is None:
+            raise BackendError("the supervisor is not serving")
+        return self._nursery
+
+
+def _routed_restart(iid: str, attempt: int, reply: object) -> Route:
+    return Route(iid, Restart(attempt, reply))  # type: ignore[arg-type]
 
 
 def _unknown(instance_id: str) -> UnknownInstance:

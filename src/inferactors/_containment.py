@@ -1,0 +1,278 @@
+"""Containment: which user a managed server runs as, and whether that user can reach its files.
+
+Sources: seed-behaviour.md section 4 ("Supervised": root without ``run_as`` is refused, uid 0
+is refused, the child drops to ``run_as`` before exec), checklist item 45, and issue 3 item 6
+(the instance directory, the model files and the server program must be reachable by that
+user, and the error says exactly which one is not).
+
+`resolve_run_as` turns the config's ``run_as`` text into ids (reads the user database);
+`require_unprivileged` is the refusal to run a server as root; `check_reachable` walks the
+permission bits the way the kernel does for that user (``os.stat`` only; `os.access` would
+answer for the caller, which is root); `prepare_instance_dir` hands the instance directory
+to the user. The child side (setgroups, setgid, setuid) is in ``_spawn.py``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import pwd
+import re
+import stat
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import attrs
+
+from ._errors import AdmissionRefused, BackendError, InvalidConfig
+
+_IDS = re.compile(r"([0-9]{1,10})(?::([0-9]{1,10}))?")
+_MAX_ID = 2**32 - 2  # (uid_t)-1 means "unchanged" to the kernel
+_NOT_ROOT = "run_as must name a non-root user"
+SEARCH, WRITE, READ = os.X_OK, os.W_OK, os.R_OK
+"""Access bits as `os.access` spells them (1, 2, 4), for `access_problem`."""
+
+
+@attrs.frozen
+class RunAs:
+    """The unprivileged account a managed server runs as.
+
+    Attributes:
+        uid: The user id (never 0).
+        gid: The primary group id (never 0).
+        name: The user name, or the uid as text when the user database has no entry.
+        groups: Supplementary group ids set in the child (``setgroups``); empty for an
+            explicit ``uid:gid``.
+    """
+
+    uid: int
+    gid: int
+    name: str
+    groups: tuple[int, ...] = ()
+
+    @property
+    def group_ids(self) -> frozenset[int]:
+        """Every group the user acts with: the primary one and the supplementary ones."""
+        return frozenset((self.gid, *self.groups))
+
+
+def resolve_run_as(spec: str) -> RunAs:
+    """Resolve a ``run_as`` setting: a user name, ``uid`` or ``uid:gid``.
+
+    A name or a bare uid takes its primary group and its supplementary groups from the user
+    database (`os.getgrouplist`); ``uid:gid`` is taken as given, with no supplementary
+    groups, and need not exist in the database.
+
+    Raises:
+        InvalidConfig: ``"run_as must name a non-root user"`` for uid 0 (or gid 0, root's
+            group; checklist item 45); an unknown user name; a bare uid with no user entry
+            (give ``uid:gid``); an id out of range.
+    """
+    ids = _IDS.fullmatch(spec)
+    if ids is None:
+        return _from_entry(_user_named(spec))
+    uid = _checked_id(spec, ids.group(1))
+    if ids.group(2) is not None:
+        return _explicit(uid, _checked_id(spec, ids.group(2)))
+    try:
+        return _from_entry(pwd.getpwuid(uid))
+    except KeyError:
+        raise InvalidConfig(f"run_as {spec}: no user has uid {uid}; give uid:gid") from None
+
+
+def _user_named(name: str) -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        raise InvalidConfig(f"run_as {name!r}: no such user on this host") from None
+
+
+def _checked_id(spec: str, digits: str) -> int:
+    value = int(digits)
+    if value > _MAX_ID:
+        raise InvalidConfig(f"run_as {spec}: id {value} is out of range")
+    return value
+
+
+def _explicit(uid: int, gid: int) -> RunAs:
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = str(uid)
+    return _refuse_root(RunAs(uid, gid, name))
+
+
+def _from_entry(entry: pwd.struct_passwd) -> RunAs:
+    groups = tuple(sorted(set(os.getgrouplist(entry.pw_name, entry.pw_gid))))
+    return _refuse_root(RunAs(entry.pw_uid, entry.pw_gid, entry.pw_name, groups))
+
+
+def _refuse_root(run_as: RunAs) -> RunAs:
+    if run_as.uid == 0:
+        raise InvalidConfig(_NOT_ROOT)
+    if run_as.gid == 0:
+        raise InvalidConfig(f"{_NOT_ROOT} and group (gid 0 is root's group)")
+    return run_as
+
+
+def require_unprivileged(run_as: RunAs | None, euid: int) -> None:
+    """Refuse to run a managed server as root (checklist item 45).
+
+    Args:
+        run_as: The configured account, if any.
+        euid: The supervisor's effective uid (`os.geteuid`).
+
+    Raises:
+        AdmissionRefused: ``euid`` is 0 and no ``run_as`` is configured.
+    """
+    if euid == 0 and run_as is None:
+        raise AdmissionRefused(
+            "managed servers run unprivileged: set run_as to a non-root user "
+            "when inferactors runs as root"
+        )
+
+
+def check_reachable(
+    run_as: RunAs, *, directory: Path, files: Sequence[Path], program: Path
+) -> None:
+    """Check that ``run_as`` can use everything a managed server needs (issue 3, item 6).
+
+    For that user's uid, gid and supplementary groups, every directory on each path must be
+    searchable; the ``files`` (model shards) readable; the ``program`` an executable regular
+    file; and ``directory`` (the instance directory, after `prepare_instance_dir`) writable.
+    Symbolic links are followed: the directories of the link and of its target both count.
+    POSIX ACLs and capabilities are not evaluated, only mode bits and ownership.
+
+    Raises:
+        AdmissionRefused: naming every path that is not reachable and why, e.g. ``"the model
+            file /root/x.gguf is not reachable by user nobody: /root is not searchable (mode
+            0700, owner root)"``; several problems are joined with ``"; "``.
+    """
+    wanted = [
+        ("the instance directory", directory, WRITE | SEARCH),
+        ("the server program", program, SEARCH),
+        *(("the model file", path, READ) for path in files),
+    ]
+    problems = []
+    for label, path, want in wanted:
+        problem = access_problem(run_as, path, want)
+        if problem is not None:
+            problems.append(f"{label} {path} is not reachable by user {run_as.name}: {problem}")
+    if problems:
+        raise AdmissionRefused("; ".join(problems))
+
+
+def access_problem(run_as: RunAs, path: Path, want: int) -> str | None:
+    """Why ``run_as`` cannot access ``path`` with ``want`` (`READ` | `WRITE` | `SEARCH`).
+
+    Returns:
+        None when the access is allowed, else one phrase: ``"/root is not searchable (mode
+        0700, owner root)"``, ``"/x/y does not exist"``, ``"/x/y is not a regular file"``.
+        For a directory, `SEARCH` means searchable; for a file, executable.
+    """
+    absolute = Path(os.path.abspath(path))
+    for parent in _ancestors(absolute):
+        problem = _one_problem(run_as, parent, SEARCH, directory=True)
+        if problem is not None:
+            return problem
+    return _one_problem(run_as, absolute, want, directory=(want & WRITE) != 0)
+
+
+def _ancestors(path: Path) -> Iterator[Path]:
+    """Every directory the kernel searches to reach ``path``, lexically and after links."""
+    seen: set[Path] = set()
+    for chain in (path, Path(os.path.realpath(path))):
+        for parent in reversed(chain.parents):
+            if parent not in seen:
+                seen.add(parent)
+                yield parent
+
+
+def _one_problem(run_as: RunAs, path: Path, want: int, *, directory: bool) -> str | None:
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return f"{path} does not exist"
+    except OSError as error:
+        return f"{path} cannot be examined ({error.strerror})"
+    if directory and not stat.S_ISDIR(info.st_mode):
+        return f"{path} is not a directory"
+    if not directory and not stat.S_ISREG(info.st_mode):
+        return f"{path} is not a regular file"
+    if permits(run_as, info, want):
+        return None
+    return f"{path} is not {_describe(want, directory)} ({_mode_and_owner(info)})"
+
+
+def permits(run_as: RunAs, info: os.stat_result, want: int) -> bool:
+    """The kernel's rule for a non-root user: exactly one class of bits applies.
+
+    The owner bits if the user owns the file, else the group bits if the file's group is
+    one of the user's groups, else the other bits (so an owner with fewer rights than
+    "other" is refused, as the kernel does).
+    """
+    mode = stat.S_IMODE(info.st_mode)
+    if info.st_uid == run_as.uid:
+        bits = mode >> 6
+    elif info.st_gid in run_as.group_ids:
+        bits = mode >> 3
+    else:
+        bits = mode
+    return bits & want == want
+
+
+def _describe(want: int, directory: bool) -> str:
+    words = []
+    if want & READ:
+        words.append("readable")
+    if want & WRITE:
+        words.append("writable")
+    if want & SEARCH:
+        words.append("searchable" if directory else "executable")
+    return " and ".join(words)
+
+
+def _mode_and_owner(info: os.stat_result) -> str:
+    try:
+        owner = pwd.getpwuid(info.st_uid).pw_name
+    except KeyError:
+        owner = str(info.st_uid)
+    return f"mode {stat.S_IMODE(info.st_mode):04o}, owner {owner}"
+
+
+def prepare_instance_dir(path: Path, run_as: RunAs | None) -> None:
+    """Create the instance directory if needed and, with ``run_as``, hand it to that user.
+
+    With ``run_as`` the directory becomes owned by ``run_as.uid:run_as.gid`` with mode 0700
+    (the server's private workspace; root still writes the ``server.json`` record there, see
+    ``_orphans.py``). Only the directory itself changes hands, not what it already holds.
+    Call it before `check_reachable` and before the spawn (issue 3, item 6).
+
+    Raises:
+        BackendError: the directory cannot be created or changed, or ``path`` is a symbolic
+            link or not a directory (a link would hand its target to the user).
+    """
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if run_as is not None:
+            _hand_over(path, run_as)
+    except OSError as error:
+        raise BackendError(f"cannot prepare the instance directory {path}: {error}") from error
+
+
+def _hand_over(path: Path, run_as: RunAs) -> None:
+    """chown and chmod through a descriptor opened without following a link (no race)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise BackendError(
+                f"the instance directory {path} is a symbolic link; not handing its target "
+                f"to user {run_as.name}"
+            ) from error
+        raise
+    try:
+        os.fchown(fd, run_as.uid, run_as.gid)
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)

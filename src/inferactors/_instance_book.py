@@ -1,0 +1,129 @@
+"""An instance's bookkeeping and how it becomes a status (pure; no trio, no I/O).
+
+`InstanceBook` holds what one instance actor knows; the actor (``_instance.py``) is its
+only writer. The status rules follow seed-behaviour.md section 4 (``status``) and add what
+issue 3 asks for: the stop reason apart from the exit status (FC-22), the supervisor's
+note, loading progress (time since spawn and the last probe), an exposure stop that holds
+until reload (checklist 59), an impostor on our port (FC-14) and a failing watchdog.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ._capture import RunEvidence
+from ._events import StopReason
+from ._probe import Loading, ServerReport, Unhealthy, Unreachable, Up
+from ._process import ManagedProcess
+from ._status import InstanceState, InstanceStatus
+
+_REASON_WORDS = {
+    StopReason.REQUESTED: "stopped on request",
+    StopReason.CRASH: "server process exited",
+    StopReason.READINESS_TIMEOUT: "killed: not ready before the readiness deadline",
+    StopReason.HEALTH_KILL: "killed: deep health failed",
+    StopReason.UNLOAD: "stopped for unload",
+    StopReason.SHUTDOWN: "stopped: the runtime shut down",
+}
+
+
+def probe_words(report: ServerReport) -> str:
+    """What a probe found, in a few words: ``up``, ``loading``, ``unreachable: why``."""
+    health = report.health
+    if isinstance(health, Up):
+        return "up"
+    if isinstance(health, Loading):
+        return "loading"
+    if isinstance(health, Unhealthy | Unreachable):
+        return f"{type(health).__name__.lower()}: {health.why}"
+    return type(health).__name__.lower()
+
+
+@attrs.define
+class InstanceBook:
+    """Everything one instance actor knows about its instance.
+
+    Attributes are the actor's private state; see the module docstring.
+    """
+
+    managed: bool
+    process: ManagedProcess | None = None
+    starting: bool = False
+    wanted: bool = False
+    stop_reason: StopReason | None = None
+    last: RunEvidence | None = None
+    last_reason: StopReason | None = None
+    exposed: str | None = None
+    mapped: InstanceStatus = InstanceStatus(InstanceState.LOADED)  # noqa: RUF009  (frozen)
+    last_probe: str | None = None
+    supervision: str | None = None
+    restarts: int = 0
+    impostor: str | None = None
+    identity_ok: bool = False
+    ready_once: bool = False
+    health_failures: int = 0
+    health_failed: str | None = None
+
+    def spawned(self, process: ManagedProcess) -> None:
+        """A new process runs: forget everything about the previous one."""
+        self.process = process
+        self.starting = False
+        self.wanted = True
+        self.stop_reason = None
+        self.impostor = None
+        self.identity_ok = False
+        self.ready_once = False
+        self.health_failures = 0
+        self.health_failed = None
+        self.last_probe = None
+        self.mapped = InstanceStatus(InstanceState.DEGRADED, "starting: not listening yet")
+
+    def exited(self, evidence: RunEvidence) -> StopReason:
+        """The current process ended; return why (the pending stop reason, else crash)."""
+        reason = self.stop_reason or StopReason.CRASH
+        self.process = None
+        self.stop_reason = None
+        self.last = evidence
+        self.last_reason = reason
+        self.mapped = self.idle_status()
+        return reason
+
+    def idle_status(self) -> InstanceStatus:
+        """Status while no process runs: Loaded, or Exited with why (checklist 50, 52, 59)."""
+        if self.exposed is not None:
+            return InstanceStatus(
+                InstanceState.EXITED, f"stopped: {self.exposed}", stop_reason="exposure"
+            )
+        if self.last is None:
+            return InstanceStatus(InstanceState.LOADED)
+        reason = self.last_reason
+        detail = _REASON_WORDS.get(reason, "server process exited") if reason else None
+        return InstanceStatus(
+            InstanceState.EXITED,
+            detail,
+            exit_code=self.last.exit_code,
+            stop_reason=reason.value if reason else None,
+        )
+
+    def status(self, now: float) -> InstanceStatus:
+        """The status to report at trio time ``now``."""
+        base = self.mapped if self.process is not None or not self.managed else self.idle_status()
+        if self.process is not None:
+            base = self._live_overrides(base)
+            base = attrs.evolve(base, pid=self.process.pid, uptime_s=now - self.process.started_at)
+        elif self.health_failed is not None and not self.managed:
+            base = InstanceStatus(InstanceState.DEGRADED, self.health_failed)
+        return attrs.evolve(
+            base, last_probe=self.last_probe, restarts=self.restarts, supervision=self.supervision
+        )
+
+    def _live_overrides(self, base: InstanceStatus) -> InstanceStatus:
+        if self.impostor is not None:
+            return InstanceStatus(InstanceState.DEGRADED, self.impostor)
+        if self.health_failed is not None:
+            return InstanceStatus(InstanceState.DEGRADED, self.health_failed)
+        if base.state is InstanceState.RUNNING and self.managed and not self.identity_ok:
+            return InstanceStatus(
+                InstanceState.DEGRADED, "starting: confirming the listener is ours"
+            )
+        return base
