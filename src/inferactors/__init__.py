@@ -1,8 +1,8 @@
 """inferactors: keeps local LLM inference servers registered, healthy and contained.
 
 Everything public is re-exported here from private modules; ``inferactors.testing`` holds
-the test helpers (tiny models, a recording proxy). The exception tree is drawn in
-``_errors.py``; the actor design is described in ``design/actors.md``.
+the test helpers (tiny models, fake servers and fleets, a recording proxy). The exception
+tree is drawn in ``_errors.py``; the actor design is described in ``design/actors.md``.
 """
 
 from ._capabilities import Capability as Capability
@@ -12,12 +12,17 @@ from ._config import InferConfig as InferConfig
 from ._config import ManagedConfig as ManagedConfig
 from ._config import ManagedSection as ManagedSection
 from ._config import RestartPolicy as RestartPolicy
+from ._config import RestartType as RestartType
 from ._config import RunConfig as RunConfig
 from ._config import RunInstance as RunInstance
+from ._config import Supervision as Supervision
+from ._config import Watchdog as Watchdog
 from ._convert import load_run_config as load_run_config
 from ._convert import spec_from_json as spec_from_json
 from ._convert import spec_from_toml as spec_from_toml
 from ._convert import spec_to_json as spec_to_json
+from ._edges import Edges as Edges
+from ._edges import http_prober_factory as http_prober_factory
 from ._errors import AdmissionRefused as AdmissionRefused
 from ._errors import BackendError as BackendError
 from ._errors import DeepHealthTimeout as DeepHealthTimeout
@@ -29,11 +34,18 @@ from ._errors import ModelNotReady as ModelNotReady
 from ._errors import UnknownInstance as UnknownInstance
 from ._errors import UnknownModel as UnknownModel
 from ._errors import Unsupported as Unsupported
+from ._events import DeepHealthFailed as DeepHealthFailed
 from ._events import Event as Event
+from ._events import ExposureDetected as ExposureDetected
+from ._events import GaveUp as GaveUp
+from ._events import ImpostorDetected as ImpostorDetected
 from ._events import ProcessExited as ProcessExited
 from ._events import ProcessStarted as ProcessStarted
+from ._events import RestartFailed as RestartFailed
+from ._events import RestartScheduled as RestartScheduled
 from ._events import StateChanged as StateChanged
 from ._events import StopReason as StopReason
+from ._exposure import Exposure as Exposure
 from ._flavor import InferFlavor as InferFlavor
 from ._flavor import ModelFormat as ModelFormat
 from ._launch import Launch as Launch
@@ -72,9 +84,15 @@ __all__ = [
     "Capability",
     "CompletionResult",
     "ControlMode",
+    "DeepHealthFailed",
     "DeepHealthTimeout",
+    "Edges",
     "Event",
+    "Exposure",
+    "ExposureDetected",
+    "GaveUp",
     "Health",
+    "ImpostorDetected",
     "InferConfig",
     "InferFlavor",
     "InferRuntime",
@@ -105,7 +123,10 @@ __all__ = [
     "ProcessExited",
     "ProcessStarted",
     "ResolvedModel",
+    "RestartFailed",
     "RestartPolicy",
+    "RestartScheduled",
+    "RestartType",
     "RunConfig",
     "RunEvidence",
     "RunInstance",
@@ -113,12 +134,15 @@ __all__ = [
     "ServerReport",
     "StateChanged",
     "StopReason",
+    "Supervision",
     "Unhealthy",
     "UnknownInstance",
     "UnknownModel",
     "Unreachable",
     "Unsupported",
     "Up",
+    "Watchdog",
+    "http_prober_factory",
     "load_run_config",
     "open_runtime",
     "serve_runtime",

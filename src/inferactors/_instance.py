@@ -24,6 +24,7 @@ import trio
 
 from ._capture import RunEvidence
 from ._config import ControlMode, InferConfig
+from ._edges import Edges
 from ._errors import BackendError, InvalidState, UnknownInstance, Unsupported
 from ._events import (
     DeepHealthFailed,
@@ -65,8 +66,7 @@ from ._messages import (
     answer,
     refuse,
 )
-from ._netscan import NetScanner
-from ._plan import Plan, ProberFactory
+from ._plan import Plan
 from ._process import ManagedProcess
 from ._status import InstanceState, InstanceStatus, map_report
 
@@ -117,13 +117,12 @@ class InstanceActor:
         plan: Plan,
         config: InferConfig,
         instance_dir: Path | None,
-        open_prober: ProberFactory,
-        net: NetScanner,
+        edges: Edges,
         events: trio.MemorySendChannel[Event],
     ) -> InstanceActor:
         """A new actor in state Loaded; nothing runs until `serve` is started."""
         send, receive = trio.open_memory_channel[object](INBOX_SIZE)
-        work = InstanceWork(plan, config, open_prober, net, send)
+        work = InstanceWork(plan, config, edges, send)
         book = InstanceBook(managed=plan.mode is ControlMode.MANAGED)
         return cls(instance_id, runtime_id, plan, instance_dir, events, send, receive, work, book)
 
@@ -332,7 +331,8 @@ class InstanceActor:
         book = self._book
         book.last_probe = probe_words(message.report)
         if message.owner_ok is False and book.impostor is None:
-            book.impostor = f"impostor: port {self.plan.spec.port()} is held by pid {message.owner_pid}, not our server"
+            port, pid = self.plan.spec.port(), message.owner_pid
+            book.impostor = f"impostor: port {port} is held by pid {pid}, not our server"
             self._emit(
                 ImpostorDetected(
                     self.instance_id, message.owner_pid, book.impostor, trio.current_time()

@@ -15,6 +15,7 @@ import attrs
 import trio
 
 from ._config import InferConfig, Watchdog
+from ._edges import Edges
 from ._errors import BackendError, InferactorsError
 from ._exposure import Exposure
 from ._flavor import InferFlavor
@@ -33,7 +34,6 @@ from ._instance_msgs import (
 )
 from ._matching import same_model
 from ._messages import ReplyTo, answer, refuse
-from ._netcheck import port_in_use
 from ._netscan import NetScanner
 from ._plan import Plan, ProberFactory, probe_once
 from ._probe import CompletionResult, Prober, ServerReport, Unreachable, Up
@@ -59,9 +59,16 @@ class InstanceWork:
 
     plan: Plan
     config: InferConfig
-    open_prober: ProberFactory
-    net: NetScanner
+    edges: Edges
     post: trio.MemorySendChannel[object]
+
+    @property
+    def open_prober(self) -> ProberFactory:
+        return self.edges.open_prober
+
+    @property
+    def net(self) -> NetScanner:
+        return self.edges.net
 
     @property
     def _flavor(self) -> InferFlavor:
@@ -81,11 +88,13 @@ class InstanceWork:
         assert launch is not None, "spawn is only for managed process plans"
         spec = self.plan.spec
         try:
-            if await port_in_use(str(spec.bind_ip()), spec.port()):
+            if await self.edges.port_in_use(str(spec.bind_ip()), spec.port()):
                 raise BackendError(
                     f"{spec.base_url()} is already taken by something else; not starting over it"
                 )
-            process = await ManagedProcess.spawn(nursery, launch)
+            process = await ManagedProcess.spawn(
+                nursery, launch, open_process=self.edges.open_process
+            )
         except InferactorsError as error:
             await self._post(SpawnFailed(error, reply))
             return

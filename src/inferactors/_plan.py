@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import os.path
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import attrs
@@ -52,7 +52,7 @@ class Plan:
     notes: tuple[str, ...]
     launch: Launch | None = None
     model: ResolvedModel | None = None
-    supervision: Supervision = Supervision()
+    supervision: Supervision = Supervision()  # noqa: RUF009  (frozen value)
 
     @property
     def restart_policy(self) -> RestartPolicy:
@@ -72,6 +72,7 @@ async def make_plan(
     registry: ModelRegistry | None,
     open_prober: ProberFactory,
     instance_dir: Path,
+    port_check: Callable[[str, int], Awaitable[bool]] = port_in_use,
 ) -> Plan:
     """Check ``spec`` against ``config`` and build its plan (see the module docstring).
 
@@ -80,6 +81,7 @@ async def make_plan(
         config: the runtime's config (flavor, mode, ports, timeouts).
         registry: the model registry; required when managed.
         open_prober: the HTTP edge.
+        port_check: the occupied-port check (a TCP connect).
         instance_dir: where a managed server will run (its cwd); not created here.
 
     Raises:
@@ -92,7 +94,7 @@ async def make_plan(
         return await _plan_adopted(spec, config, open_prober)
     if spec.runtime is InferFlavor.OLLAMA:
         raise AdmissionRefused("managed Ollama is not supported by this version of inferactors")
-    return await _plan_process(spec, config, config.managed, registry, instance_dir)
+    return await _plan_process(spec, config, config.managed, registry, instance_dir, port_check)
 
 
 def _check_runtime_and_port(spec: InferenceSpec, config: InferConfig) -> None:
@@ -141,6 +143,7 @@ async def _plan_process(
     managed: ManagedConfig,
     registry: ModelRegistry | None,
     instance_dir: Path,
+    port_check: Callable[[str, int], Awaitable[bool]],
 ) -> Plan:
     if spec.model is None:
         raise AdmissionRefused(
@@ -156,7 +159,7 @@ async def _plan_process(
         check_format(spec.runtime, draft)
     program = _serve_program(managed)
     ip, port = str(spec.bind_ip()), spec.port()
-    if await port_in_use(ip, port):
+    if await port_check(ip, port):
         raise AdmissionRefused(
             f"something is already listening on {spec.base_url()}; "
             "adopt it instead of managing over it"

@@ -7,23 +7,15 @@ section 4 ("Supervised") and checklist items 43-44, 48, 52 and 61:
 - the child runs in a new session, so its process group id equals its pid and every signal
   goes to the whole group (FC-12: a wrapper that forks cannot hide a grandchild);
 - stdin is ``/dev/null``; stdout and stderr are captured (`OutputCapture`);
-- resource limits in the child: ``RLIMIT_CORE`` 0, ``RLIMIT_NOFILE`` 4096, ``RLIMIT_FSIZE``
-  ``1 << 44`` (each clamped to the current hard limit). The reference also sets
-  ``RLIMIT_AS`` to ``1 << 46``; we leave it out, because GPU runtimes (CUDA, ROCm, Vulkan)
-  reserve huge virtual ranges at start-up and fail under an address-space limit;
-- on Linux the child gets ``PR_SET_PDEATHSIG`` = SIGKILL, so a supervisor killed with SIGKILL
-  does not leave a server holding memory and the port (FC-13);
+- the child gets resource limits, drops to ``run_as`` when one is given, and on Linux gets
+  ``PR_SET_PDEATHSIG`` = SIGKILL, so a supervisor killed with SIGKILL does not leave a
+  server behind (FC-13). That child setup, and why the fork happens in the trio thread, is
+  in ``_spawn.py``;
 - stopping is llama-swap's numbered kill steps: 1. SIGTERM the group, 2. wait the grace,
   3. SIGKILL the group, 4. wait for the exit (FC-05, FC-11);
 - when the leader exits on its own its group is killed at once, so no grandchild outlives
   it (checklist item 52), and if the nursery that runs the process's tasks is cancelled, the
   group is killed and reaped (item 61).
-
-Why the fork happens in the trio thread and not in `trio.lowlevel.open_process`: Linux sends
-the parent-death signal when the *thread* that forked the child ends, not the process.
-``open_process`` forks in a trio worker thread, and idle worker threads end after 10 s, which
-would SIGKILL every server 10 s after it started. `open_child_process` therefore forks in
-the thread running trio; that blocks the event loop for the fork and exec (a few ms).
 
 Cleanup after an exit or during a stop runs in scopes that are shielded *and* carry their
 own deadline (``trio.move_on_after(bound, shield=True)``): shielded so a cancelled caller
@@ -32,14 +24,8 @@ cannot leave a process behind, bounded so a process stuck in the kernel cannot h
 
 from __future__ import annotations
 
-import ctypes
-import functools
-import os
-import resource
 import signal
 import subprocess
-import sys
-from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -47,7 +33,14 @@ import attrs
 import trio
 
 from ._capture import OutputCapture, RunEvidence
+from ._containment import RunAs
 from ._errors import BackendError
+from ._spawn import CHILD_RLIMITS as CHILD_RLIMITS
+from ._spawn import ChildProcess as ChildProcess
+from ._spawn import OpenProcess as OpenProcess
+from ._spawn import PosixChild as PosixChild
+from ._spawn import clamp_limit as clamp_limit
+from ._spawn import open_child_process as open_child_process
 
 OUTPUT_DRAIN_S = 2.0
 """How long, after the leader's exit, the pipes get to reach end of file (seconds)."""
@@ -58,14 +51,6 @@ REAP_BOUND_S = 5.0
 _SETTLE_BOUND_S = REAP_BOUND_S + OUTPUT_DRAIN_S + 1.0
 
 _READ_CHUNK_BYTES = 65536
-_PR_SET_PDEATHSIG = 1
-_ZERO_ARGS = (ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
-CHILD_RLIMITS: tuple[tuple[str, int], ...] = (
-    ("RLIMIT_CORE", 0),
-    ("RLIMIT_NOFILE", 4096),
-    ("RLIMIT_FSIZE", 1 << 44),
-)
-"""Resource limits set in the child, by `resource` name (seed-behaviour.md section 4)."""
 
 
 class LaunchLike(Protocol):
@@ -79,195 +64,6 @@ class LaunchLike(Protocol):
     def cwd(self) -> Path: ...
     @property
     def env(self) -> tuple[tuple[str, str], ...]: ...
-
-
-class ChildProcess(Protocol):
-    """A started child, as `ManagedProcess` drives it. `PosixChild` is the real one."""
-
-    @property
-    def pid(self) -> int: ...
-    @property
-    def stdout(self) -> trio.abc.ReceiveStream: ...
-    @property
-    def stderr(self) -> trio.abc.ReceiveStream: ...
-
-    async def wait_exiting(self) -> None:
-        """Return once the child has exited (it may still be an unreaped zombie)."""
-        ...
-
-    def reap(self) -> int:
-        """Collect the exit status of an exited child; returns the returncode (-N: signal N)."""
-        ...
-
-    def signal_group(self, signum: int) -> bool:
-        """Send ``signum`` to the child's process group; False when the group is gone."""
-        ...
-
-
-class OpenProcess(Protocol):
-    """The spawn function: starts ``argv`` and returns the child (`open_child_process`).
-
-    It must start the child in its own session, with stdin on ``/dev/null``, stdout and
-    stderr piped, exactly ``env`` as environment and ``cwd`` as working directory. It raises
-    `OSError` or `subprocess.SubprocessError` when the program cannot be started.
-    """
-
-    async def __call__(
-        self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str]
-    ) -> ChildProcess: ...
-
-
-@attrs.define(eq=False)
-class PosixChild:
-    """A child started by `open_child_process`: a `subprocess.Popen` plus trio pipe streams."""
-
-    _popen: subprocess.Popen[bytes]
-    _stdout: trio.lowlevel.FdStream
-    _stderr: trio.lowlevel.FdStream
-    _pidfd: int | None
-
-    @property
-    def pid(self) -> int:
-        return self._popen.pid
-
-    @property
-    def stdout(self) -> trio.abc.ReceiveStream:
-        return self._stdout
-
-    @property
-    def stderr(self) -> trio.abc.ReceiveStream:
-        return self._stderr
-
-    async def wait_exiting(self) -> None:
-        """Wait for the exit: on a pidfd (Linux), else in a worker thread that reaps."""
-        if self._pidfd is not None:
-            await trio.lowlevel.wait_readable(self._pidfd)
-        else:
-            await trio.to_thread.run_sync(self._popen.wait, abandon_on_cancel=True)
-
-    def reap(self) -> int:
-        returncode = self._popen.wait()
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
-        return returncode
-
-    def signal_group(self, signum: int) -> bool:
-        try:
-            os.killpg(self._popen.pid, signum)
-        except ProcessLookupError:
-            return False
-        except PermissionError:  # a member changed uid; the others got the signal
-            return True
-        return True
-
-
-async def open_child_process(
-    argv: Sequence[str], *, cwd: Path, env: Mapping[str, str]
-) -> PosixChild:
-    """Start ``argv`` as the leader of a new session, the real `OpenProcess`.
-
-    The fork happens in the calling (trio) thread, see the module docstring; it blocks the
-    event loop until the program has been executed (a few ms).
-
-    Raises:
-        OSError: the program is missing, not executable, or ``cwd`` does not exist.
-        subprocess.SubprocessError: the child setup (limits, parent-death signal) failed.
-    """
-    await trio.lowlevel.checkpoint()
-    out_read, out_write = os.pipe()
-    err_read, err_write = os.pipe()
-    try:
-        popen = _fork_exec(argv, cwd, env, out_write, err_write)
-    except BaseException:
-        os.close(out_read)
-        os.close(err_read)
-        raise
-    finally:
-        os.close(out_write)
-        os.close(err_write)
-    stdout = trio.lowlevel.FdStream(out_read)
-    stderr = trio.lowlevel.FdStream(err_read)
-    return PosixChild(popen, stdout, stderr, _open_pidfd(popen.pid))
-
-
-def _fork_exec(
-    argv: Sequence[str], cwd: Path, env: Mapping[str, str], out_fd: int, err_fd: int
-) -> subprocess.Popen[bytes]:
-    """Fork and exec in this thread (so the parent-death signal follows this thread)."""
-    return subprocess.Popen(
-        list(argv),
-        cwd=cwd,
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=out_fd,
-        stderr=err_fd,
-        close_fds=True,
-        start_new_session=True,
-        preexec_fn=_child_setup(os.getpid()),
-    )
-
-
-def _open_pidfd(pid: int) -> int | None:
-    """A pidfd for ``pid``, or None where the platform or kernel has none."""
-    if not hasattr(os, "pidfd_open"):
-        return None
-    try:
-        return os.pidfd_open(pid)
-    except OSError:
-        return None
-
-
-def clamp_limit(want: int, hard: int) -> int:
-    """The limit to set: ``want``, unless the current hard limit is lower (it cannot rise)."""
-    if hard == resource.RLIM_INFINITY:
-        return want
-    return min(want, hard)
-
-
-def _planned_rlimits() -> list[tuple[int, int]]:
-    """``(resource, value)`` pairs for `CHILD_RLIMITS`, computed in the parent."""
-    plan = []
-    for name, want in CHILD_RLIMITS:
-        which = getattr(resource, name)
-        plan.append((which, clamp_limit(want, resource.getrlimit(which)[1])))
-    return plan
-
-
-@functools.cache
-def _prctl() -> Callable[..., int] | None:
-    """libc's ``prctl`` on Linux, else None. Loaded in the parent, never after the fork."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-    function: Callable[..., int] = libc.prctl
-    return function
-
-
-def _child_setup(parent_pid: int) -> Callable[[], None]:
-    """The function the child runs between fork and exec: limits, then parent-death signal.
-
-    Everything it needs is prepared here, in the parent, so the child only makes system
-    calls. If the parent died before the parent-death signal was armed, the child exits.
-    """
-    limits = _planned_rlimits()
-    prctl = _prctl()
-    pdeathsig_args = (_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), *_ZERO_ARGS)
-
-    def setup() -> None:
-        for which, value in limits:
-            resource.setrlimit(which, (value, value))
-        if prctl is None:
-            return
-        if prctl(*pdeathsig_args) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-        if os.getppid() != parent_pid:
-            os._exit(1)
-
-    return setup
 
 
 @attrs.define(eq=False)
@@ -306,6 +102,7 @@ class ManagedProcess:
         launch: LaunchLike,
         *,
         open_process: OpenProcess = open_child_process,
+        run_as: RunAs | None = None,
     ) -> ManagedProcess:
         """Start ``launch`` and watch it from tasks in ``nursery``.
 
@@ -314,14 +111,19 @@ class ManagedProcess:
             launch: Program, args, working directory and the *whole* environment (nothing
                 is inherited from ours).
             open_process: The spawn function; tests and higher layers may inject a fake.
+            run_as: Run the server as this user (issue 3 item 6, checklist item 45); None
+                keeps ours. Refusing root without it is `require_unprivileged`'s job, and
+                handing over the instance directory `prepare_instance_dir`'s (both in
+                ``_containment.py``), done before the spawn.
 
         Raises:
-            BackendError: the program could not be started (missing, not executable, bad
-                cwd); the message names the program.
+            BackendError: the program could not be started (missing, not executable by
+                ``run_as``, bad cwd, a user switch we may not make, a failed child setup);
+                the message names the program.
         """
         argv = (str(launch.program), *launch.args)
         try:
-            child = await open_process(argv, cwd=launch.cwd, env=dict(launch.env))
+            child = await open_process(argv, cwd=launch.cwd, env=dict(launch.env), run_as=run_as)
         except (OSError, subprocess.SubprocessError) as error:
             raise BackendError(f"cannot start {launch.program}: {error}") from error
         process = cls(child, launch.args, trio.current_time())

@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import NoReturn, TypeVar
 
 import attrs
-import httpx
 import trio
 
 from ._capabilities import Capability, probe_capabilities
 from ._capture import RunEvidence
 from ._config import ControlMode, InferConfig, Supervision
+from ._edges import Edges
 from ._errors import BackendError, InferactorsError, InvalidState, UnknownInstance, Unsupported
 from ._events import Event, StateChanged
 from ._ids import check_node_id, instance_id
@@ -51,9 +51,8 @@ from ._messages import (
     Unload,
     call,
 )
-from ._netscan import NetScanner, SystemNetScanner
 from ._plan import Admission, Plan, ProberFactory, make_plan, resolve_supervision
-from ._probe import CompletionResult, ProbeClient, Prober, ServerReport
+from ._probe import CompletionResult, ServerReport
 from ._registry import ModelRegistry
 from ._spec import InferenceSpec
 from ._status import InstanceState, InstanceStatus
@@ -94,8 +93,7 @@ class InferRuntime:
     _supervisor: trio.MemorySendChannel[object]
     _events: trio.MemorySendChannel[Event]
     _registry: ModelRegistry | None
-    _open_prober: ProberFactory
-    _net: NetScanner
+    _edges: Edges
     _capabilities: tuple[Capability, ...] = ()
 
     @property
@@ -121,7 +119,7 @@ class InferRuntime:
 
     async def probe_capabilities(self) -> tuple[Capability, ...]:
         """Probe and remember what this runtime can offer (checklist items 32 to 35)."""
-        self._capabilities = await probe_capabilities(self.config, self._open_prober)
+        self._capabilities = await probe_capabilities(self.config, self._edges.open_prober)
         return self._capabilities
 
     async def admit(self, spec: InferenceSpec) -> Admission:
@@ -301,8 +299,9 @@ class InferRuntime:
             spec,
             self.config,
             registry=self._registry,
-            open_prober=self._open_prober,
+            open_prober=self._edges.open_prober,
             instance_dir=directory or Path("."),
+            port_check=self._edges.port_in_use,
         )
 
     async def _install(self, iid: str, plan: Plan, directory: Path | None) -> None:
@@ -312,8 +311,7 @@ class InferRuntime:
             plan=plan,
             config=self.config,
             instance_dir=directory,
-            open_prober=self._open_prober,
-            net=self._net,
+            edges=self._edges,
             events=self._events,
         )
         await call(self._supervisor, partial(Load, actor))
@@ -350,38 +348,29 @@ async def _make_dir(directory: Path) -> None:
         raise BackendError(f"cannot create the instance directory {directory}: {error}") from error
 
 
-def http_prober_factory(transport: httpx.AsyncBaseTransport | None = None) -> ProberFactory:
-    """The HTTP edge: `ProbeClient` over ``transport`` (httpx's default when None)."""
-
-    def open_prober(base_url: str, timeout_s: float) -> Prober:
-        return ProbeClient.open(base_url, timeout_s=timeout_s, transport=transport)
-
-    return open_prober
-
-
 @asynccontextmanager
 async def open_runtime(
     config: InferConfig,
     *,
     node_id: str = "local",
+    edges: Edges | None = None,
     open_prober: ProberFactory | None = None,
-    net: NetScanner | None = None,
-    random: Callable[[], float] | None = None,
     stop_grace_s: float = DEFAULT_STOP_GRACE_S,
 ) -> AsyncIterator[InferRuntime]:
     """Run a runtime for the duration of an ``async with`` block.
 
     On exit every running managed server is stopped (SIGTERM, ``stop_grace_s`` seconds,
     SIGKILL), even when the block raised or was cancelled; adopted servers are left alone.
-    ``open_prober`` (the HTTP edge), ``net`` (socket tables and exposure connects) and
-    ``random`` (restart jitter, values in [0, 1)) can be swapped, for tests.
+    ``edges`` swaps the I/O edges (`Edges`); ``open_prober`` alone replaces just the HTTP
+    edge.
 
     Raises:
         InvalidConfig: the config or ``node_id`` is malformed, or the registry file is.
     """
     async with trio.open_nursery() as nursery:
-        edges = _Edges(open_prober or http_prober_factory(), net or SystemNetScanner(), random)
-        runtime: InferRuntime = await nursery.start(_serve, config, node_id, edges)
+        runtime: InferRuntime = await nursery.start(
+            _serve, config, node_id, _edges(edges, open_prober)
+        )
         try:
             yield runtime
         finally:
@@ -395,9 +384,7 @@ async def serve_runtime(
     config: InferConfig,
     *,
     node_id: str = "local",
-    open_prober: ProberFactory | None = None,
-    net: NetScanner | None = None,
-    random: Callable[[], float] | None = None,
+    edges: Edges | None = None,
     task_status: trio.TaskStatus[InferRuntime] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run a runtime until cancelled, for hosts that own a nursery::
@@ -407,21 +394,18 @@ async def serve_runtime(
     ``task_status.started`` receives the `InferRuntime` once it accepts commands. When
     cancelled, each running managed server gets SIGTERM and, after 5 s, SIGKILL.
     """
-    edges = _Edges(open_prober or http_prober_factory(), net or SystemNetScanner(), random)
-    await _serve(config, node_id, edges, task_status=task_status)
+    await _serve(config, node_id, edges or Edges(), task_status=task_status)
 
 
-@attrs.frozen
-class _Edges:
-    open_prober: ProberFactory
-    net: NetScanner
-    random: Callable[[], float] | None
+def _edges(edges: Edges | None, open_prober: ProberFactory | None) -> Edges:
+    chosen = edges or Edges()
+    return chosen if open_prober is None else attrs.evolve(chosen, open_prober=open_prober)
 
 
 async def _serve(
     config: InferConfig,
     node_id: str,
-    edges: _Edges,
+    edges: Edges,
     *,
     task_status: trio.TaskStatus[InferRuntime] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -430,10 +414,8 @@ async def _serve(
     registry = None
     if config.managed is not None:
         registry = await trio.to_thread.run_sync(ModelRegistry.open, config.managed.registry)
-    supervisor = Supervisor.create(random=edges.random) if edges.random else Supervisor.create()
-    runtime = InferRuntime(
-        config, node_id, supervisor.inbox, supervisor.events, registry, edges.open_prober, edges.net
-    )
+    supervisor = Supervisor.create(random=edges.random)
+    runtime = InferRuntime(config, node_id, supervisor.inbox, supervisor.events, registry, edges)
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.serve)
         task_status.started(runtime)

@@ -6,7 +6,7 @@ Listens on HOST at a free port. With CHILD_HOST, forks a child that listens on C
 another free port (the "extra port on 0.0.0.0" of issue 3 item 4); the child closes its
 copy of the parent's socket, so each port has exactly one holder. When both listen, writes
 READY atomically as JSON: {"pid", "port", "child_pid", "child_port"} (the child fields null
-without CHILD_HOST). Then sleeps until signalled.
+without CHILD_HOST). Then each accepts and closes connections until signalled.
 
 Leaves nothing behind: SIGCHLD is ignored, so the kernel reaps a child that dies first, and
 on SIGTERM the parent kills its child, waits for it, and exits 0. The child dies with its
@@ -52,8 +52,14 @@ def run_child(host: str, report: int) -> None:
     sock = listen_on(host)
     os.write(report, str(sock.getsockname()[1]).encode())
     os.close(report)
+    serve(sock)
+
+
+def serve(sock: socket.socket) -> None:
+    """Accepts and closes connections forever, like a server would (the queue never fills)."""
     while True:
-        signal.pause()
+        connection, _ = sock.accept()
+        connection.close()
 
 
 def fork_child(host: str, inherited: socket.socket) -> tuple[int, int]:
@@ -87,8 +93,7 @@ def main(ready: str, host: str, child_host: str | None) -> None:
         _child_pid, child_port = fork_child(child_host, sock)
     info = {"pid": os.getpid(), "port": sock.getsockname()[1]}
     write_ready(ready, {**info, "child_pid": _child_pid, "child_port": child_port})
-    while True:
-        signal.pause()
+    serve(sock)
 
 
 if __name__ == "__main__":

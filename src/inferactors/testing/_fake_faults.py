@@ -31,7 +31,7 @@ _TESTING_DIR = Path(__file__).resolve().parent
 
 
 def _non_negative(_: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
-    if value is not None and value < 0:
+    if value is not None and not value >= 0:  # NaN too
         raise ValueError(f"{attribute.name} must be >= 0, not {value}")
 
 
@@ -90,7 +90,7 @@ class FakeServerFaults:
     bind_delay_s: float = attrs.field(default=0.0, validator=_non_negative)
 
     def args(self) -> tuple[str, ...]:
-        """The flags for the fields that differ from their defaults, e.g. ``("--load-s", "0.5")``."""
+        """Flags for the fields that differ from their defaults, e.g. ``("--load-s", "0.5")``."""
         out: list[str] = []
         for field in attrs.fields(FakeServerFaults):
             value = getattr(self, field.name)
@@ -147,7 +147,7 @@ def fake_server_argv(
     *,
     flavor: Flavor = "llamacpp",
     model: str = "tiny.gguf",
-    faults: FakeServerFaults = FakeServerFaults(),  # noqa: B008  frozen, so sharing it is safe
+    faults: FakeServerFaults = FakeServerFaults(),
     python: str = sys.executable,
     host: str = "127.0.0.1",
     alias: str | None = None,
@@ -172,7 +172,10 @@ def fake_server_argv(
 def _bootstrap() -> str:
     """Code that registers bare ``inferactors`` and ``inferactors.testing`` packages (their
     ``__init__`` not run), then runs the program's ``main``."""
-    packages = (("inferactors", str(_TESTING_DIR.parent)), ("inferactors.testing", str(_TESTING_DIR)))
+    packages = (
+        ("inferactors", str(_TESTING_DIR.parent)),
+        ("inferactors.testing", str(_TESTING_DIR)),
+    )
     return (
         "import sys, types\n"
         f"for name, where in {packages!r}:\n"
@@ -253,5 +256,3 @@ def read_request_log(path: Path) -> tuple[LoggedRequest, ...]:
         return ()
     lines = text.split("\n")[:-1]  # a last line without its newline is still being written
     return tuple(LoggedRequest(**json.loads(line)) for line in lines)
-
-

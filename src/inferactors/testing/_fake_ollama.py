@@ -25,296 +25,33 @@ HTTP/1.1 framing is h11's.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from http import HTTPStatus
+from typing import Any
 
-import attrs
 import h11
 import trio
 
-from ._fake_ollama_state import (
-    BadDuration,
-    ModelBook,
-    PulledModel,
-    Runner,
-    full_name,
-    keep_alive_seconds,
-)
+from ._fake_ollama_api import FakeOllama, FakeOllamaConfig, FakeReply, FakeRequest
 
-_WORDS = ("Hello", " from", " the", " fake", " Ollama", ".")
-_JSON = "application/json; charset=utf-8"
-
-
-@attrs.frozen
-class FakeOllamaConfig:
-    """What the fake serves and which faults it injects; durations are float seconds.
-
-    Attributes:
-        models: pulled tags (``"tiny"`` is ``"tiny:latest"``); nothing else can load.
-        version: what ``/api/version`` reports.
-        default_keep_alive: keep_alive of a fresh load that names none (Ollama's ``5m``).
-        load_delay_s: how long each load takes.
-        load_error: if set, every load fails after the delay with this text as
-            ``{"error": text}`` and status ``load_error_status``; nothing is loaded.
-        load_error_status: HTTP status of the failed load (500).
-        unload_linger_s: how long an unloaded model stays in ``/api/ps`` (FC-21).
-        preloaded: tags loaded by "someone else" before the fake starts (also pulled).
-        preloaded_keep_alive: their keep_alive (forever by default).
-    """
-
-    models: tuple[str, ...] = ("tiny:latest",)
-    version: str = "0.5.1"
-    default_keep_alive: str | int = "5m"
-    load_delay_s: float = 0.0
-    load_error: str | None = None
-    load_error_status: int = 500
-    unload_linger_s: float = 0.0
-    preloaded: tuple[str, ...] = ()
-    preloaded_keep_alive: str | int = -1
+__all__ = [
+    "FakeOllama",
+    "FakeOllamaConfig",
+    "FakeRequest",
+    "main",
+    "open_fake_ollama",
+    "serve_fake_ollama",
+]
 
 
-@attrs.frozen
-class FakeRequest:
-    """One request the fake received: ``method``, ``path`` (no query) and ``json``, the
-    parsed body (None when empty or not JSON)."""
-
-    method: str
-    path: str
-    json: object
-
-
-@attrs.frozen
-class _Reply:
-    status: int
-    body: bytes = b""
-    content_type: str = _JSON
-
-
-@attrs.define(eq=False)
-class FakeOllama:
-    """A running fake; ``base_url`` is where it listens on 127.0.0.1."""
-
-    config: FakeOllamaConfig
-    book: ModelBook
-    wall_anchor: datetime
-    trio_anchor: float
-    port: int = 0
-    requests: list[FakeRequest] = attrs.Factory(list)
-    _load_lock: trio.Lock = attrs.Factory(trio.Lock)
-
-    @classmethod
-    def create(cls, config: FakeOllamaConfig, wall_anchor: datetime | None = None) -> FakeOllama:
-        """A fake in state: ``config.preloaded`` resident. Call inside trio.
-
-        ``wall_anchor`` is the calendar time shown for the current trio time (``expires_at``
-        and ``created_at`` are computed from it); now, by default.
-        """
-        book = ModelBook.create(config.models + config.preloaded)
-        now = trio.current_time()
-        for tag in config.preloaded:
-            book.preload(full_name(tag), _keep(config.preloaded_keep_alive), now)
-        anchor = wall_anchor if wall_anchor is not None else datetime.now(UTC)
-        return cls(config, book, anchor, now)
-
-    @property
-    def base_url(self) -> str:
-        """``http://127.0.0.1:<port>``."""
-        return f"http://127.0.0.1:{self.port}"
-
-    def resident(self) -> tuple[str, ...]:
-        """Names ``/api/ps`` would list now, latest expiry first."""
-        self._sweep()
-        return tuple(runner.name for runner, _ in self.book.listed(trio.current_time()))
-
-    def wall(self, trio_time: float) -> datetime:
-        """The calendar time (UTC) shown for ``trio_time``."""
-        return self.wall_anchor + timedelta(seconds=trio_time - self.trio_anchor)
-
-    async def respond(self, method: str, target: str, body: bytes) -> _Reply:
-        """Record the request and answer it (may wait: loads take ``load_delay_s``)."""
-        path = target.split("?", 1)[0]
-        self.requests.append(FakeRequest(method, path, _parse_json(body)))
-        self._sweep()
-        match method, path:
-            case ("GET" | "HEAD", "/"):
-                return _Reply(200, b"Ollama is running", "text/plain; charset=utf-8")
-            case ("GET" | "HEAD", "/api/version"):
-                return _json(200, {"version": self.config.version})
-            case ("GET", "/api/tags"):
-                return _json(200, {"models": [self._tag_entry(m) for m in self._pulled()]})
-            case ("GET", "/api/ps"):
-                return _json(200, {"models": self._ps_entries()})
-            case ("POST", "/api/generate"):
-                return await self._generate(_parse_json(body))
-            case ("POST", "/v1/chat/completions"):
-                return await self._chat(_parse_json(body))
-        return _Reply(404, b"404 page not found", "text/plain")
-
-    async def _generate(self, request: object) -> _Reply:
-        if not isinstance(request, dict):
-            return _json(400, {"error": "invalid request body"})
-        model, keep = request.get("model"), request.get("keep_alive")
-        if not isinstance(model, str) or not model:
-            return _json(400, {"error": "model is required"})
-        try:
-            duration_s = keep_alive_seconds(keep)
-        except BadDuration as exc:
-            return _json(400, {"error": str(exc)})
-        pulled = self.book.find(model)
-        if pulled is None:
-            return _json(404, {"error": f"model '{model}' not found"})
-        prompt = request.get("prompt") or ""
-        if not prompt and duration_s == 0:
-            self.book.expire(pulled.name, trio.current_time(), self.config.unload_linger_s)
-            return _json(200, self._done(model, "unload"))
-        return await self._with_runner(pulled, duration_s, lambda: self._generated(model, request))
-
-    async def _chat(self, request: object) -> _Reply:
-        if not isinstance(request, dict) or not isinstance(request.get("model"), str):
-            return _openai_error(400, "model is required")
-        model = str(request["model"])
-        if request.get("stream") is True:
-            return _openai_error(400, "the fake Ollama does not stream chat completions")
-        pulled = self.book.find(model)
-        if pulled is None:
-            return _openai_error(404, f'model "{model}" not found, try pulling it first')
-        limit = request.get("max_completion_tokens", request.get("max_tokens"))
-        return await self._with_runner(pulled, None, lambda: self._chat_reply(model, limit))
-
-    async def _with_runner(
-        self, pulled: PulledModel, duration_s: float | None, answer: _Answer
-    ) -> _Reply:
-        runner = await self._acquire(pulled.name, duration_s)
-        if isinstance(runner, _Reply):
-            return runner
-        try:
-            return answer()
-        finally:
-            self.book.release(runner, trio.current_time(), self.config.unload_linger_s)
-
-    async def _acquire(self, name: str, duration_s: float | None) -> Runner | _Reply:
-        """The loaded runner for ``name`` with one more reference, loading it if needed."""
-        async with self._load_lock:
-            while (runner := self._live(name)) is not None and runner.gone_at is not None:
-                await trio.sleep_until(runner.gone_at)  # an unloading model: wait it out
-            if runner is not None:
-                self.book.use(runner, duration_s)
-                return runner
-            return await self._load(name, duration_s)
-
-    async def _load(self, name: str, duration_s: float | None) -> Runner | _Reply:
-        config = self.config
-        runner = self.book.start_load(name, _or_default(duration_s, config.default_keep_alive))
-        loaded = False
-        try:  # a cancelled load (the client went away, FC-18) leaves nothing loaded
-            await trio.sleep(config.load_delay_s)
-            loaded = config.load_error is None
-        finally:
-            if not loaded:
-                self.book.drop(runner)
-        if config.load_error is not None:
-            return _json(config.load_error_status, {"error": config.load_error})
-        runner.loading = False
-        return runner
-
-    def _live(self, name: str) -> Runner | None:
-        self._sweep()
-        return self.book.runners.get(name)
-
-    def _sweep(self) -> None:
-        self.book.sweep(trio.current_time(), self.config.unload_linger_s)
-
-    def _pulled(self) -> list[PulledModel]:
-        return list(self.book.pulled.values())
-
-    def _tag_entry(self, model: PulledModel) -> dict[str, object]:
-        return {
-            "name": model.name,
-            "model": model.name,
-            "modified_at": _iso(self.wall_anchor),
-            "size": model.size,
-            "digest": model.digest,
-            "details": _DETAILS,
-        }
-
-    def _ps_entries(self) -> list[dict[str, object]]:
-        entries: list[dict[str, object]] = []
-        for runner, expires_at in self.book.listed(trio.current_time()):
-            model = self.book.pulled[runner.name]
-            entry = self._tag_entry(model)
-            del entry["modified_at"]
-            entry.update(expires_at=_iso(self.wall(expires_at)), size_vram=model.size)
-            entry["context_length"] = 4096
-            entries.append(entry)
-        return entries
-
-    def _done(self, model: str, reason: str) -> dict[str, object]:
-        created_at = _iso(self.wall(trio.current_time()))
-        return {"model": model, "created_at": created_at, "response": "", "done": True} | {
-            "done_reason": reason
-        }
-
-    def _generated(self, model: str, request: dict[str, object]) -> _Reply:
-        if not request.get("prompt"):
-            return _json(200, self._done(model, "load"))
-        options = request.get("options")
-        limit = options.get("num_predict") if isinstance(options, dict) else None
-        words, reason = _words(limit)
-        final = self._done(model, reason) | {"response": "".join(words)}
-        final |= {"prompt_eval_count": 1, "eval_count": len(words), "total_duration": 1000}
-        if request.get("stream") is False:
-            return _json(200, final)
-        return _ndjson(self._chunks(model, words, final))
-
-    def _chunks(
-        self, model: str, words: tuple[str, ...], final: dict[str, object]
-    ) -> list[dict[str, object]]:
-        created_at = _iso(self.wall(trio.current_time()))
-        chunks: list[dict[str, object]] = [
-            {"model": model, "created_at": created_at, "response": word, "done": False}
-            for word in words
-        ]
-        return [*chunks, final | {"response": ""}]
-
-    def _chat_reply(self, model: str, limit: object) -> _Reply:
-        words, reason = _words(limit)
-        created = int(self.wall(trio.current_time()).timestamp())
-        message = {"role": "assistant", "content": "".join(words)}
-        usage = {"prompt_tokens": 1, "completion_tokens": len(words)}
-        return _json(
-            200,
-            {
-                "id": "chatcmpl-fake",
-                "object": "chat.completion",
-                "created": created,
-                "model": model,
-                "system_fingerprint": "fp_ollama",
-                "choices": [{"index": 0, "message": message, "finish_reason": reason}],
-                "usage": usage | {"total_tokens": 1 + len(words)},
-            },
-        )
-
-
-_DETAILS = {
-    "parent_model": "",
-    "format": "gguf",
-    "family": "llama",
-    "families": ["llama"],
-    "parameter_size": "1M",
-    "quantization_level": "F32",
-}
-
-
-class _Answer:  # the shape of a reply builder, for mypy
-    def __call__(self) -> _Reply: ...
+_REASONS = {status.value: status.phrase for status in HTTPStatus}
 
 
 @asynccontextmanager
 async def open_fake_ollama(
-    config: FakeOllamaConfig | None = None, **settings: object
+    config: FakeOllamaConfig | None = None, **settings: Any
 ) -> AsyncIterator[FakeOllama]:
     """Run a fake Ollama on a free 127.0.0.1 port for the block.
 
@@ -322,7 +59,7 @@ async def open_fake_ollama(
     ``load_error="timed out waiting for llama runner to start - progress 0.00"``,
     ``unload_linger_s=3.0``, ``preloaded=("other",)``, ``models=("tiny",)``).
     """
-    chosen = config if config is not None else FakeOllamaConfig(**settings)  # type: ignore[arg-type]  # keyword fields are checked by attrs at run time
+    chosen = config if config is not None else FakeOllamaConfig(**settings)
     fake = FakeOllama.create(chosen)
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(serve_fake_ollama, fake, 0)
@@ -376,11 +113,11 @@ async def _respond_unless_gone(
     stream: trio.SocketStream,
     request: h11.Request,
     body: bytes,
-) -> _Reply | None:
+) -> FakeReply | None:
     """Answer the request, but cancel the work if the client disconnects meanwhile (Ollama
     aborts a load whose request context ends: "client connection closed before server
     finished loading, aborting load", FC-18)."""
-    replies: list[_Reply] = []
+    replies: list[FakeReply] = []
 
     async def work() -> None:
         replies.append(await fake.respond(request.method.decode(), request.target.decode(), body))
@@ -404,10 +141,12 @@ async def _cancel_on_eof(
 
 
 async def _send(
-    connection: h11.Connection, stream: trio.SocketStream, reply: _Reply, *, head: bool
+    connection: h11.Connection, stream: trio.SocketStream, reply: FakeReply, *, head: bool
 ) -> None:
     headers = [("content-type", reply.content_type), ("content-length", str(len(reply.body)))]
-    events: list[h11.Event] = [h11.Response(status_code=reply.status, headers=headers)]
+    reason = _REASONS.get(reply.status, "")
+    response = h11.Response(status_code=reply.status, headers=headers, reason=reason)
+    events: list[h11.Event] = [response]
     if not head:
         events.append(h11.Data(data=reply.body))
     events.append(h11.EndOfMessage())
@@ -426,46 +165,6 @@ async def _next_event(connection: h11.Connection, stream: trio.SocketStream) -> 
     while (event := connection.next_event()) is h11.NEED_DATA:
         connection.receive_data(await stream.receive_some(65536))
     return event
-
-
-def _parse_json(body: bytes) -> object:
-    try:
-        return json.loads(body) if body else None
-    except ValueError:
-        return None
-
-
-def _json(status: int, document: object) -> _Reply:
-    return _Reply(status, json.dumps(document).encode())
-
-
-def _ndjson(documents: list[dict[str, object]]) -> _Reply:
-    lines = "".join(json.dumps(document) + "\n" for document in documents)
-    return _Reply(200, lines.encode(), "application/x-ndjson")
-
-
-def _openai_error(status: int, message: str) -> _Reply:
-    error = {"message": message, "type": "api_error", "param": None, "code": None}
-    return _json(status, {"error": error})
-
-
-def _words(limit: object) -> tuple[tuple[str, ...], str]:
-    if isinstance(limit, int) and not isinstance(limit, bool) and 0 < limit < len(_WORDS):
-        return _WORDS[:limit], "length"
-    return _WORDS, "stop"
-
-
-def _keep(value: str | int) -> float:
-    seconds = keep_alive_seconds(value)
-    return 300.0 if seconds is None else seconds
-
-
-def _or_default(duration_s: float | None, default: str | int) -> float:
-    return duration_s if duration_s is not None else _keep(default)
-
-
-def _iso(moment: datetime) -> str:
-    return moment.isoformat().replace("+00:00", "Z")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

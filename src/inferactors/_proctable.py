@@ -1,0 +1,123 @@
+"""The process table edge: who a pid is now, who is in a process group, group signals, a clock.
+
+Used by the orphan reaper (``_orphans.py``, issue 3 item 7). Identity rests on the process's
+start time, not its pid alone: here ``pid_max`` is 32768, so pids come round quickly. psutil's
+``create_time`` is in epoch seconds and moves when the wall clock is stepped (it adds the
+boot time read at that moment), so `ProcessStart` keeps the boot time read alongside, and
+`ProcessStart.started_as` compares starts counted from boot, which never move.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Protocol
+
+import attrs
+import psutil
+
+START_TOLERANCE_S = 0.005
+"""How far two readings of one process's start (seconds since boot) may differ."""
+
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+@attrs.frozen
+class ProcessStart:
+    """One process as the process table sees it now.
+
+    Attributes:
+        pid: The process id.
+        pgid: Its process group id.
+        create_time: psutil's ``create_time``: when it started, in epoch seconds.
+        boot_time: psutil's ``boot_time`` read alongside (epoch seconds); ``create_time -
+            boot_time`` is the start counted from boot, which a clock step does not move.
+        zombie: True when it has exited and waits to be reaped.
+    """
+
+    pid: int
+    pgid: int
+    create_time: float
+    boot_time: float
+    zombie: bool = False
+
+    def started_as(self, create_time: float, boot_time: float) -> bool:
+        """True when this is the process that was recorded with these two readings."""
+        recorded = create_time - boot_time
+        return abs((self.create_time - self.boot_time) - recorded) <= START_TOLERANCE_S
+
+
+class ProcessTable(Protocol):
+    """The OS edge of the reaper: process identities, group signals and the clock."""
+
+    def boot_id(self) -> str:
+        """An id of the current boot ("" when the platform has none)."""
+        ...
+
+    def identify(self, pid: int) -> ProcessStart | None:
+        """The process with this pid now, a zombie included; None when there is none."""
+        ...
+
+    def live_members(self, pgid: int) -> tuple[int, ...]:
+        """Pids in group ``pgid`` that are alive (zombies excluded)."""
+        ...
+
+    def signal_group(self, pgid: int, signum: int) -> None:
+        """Send ``signum`` to group ``pgid``; a group that is gone is not an error."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that only moves forward."""
+        ...
+
+    def sleep(self, seconds: float) -> None:
+        """Block for ``seconds``."""
+        ...
+
+
+@attrs.frozen
+class SystemProcessTable:
+    """The real `ProcessTable`: psutil, ``/proc``, `os.killpg` and the `time` module."""
+
+    def boot_id(self) -> str:
+        try:
+            return _BOOT_ID.read_text().strip()
+        except OSError:
+            return ""
+
+    def identify(self, pid: int) -> ProcessStart | None:
+        try:
+            process = psutil.Process(pid)
+            created = process.create_time()
+            booted = psutil.boot_time()
+            zombie = process.status() == psutil.STATUS_ZOMBIE
+            return ProcessStart(pid, os.getpgid(pid), created, booted, zombie)
+        except (psutil.NoSuchProcess, ProcessLookupError):
+            return None
+
+    def live_members(self, pgid: int) -> tuple[int, ...]:
+        members = []
+        for pid in psutil.pids():
+            try:
+                if os.getpgid(pid) == pgid and not _is_zombie(pid):
+                    members.append(pid)
+            except (psutil.NoSuchProcess, ProcessLookupError):
+                continue
+        return tuple(members)
+
+    def signal_group(self, pgid: int, signum: int) -> None:
+        try:
+            os.killpg(pgid, signum)
+        except ProcessLookupError:
+            pass  # the group is gone already
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+def _is_zombie(pid: int) -> bool:
+    return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)

@@ -1,0 +1,236 @@
+"""A fleet of fake server processes that lives entirely inside trio, for ``MockClock`` tests.
+
+`FakeFleet.edges()` gives a runtime `Edges` bundle whose process spawner, HTTP probes,
+socket tables, port check and jitter are all fakes: a spawned "server" is a `FakeChild`
+that answers llama-server's ``/health``, ``/v1/models`` and one-token completions on its
+``--port`` while it lives, and that a test crashes, hangs or slows at will. Nothing touches
+the operating system, so trio's ``MockClock(autojump_threshold=0)`` drives every delay,
+backoff and deadline exactly (issue 3, "Under MockClock").
+"""
+
+from __future__ import annotations
+
+import json
+import signal as signals
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import attrs
+import httpx
+import trio
+
+from .._containment import RunAs
+from .._edges import Edges, http_prober_factory
+from .._exposure import Exposure
+
+_FIRST_FAKE_PID = 900_000
+
+
+class _EndOfOutput(trio.abc.ReceiveStream):
+    """A pipe that stays silent and reaches EOF when its process exits."""
+
+    def __init__(self, exited: trio.Event) -> None:
+        self._exited = exited
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        await self._exited.wait()
+        return b""
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+@attrs.define(eq=False)
+class FakeChild:
+    """One fake server process; ``crash``/``hang``/``ready_at`` are the test's levers.
+
+    Attributes:
+        pid: a fake pid (never a real process).
+        argv: the argv it was started with.
+        port: the ``--port`` value from argv.
+        started_at: trio time of the spawn.
+        ready_at: trio time from which ``/health`` answers 200 (503 before); None: never.
+        hang_completions: completions never answer (FC-04).
+        ignore_term: SIGTERM does nothing (FC-05, FC-11).
+        returncode: None while alive; ``-N`` when killed by signal N.
+    """
+
+    pid: int
+    argv: tuple[str, ...]
+    port: int
+    started_at: float
+    ready_at: float | None
+    hang_completions: bool = False
+    ignore_term: bool = False
+    returncode: int | None = None
+    _exited: trio.Event = attrs.Factory(trio.Event)
+
+    @property
+    def alive(self) -> bool:
+        """Whether it has not exited."""
+        return self.returncode is None
+
+    def crash(self, *, exit_code: int | None = 1, signal: int | None = None) -> None:
+        """End it now, with ``exit_code`` or (when given) killed by ``signal``."""
+        if self.alive:
+            self.returncode = -signal if signal is not None else exit_code
+            self._exited.set()
+
+    # The ChildProcess protocol of inferactors._process.
+
+    @property
+    def stdout(self) -> trio.abc.ReceiveStream:
+        return _EndOfOutput(self._exited)
+
+    @property
+    def stderr(self) -> trio.abc.ReceiveStream:
+        return _EndOfOutput(self._exited)
+
+    async def wait_exiting(self) -> None:
+        await self._exited.wait()
+
+    def reap(self) -> int:
+        assert self.returncode is not None, "reaped before it exited"
+        return self.returncode
+
+    def signal_group(self, signum: int) -> bool:
+        if not self.alive:
+            return False
+        if signum == signals.SIGTERM and self.ignore_term:
+            return True
+        if signum in (signals.SIGTERM, signals.SIGKILL, signals.SIGINT):
+            self.crash(exit_code=None, signal=signum)
+        return True
+
+
+@attrs.define(eq=False)
+class FakeFleet:
+    """Fake server processes plus the fake edges that see them.
+
+    Attributes:
+        load_s: seconds a new child answers 503 "Loading model" before 200; None: forever
+            (FC-06).
+        hang_completions: new children hang their completions.
+        ignore_term: new children ignore SIGTERM.
+        spawn_fails: the next spawns raise OSError (the program cannot start).
+        occupied: ports a foreign program listens on (the port check says taken).
+        exposed: pids that the socket table shows listening beyond loopback.
+        children: every child ever spawned, oldest first.
+        requests: (port, method, path) of every HTTP request, in order.
+    """
+
+    load_s: float | None = 0.0
+    hang_completions: bool = False
+    ignore_term: bool = False
+    spawn_fails: bool = False
+    occupied: set[int] = attrs.Factory(set)
+    exposed: set[int] = attrs.Factory(set)
+    children: list[FakeChild] = attrs.Factory(list)
+    requests: list[tuple[int, str, str]] = attrs.Factory(list)
+
+    def edges(self, *, jitter: float = 0.0) -> Edges:
+        """Runtime edges backed by this fleet; ``jitter`` is what the random source returns."""
+        transport = httpx.MockTransport(self._handle)
+        return Edges(
+            open_prober=http_prober_factory(transport),
+            net=_FakeNet(self),
+            open_process=self._open_process,
+            port_in_use=self._port_in_use,
+            random=lambda: jitter,
+        )
+
+    @property
+    def live(self) -> list[FakeChild]:
+        """Children still alive."""
+        return [child for child in self.children if child.alive]
+
+    @property
+    def last(self) -> FakeChild:
+        """The newest child."""
+        return self.children[-1]
+
+    async def _open_process(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        run_as: RunAs | None = None,
+    ) -> FakeChild:
+        await trio.lowlevel.checkpoint()
+        if self.spawn_fails:
+            raise OSError("fake: the program cannot start")
+        now = trio.current_time()
+        child = FakeChild(
+            pid=_FIRST_FAKE_PID + len(self.children),
+            argv=tuple(argv),
+            port=_port_of(argv),
+            started_at=now,
+            ready_at=None if self.load_s is None else now + self.load_s,
+            hang_completions=self.hang_completions,
+            ignore_term=self.ignore_term,
+        )
+        self.children.append(child)
+        return child
+
+    async def _port_in_use(self, host: str, port: int) -> bool:
+        await trio.lowlevel.checkpoint()
+        return port in self.occupied or any(c.port == port for c in self.live)
+
+    def _child_on(self, port: int) -> FakeChild | None:
+        for child in reversed(self.children):
+            if child.port == port and child.alive:
+                return child
+        return None
+
+    async def _handle(self, request: httpx.Request) -> httpx.Response:
+        port = request.url.port or 80
+        self.requests.append((port, request.method, request.url.path))
+        child = self._child_on(port)
+        if child is None:
+            raise httpx.ConnectError("fake: connection refused", request=request)
+        ready = child.ready_at is not None and trio.current_time() >= child.ready_at
+        return await _answer(child, request, ready)
+
+
+async def _answer(child: FakeChild, request: httpx.Request, ready: bool) -> httpx.Response:
+    path = request.url.path
+    if path == "/health":
+        if ready:
+            return httpx.Response(200, json={"status": "ok"})
+        return httpx.Response(503, json={"error": {"code": 503, "message": "Loading model"}})
+    if path == "/v1/models":
+        return httpx.Response(200, json={"object": "list", "data": [{"id": _model_of(child)}]})
+    if path == "/v1/chat/completions" and ready:
+        if child.hang_completions:
+            await trio.sleep_forever()
+        body = {"choices": [{"message": {"content": " word"}, "finish_reason": "length"}]}
+        return httpx.Response(200, content=json.dumps(body).encode())
+    return httpx.Response(503, json={"error": {"code": 503, "message": "Loading model"}})
+
+
+@attrs.frozen
+class _FakeNet:
+    fleet: FakeFleet
+
+    async def scan(self, pid: int, port: int) -> Exposure | None:
+        await trio.lowlevel.checkpoint()
+        if pid in self.fleet.exposed:
+            return Exposure(reachable_on=("127.0.0.2",), listeners=(), port=port)
+        return None
+
+    def port_owner(self, host: str, port: int) -> int | None:
+        child = self.fleet._child_on(port)
+        return None if child is None else child.pid
+
+    def owned_by(self, pid: int | None, group_pgid: int) -> bool:
+        return pid == group_pgid
+
+
+def _port_of(argv: Sequence[str]) -> int:
+    return int(argv[list(argv).index("--port") + 1]) if "--port" in argv else 0
+
+
+def _model_of(child: FakeChild) -> str:
+    argv = list(child.argv)
+    return Path(argv[argv.index("-m") + 1]).name if "-m" in argv else "model"

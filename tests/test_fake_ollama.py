@@ -1,0 +1,414 @@
+"""The fake Ollama (issue 4 item 5; server-apis.md section 3; FC-18, FC-19, FC-21).
+
+Three layers: the pure bookkeeping (Go durations, keep_alive), the behaviour through
+`FakeOllama.transport` under MockClock (expiry, keep_alive rules, faults), and the wire format
+over real loopback sockets, read by the official ``ollama`` Python client and by a separate
+``python -m inferactors.testing._fake_ollama`` process.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import ollama
+import pytest
+import trio
+import trio.testing
+
+from inferactors.testing._fake_ollama import FakeOllama, FakeRequest, open_fake_ollama
+from inferactors.testing._fake_ollama_api import FakeOllamaConfig
+from inferactors.testing._fake_ollama_state import (
+    GO_FOREVER_S,
+    BadDuration,
+    full_name,
+    keep_alive_seconds,
+    parse_go_duration,
+)
+
+RUNNER_TIMEOUT = "timed out waiting for llama runner to start - progress 0.00 - "
+ANCHOR = datetime(2030, 1, 1, tzinfo=UTC)
+
+# --- pure bookkeeping ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("0", 0.0),
+        ("30m", 1800.0),
+        ("1h30m", 5400.0),
+        ("1.5h", 5400.0),
+        ("10s", 10.0),
+        ("250ms", 0.25),
+        ("+5m", 300.0),
+        ("-1m", -60.0),
+    ],
+)
+def test_go_durations_parse_as_go_does(text: str, seconds: float) -> None:
+    assert parse_go_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("3600", 'time: missing unit in duration "3600"'),
+        ("-1", 'time: missing unit in duration "-1"'),
+        ("1d", 'time: unknown unit "d" in duration "1d"'),
+        ("", 'time: invalid duration ""'),
+        ("m", 'time: invalid duration "m"'),
+        ("--5m", 'time: invalid duration "--5m"'),
+    ],
+)
+def test_bad_go_durations_are_refused_with_gos_message(text: str, message: str) -> None:
+    with pytest.raises(BadDuration) as caught:
+        parse_go_duration(text)
+    assert str(caught.value) == message
+
+
+def test_keep_alive_values_read_as_ollama_reads_them() -> None:
+    assert keep_alive_seconds(None) is None  # absent: leave the runner's duration unchanged
+    assert keep_alive_seconds(600) == 600.0
+    assert keep_alive_seconds(90.7) == 90.0  # whole seconds
+    assert keep_alive_seconds(-1) == GO_FOREVER_S
+    assert keep_alive_seconds("-1m") == GO_FOREVER_S
+    assert keep_alive_seconds(0) == 0.0
+    assert keep_alive_seconds("0") == 0.0
+    with pytest.raises(BadDuration):
+        keep_alive_seconds(True)
+    with pytest.raises(BadDuration):
+        keep_alive_seconds([1])
+
+
+def test_a_name_without_a_tag_is_latest() -> None:
+    assert full_name("tiny") == "tiny:latest"
+    assert full_name("qwen2.5:0.5b") == "qwen2.5:0.5b"
+    assert full_name("localhost:5000/team/tiny") == "localhost:5000/team/tiny:latest"
+
+
+# --- behaviour under MockClock, no sockets ---------------------------------------------------
+
+
+@pytest.fixture
+async def fake(autojump_clock: trio.testing.MockClock) -> FakeOllama:
+    """A fake with ``tiny`` pulled; tests set faults by replacing ``fake.config``."""
+    return FakeOllama.create(FakeOllamaConfig(models=("tiny",)), wall_anchor=ANCHOR)
+
+
+@pytest.fixture
+async def http(fake: FakeOllama) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url="http://ollama.test", transport=fake.transport()) as c:
+        yield c
+
+
+async def generate(http: httpx.AsyncClient, body: dict[str, object]) -> httpx.Response:
+    return await http.post("/api/generate", json=body)
+
+
+async def expiry_of(http: httpx.AsyncClient, name: str) -> datetime | None:
+    for entry in (await http.get("/api/ps")).json()["models"]:
+        if entry["name"] == name:
+            return datetime.fromisoformat(entry["expires_at"])
+    return None
+
+
+def after(seconds: float) -> datetime:
+    """The calendar time ``seconds`` after the fake was created (trio time, MockClock)."""
+    return ANCHOR + timedelta(seconds=seconds)
+
+
+async def test_a_fresh_load_gets_five_minutes_and_expires_on_trio_time(
+    fake: FakeOllama, http: httpx.AsyncClient
+) -> None:
+    start = trio.current_time()
+    reply = await generate(http, {"model": "tiny", "prompt": "", "stream": False})
+    assert reply.status_code == 200
+    assert reply.json()["done_reason"] == "load"
+    assert await expiry_of(http, "tiny:latest") == after(300)
+    await trio.sleep_until(start + 299)
+    assert fake.resident() == ("tiny:latest",)
+    await trio.sleep_until(start + 301)
+    assert fake.resident() == ()
+    assert (await http.get("/api/ps")).json() == {"models": []}
+
+
+async def test_a_request_without_keep_alive_leaves_the_duration_unchanged(
+    fake: FakeOllama, http: httpx.AsyncClient
+) -> None:
+    await generate(http, {"model": "tiny", "prompt": "", "stream": False, "keep_alive": "10m"})
+    await trio.sleep(60)
+    reply = await generate(http, {"model": "tiny", "prompt": "hi", "stream": False})
+    assert reply.json()["response"] == "Hello from the fake Ollama."
+    # the idle timer restarted when the request finished, with the same 10 minutes
+    assert await expiry_of(http, "tiny:latest") == after(60 + 600)
+
+
+async def test_a_negative_keep_alive_is_forever_and_a_new_value_replaces_it(
+    fake: FakeOllama, http: httpx.AsyncClient
+) -> None:
+    await generate(http, {"model": "tiny", "prompt": "", "keep_alive": -1})
+    forever = await expiry_of(http, "tiny:latest")
+    assert forever is not None
+    assert forever.year > 2300  # Go's largest duration from now
+    await trio.sleep(24 * 3600)
+    assert fake.resident() == ("tiny:latest",)
+    await generate(http, {"model": "tiny", "prompt": "hi", "stream": False, "keep_alive": "5m"})
+    assert await expiry_of(http, "tiny:latest") == after(24 * 3600 + 300)
+
+
+async def test_keep_alive_zero_unloads_at_once(fake: FakeOllama, http: httpx.AsyncClient) -> None:
+    await generate(http, {"model": "tiny", "prompt": "", "keep_alive": -1})
+    reply = await generate(http, {"model": "tiny", "keep_alive": 0})
+    assert reply.json()["done_reason"] == "unload"
+    assert reply.json()["done"] is True
+    assert fake.resident() == ()
+
+
+async def test_ps_lists_the_longest_remaining_first(autojump_clock: trio.testing.MockClock) -> None:
+    fake = FakeOllama.create(FakeOllamaConfig(models=("tiny", "a", "b")))
+    async with httpx.AsyncClient(base_url="http://x", transport=fake.transport()) as http:
+        await generate(http, {"model": "a", "prompt": "", "keep_alive": "1m"})
+        await generate(http, {"model": "tiny", "prompt": "", "keep_alive": -1})
+        await generate(http, {"model": "b", "prompt": "", "keep_alive": "1h"})
+        names = [entry["name"] for entry in (await http.get("/api/ps")).json()["models"]]
+    assert names == ["tiny:latest", "b:latest", "a:latest"]
+
+
+async def test_a_slow_load_answers_after_the_load_and_is_listed_while_loading(
+    fake: FakeOllama, http: httpx.AsyncClient
+) -> None:
+    fake.config = FakeOllamaConfig(models=("tiny",), load_delay_s=120.0)
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(generate, http, {"model": "tiny", "prompt": "", "keep_alive": -1})
+        await trio.sleep(60)
+        assert fake.resident() == ("tiny:latest",)  # Ollama lists a runner from load start
+        assert fake.book.runners["tiny:latest"].loading
+    assert trio.current_time() - start == pytest.approx(120.0)
+    assert not fake.book.runners["tiny:latest"].loading
+
+
+async def test_a_load_error_is_returned_and_nothing_stays_loaded(
+    fake: FakeOllama, http: httpx.AsyncClient
+) -> None:
+    fake.config = FakeOllamaConfig(models=("tiny",), load_delay_s=300.0, load_error=RUNNER_TIMEOUT)
+    start = trio.current_time()
+    reply = await generate(http, {"model": "tiny", "prompt": "", "keep_alive": -1})
+    assert reply.status_code == 500
+    assert reply.json() == {"error": RUNNER_TIMEOUT}
+    assert trio.current_time() - start == pytest.approx(300.0)
+    assert fake.resident() == ()
+
+
+async def test_a_load_abandoned_by_its_client_leaves_nothing_loaded(
+    fake: FakeOllama, http: httpx.AsyncClient
+) -> None:
+    """FC-18: the client gives up (here: is cancelled) before the load finishes."""
+    fake.config = FakeOllamaConfig(models=("tiny",), load_delay_s=100.0)
+    with trio.move_on_after(10):
+        await generate(http, {"model": "tiny", "prompt": "", "keep_alive": -1})
+    assert fake.resident() == ()
+    start = trio.current_time()
+    await generate(http, {"model": "tiny", "prompt": "", "keep_alive": -1})
+    assert trio.current_time() - start == pytest.approx(100.0)  # a whole new load
+
+
+async def test_an_unloaded_model_lingers_then_goes(
+    fake: FakeOllama, http: httpx.AsyncClient
+) -> None:
+    """FC-21: the unload answers at once; the runner stays in /api/ps for a while."""
+    fake.config = FakeOllamaConfig(models=("tiny",), unload_linger_s=3.0)
+    await generate(http, {"model": "tiny", "prompt": "", "keep_alive": -1})
+    start = trio.current_time()
+    reply = await generate(http, {"model": "tiny", "keep_alive": 0})
+    assert reply.json()["done_reason"] == "unload"
+    assert trio.current_time() == start
+    assert await expiry_of(http, "tiny:latest") == after(start - fake.trio_anchor)
+    await trio.sleep(2.9)
+    assert fake.resident() == ("tiny:latest",)
+    await trio.sleep(0.2)
+    assert fake.resident() == ()
+
+
+async def test_a_load_during_lingering_waits_for_the_old_runner_to_go(
+    fake: FakeOllama, http: httpx.AsyncClient
+) -> None:
+    fake.config = FakeOllamaConfig(models=("tiny",), unload_linger_s=3.0)
+    await generate(http, {"model": "tiny", "prompt": "", "keep_alive": -1})
+    await generate(http, {"model": "tiny", "keep_alive": 0})
+    start = trio.current_time()
+    await generate(http, {"model": "tiny", "prompt": "", "keep_alive": "1m"})
+    assert trio.current_time() - start == pytest.approx(3.0)
+    assert await expiry_of(http, "tiny:latest") == after(start - fake.trio_anchor + 3.0 + 60)
+
+
+async def test_a_preloaded_model_is_resident_from_the_start(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    config = FakeOllamaConfig(models=("tiny",), preloaded=("other:7b",))
+    fake = FakeOllama.create(config, wall_anchor=ANCHOR)
+    assert fake.resident() == ("other:7b",)
+    await trio.sleep(7 * 24 * 3600)
+    assert fake.resident() == ("other:7b",)  # forever by default
+    assert "other:7b" in fake.book.pulled
+
+
+async def test_completions_honour_the_token_limit(http: httpx.AsyncClient) -> None:
+    body = {"model": "tiny", "prompt": "hi", "stream": False, "options": {"num_predict": 1}}
+    reply = (await generate(http, body)).json()
+    assert (reply["response"], reply["done_reason"], reply["eval_count"]) == ("Hello", "length", 1)
+    chat = await http.post(
+        "/v1/chat/completions",
+        json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+    )
+    choice = chat.json()["choices"][0]
+    assert choice == {
+        "index": 0,
+        "message": {"role": "assistant", "content": "Hello from"},
+        "finish_reason": "length",
+    }
+
+
+async def test_a_streamed_generate_is_ndjson(http: httpx.AsyncClient) -> None:
+    reply = await generate(http, {"model": "tiny", "prompt": "hi", "options": {"num_predict": 2}})
+    assert reply.headers["content-type"] == "application/x-ndjson"
+    chunks = [json.loads(line) for line in reply.text.splitlines()]
+    assert [c["response"] for c in chunks] == ["Hello", " from", ""]
+    assert [c["done"] for c in chunks] == [False, False, True]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "error"),
+    [
+        ({"model": "nope", "prompt": ""}, 404, "model 'nope' not found"),
+        ({"prompt": ""}, 400, "model is required"),
+        ({"model": "tiny", "keep_alive": "3600"}, 400, 'time: missing unit in duration "3600"'),
+    ],
+)
+async def test_bad_generate_requests_are_refused(
+    fake: FakeOllama, http: httpx.AsyncClient, body: dict[str, object], status: int, error: str
+) -> None:
+    reply = await generate(http, body)
+    assert (reply.status_code, reply.json()) == (status, {"error": error})
+    assert fake.resident() == ()
+
+
+async def test_other_paths_are_404_and_every_request_is_recorded(
+    fake: FakeOllama, http: httpx.AsyncClient
+) -> None:
+    assert (await http.delete("/api/delete")).status_code == 404
+    assert (await http.post("/api/pull", json={"model": "x"})).status_code == 404
+    assert (await http.get("/")).text == "Ollama is running"
+    await generate(http, {"model": "tiny", "keep_alive": 0})
+    assert fake.requests == [
+        FakeRequest("DELETE", "/api/delete", None),
+        FakeRequest("POST", "/api/pull", {"model": "x"}),
+        FakeRequest("GET", "/", None),
+        FakeRequest("POST", "/api/generate", {"model": "tiny", "keep_alive": 0}),
+    ]
+
+
+# --- the wire format over real sockets -------------------------------------------------------
+
+
+def official(fake: FakeOllama) -> ollama.AsyncClient:
+    return ollama.AsyncClient(host=fake.base_url, trust_env=False, timeout=30.0)
+
+
+async def test_the_official_client_reads_tags_and_ps() -> None:
+    async with (
+        open_fake_ollama(models=("tiny",), preloaded=("other:7b",)) as fake,
+        official(fake) as client,
+    ):
+        listed = await client.list()
+        running = await client.ps()
+    assert [m.model for m in listed.models] == ["tiny:latest", "other:7b"]
+    assert listed.models[0].details is not None
+    assert listed.models[0].details.format == "gguf"
+    assert isinstance(listed.models[0].modified_at, datetime)
+    assert [(m.name, m.model) for m in running.models] == [("other:7b", "other:7b")]
+    assert running.models[0].expires_at is not None
+    assert running.models[0].expires_at.year > 2300
+    assert running.models[0].size_vram == running.models[0].size
+
+
+async def test_the_official_client_loads_generates_and_unloads() -> None:
+    async with open_fake_ollama(models=("tiny",)) as fake, official(fake) as client:
+        loaded = await client.generate(model="tiny", prompt="", keep_alive=-1)
+        assert (loaded.done, loaded.done_reason) == (True, "load")
+        assert [m.name for m in (await client.ps()).models] == ["tiny:latest"]
+        answer = await client.generate(model="tiny", prompt="hi", options={"num_predict": 1})
+        assert (answer.response, answer.done_reason, answer.eval_count) == ("Hello", "length", 1)
+        streamed = [
+            part.response async for part in await client.generate("tiny", "hi", stream=True)
+        ]
+        assert "".join(streamed) == "Hello from the fake Ollama."
+        await client.generate(model="tiny", prompt="hi", keep_alive="5m")  # a foreign client
+        expiry = (await client.ps()).models[0].expires_at
+        assert expiry is not None
+        assert expiry - datetime.now(UTC) < timedelta(minutes=6)
+        unloaded = await client.generate(model="tiny", keep_alive=0)
+        assert unloaded.done_reason == "unload"
+        assert (await client.ps()).models == []
+    generates = [r.json for r in fake.requests if r.path == "/api/generate"]
+    assert generates[0] == {"model": "tiny", "prompt": "", "keep_alive": -1, "stream": False}
+
+
+async def test_the_official_client_sees_errors_with_status() -> None:
+    async with (
+        open_fake_ollama(models=("tiny",), load_error=RUNNER_TIMEOUT) as fake,
+        official(fake) as client,
+    ):
+        with pytest.raises(ollama.ResponseError) as missing:
+            await client.generate(model="nope", prompt="")
+        with pytest.raises(ollama.ResponseError) as timed_out:
+            await client.generate(model="tiny", prompt="")
+    assert (missing.value.status_code, missing.value.error) == (404, "model 'nope' not found")
+    assert (timed_out.value.status_code, timed_out.value.error) == (500, RUNNER_TIMEOUT)
+
+
+async def test_a_disconnect_during_a_real_load_aborts_it() -> None:
+    """FC-18 over a real socket: the fake notices the closed connection and drops the load."""
+    async with open_fake_ollama(models=("tiny",), load_delay_s=60.0) as fake:
+        async with httpx.AsyncClient(base_url=fake.base_url, trust_env=False) as http:
+            with trio.move_on_after(0.5):
+                await generate(http, {"model": "tiny", "prompt": "", "keep_alive": -1})
+        with trio.fail_after(10):
+            while fake.resident():
+                await trio.sleep(0.05)
+        assert "tiny:latest" not in fake.book.runners
+
+
+async def test_head_and_version_over_http() -> None:
+    async with (
+        open_fake_ollama(version="0.9.9") as fake,
+        httpx.AsyncClient(base_url=fake.base_url, trust_env=False) as http,
+    ):
+        head = await http.head("/")
+        version = await http.get("/api/version")
+    assert (head.status_code, head.content) == (200, b"")
+    assert version.json() == {"version": "0.9.9"}
+
+
+def test_the_command_line_serves_a_fake_ollama(free_port: int) -> None:
+    argv = [sys.executable, "-m", "inferactors.testing._fake_ollama", "--port", str(free_port)]
+    argv += ["--model", "tiny", "--preloaded", "other:7b", "--unload-linger", "0.5"]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.strip() == f"fake ollama listening on http://127.0.0.1:{free_port}"
+        with httpx.Client(base_url=f"http://127.0.0.1:{free_port}", trust_env=False) as http:
+            names = [m["name"] for m in http.get("/api/tags").json()["models"]]
+            resident = [m["name"] for m in http.get("/api/ps").json()["models"]]
+        assert names == ["tiny:latest", "other:7b"]
+        assert resident == ["other:7b"]
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        if process.stdout is not None:
+            process.stdout.close()
