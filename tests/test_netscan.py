@@ -45,6 +45,24 @@ READY_WAIT_S = 20.0
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
 
+def _ipv6_loopback_works() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+def _dual_stack_by_default() -> bool:
+    """Whether a socket bound to ``::`` also takes IPv4 (Linux: bindv6only is 0)."""
+    flag = Path("/proc/sys/net/ipv6/bindv6only")
+    return not flag.exists() or flag.read_text().strip() == "0"
+
+
+needs_ipv6 = pytest.mark.skipif(not _ipv6_loopback_works(), reason="no IPv6 loopback here")
+
+
 @pytest.fixture(autouse=True)
 def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """The connect check targets 127.0.0.2 only: no test connection leaves loopback."""
@@ -120,10 +138,12 @@ def start_helper(tmp_path: Path) -> Iterator[StartHelper]:
 # --- the exposure scan -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("wildcard", ["0.0.0.0", "::"])
+@pytest.mark.parametrize("wildcard", ["0.0.0.0", pytest.param("::", marks=needs_ipv6)])
 async def test_a_wildcard_listener_is_exposed_by_its_socket_and_by_a_connect(
     start_helper: StartHelper, wildcard: str
 ) -> None:
+    if wildcard == "::" and not _dual_stack_by_default():
+        pytest.skip("a socket on :: does not take IPv4 on this host")
     helper = start_helper(wildcard)
     exposure = await scan(helper.pid, helper.port)
     expected = Exposure(("127.0.0.2",), (Listener(wildcard, helper.port, helper.pid),), helper.port)
@@ -131,7 +151,7 @@ async def test_a_wildcard_listener_is_exposed_by_its_socket_and_by_a_connect(
     assert f"{helper.port} (pid {helper.pid}); reachable on 127.0.0.2:" in exposure.describe()
 
 
-@pytest.mark.parametrize("loopback", ["127.0.0.1", "::1"])
+@pytest.mark.parametrize("loopback", ["127.0.0.1", pytest.param("::1", marks=needs_ipv6)])
 async def test_a_loopback_listener_is_not_exposed(start_helper: StartHelper, loopback: str) -> None:
     helper = start_helper(loopback)
     assert tree_listeners(helper.pid) == (Listener(loopback, helper.port, helper.pid),)

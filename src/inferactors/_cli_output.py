@@ -8,7 +8,18 @@ from collections.abc import Sequence
 import attrs
 
 from ._capture import RunEvidence
-from ._events import Event, ProcessExited, ProcessStarted, StateChanged
+from ._events import (
+    DeepHealthFailed,
+    Event,
+    ExposureDetected,
+    GaveUp,
+    ImpostorDetected,
+    ProcessExited,
+    ProcessStarted,
+    RestartFailed,
+    RestartScheduled,
+    StateChanged,
+)
 from ._status import InstanceStatus
 
 
@@ -28,6 +39,21 @@ def describe_event(event: Event) -> str:
         case ProcessExited():
             how = _exit_words(event.exit_code, event.signal)
             return f"{event.instance_id}  process {event.pid} {how} (reason: {event.reason.value})"
+        case RestartScheduled():
+            return (
+                f"{event.instance_id}  restart {event.attempt} scheduled in {event.delay_s:.2f} s"
+            )
+        case RestartFailed():
+            return f"{event.instance_id}  restart {event.attempt} failed: {event.why}"
+        case GaveUp():
+            return f"{event.instance_id}  gave up after {event.attempts} restart(s): {event.why}"
+        case ExposureDetected():
+            return f"{event.instance_id}  EXPOSED: {event.detail}; stopping it"
+        case ImpostorDetected():
+            return f"{event.instance_id}  IMPOSTOR: {event.detail}"
+        case DeepHealthFailed():
+            count = f"{event.consecutive} in a row"
+            return f"{event.instance_id}  deep health failed ({count}): {event.why}"
     raise AssertionError(f"unknown event {event!r}")
 
 

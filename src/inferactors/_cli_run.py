@@ -87,7 +87,7 @@ async def _load_and_start(
     for entry in instances:
         runtime = runtimes[(entry.spec.runtime, entry.mode)]
         try:
-            handle = await runtime.load(entry.spec)
+            handle = await runtime.load(entry.spec, entry.supervision)
             await runtime.start(handle)
         except InferactorsError as error:
             failures += 1
