@@ -6,6 +6,7 @@ parent-death signal); a fake child under MockClock for the exact timing of the k
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import json
 import os
@@ -25,20 +26,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inferactors._capture import OutputCapture, RunEvidence, describe_exit, signal_name
+from inferactors._containment import RunAs
 from inferactors._errors import BackendError
-from inferactors._process import (
-    OUTPUT_DRAIN_S,
-    REAP_BOUND_S,
-    ManagedProcess,
-    OpenProcess,
-    _child_setup,
-    clamp_limit,
-)
+from inferactors._process import OUTPUT_DRAIN_S, REAP_BOUND_S, ManagedProcess
+from inferactors._spawn import OpenProcess, _child_setup, clamp_limit
 
 HELPERS = Path(__file__).parent / "helpers"
 PYTHON = sys.executable
 PATH_ENV = (("PATH", "/usr/bin:/bin"),)
-linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+linux = sys.platform.startswith("linux")
+linux_only = pytest.mark.skipif(not linux, reason="Linux only")
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 @attrs.frozen
@@ -110,14 +108,37 @@ async def wait_for_file(path: Path, timeout_s: float = 10.0) -> str:
     return await trio.Path(path).read_text()
 
 
+def _set_subreaper(on: bool) -> None:
+    """PR_SET_CHILD_SUBREAPER: orphans of our descendants become our children, not init's."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(_PR_SET_CHILD_SUBREAPER, ctypes.c_ulong(int(on)), 0, 0, 0) == 0
+
+
 @pytest.fixture(autouse=True)
 def no_leaked_children() -> Iterator[None]:
-    """Fail a test that leaves a child process of ours behind, running or unreaped."""
-    yield
-    leaked = psutil.Process().children(recursive=True)
-    for child in leaked:
-        child.kill()
-    assert leaked == [], f"leaked child processes: {leaked}"
+    """Fail a test that leaves a process of ours running; reap the dead it orphaned.
+
+    The test process is a child subreaper meanwhile, so a grandchild orphaned by a test
+    (a killed wrapper's child, a SIGKILLed supervisor's server) is ours to see and reap,
+    rather than a zombie left to an init that does not reap.
+    """
+    if linux:
+        _set_subreaper(True)
+    try:
+        yield
+    finally:
+        if linux:
+            _set_subreaper(False)
+        leaked = []
+        for child in psutil.Process().children(recursive=True):
+            try:
+                if child.status() != psutil.STATUS_ZOMBIE:
+                    leaked.append(child)
+                    child.kill()
+                os.waitpid(child.pid, 0)
+            except (psutil.NoSuchProcess, ChildProcessError):
+                continue
+        assert leaked == [], f"leaked child processes: {leaked}"
 
 
 @pytest.fixture
@@ -476,19 +497,38 @@ async def test_spawn_failure_is_a_backend_error_naming_the_program(
         await ManagedProcess.spawn(nursery, Launch(not_executable, (), tmp_path))
 
 
-@linux_only
-async def test_fc13_supervisor_sigkilled_takes_its_server_along(tmp_path: Path) -> None:
+async def sigkill_supervisor_and_see_its_server_die(tmp_path: Path, *run_as: str) -> int:
+    """Run tests/helpers/supervisor.py (a real `ManagedProcess` owner), SIGKILL it, and
+    wait for its server to die; returns the server's uid while it ran."""
     pid_file = tmp_path / "server.pid"
     supervisor = await trio.lowlevel.open_process(
-        [PYTHON, str(HELPERS / "supervisor.py"), str(pid_file)]
+        [PYTHON, str(HELPERS / "supervisor.py"), str(pid_file), *run_as]
     )
     try:
         server = int(await wait_for_file(pid_file))
         assert not is_gone(server)
+        uid = psutil.Process(server).uids().real
     finally:
         supervisor.kill()
         await supervisor.wait()
+    assert supervisor.returncode == -signal.SIGKILL
     await wait_gone(server, timeout_s=2.0)
+    assert not live_group_members(server)
+    return uid
+
+
+@linux_only
+async def test_fc13_supervisor_sigkilled_takes_its_server_along(tmp_path: Path) -> None:
+    assert await sigkill_supervisor_and_see_its_server_die(tmp_path) == os.getuid()
+
+
+@linux_only
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch users")
+async def test_fc13_a_server_run_as_nobody_still_dies_with_its_supervisor(
+    tmp_path: Path,
+) -> None:
+    """The kernel clears the parent-death signal on a uid change; ours is set after it."""
+    assert await sigkill_supervisor_and_see_its_server_die(tmp_path, "nobody") == 65534
 
 
 @linux_only
@@ -575,10 +615,12 @@ class FakeChild:
 
 
 def opener(child: FakeChild, seen: dict[str, object] | None = None) -> OpenProcess:
-    async def open_fake(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str]) -> FakeChild:
+    async def open_fake(
+        argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], run_as: RunAs | None
+    ) -> FakeChild:
         await trio.lowlevel.checkpoint()
         if seen is not None:
-            seen.update(argv=tuple(argv), cwd=cwd, env=dict(env))
+            seen.update(argv=tuple(argv), cwd=cwd, env=dict(env), run_as=run_as)
         return child
 
     return open_fake
@@ -587,16 +629,20 @@ def opener(child: FakeChild, seen: dict[str, object] | None = None) -> OpenProce
 FAKE_LAUNCH = Launch(Path("/opt/llama-server"), ("--port", "8090"), Path("/srv/x"), (("A", "1"),))
 
 
-async def test_spawn_hands_argv_cwd_and_env_to_the_opener(
+async def test_spawn_hands_argv_cwd_env_and_run_as_to_the_opener(
     autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
 ) -> None:
     seen: dict[str, object] = {}
     child = FakeChild()
-    process = await ManagedProcess.spawn(nursery, FAKE_LAUNCH, open_process=opener(child, seen))
+    run_as = RunAs(1000, 1000, "alice")
+    process = await ManagedProcess.spawn(
+        nursery, FAKE_LAUNCH, open_process=opener(child, seen), run_as=run_as
+    )
     assert seen == {
         "argv": ("/opt/llama-server", "--port", "8090"),
         "cwd": Path("/srv/x"),
         "env": {"A": "1"},
+        "run_as": run_as,
     }
     assert process.started_at == trio.current_time()
     await process.terminate(grace_s=1.0)

@@ -149,33 +149,39 @@ def check_reachable(
             0700, owner root)"``; several problems are joined with ``"; "``.
     """
     wanted = [
-        ("the instance directory", directory, WRITE | SEARCH),
-        ("the server program", program, SEARCH),
-        *(("the model file", path, READ) for path in files),
+        ("the instance directory", directory, WRITE | SEARCH, True),
+        ("the server program", program, SEARCH, False),
+        *(("the model file", path, READ, False) for path in files),
     ]
     problems = []
-    for label, path, want in wanted:
-        problem = access_problem(run_as, path, want)
+    for label, path, want, is_directory in wanted:
+        problem = access_problem(run_as, path, want, directory=is_directory)
         if problem is not None:
             problems.append(f"{label} {path} is not reachable by user {run_as.name}: {problem}")
     if problems:
         raise AdmissionRefused("; ".join(problems))
 
 
-def access_problem(run_as: RunAs, path: Path, want: int) -> str | None:
+def access_problem(run_as: RunAs, path: Path, want: int, *, directory: bool = False) -> str | None:
     """Why ``run_as`` cannot access ``path`` with ``want`` (`READ` | `WRITE` | `SEARCH`).
+
+    Args:
+        run_as: The user.
+        path: A regular file, or a directory when ``directory`` is True.
+        want: The access needed; `SEARCH` means executable for a file.
+        directory: Whether ``path`` must be a directory (else a regular file).
 
     Returns:
         None when the access is allowed, else one phrase: ``"/root is not searchable (mode
         0700, owner root)"``, ``"/x/y does not exist"``, ``"/x/y is not a regular file"``.
-        For a directory, `SEARCH` means searchable; for a file, executable.
+        Only the missing rights are named (``"is not writable"``, not ``"readable"`` too).
     """
     absolute = Path(os.path.abspath(path))
     for parent in _ancestors(absolute):
         problem = _one_problem(run_as, parent, SEARCH, directory=True)
         if problem is not None:
             return problem
-    return _one_problem(run_as, absolute, want, directory=(want & WRITE) != 0)
+    return _one_problem(run_as, absolute, want, directory=directory)
 
 
 def _ancestors(path: Path) -> Iterator[Path]:
@@ -199,37 +205,36 @@ def _one_problem(run_as: RunAs, path: Path, want: int, *, directory: bool) -> st
         return f"{path} is not a directory"
     if not directory and not stat.S_ISREG(info.st_mode):
         return f"{path} is not a regular file"
-    if permits(run_as, info, want):
+    missing = want & ~granted(run_as, info)
+    if not missing:
         return None
-    return f"{path} is not {_describe(want, directory)} ({_mode_and_owner(info)})"
+    return f"{path} is not {_describe(missing, directory)} ({_mode_and_owner(info)})"
 
 
-def permits(run_as: RunAs, info: os.stat_result, want: int) -> bool:
-    """The kernel's rule for a non-root user: exactly one class of bits applies.
+def granted(run_as: RunAs, info: os.stat_result) -> int:
+    """The rights (`READ` | `WRITE` | `SEARCH`) the kernel grants a non-root user.
 
-    The owner bits if the user owns the file, else the group bits if the file's group is
-    one of the user's groups, else the other bits (so an owner with fewer rights than
-    "other" is refused, as the kernel does).
+    Exactly one class of bits applies: the owner bits if the user owns the file, else the
+    group bits if the file's group is one of the user's groups, else the other bits (so an
+    owner with fewer rights than "other" is refused, as the kernel does).
     """
     mode = stat.S_IMODE(info.st_mode)
     if info.st_uid == run_as.uid:
-        bits = mode >> 6
-    elif info.st_gid in run_as.group_ids:
-        bits = mode >> 3
-    else:
-        bits = mode
-    return bits & want == want
+        return (mode >> 6) & 0o7
+    if info.st_gid in run_as.group_ids:
+        return (mode >> 3) & 0o7
+    return mode & 0o7
 
 
-def _describe(want: int, directory: bool) -> str:
+def _describe(missing: int, directory: bool) -> str:
     words = []
-    if want & READ:
+    if missing & READ:
         words.append("readable")
-    if want & WRITE:
+    if missing & WRITE:
         words.append("writable")
-    if want & SEARCH:
+    if missing & SEARCH:
         words.append("searchable" if directory else "executable")
-    return " and ".join(words)
+    return " or ".join(words)
 
 
 def _mode_and_owner(info: os.stat_result) -> str:
@@ -265,7 +270,7 @@ def _hand_over(path: Path, run_as: RunAs) -> None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError as error:
-        if error.errno == errno.ELOOP:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR) and path.is_symlink():
             raise BackendError(
                 f"the instance directory {path} is a symbolic link; not handing its target "
                 f"to user {run_as.name}"

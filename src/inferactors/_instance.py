@@ -343,7 +343,7 @@ class InstanceActor:
         alive = book.process is not None and book.process.running
         book.mapped = map_report(
             message.report,
-            model=self.plan.served_model,
+            model=self.plan.listed_names,
             alive=alive or not self.managed,
             adopted=not self.managed,
         )

@@ -98,7 +98,7 @@ class OrphanRecord:
             ValueError: not a record of this schema, or a field missing or of the wrong type.
         """
         if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
-            raise ValueError(f"not a {RECORD_SCHEMA} record")
+            raise ValueError(f"not a record of schema {RECORD_SCHEMA}")
         argv = data.get("argv")
         if not isinstance(argv, list) or not all(isinstance(arg, str) for arg in argv):
             raise ValueError("argv must be a list of strings")

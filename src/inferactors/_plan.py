@@ -60,6 +60,20 @@ class Plan:
         return self.supervision.restart or RestartPolicy()
 
     @property
+    def listed_names(self) -> tuple[str, ...]:
+        """Names the server may list our model under; empty when any model will do.
+
+        A managed llama-server lists its ``-m`` path and mlx_lm.server its ``--model``
+        directory, whatever the registry calls the model, so those count as well as the
+        registry name; an adopted server must list the spec's model (checklist 24).
+        """
+        model = self.model
+        if model is None:
+            return (self.spec.model,) if self.spec.model else ()
+        weights = model.shards[0] if model.shards and model.format.value == "gguf" else model.root
+        return (model.name, str(weights), weights.name)
+
+    @property
     def served_model(self) -> str | None:
         """The registry name when managed, the spec's model when adopted (checklist 71)."""
         return self.model.name if self.model is not None else self.spec.model

@@ -8,6 +8,7 @@ probe.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 import attrs
 
@@ -56,13 +57,14 @@ class InstanceStatus:
 
 
 def map_report(
-    report: ServerReport, *, model: str | None, alive: bool, adopted: bool
+    report: ServerReport, *, model: str | None | Sequence[str], alive: bool, adopted: bool
 ) -> InstanceStatus:
     """Map a probe report of a llama.cpp or mlx-lm server to a status.
 
-    ``model`` is the name the server should list (the registry name when managed, the
-    spec's model when adopted); ``alive`` says whether our process still runs (always True
-    for adopted servers, whose liveness only the probe can tell).
+    ``model`` is the name (or the names) the server should list our model under: the
+    registry name, and when managed the weights path it was launched with; the spec's
+    model when adopted. ``alive`` says whether our process still runs (always True for
+    adopted servers, whose liveness only the probe can tell).
     """
     health = report.health
     if isinstance(health, Loading):
@@ -72,9 +74,29 @@ def map_report(
     if isinstance(health, Unreachable):
         return _unreachable(health.why, alive=alive, adopted=adopted)
     assert isinstance(health, Up)
-    if model is not None and report.models and not lists(report.models, model):
-        return InstanceStatus(InstanceState.DEGRADED, f"model {model} is not listed by the server")
+    names = (model,) if isinstance(model, str) else tuple(model or ())
+    if names and report.models and not any(lists(report.models, name) for name in names):
+        detail = f"model {names[0]} is not listed by the server"
+        return InstanceStatus(InstanceState.DEGRADED, detail)
     return InstanceStatus(InstanceState.RUNNING, "server up")
+
+
+def map_ollama_report(report: ServerReport, *, tag: str, adopted: bool) -> InstanceStatus:
+    """Map a probe of an Ollama daemon, for the model ``tag``, to a status.
+
+    Source: seed-behaviour.md section 4 (``map_report``, Ollama) and checklist item 65; the
+    managed load states are the Ollama actor's to add.
+    """
+    health = report.health
+    if not isinstance(health, Up):
+        return map_report(report, model=None, alive=False, adopted=adopted)
+    if not report.lists(tag):
+        return InstanceStatus(InstanceState.DEGRADED, f"model {tag} is not pulled")
+    if report.resident(tag):
+        return InstanceStatus(InstanceState.RUNNING, "model resident")
+    if adopted:
+        return InstanceStatus(InstanceState.RUNNING, "server up; model not resident")
+    return InstanceStatus(InstanceState.LOADED, "model not resident")
 
 
 def _unreachable(why: str, *, alive: bool, adopted: bool) -> InstanceStatus:

@@ -10,6 +10,7 @@ the argv inferactors builds. What it does is chosen by the environment variable
 * ``silent``: never listen (a server still loading, or one that never binds);
 * ``exit=CODE@SECONDS``: exit with status CODE after SECONDS;
 * ``ignore-term``: ignore SIGTERM (inherited by a forked child);
+* ``note-term``: on SIGTERM, write ``./term`` and exit with status 0;
 * ``fork``: fork a child that sleeps 600 s in the same process group.
 
 Every run writes its pid to ``./pid`` and, with ``fork``, the child's pid to ``./child``
@@ -32,6 +33,11 @@ def _write(name: str, value: int) -> None:
     staging = Path(f"{name}.tmp")
     staging.write_text(str(value))
     staging.rename(name)
+
+
+def _note_term(signum: int, frame: object) -> None:
+    _write("term", signum)
+    os._exit(0)
 
 
 def _arg(argv: list[str], flag: str) -> str:
@@ -82,6 +88,8 @@ def main(argv: list[str]) -> None:
     _write("pid", os.getpid())
     if "ignore-term" in modes:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if "note-term" in modes:
+        signal.signal(signal.SIGTERM, _note_term)
     if "fork" in modes:
         child = os.fork()
         if child == 0:

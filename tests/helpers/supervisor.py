@@ -1,7 +1,7 @@
 """Test helper: a supervisor that the test SIGKILLs while its managed child runs (FC-13).
 
-Usage: python supervisor.py PIDFILE. Starts ``sleep 600`` through `ManagedProcess`, writes
-the sleep's pid to PIDFILE, then sleeps until killed.
+Usage: python supervisor.py PIDFILE [RUN_AS]. Starts ``sleep 600`` through `ManagedProcess`
+(as the user RUN_AS when given), writes the sleep's pid to PIDFILE, then sleeps until killed.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 import attrs
 import trio
 
+from inferactors._containment import RunAs, resolve_run_as
 from inferactors._process import ManagedProcess
 
 
@@ -23,10 +24,10 @@ class _Launch:
     env: tuple[tuple[str, str], ...]
 
 
-async def _main(pid_file: Path) -> None:
+async def _main(pid_file: Path, run_as: RunAs | None) -> None:
     launch = _Launch(Path("/bin/sleep"), ("600",), pid_file.parent, ())
     async with trio.open_nursery() as nursery:
-        process = await ManagedProcess.spawn(nursery, launch)
+        process = await ManagedProcess.spawn(nursery, launch, run_as=run_as)
         staging = pid_file.with_suffix(".tmp")
         staging.write_text(str(process.pid))
         staging.rename(pid_file)
@@ -34,4 +35,5 @@ async def _main(pid_file: Path) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(_main, Path(sys.argv[1]))
+    user = resolve_run_as(sys.argv[2]) if len(sys.argv) > 2 else None
+    trio.run(_main, Path(sys.argv[1]), user)

@@ -1,16 +1,29 @@
-"""What a fake server fakes: its options, its faults, the argv that runs it, and its request log.
+"""The fake inference server, pure: its options and faults, and what it answers.
 
 `FakeServerFaults` and `FakeServerOptions` are the program's flags as values (each field is
-its flag with ``-`` for ``_``); `fake_server_argv` builds the command line, and
-`parse_fake_server_args` reads it back (the two are inverses). The program and its HTTP
-behaviour are in `inferactors.testing._fake_server`; the faults serve issue 3's "Real
-processes" tests and the field cases named on each field. Pure: no I/O but
-`read_request_log`.
+its flag with ``-`` for ``_``); `FakeServerOptions.args` writes them and
+`parse_fake_server_args` reads them back (the two are inverses). `decide` and
+`completion_fate` say what the server answers to each request. The program that runs them,
+with its sockets, signals and files, is ``_fake_server``. No I/O here (the replies'
+``created`` fields read the wall clock).
 
-The argv runs the program through a small bootstrap (``python -I -c ...``) that imports it
-without running the ``inferactors`` package's ``__init__`` (which imports trio and the whole
-library, about 220 ms), so a fake listens about 80 ms after spawn.
-``python -m inferactors.testing._fake_server`` runs the same program, only slower to start.
+The answers follow the real servers' HTTP APIs (server-apis.md sections 1 and 2; the shapes
+were checked against the real llama-server here):
+
+- flavor ``llamacpp`` (llama-server): ``GET /health`` 200 ``{"status":"ok"}``, or 503
+  ``{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`` while
+  loading, as is every other endpoint except ``/v1/models`` and ``/models``, which answer with
+  ``meta`` null (FC-03); ``GET /props`` (``model_path``, ``model_alias``, ``total_slots``,
+  ``build_info``); one-token completions on ``POST /v1/chat/completions``,
+  ``/chat/completions``, ``/v1/completions``, ``/completion`` and ``/completions``, with
+  ``finish_reason`` ``"length"`` (``stop_type`` ``"limit"`` on ``/completion``); 404 otherwise.
+- flavor ``mlx`` (mlx_lm.server 0.32.2): ``GET /health`` 200 even while loading, 503
+  ``{"status": "unavailable"}`` once the generator is dead; ``GET /v1/models`` lists
+  ``--model`` (nothing once dead); completions on ``POST /v1/chat/completions``,
+  ``/chat/completions`` and ``/v1/completions`` wait for the load, then answer one token, or
+  404 ``{"error": ...}`` when the body has a ``"model"`` other than ``--model`` (FC-09;
+  stricter than the real server, which also takes ``"default_model"``) or when the generator
+  is dead (FC-07); 404 ``Not Found`` on any other path.
 """
 
 from __future__ import annotations
@@ -18,16 +31,15 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
+from urllib.parse import urlsplit
 
 import attrs
 
 Flavor: TypeAlias = Literal["llamacpp", "mlx"]
-
-_TESTING_DIR = Path(__file__).resolve().parent
 
 
 def _non_negative(_: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
@@ -50,7 +62,7 @@ class FakeServerFaults:
     """The faults a fake server injects; each field is the flag with ``-`` for ``_``.
 
     Durations are float seconds, counted from the moment the server listens (``bind_delay_s``
-    from process start). Field defaults inject nothing. Raises ValueError for a negative
+    from its start-up). Field defaults inject nothing. Raises ValueError for a negative
     duration or count, an unknown signal name (names are `signal.Signals` names such as
     ``"SIGABRT"``) or a port outside 1 to 65535.
 
@@ -142,50 +154,6 @@ class FakeServerOptions:
         return (*out, *self.faults.args())
 
 
-def fake_server_argv(
-    port: int,
-    *,
-    flavor: Flavor = "llamacpp",
-    model: str = "tiny.gguf",
-    faults: FakeServerFaults = FakeServerFaults(),
-    python: str = sys.executable,
-    host: str = "127.0.0.1",
-    alias: str | None = None,
-    request_log: Path | None = None,
-    pid_file: Path | None = None,
-    child_pid_file: Path | None = None,
-) -> list[str]:
-    """The argv that runs a fake server: ``[python, "-I", "-c", <bootstrap>, "--host", ...]``.
-
-    Example: ``fake_server_argv(port, faults=FakeServerFaults(crash_after_s=0.5, exit_code=3))``.
-    ``python`` must have attrs installed. ``-I`` (isolated mode) keeps the caller's
-    ``PYTHON*`` variables and working directory out of the program's imports. Raises
-    ValueError for invalid options (see `FakeServerOptions`).
-    """
-    options = FakeServerOptions(
-        port=port, host=host, flavor=flavor, model=model, alias=alias, request_log=request_log,
-        pid_file=pid_file, child_pid_file=child_pid_file, faults=faults,
-    )  # fmt: skip
-    return [python, "-I", "-c", _bootstrap(), *options.args()]
-
-
-def _bootstrap() -> str:
-    """Code that registers bare ``inferactors`` and ``inferactors.testing`` packages (their
-    ``__init__`` not run), then runs the program's ``main``."""
-    packages = (
-        ("inferactors", str(_TESTING_DIR.parent)),
-        ("inferactors.testing", str(_TESTING_DIR)),
-    )
-    return (
-        "import sys, types\n"
-        f"for name, where in {packages!r}:\n"
-        "    sys.modules[name] = package = types.ModuleType(name)\n"
-        "    package.__path__ = [where]\n"
-        "from inferactors.testing._fake_server import main\n"
-        "main()\n"
-    )
-
-
 def parse_fake_server_args(argv: Sequence[str]) -> FakeServerOptions:
     """Parse the program's arguments (without the program name) into `FakeServerOptions`.
 
@@ -234,25 +202,176 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+# --- what the server answers -----------------------------------------------------------------
+
+
+Phase: TypeAlias = Literal["loading", "ready", "dead"]
+
+TOKEN = " and"
+"""The one token every completion answers (what the real tiny model says to "the cat")."""
+
+BUILD_INFO = "b0-fake"
+"""``/props`` ``build_info`` and the completions' ``system_fingerprint``."""
+
+
 @attrs.frozen
-class LoggedRequest:
-    """One line of the request log: seconds since listening, method, path, body text."""
+class Reply:
+    """Answer ``status`` with ``document`` as JSON, or a plain ``Not Found`` when it is None."""
 
-    at_s: float
-    method: str
+    status: int
+    document: object
+
+
+@attrs.frozen
+class Complete:
+    """A completion on ``path`` to serve under the completion faults."""
+
     path: str
-    body: str
-
-    def json(self) -> object:
-        """The body parsed as JSON, or None when it is empty. Raises ValueError if not JSON."""
-        return json.loads(self.body) if self.body else None
 
 
-def read_request_log(path: Path) -> tuple[LoggedRequest, ...]:
-    """Every complete line of a ``--request-log`` file, oldest first; () if there is no file."""
+@attrs.frozen
+class AwaitLoad:
+    """An mlx completion that came during the load: wait for the load, then decide again."""
+
+
+@attrs.frozen
+class Hang:
+    """Never answer (the connection stays open)."""
+
+
+@attrs.frozen
+class Die:
+    """End the process: kill it with ``signal`` (a name), or exit with ``exit_code``."""
+
+    signal: str | None
+    exit_code: int = 1
+
+
+Outcome: TypeAlias = Reply | Hang | Die
+
+_LOADING = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
+_LLAMA_404 = {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}
+_LLAMA_COMPLETIONS = frozenset(
+    {"/v1/chat/completions", "/chat/completions", "/v1/completions", "/completion", "/completions"}
+)
+_MLX_COMPLETIONS = frozenset({"/v1/chat/completions", "/chat/completions", "/v1/completions"})
+_META = {"vocab_type": 1, "n_vocab": 420, "n_ctx_train": 4096, "n_embd": 64, "size": 511232}
+_OK = {"status": "ok"}
+_USAGE = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+
+
+def decide(
+    options: FakeServerOptions, phase: Phase, method: str, target: str, body: bytes
+) -> Reply | Complete | AwaitLoad:
+    """What the server does with one request while in ``phase``, before completion faults."""
+    path = urlsplit(target).path
+    if options.flavor == "mlx":
+        return _decide_mlx(options, phase, (method, path), body)
+    return _decide_llamacpp(options, phase, (method, path))
+
+
+def completion_fate(options: FakeServerOptions, path: str, number: int) -> Outcome:
+    """What the ``number``-th served completion (counting from 1) meets under the faults."""
+    faults = options.faults
+    if faults.crash_on_completion is not None:
+        return Die(faults.crash_on_completion)
+    limit = faults.fail_completions_after
+    if faults.hang_completions or (limit is not None and number > limit):
+        return Hang()
+    return Reply(200, _completion(options, path, number))
+
+
+def _decide_llamacpp(
+    options: FakeServerOptions, phase: Phase, route: tuple[str, str]
+) -> Reply | Complete:
+    method, path = route
+    if route in (("GET", "/v1/models"), ("GET", "/models")):
+        return Reply(200, _llamacpp_models(options, loaded=phase != "loading"))
+    if phase == "loading":
+        return Reply(503, _LOADING)
+    if route in (("GET", "/health"), ("GET", "/v1/health")):
+        return Reply(200, _OK)
+    if route == ("GET", "/props"):
+        return Reply(200, _props(options))
+    if method == "POST" and path in _LLAMA_COMPLETIONS:
+        return Complete(path)
+    return Reply(404, _LLAMA_404)
+
+
+def _decide_mlx(
+    options: FakeServerOptions, phase: Phase, route: tuple[str, str], body: bytes
+) -> Reply | Complete | AwaitLoad:
+    method, path = route
+    if route == ("GET", "/health"):
+        return Reply(503, {"status": "unavailable"}) if phase == "dead" else Reply(200, _OK)
+    if route == ("GET", "/v1/models"):
+        entry = {"id": options.model, "object": "model", "created": int(time.time())}
+        return Reply(200, {"object": "list", "data": [] if phase == "dead" else [entry]})
+    if method != "POST" or path not in _MLX_COMPLETIONS:
+        return Reply(404, None)
+    wanted = _model_field(body)
+    if wanted is not None and wanted != options.model:
+        return Reply(404, {"error": f"model {wanted!r} is not the served --model (FC-09)"})
+    if phase == "dead":
+        return Reply(404, {"error": "generation thread died"})
+    return AwaitLoad() if phase == "loading" else Complete(path)
+
+
+def _model_field(body: bytes) -> object:
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return ()
-    lines = text.split("\n")[:-1]  # a last line without its newline is still being written
-    return tuple(LoggedRequest(**json.loads(line)) for line in lines)
+        document = json.loads(body)
+    except ValueError:
+        return None
+    return document.get("model") if isinstance(document, dict) else None
+
+
+def _llamacpp_models(options: FakeServerOptions, *, loaded: bool) -> dict[str, object]:
+    entry = {
+        "id": options.model_id,
+        "aliases": [options.model_id],
+        "tags": [],
+        "object": "model",
+        "created": int(time.time()),
+        "owned_by": "llamacpp",
+        "meta": _META if loaded else None,
+    }
+    return {"object": "list", "data": [entry]}
+
+
+def _props(options: FakeServerOptions) -> dict[str, object]:
+    return {
+        "default_generation_settings": {"n_ctx": 4096},
+        "total_slots": 4,
+        "model_alias": options.model_id,
+        "model_path": options.model,
+        "modalities": {"vision": False, "audio": False},
+        "build_info": BUILD_INFO,
+        "is_sleeping": False,
+    }
+
+
+def _completion(options: FakeServerOptions, path: str, number: int) -> dict[str, object]:
+    model = options.model_id
+    if path in ("/completion", "/completions"):  # llama-server's own completion shape
+        return {
+            "index": 0,
+            "content": TOKEN,
+            "stop": True,
+            "stop_type": "limit",
+            "model": model,
+            "tokens_predicted": 1,
+            "tokens_evaluated": 1,
+        }
+    common = {
+        "id": f"cmpl-fake-{number}",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": BUILD_INFO,
+        "usage": _USAGE,
+    }
+    if path == "/v1/completions":
+        choice: dict[str, object] = {"index": 0, "text": TOKEN, "finish_reason": "length"}
+        return {**common, "object": "text_completion", "choices": [choice]}
+    message = {"role": "assistant", "content": TOKEN}
+    choice = {"index": 0, "message": message, "finish_reason": "length"}
+    return {**common, "object": "chat.completion", "choices": [choice]}

@@ -1,35 +1,21 @@
 """The fake inference server program with injectable faults (issue 3, "Real processes").
 
-Run it through `fake_server_argv` (about 80 ms from spawn to listening), or as
-``python -m inferactors.testing._fake_server --port P [flags]`` (slower: that imports the
-whole ``inferactors`` package first). Its flags are `FakeServerOptions` and
-`FakeServerFaults` (``_fake_faults``). HTTP comes from the standard library's
-``ThreadingHTTPServer``, one thread per connection, so a hung request hangs only itself.
+Its flags are `FakeServerOptions` and `FakeServerFaults`, and what it answers is decided by
+the pure functions of ``_fake_faults``; this module is the I/O: the standard library's
+``ThreadingHTTPServer`` (one thread per connection, so a hung request hangs only itself),
+the process, its signals and its files, plus `fake_server_argv` to run it and
+`read_request_log` to read what it logged.
 
-It speaks enough of the real servers' HTTP APIs for probes and deep health (server-apis.md
-sections 1 and 2; the shapes were checked against the real llama-server here):
-
-- flavor ``llamacpp`` (llama-server): ``GET /health`` 200 ``{"status":"ok"}``, or 503
-  ``{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`` while
-  loading, as is every other endpoint except ``/v1/models`` and ``/models``, which answer with
-  ``meta`` null (FC-03); ``GET /props`` (``model_path``, ``model_alias``, ``total_slots``,
-  ``build_info``); one-token completions on ``POST /v1/chat/completions``,
-  ``/chat/completions``, ``/v1/completions``, ``/completion`` and ``/completions``, with
-  ``finish_reason`` ``"length"`` (``stop_type`` ``"limit"`` on ``/completion``); 404 otherwise.
-- flavor ``mlx`` (mlx_lm.server 0.32.2): ``GET /health`` 200 even while loading, 503
-  ``{"status": "unavailable"}`` once the generator is dead; ``GET /v1/models`` lists
-  ``--model`` (nothing once dead); completions on ``POST /v1/chat/completions``,
-  ``/chat/completions`` and ``/v1/completions`` wait for the load, then answer one token, or
-  404 ``{"error": ...}`` when the body has a ``"model"`` other than ``--model`` (FC-09;
-  stricter than the real server, which also takes ``"default_model"``) or when the generator
-  is dead (FC-07); 404 ``Not Found`` on any other path.
-
-Process behaviour:
+Run it through `fake_server_argv`: a small bootstrap (``python -I -c ...``) imports it
+without running the ``inferactors`` package's ``__init__`` (which imports trio and the whole
+library, about 0.2 s), so a fake listens about 0.1 s after spawn. ``python -m
+inferactors.testing._fake_server --port P [flags]`` runs the same program, slower to start.
 
 - Every duration but ``--bind-delay-s`` counts from the moment it listens. Once every socket
   listens it forks the child (``--fork-child``), writes ``--child-pid-file`` then
   ``--pid-file`` (each atomically, by rename), and prints ``inferactors fake server (<flavor>)
-  listening on <url> pid <pid>`` on stdout.
+  listening on <url> pid <pid>`` on stdout. Relative paths resolve against its working
+  directory.
 - SIGTERM: flavor ``llamacpp`` exits with status 0 (the real llama-server exits 0 on
   SIGTERM); flavor ``mlx`` dies of the signal: returncode -15, shell status 143, like the real
   mlx_lm.server (real-servers.md). ``--ignore-sigterm`` ignores it (FC-05, FC-11). SIGINT
@@ -38,7 +24,7 @@ Process behaviour:
   kills itself with the signal or exits with the status. Core dumps are off (RLIMIT_CORE 0).
 - A port it cannot bind: a message on stderr and exit status 1, like llama-server.
 - ``--request-log FILE``: one JSON line per request, appended before the request is acted on
-  (so a request that crashes or hangs the server is logged), read back by `read_request_log`.
+  (so a request that crashes or hangs the server is logged); `read_request_log` reads it.
 """
 
 from __future__ import annotations
@@ -57,170 +43,110 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import FrameType
-from typing import Literal, NoReturn, TypeAlias
-from urllib.parse import urlsplit
+from typing import Any, NoReturn
 
 import attrs
 
-from ._fake_faults import FakeServerOptions, parse_fake_server_args
-
-Phase: TypeAlias = Literal["loading", "ready", "dead"]
-
-TOKEN = " and"
-"""The one token every completion answers (what the real tiny model says to "the cat")."""
-
-BUILD_INFO = "b0-fake"
-"""``/props`` ``build_info`` and the completions' ``system_fingerprint``."""
-
-
-@attrs.frozen
-class Reply:
-    """Answer ``status`` with ``document`` as JSON, or a plain ``Not Found`` when it is None."""
-
-    status: int
-    document: object
-
-
-@attrs.frozen
-class Complete:
-    """A completion on ``path`` to serve under the completion faults."""
-
-    path: str
-
-
-@attrs.frozen
-class AwaitLoad:
-    """An mlx completion that came during the load: wait for the load, then decide again."""
-
-
-@attrs.frozen
-class Hang:
-    """Never answer (the connection stays open)."""
-
-
-@attrs.frozen
-class Die:
-    """End the process: kill it with ``signal`` (a name), or exit with ``exit_code``."""
-
-    signal: str | None
-    exit_code: int = 1
-
-
-Outcome: TypeAlias = Reply | Hang | Die
-
-_LOADING = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
-_LLAMA_404 = {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}
-_LLAMA_COMPLETIONS = frozenset(
-    {"/v1/chat/completions", "/chat/completions", "/v1/completions", "/completion", "/completions"}
+from ._fake_faults import (
+    AwaitLoad,
+    Complete,
+    Die,
+    FakeServerFaults,
+    FakeServerOptions,
+    Flavor,
+    Outcome,
+    Phase,
+    Reply,
+    completion_fate,
+    decide,
+    parse_fake_server_args,
 )
-_MLX_COMPLETIONS = frozenset({"/v1/chat/completions", "/chat/completions", "/v1/completions"})
-_META = {"vocab_type": 1, "n_vocab": 420, "n_ctx_train": 4096, "n_embd": 64, "size": 511232}
-_OK = {"status": "ok"}
-_USAGE = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+
 _NEVER = threading.Event()
+_TESTING_DIR = Path(__file__).resolve().parent
+_NO_FAULTS = FakeServerFaults()
 
 
-# --- what to answer (pure) -------------------------------------------------------------------
+# --- how to run it, and what it logs ------------------------------------------------------
 
 
-def decide(
-    options: FakeServerOptions, phase: Phase, method: str, target: str, body: bytes
-) -> Reply | Complete | AwaitLoad:
-    """What the server does with one request while in ``phase``, before completion faults."""
-    path = urlsplit(target).path
-    if options.flavor == "mlx":
-        return _decide_mlx(options, phase, (method, path), body)
-    return _decide_llamacpp(options, phase, (method, path))
+def fake_server_argv(
+    port: int,
+    *,
+    flavor: Flavor = "llamacpp",
+    model: str = "tiny.gguf",
+    faults: FakeServerFaults = _NO_FAULTS,
+    python: str = sys.executable,
+    host: str = "127.0.0.1",
+    alias: str | None = None,
+    request_log: Path | None = None,
+    pid_file: Path | None = None,
+    child_pid_file: Path | None = None,
+) -> list[str]:
+    """The argv that runs a fake server: ``[python, "-I", "-c", <bootstrap>, "--host", ...]``.
+
+    Example: ``fake_server_argv(port, faults=FakeServerFaults(crash_after_s=0.5, exit_code=3))``.
+    ``python`` must have attrs installed. ``-I`` (isolated mode) keeps the caller's
+    ``PYTHON*`` variables and working directory out of the program's imports. Raises
+    ValueError for invalid options (see `FakeServerOptions`).
+    """
+    options = FakeServerOptions(
+        port=port,
+        host=host,
+        flavor=flavor,
+        model=model,
+        alias=alias,
+        request_log=request_log,
+        pid_file=pid_file,
+        child_pid_file=child_pid_file,
+        faults=faults,
+    )
+    return [python, "-I", "-c", _bootstrap(), *options.args()]
 
 
-def completion_fate(options: FakeServerOptions, path: str, number: int) -> Outcome:
-    """What the ``number``-th served completion (counting from 1) meets under the faults."""
-    faults = options.faults
-    if faults.crash_on_completion is not None:
-        return Die(faults.crash_on_completion)
-    limit = faults.fail_completions_after
-    if faults.hang_completions or (limit is not None and number > limit):
-        return Hang()
-    return Reply(200, _completion(options, path, number))
+def _bootstrap() -> str:
+    """Code that registers bare ``inferactors`` and ``inferactors.testing`` packages (their
+    ``__init__`` not run), then runs the program's ``main``."""
+    packages = (
+        ("inferactors", str(_TESTING_DIR.parent)),
+        ("inferactors.testing", str(_TESTING_DIR)),
+    )
+    return (
+        "import sys, types\n"
+        f"for name, where in {packages!r}:\n"
+        "    sys.modules[name] = package = types.ModuleType(name)\n"
+        "    package.__path__ = [where]\n"
+        "from inferactors.testing._fake_server import main\n"
+        "main()\n"
+    )
 
 
-def _decide_llamacpp(
-    options: FakeServerOptions, phase: Phase, route: tuple[str, str]
-) -> Reply | Complete:
-    method, path = route
-    if route in (("GET", "/v1/models"), ("GET", "/models")):
-        return Reply(200, _llamacpp_models(options, loaded=phase != "loading"))
-    if phase == "loading":
-        return Reply(503, _LOADING)
-    if route in (("GET", "/health"), ("GET", "/v1/health")):
-        return Reply(200, _OK)
-    if route == ("GET", "/props"):
-        return Reply(200, _props(options))
-    if method == "POST" and path in _LLAMA_COMPLETIONS:
-        return Complete(path)
-    return Reply(404, _LLAMA_404)
+@attrs.frozen
+class LoggedRequest:
+    """One line of the request log: seconds since listening, method, path, body text."""
+
+    at_s: float
+    method: str
+    path: str
+    body: str
+
+    def json(self) -> object:
+        """The body parsed as JSON, or None when it is empty. Raises ValueError if not JSON."""
+        return json.loads(self.body) if self.body else None
+
+    def line(self) -> str:
+        """The line in the log: a JSON object with these four fields, and a newline."""
+        return json.dumps(attrs.asdict(self)) + "\n"
 
 
-def _decide_mlx(
-    options: FakeServerOptions, phase: Phase, route: tuple[str, str], body: bytes
-) -> Reply | Complete | AwaitLoad:
-    method, path = route
-    if route == ("GET", "/health"):
-        return Reply(503, {"status": "unavailable"}) if phase == "dead" else Reply(200, _OK)
-    if route == ("GET", "/v1/models"):
-        entry = {"id": options.model, "object": "model", "created": int(time.time())}
-        return Reply(200, {"object": "list", "data": [] if phase == "dead" else [entry]})
-    if method != "POST" or path not in _MLX_COMPLETIONS:
-        return Reply(404, None)
-    wanted = _model_field(body)
-    if wanted is not None and wanted != options.model:
-        return Reply(404, {"error": f"model {wanted!r} is not the served --model (FC-09)"})
-    if phase == "dead":
-        return Reply(404, {"error": "generation thread died"})
-    return AwaitLoad() if phase == "loading" else Complete(path)
-
-
-def _model_field(body: bytes) -> object:
+def read_request_log(path: Path) -> tuple[LoggedRequest, ...]:
+    """Every complete line of a ``--request-log`` file, oldest first; () if there is no file."""
     try:
-        document = json.loads(body)
-    except ValueError:
-        return None
-    return document.get("model") if isinstance(document, dict) else None
-
-
-def _llamacpp_models(options: FakeServerOptions, *, loaded: bool) -> dict[str, object]:
-    entry = {
-        "id": options.model_id, "aliases": [options.model_id], "tags": [], "object": "model",
-        "created": int(time.time()), "owned_by": "llamacpp", "meta": _META if loaded else None,
-    }  # fmt: skip
-    return {"object": "list", "data": [entry]}
-
-
-def _props(options: FakeServerOptions) -> dict[str, object]:
-    return {
-        "default_generation_settings": {"n_ctx": 4096},
-        "total_slots": 4,
-        "model_alias": options.model_id,
-        "model_path": options.model,
-        "modalities": {"vision": False, "audio": False},
-        "build_info": BUILD_INFO,
-        "is_sleeping": False,
-    }
-
-
-def _completion(options: FakeServerOptions, path: str, number: int) -> dict[str, object]:
-    model = options.model_id
-    if path in ("/completion", "/completions"):  # llama-server's own completion shape
-        return {"index": 0, "content": TOKEN, "stop": True, "stop_type": "limit", "model": model,
-                "tokens_predicted": 1, "tokens_evaluated": 1}  # fmt: skip
-    common = {"id": f"cmpl-fake-{number}", "created": int(time.time()), "model": model,
-              "system_fingerprint": BUILD_INFO, "usage": _USAGE}  # fmt: skip
-    if path == "/v1/completions":
-        choice: dict[str, object] = {"index": 0, "text": TOKEN, "finish_reason": "length"}
-        return {**common, "object": "text_completion", "choices": [choice]}
-    message = {"role": "assistant", "content": TOKEN}
-    choice = {"index": 0, "message": message, "finish_reason": "length"}
-    return {**common, "object": "chat.completion", "choices": [choice]}
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ()
+    lines = text.split("\n")[:-1]  # a last line without its newline is still being written
+    return tuple(LoggedRequest(**json.loads(line)) for line in lines)
 
 
 # --- the running server ----------------------------------------------------------------------
@@ -277,12 +203,10 @@ class FakeState:
         """Append the request to ``--request-log``, if set."""
         if self.options.request_log is None:
             return
-        line = {
-            "at_s": round(time.monotonic() - self.listening_at, 6), "method": method,
-            "path": target, "body": body.decode("utf-8", errors="replace"),
-        }  # fmt: skip
+        at_s = round(time.monotonic() - self.listening_at, 6)
+        entry = LoggedRequest(at_s, method, target, body.decode("utf-8", errors="replace"))
         with self._lock, self.options.request_log.open("a", encoding="utf-8") as log:
-            log.write(json.dumps(line) + "\n")
+            log.write(entry.line())
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -340,10 +264,12 @@ class _Server(ThreadingHTTPServer):
         host, port = self.socket.getsockname()[:2]
         self.server_name, self.server_port = str(host), int(port)
 
-    def handle_error(self, request: object, client_address: object) -> None:
+    def handle_error(
+        self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any
+    ) -> None:
         """Quiet about clients that hang up; anything else is printed as usual."""
         if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)  # type: ignore[arg-type]  # as given
+            super().handle_error(request, client_address)
 
 
 class _Server6(_Server):
