@@ -95,7 +95,11 @@ def test_a_name_without_a_tag_is_latest() -> None:
 
 @pytest.fixture
 async def fake(autojump_clock: trio.testing.MockClock) -> FakeOllama:
-    """A fake with ``tiny`` pulled; tests set faults by replacing ``fake.config``."""
+    """A fake with ``tiny`` pulled; tests set faults by replacing ``fake.config``.
+
+    Tests using it name ``autojump_clock`` too: pytest-trio takes the clock only from a
+    test's own arguments.
+    """
     return FakeOllama.create(FakeOllamaConfig(models=("tiny",)), wall_anchor=ANCHOR)
 
 
@@ -116,19 +120,20 @@ async def expiry_of(http: httpx.AsyncClient, name: str) -> datetime | None:
     return None
 
 
-def after(seconds: float) -> datetime:
-    """The calendar time ``seconds`` after the fake was created (trio time, MockClock)."""
-    return ANCHOR + timedelta(seconds=seconds)
+def after(fake: FakeOllama, start: float, seconds: float) -> datetime:
+    """The calendar time the fake shows for ``seconds`` after trio time ``start``."""
+    return fake.wall(start + seconds)
 
 
 async def test_a_fresh_load_gets_five_minutes_and_expires_on_trio_time(
-    fake: FakeOllama, http: httpx.AsyncClient
+    autojump_clock: trio.testing.MockClock, fake: FakeOllama, http: httpx.AsyncClient
 ) -> None:
     start = trio.current_time()
     reply = await generate(http, {"model": "tiny", "prompt": "", "stream": False})
+    assert fake.wall(start) == ANCHOR + timedelta(seconds=start - fake.trio_anchor)
     assert reply.status_code == 200
     assert reply.json()["done_reason"] == "load"
-    assert await expiry_of(http, "tiny:latest") == after(300)
+    assert await expiry_of(http, "tiny:latest") == after(fake, start, 300)
     await trio.sleep_until(start + 299)
     assert fake.resident() == ("tiny:latest",)
     await trio.sleep_until(start + 301)
@@ -137,30 +142,34 @@ async def test_a_fresh_load_gets_five_minutes_and_expires_on_trio_time(
 
 
 async def test_a_request_without_keep_alive_leaves_the_duration_unchanged(
-    fake: FakeOllama, http: httpx.AsyncClient
+    autojump_clock: trio.testing.MockClock, fake: FakeOllama, http: httpx.AsyncClient
 ) -> None:
     await generate(http, {"model": "tiny", "prompt": "", "stream": False, "keep_alive": "10m"})
+    start = trio.current_time()
     await trio.sleep(60)
     reply = await generate(http, {"model": "tiny", "prompt": "hi", "stream": False})
     assert reply.json()["response"] == "Hello from the fake Ollama."
     # the idle timer restarted when the request finished, with the same 10 minutes
-    assert await expiry_of(http, "tiny:latest") == after(60 + 600)
+    assert await expiry_of(http, "tiny:latest") == after(fake, start, 60 + 600)
 
 
 async def test_a_negative_keep_alive_is_forever_and_a_new_value_replaces_it(
-    fake: FakeOllama, http: httpx.AsyncClient
+    autojump_clock: trio.testing.MockClock, fake: FakeOllama, http: httpx.AsyncClient
 ) -> None:
     await generate(http, {"model": "tiny", "prompt": "", "keep_alive": -1})
+    start = trio.current_time()
     forever = await expiry_of(http, "tiny:latest")
     assert forever is not None
     assert forever.year > 2300  # Go's largest duration from now
     await trio.sleep(24 * 3600)
     assert fake.resident() == ("tiny:latest",)
     await generate(http, {"model": "tiny", "prompt": "hi", "stream": False, "keep_alive": "5m"})
-    assert await expiry_of(http, "tiny:latest") == after(24 * 3600 + 300)
+    assert await expiry_of(http, "tiny:latest") == after(fake, start, 24 * 3600 + 300)
 
 
-async def test_keep_alive_zero_unloads_at_once(fake: FakeOllama, http: httpx.AsyncClient) -> None:
+async def test_keep_alive_zero_unloads_at_once(
+    autojump_clock: trio.testing.MockClock, fake: FakeOllama, http: httpx.AsyncClient
+) -> None:
     await generate(http, {"model": "tiny", "prompt": "", "keep_alive": -1})
     reply = await generate(http, {"model": "tiny", "keep_alive": 0})
     assert reply.json()["done_reason"] == "unload"
@@ -179,7 +188,7 @@ async def test_ps_lists_the_longest_remaining_first(autojump_clock: trio.testing
 
 
 async def test_a_slow_load_answers_after_the_load_and_is_listed_while_loading(
-    fake: FakeOllama, http: httpx.AsyncClient
+    autojump_clock: trio.testing.MockClock, fake: FakeOllama, http: httpx.AsyncClient
 ) -> None:
     fake.config = FakeOllamaConfig(models=("tiny",), load_delay_s=120.0)
     start = trio.current_time()
@@ -193,7 +202,7 @@ async def test_a_slow_load_answers_after_the_load_and_is_listed_while_loading(
 
 
 async def test_a_load_error_is_returned_and_nothing_stays_loaded(
-    fake: FakeOllama, http: httpx.AsyncClient
+    autojump_clock: trio.testing.MockClock, fake: FakeOllama, http: httpx.AsyncClient
 ) -> None:
     fake.config = FakeOllamaConfig(models=("tiny",), load_delay_s=300.0, load_error=RUNNER_TIMEOUT)
     start = trio.current_time()
@@ -205,7 +214,7 @@ async def test_a_load_error_is_returned_and_nothing_stays_loaded(
 
 
 async def test_a_load_abandoned_by_its_client_leaves_nothing_loaded(
-    fake: FakeOllama, http: httpx.AsyncClient
+    autojump_clock: trio.testing.MockClock, fake: FakeOllama, http: httpx.AsyncClient
 ) -> None:
     """FC-18: the client gives up (here: is cancelled) before the load finishes."""
     fake.config = FakeOllamaConfig(models=("tiny",), load_delay_s=100.0)
@@ -218,7 +227,7 @@ async def test_a_load_abandoned_by_its_client_leaves_nothing_loaded(
 
 
 async def test_an_unloaded_model_lingers_then_goes(
-    fake: FakeOllama, http: httpx.AsyncClient
+    autojump_clock: trio.testing.MockClock, fake: FakeOllama, http: httpx.AsyncClient
 ) -> None:
     """FC-21: the unload answers at once; the runner stays in /api/ps for a while."""
     fake.config = FakeOllamaConfig(models=("tiny",), unload_linger_s=3.0)
@@ -227,7 +236,7 @@ async def test_an_unloaded_model_lingers_then_goes(
     reply = await generate(http, {"model": "tiny", "keep_alive": 0})
     assert reply.json()["done_reason"] == "unload"
     assert trio.current_time() == start
-    assert await expiry_of(http, "tiny:latest") == after(start - fake.trio_anchor)
+    assert await expiry_of(http, "tiny:latest") == after(fake, start, 0)
     await trio.sleep(2.9)
     assert fake.resident() == ("tiny:latest",)
     await trio.sleep(0.2)
@@ -235,7 +244,7 @@ async def test_an_unloaded_model_lingers_then_goes(
 
 
 async def test_a_load_during_lingering_waits_for_the_old_runner_to_go(
-    fake: FakeOllama, http: httpx.AsyncClient
+    autojump_clock: trio.testing.MockClock, fake: FakeOllama, http: httpx.AsyncClient
 ) -> None:
     fake.config = FakeOllamaConfig(models=("tiny",), unload_linger_s=3.0)
     await generate(http, {"model": "tiny", "prompt": "", "keep_alive": -1})
@@ -243,7 +252,7 @@ async def test_a_load_during_lingering_waits_for_the_old_runner_to_go(
     start = trio.current_time()
     await generate(http, {"model": "tiny", "prompt": "", "keep_alive": "1m"})
     assert trio.current_time() - start == pytest.approx(3.0)
-    assert await expiry_of(http, "tiny:latest") == after(start - fake.trio_anchor + 3.0 + 60)
+    assert await expiry_of(http, "tiny:latest") == after(fake, start, 3.0 + 60)
 
 
 async def test_a_preloaded_model_is_resident_from_the_start(
@@ -257,7 +266,9 @@ async def test_a_preloaded_model_is_resident_from_the_start(
     assert "other:7b" in fake.book.pulled
 
 
-async def test_completions_honour_the_token_limit(http: httpx.AsyncClient) -> None:
+async def test_completions_honour_the_token_limit(
+    autojump_clock: trio.testing.MockClock, http: httpx.AsyncClient
+) -> None:
     body = {"model": "tiny", "prompt": "hi", "stream": False, "options": {"num_predict": 1}}
     reply = (await generate(http, body)).json()
     assert (reply["response"], reply["done_reason"], reply["eval_count"]) == ("Hello", "length", 1)
@@ -273,7 +284,9 @@ async def test_completions_honour_the_token_limit(http: httpx.AsyncClient) -> No
     }
 
 
-async def test_a_streamed_generate_is_ndjson(http: httpx.AsyncClient) -> None:
+async def test_a_streamed_generate_is_ndjson(
+    autojump_clock: trio.testing.MockClock, http: httpx.AsyncClient
+) -> None:
     reply = await generate(http, {"model": "tiny", "prompt": "hi", "options": {"num_predict": 2}})
     assert reply.headers["content-type"] == "application/x-ndjson"
     chunks = [json.loads(line) for line in reply.text.splitlines()]
@@ -290,7 +303,12 @@ async def test_a_streamed_generate_is_ndjson(http: httpx.AsyncClient) -> None:
     ],
 )
 async def test_bad_generate_requests_are_refused(
-    fake: FakeOllama, http: httpx.AsyncClient, body: dict[str, object], status: int, error: str
+    autojump_clock: trio.testing.MockClock,
+    fake: FakeOllama,
+    http: httpx.AsyncClient,
+    body: dict[str, object],
+    status: int,
+    error: str,
 ) -> None:
     reply = await generate(http, body)
     assert (reply.status_code, reply.json()) == (status, {"error": error})
@@ -298,7 +316,7 @@ async def test_bad_generate_requests_are_refused(
 
 
 async def test_other_paths_are_404_and_every_request_is_recorded(
-    fake: FakeOllama, http: httpx.AsyncClient
+    autojump_clock: trio.testing.MockClock, fake: FakeOllama, http: httpx.AsyncClient
 ) -> None:
     assert (await http.delete("/api/delete")).status_code == 404
     assert (await http.post("/api/pull", json={"model": "x"})).status_code == 404
@@ -378,7 +396,7 @@ async def test_a_disconnect_during_a_real_load_aborts_it() -> None:
             with trio.move_on_after(0.5):
                 await generate(http, {"model": "tiny", "prompt": "", "keep_alive": -1})
         with trio.fail_after(10):
-            while fake.resident():
+            while fake.resident():  # noqa: ASYNC110  polling what a real socket lets us see
                 await trio.sleep(0.05)
         assert "tiny:latest" not in fake.book.runners
 

@@ -286,12 +286,15 @@ def mlx_spec(name: str, port: int) -> InferenceSpec:
 
 async def first_change(
     events: trio.MemoryReceiveChannel[Event], iid: str, decisive: Callable[[StateChanged], bool]
-) -> StateChanged:
-    """The first state change of ``iid`` that is ``decisive``."""
+) -> tuple[StateChanged, list[StateChanged]]:
+    """The first state change of ``iid`` that is ``decisive``, and every change before it."""
+    before: list[StateChanged] = []
     with trio.fail_after(READY_S):
         async for event in events:
-            if isinstance(event, StateChanged) and event.instance_id == iid and decisive(event):
-                return event
+            if isinstance(event, StateChanged) and event.instance_id == iid:
+                if decisive(event):
+                    return event, before
+                before.append(event)
     raise AssertionError("the event stream ended")
 
 
@@ -380,22 +383,15 @@ async def test_managed_mlx_runs_when_the_directory_is_not_named_after_the_model(
         events = await runtime.subscribe()
         handle = await runtime.load(mlx_spec("chat-model", free_port))
         await runtime.start(handle)
-        change = await first_change(events, handle.instance_id, running_or_unlisted)
+        change, _ = await first_change(events, handle.instance_id, running_or_unlisted)
         assert change.new is InstanceState.RUNNING, change.detail
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "needs: managed mlx readiness = /v1/models lists the served path AND a one-token "
-        "completion without a model field succeeded (issue 4 item 1, FC-07). /health is 200 "
-        "while the model loads, and today Running comes from /health and /v1/models alone, "
-        "so no completion reaches the server before Running"
-    ),
-)
 async def test_managed_mlx_is_running_only_after_a_real_token(
     mlx_program: Path, tiny_mlx: Path, free_port: int, tmp_path: Path
 ) -> None:
+    """/health is 200 while the model loads (and while a dead generator's thread dies), so a
+    managed mlx server is Running only once one token came back (issue 4 item 1, FC-07)."""
     config = managed_config(tmp_path, mlx_program, tiny_mlx, name="tiny")
     async with open_runtime(config, node_id="test") as runtime:
         handle, _ = await run_until_running(runtime, "tiny", free_port)
@@ -403,21 +399,22 @@ async def test_managed_mlx_is_running_only_after_a_real_token(
     assert b'"POST /v1/chat/completions HTTP/1.1" 200' in evidence.stderr
 
 
-async def test_managed_mlx_with_a_dead_generator_settles_on_degraded(
+async def test_managed_mlx_with_a_dead_generator_is_never_running(
     mlx_program: Path, free_port: int, tmp_path: Path
 ) -> None:
     """FC-07: the process lives and /health says unavailable: the instance settles on
-    Degraded with the reason, and deep health refuses. (It may flash Running first, during
-    the few ms /health is 200 before the thread dies; readiness gated on a real token, see
-    the xfail above, removes that.)"""
+    Degraded with the reason, and deep health refuses. It is never Running, not even in
+    the few ms /health is 200 before the thread dies (where /v1/models already lists the
+    model), because Running needs a real token."""
     broken = broken_copy(tmp_path / "tiny-broken")
     config = managed_config(tmp_path, mlx_program, broken, name="tiny")
     async with open_runtime(config, node_id="test") as runtime:
         events = await runtime.subscribe()
         handle = await runtime.load(mlx_spec("tiny", free_port))
         await runtime.start(handle)
-        change = await first_change(events, handle.instance_id, generator_died)
+        change, before = await first_change(events, handle.instance_id, generator_died)
         assert change.new is InstanceState.DEGRADED
+        assert InstanceState.RUNNING not in {e.new for e in before}
         assert (await runtime.status(handle)).state is InstanceState.DEGRADED
         with pytest.raises(BackendError, match="not up"):
             await runtime.deep_health(handle)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -41,9 +42,9 @@ from inferactors import (
     ServeArgs,
     UnknownInstance,
     Unsupported,
+    http_prober_factory,
     open_runtime,
 )
-from inferactors._runtime import http_prober_factory
 
 HELPER = Path(__file__).parent / "helpers" / "runtime_server.py"
 PORT = 8123
@@ -54,7 +55,8 @@ class FakeLlama:
     """A llama-server as seen through httpx: answers by its fields, records every request.
 
     ``hang`` names a path whose requests are held forever (``entered`` is set when one
-    arrives); ``down`` makes every request fail to connect.
+    arrives), ``slow`` one whose answers take ``slow_s`` seconds; ``down`` makes every
+    request fail to connect.
     """
 
     health: int = 200
@@ -63,6 +65,8 @@ class FakeLlama:
     completion: int = 200
     down: bool = False
     hang: str | None = None
+    slow: str | None = None
+    slow_s: float = 0.0
     entered: trio.Event = attrs.Factory(trio.Event)
     requests: list[httpx.Request] = attrs.Factory(list)
 
@@ -82,6 +86,8 @@ class FakeLlama:
         if request.url.path == self.hang:
             self.entered.set()
             await trio.sleep_forever()
+        if request.url.path == self.slow:
+            await trio.sleep(self.slow_s)
         return self._answer(request)
 
     def _answer(self, request: httpx.Request) -> httpx.Response:
@@ -163,9 +169,9 @@ async def test_a_port_outside_the_allowed_range_is_refused_before_any_request(
 async def test_admitting_a_dead_port_is_refused_and_registers_nothing(free_port: int) -> None:
     async with open_runtime(InferConfig.adopted(InferFlavor.LLAMACPP)) as runtime:
         want = f"no infer.llamacpp server answering at http://127.0.0.1:{free_port}: "
-        with pytest.raises(AdmissionRefused, match=want):
+        with pytest.raises(AdmissionRefused, match=re.escape(want)):
             await runtime.admit(chat(free_port))
-        with pytest.raises(AdmissionRefused, match="no infer.llamacpp server answering at"):
+        with pytest.raises(AdmissionRefused, match=re.escape(want)):
             await runtime.load(chat(free_port))
         assert await runtime.instances() == ()
 
@@ -242,7 +248,7 @@ async def own_server(tmp_path: Path, port: int) -> AsyncIterator[tuple[trio.Proc
     try:
         async with httpx.AsyncClient(trust_env=False) as client:
             with trio.fail_after(30):
-                while not await _answers(client, port):
+                while not await _answers(client, port):  # noqa: ASYNC110  a real server
                     await trio.sleep(0.02)
         yield process, log
     finally:
@@ -391,13 +397,15 @@ async def test_a_node_id_must_be_a_plain_token_of_at_most_64_chars(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     for bad in ("bad id", "", "x" * 65, "-lead", "a/b"):
-        with pytest.raises(BaseException) as refused:  # see the xfail below for the type
+        try:
             async with adopted(FakeLlama(), node_id=bad):
-                pass
+                pytest.fail(f"node id {bad!r} was accepted")
+        except (InvalidConfig, ExceptionGroup) as error:  # the xfail below: only the first
+            refused: BaseException = error
         assert any(
             isinstance(error, InvalidConfig) and "node id must be a plain token" in str(error)
-            for error in errors_in(refused.value)
-        ), refused.value
+            for error in errors_in(refused)
+        ), refused
     async with adopted(FakeLlama(), node_id="n" * 64) as runtime:
         assert (await runtime.load(chat())).instance_id.endswith("-" + "n" * 64)
 
@@ -534,7 +542,7 @@ async def test_adopt_re_registers_a_handle_and_console_is_unsupported(
             await runtime.console(handle)
         server.down = True
         await runtime.unload(handle)
-        with pytest.raises(AdmissionRefused, match="no infer.llamacpp server answering"):
+        with pytest.raises(AdmissionRefused, match=r"no infer\.llamacpp server answering"):
             await runtime.adopt(handle, chat())
 
 
@@ -571,6 +579,30 @@ async def test_a_command_in_flight_when_its_instance_is_unloaded_is_answered(
             await server.entered.wait()
             await runtime.unload(handle)
     assert len(outcome) == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: a caller that stops waiting (a timeout around status, health or "
+    "deep_health) crashes the whole runtime: the late answer raises BrokenResourceError "
+    "in the actor (_messages.answer)",
+)
+@pytest.mark.parametrize(
+    ("command", "path"),
+    [("status", "/health"), ("health", "/health"), ("deep_health", "/v1/chat/completions")],
+)
+async def test_a_caller_that_gives_up_does_not_break_the_runtime(
+    autojump_clock: trio.testing.MockClock, command: str, path: str
+) -> None:
+    server = FakeLlama(slow=path, slow_s=1.5)
+    async with adopted(server, probe_timeout_s=3.0) as runtime:
+        handle = await runtime.load(chat())
+        with trio.move_on_after(0.5) as gave_up:
+            await getattr(runtime, command)(handle)
+        assert gave_up.cancelled_caught
+        await trio.sleep(5.0)  # the answer comes back to nobody meanwhile
+        server.slow = None
+        assert (await runtime.status(handle)).state is InstanceState.RUNNING
 
 
 @pytest.mark.xfail(

@@ -15,6 +15,7 @@ import trio
 import trio.testing
 
 from inferactors import (
+    DeepHealthFailed,
     GaveUp,
     InferConfig,
     InferenceSpec,
@@ -331,19 +332,40 @@ async def test_status_shows_loading_progress(
     assert trio.current_time() - h.fleet.last.started_at == pytest.approx(20.0, abs=0.11)
 
 
-async def test_watchdog_kills_a_server_whose_completions_hang(
+async def test_watchdog_kills_a_server_whose_completions_start_to_hang(
     harness: Harness, autojump_clock: trio.testing.MockClock
 ) -> None:
     h = harness
-    h.fleet.hang_completions = True  # /health fine, completions hang (FC-04)
     watchdog = Watchdog(interval_s=10.0, timeout_s=5.0, failures=2)
     handle = await load_running(h, Supervision(watchdog=watchdog))
+    t0 = trio.current_time()
+    h.fleet.last.hang_completions = True  # /health still fine, completions hang (FC-04)
+    failed = await h.next(DeepHealthFailed)
+    assert isinstance(failed, DeepHealthFailed)
+    assert failed.consecutive == 1
     exited = await h.next(ProcessExited)
     assert isinstance(exited, ProcessExited)
     assert exited.reason is StopReason.HEALTH_KILL
-    assert h.at() == pytest.approx(30.0, abs=0.5)  # two rounds of 10 s wait + 5 s timeout
+    assert trio.current_time() - t0 == pytest.approx(30.0, abs=0.5)  # 2 x (10 s + 5 s)
     await h.next(RestartScheduled)
     assert handle.instance_id == exited.instance_id
+
+
+async def test_a_server_whose_completions_hang_from_the_start_is_never_ready(
+    harness: Harness, autojump_clock: trio.testing.MockClock
+) -> None:
+    h = harness
+    h.fleet.hang_completions = True  # /health 200 but no token ever (FC-07)
+    handle = await h.runtime.load(SPEC, Supervision(readiness_timeout_s=20.0))
+    await h.runtime.start(handle)
+    await trio.sleep(10)
+    status = await h.runtime.status(handle)
+    assert status.state is InstanceState.DEGRADED
+    assert status.detail is not None
+    assert status.detail.startswith("starting:")
+    exited = await h.next(ProcessExited)
+    assert isinstance(exited, ProcessExited)
+    assert exited.reason is StopReason.READINESS_TIMEOUT
 
 
 async def test_state_changes_are_events(

@@ -340,6 +340,8 @@ class InstanceActor:
             )
         elif message.owner_ok is True:
             book.identity_ok, book.impostor = True, None
+        if message.first_token is not None:
+            book.first_token = message.first_token
         alive = book.process is not None and book.process.running
         book.mapped = map_report(
             message.report,
@@ -347,7 +349,7 @@ class InstanceActor:
             alive=alive or not self.managed,
             adopted=not self.managed,
         )
-        if book.mapped.state is InstanceState.RUNNING and (book.identity_ok or not self.managed):
+        if book.ready or (not self.managed and book.mapped.state is InstanceState.RUNNING):
             self._on_ready(book.process)
 
     def _on_ready(self, process: ManagedProcess | None) -> None:

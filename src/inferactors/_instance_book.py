@@ -60,6 +60,7 @@ class InstanceBook:
     restarts: int = 0
     impostor: str | None = None
     identity_ok: bool = False
+    first_token: str | None = None
     ready_once: bool = False
     health_failures: int = 0
     health_failed: str | None = None
@@ -72,6 +73,7 @@ class InstanceBook:
         self.stop_reason = None
         self.impostor = None
         self.identity_ok = False
+        self.first_token = None
         self.ready_once = False
         self.health_failures = 0
         self.health_failed = None
@@ -126,4 +128,15 @@ class InstanceBook:
             return InstanceStatus(
                 InstanceState.DEGRADED, "starting: confirming the listener is ours"
             )
+        if base.state is InstanceState.RUNNING and self.managed and self.first_token != "":
+            detail = "starting: waiting for a first token"
+            if self.first_token:
+                detail = f"starting: the first token failed ({self.first_token})"
+            return InstanceStatus(InstanceState.DEGRADED, detail)
         return base
+
+    @property
+    def ready(self) -> bool:
+        """Whether the live server counts as ready: up, listed, ours, and it answered a token."""
+        running = InstanceState.RUNNING
+        return self.mapped.state is running and self._live_overrides(self.mapped).state is running

@@ -60,6 +60,8 @@ class Probed:
     owner_ok: bool | None = None
     owner_pid: int | None = None
     exposure: Exposure | None = None
+    first_token: str | None = None
+    """None: not asked; ``""``: one token came back; otherwise why the first token failed."""
 
 
 @attrs.frozen

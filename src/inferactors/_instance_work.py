@@ -38,7 +38,7 @@ from ._netscan import NetScanner
 from ._plan import Plan, ProberFactory, probe_once
 from ._probe import CompletionResult, Prober, ServerReport, Unreachable, Up
 from ._process import ManagedProcess
-from ._status import InstanceStatus
+from ._status import InstanceState, InstanceStatus, map_report
 
 FIRST_PROBE_S = 0.01
 """The monitor's first delay after a spawn; it doubles up to `STARTUP_PROBE_CAP_S`."""
@@ -147,21 +147,46 @@ class InstanceWork:
         await self._post(Probed(report, process, reply, owner_ok, owner_pid, exposure))
 
     async def monitor(self, process: ManagedProcess | None, scope: trio.CancelScope) -> None:
-        """Probe until cancelled: fast until the server is up, then every second."""
+        """Probe until cancelled: fast until the server is up, then every second.
+
+        A managed server counts as ready only once it also answered one real token: its
+        ``/health`` can say 200 while completions hang or fail (FC-03, FC-07). That first
+        token is asked once per process, when the probe first finds it up and listing our
+        model; an adopted server is never sent one (it only ever receives GETs).
+        """
         delay = FIRST_PROBE_S
+        token_ok = process is None  # adopted: no first token
         prober = self.open_prober(self.plan.spec.base_url(), self.config.probe_timeout_s)
         with scope:
             try:
                 while True:
                     report = await prober.report(self._flavor)
                     owner_ok, owner_pid = await self._identity(process, report)
-                    await self._post(Probed(report, process, None, owner_ok, owner_pid))
-                    up = isinstance(report.health, Up)
+                    token: str | None = None
+                    if not token_ok and self._lists_our_model(report):
+                        token = await self._first_token()
+                        token_ok = token == ""
+                    await self._post(
+                        Probed(report, process, None, owner_ok, owner_pid, None, token)
+                    )
+                    up = isinstance(report.health, Up) and token_ok
                     delay = RUNNING_PROBE_S if up else min(delay * 2, STARTUP_PROBE_CAP_S)
                     await trio.sleep(delay)
             finally:
                 with trio.move_on_after(1.0, shield=True):
                     await prober.aclose()
+
+    def _lists_our_model(self, report: ServerReport) -> bool:
+        mapped = map_report(report, model=self.plan.listed_names, alive=True, adopted=False)
+        return mapped.state is InstanceState.RUNNING
+
+    async def _first_token(self) -> str:
+        """``""`` when one token came back, else why not."""
+        try:
+            await self.one_token(self.config.deep_timeout_s)
+        except InferactorsError as error:
+            return str(error) or type(error).__name__
+        return ""
 
     async def exposure_watch(self, process: ManagedProcess, scope: trio.CancelScope) -> None:
         """Scan the server every `EXPOSURE_CHECK_S` until it is found exposed or cancelled."""

@@ -13,8 +13,9 @@ the argv inferactors builds. What it does is chosen by the environment variable
 * ``note-term``: on SIGTERM, write ``./term`` and exit with status 0;
 * ``fork``: fork a child that sleeps 600 s in the same process group.
 
-Every run writes its pid to ``./pid`` and, with ``fork``, the child's pid to ``./child``
-(in the working directory, the instance directory), each through a rename.
+Every run writes its pid to ``./pid`` (once its SIGTERM handling is set up) and, with
+``fork``, the child's pid to ``./child`` (in the working directory, the instance
+directory), each through a rename.
 """
 
 from __future__ import annotations
@@ -85,11 +86,11 @@ def _serve(host: str, port: int, model: str) -> None:
 
 def main(argv: list[str]) -> None:
     modes = os.environ.get("RUNTIME_SERVER", "serve").split(",")
-    _write("pid", os.getpid())
     if "ignore-term" in modes:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if "note-term" in modes:
         signal.signal(signal.SIGTERM, _note_term)
+    _write("pid", os.getpid())  # once the signal dispositions are in place
     if "fork" in modes:
         child = os.fork()
         if child == 0:

@@ -77,7 +77,15 @@ class FakeReply:
 
 @attrs.define(eq=False)
 class FakeOllama:
-    """A running fake; ``base_url`` is where it listens on 127.0.0.1."""
+    """A fake Ollama daemon; `open_fake_ollama` serves one, `transport` reaches one socketless.
+
+    Attributes:
+        config: settings and faults, read at each use (replace it to change faults).
+        book: its models and runners (`inferactors.testing._fake_ollama_state.ModelBook`).
+        wall_anchor, trio_anchor: the calendar time shown for trio time ``trio_anchor``.
+        port: where it listens on 127.0.0.1 once served (0 before).
+        requests: every request received, in order.
+    """
 
     config: FakeOllamaConfig
     book: ModelBook
@@ -89,10 +97,11 @@ class FakeOllama:
 
     @classmethod
     def create(cls, config: FakeOllamaConfig, wall_anchor: datetime | None = None) -> FakeOllama:
-        """A fake in state: ``config.preloaded`` resident. Call inside trio.
+        """A fake with ``config.preloaded`` already resident. Call inside trio.
 
         ``wall_anchor`` is the calendar time shown for the current trio time (``expires_at``
-        and ``created_at`` are computed from it); now, by default.
+        and ``created_at`` are computed from it); the system's now by default, read once,
+        since every later time comes from trio.
         """
         book = ModelBook.create(config.models + config.preloaded)
         now = trio.current_time()
