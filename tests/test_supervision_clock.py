@@ -71,12 +71,13 @@ class Harness:
     seen: list[Event] = attrs.Factory(list)
 
     async def next(self, kind: type[Event]) -> Event:
-        """The next event of ``kind`` (others are kept in ``seen``)."""
-        async for event in self.events:
-            self.seen.append(event)
-            if isinstance(event, kind):
-                return event
-        raise AssertionError("event stream ended")
+        """The next event of ``kind`` (others are kept in ``seen``), within 1000 virtual s."""
+        with trio.move_on_after(1000):
+            async for event in self.events:
+                self.seen.append(event)
+                if isinstance(event, kind):
+                    return event
+        raise AssertionError(f"no {kind.__name__} event; seen: {self.seen}")
 
     def drain(self) -> None:
         """Move every event already delivered into ``seen``."""
@@ -88,8 +89,12 @@ class Harness:
 
     async def running(self, handle: InstanceHandle) -> None:
         """Wait until the instance is Running, with every event so far in ``seen``."""
-        await self.runtime.wait_state(handle, InstanceState.RUNNING)
+        with trio.move_on_after(1000):
+            await self.runtime.wait_state(handle, InstanceState.RUNNING)
+            self.drain()
+            return
         self.drain()
+        raise AssertionError(f"not running; seen: {self.seen}")
 
     def at(self) -> float:
         return round(trio.current_time() - self.start, 3)

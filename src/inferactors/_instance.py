@@ -329,6 +329,8 @@ class InstanceActor:
 
     def _apply_report(self, message: Probed) -> None:
         book = self._book
+        if book.process is not None and not book.process.running:
+            return  # it just died: its exit is on the way and will say so
         book.last_probe = probe_words(message.report)
         if message.owner_ok is False and book.impostor is None:
             port, pid = self.plan.spec.port(), message.owner_pid

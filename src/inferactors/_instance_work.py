@@ -92,9 +92,10 @@ class InstanceWork:
                 raise BackendError(
                     f"{spec.base_url()} is already taken by something else; not starting over it"
                 )
-            process = await ManagedProcess.spawn(
-                nursery, launch, open_process=self.edges.open_process
-            )
+            files, run_as = self.plan.weight_files, self.plan.run_as
+            await self.edges.containment.prepare(launch, run_as, files)
+            spawn = self.edges.open_process
+            process = await ManagedProcess.spawn(nursery, launch, open_process=spawn, run_as=run_as)
         except InferactorsError as error:
             await self._post(SpawnFailed(error, reply))
             return
@@ -102,12 +103,21 @@ class InstanceWork:
             failed = BackendError(f"cannot start {launch.program}: {error}")
             await self._post(SpawnFailed(failed, reply))
             return
+        await self._record(process)
         await self._post(Spawned(process, reply))
 
+    async def _record(self, process: ManagedProcess) -> None:
+        """Write ``server.json`` so a later life can reap this server if we die (FC-13)."""
+        assert self.plan.launch is not None
+        await self.edges.containment.record(self.plan.launch, process.pid, self.plan.spec.port())
+
     async def watch_exit(self, process: ManagedProcess) -> None:
-        """Await the process's exit and report it the moment it happens."""
+        """Await the process's exit and report it the moment it happens; then drop its
+        record (``server.json``, kept for orphan reaping while it ran)."""
         evidence = await process.wait_exited()
         await self._post(Exited(process, evidence))
+        if self.plan.launch is not None:
+            await self.edges.containment.forget(self.plan.launch, process.pid)
 
     async def stop(self, process: ManagedProcess, grace_s: float) -> None:
         """TERM the group, wait ``grace_s`` seconds, KILL the group, reap (checklist 48)."""
@@ -209,7 +219,7 @@ class InstanceWork:
         if process is None or not isinstance(report.health, Up):
             return None, None
         spec = self.plan.spec
-        owner = await trio.to_thread.run_sync(self.net.port_owner, str(spec.bind_ip()), spec.port())
+        owner = await self.net.port_owner(str(spec.bind_ip()), spec.port())
         if owner is None:
             return True, None  # the table does not say (no permission): nothing contradicts us
         return self.net.owned_by(owner, process.pgid), owner

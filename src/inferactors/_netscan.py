@@ -60,7 +60,7 @@ class NetScanner(Protocol):
         """The exposure of the server whose process tree starts at ``pid``, or None."""
         ...
 
-    def port_owner(self, host: str, port: int) -> int | None:
+    async def port_owner(self, host: str, port: int) -> int | None:
         """The pid listening on ``host:port`` (or a wildcard covering it), or None."""
         ...
 
@@ -236,9 +236,9 @@ class SystemNetScanner:
         """See the module function `scan`."""
         return await scan(pid, port, timeout_s=self.connect_timeout_s)
 
-    def port_owner(self, host: str, port: int) -> int | None:
-        """See the module function `port_owner` (blocking)."""
-        return port_owner(host, port)
+    async def port_owner(self, host: str, port: int) -> int | None:
+        """See the module function `port_owner` (run in a worker thread)."""
+        return await trio.to_thread.run_sync(port_owner, host, port)
 
     def owned_by(self, pid: int | None, group_pgid: int) -> bool:
         """See the module function `owned_by`."""

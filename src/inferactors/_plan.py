@@ -17,6 +17,7 @@ import attrs
 import trio
 
 from ._config import ControlMode, InferConfig, ManagedConfig, RestartPolicy, Supervision
+from ._containment import RunAs, require_unprivileged, resolve_run_as
 from ._errors import AdmissionRefused, ModelError
 from ._flavor import InferFlavor
 from ._launch import Launch, build_launch, check_format
@@ -53,6 +54,17 @@ class Plan:
     launch: Launch | None = None
     model: ResolvedModel | None = None
     supervision: Supervision = Supervision()  # noqa: RUF009  (frozen value)
+    run_as: RunAs | None = None
+    draft: ResolvedModel | None = None
+
+    @property
+    def weight_files(self) -> tuple[Path, ...]:
+        """Every model file the server reads (shards, tokenizer files, the draft's)."""
+        files: list[Path] = []
+        for model in (self.model, self.draft):
+            if model is not None:
+                files += [*model.shards, *model.tokenizer]
+        return tuple(files)
 
     @property
     def restart_policy(self) -> RestartPolicy:
@@ -87,6 +99,7 @@ async def make_plan(
     open_prober: ProberFactory,
     instance_dir: Path,
     port_check: Callable[[str, int], Awaitable[bool]] = port_in_use,
+    euid: int | None = None,
 ) -> Plan:
     """Check ``spec`` against ``config`` and build its plan (see the module docstring).
 
@@ -96,6 +109,8 @@ async def make_plan(
         registry: the model registry; required when managed.
         open_prober: the HTTP edge.
         port_check: the occupied-port check (a TCP connect).
+        euid: the supervisor's effective uid (default ``os.geteuid()``): as root, a managed
+            server needs ``run_as`` (checklist item 45).
         instance_dir: where a managed server will run (its cwd); not created here.
 
     Raises:
@@ -108,7 +123,18 @@ async def make_plan(
         return await _plan_adopted(spec, config, open_prober)
     if spec.runtime is InferFlavor.OLLAMA:
         raise AdmissionRefused("managed Ollama is not supported by this version of inferactors")
-    return await _plan_process(spec, config, config.managed, registry, instance_dir, port_check)
+    run_as = _run_as(config.managed, os.geteuid() if euid is None else euid)
+    plan = await _plan_process(spec, config, config.managed, registry, instance_dir, port_check)
+    if run_as is None:
+        return plan
+    notes = (*plan.notes, f"runs as user {run_as.name} (uid {run_as.uid})")
+    return attrs.evolve(plan, run_as=run_as, notes=notes)
+
+
+def _run_as(managed: ManagedConfig, euid: int) -> RunAs | None:
+    run_as = resolve_run_as(managed.run_as) if managed.run_as else None
+    require_unprivileged(run_as, euid)
+    return run_as
 
 
 def _check_runtime_and_port(spec: InferenceSpec, config: InferConfig) -> None:
@@ -193,7 +219,9 @@ async def _plan_process(
         f"model {model.name} ({model.format.value}) verified",
         f"launch {program} with {len(launch.args)} args",
     )
-    return Plan(spec=spec, mode=ControlMode.MANAGED, notes=notes, launch=launch, model=model)
+    return Plan(
+        spec=spec, mode=ControlMode.MANAGED, notes=notes, launch=launch, model=model, draft=draft
+    )
 
 
 async def _resolve(registry: ModelRegistry, name: str) -> ResolvedModel:

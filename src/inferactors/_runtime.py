@@ -51,6 +51,7 @@ from ._messages import (
     Unload,
     call,
 )
+from ._orphans import ReapedOrphan, reap_orphans
 from ._plan import Admission, Plan, ProberFactory, make_plan, resolve_supervision
 from ._probe import CompletionResult, ServerReport
 from ._registry import ModelRegistry
@@ -94,6 +95,8 @@ class InferRuntime:
     _events: trio.MemorySendChannel[Event]
     _registry: ModelRegistry | None
     _edges: Edges
+    reaped_orphans: tuple[ReapedOrphan, ...] = ()
+    """What start-up found of servers an earlier life left behind in ``data_root`` (FC-13)."""
     _capabilities: tuple[Capability, ...] = ()
 
     @property
@@ -302,6 +305,7 @@ class InferRuntime:
             open_prober=self._edges.open_prober,
             instance_dir=directory or Path("."),
             port_check=self._edges.port_in_use,
+            euid=self._edges.containment.euid(),
         )
 
     async def _install(self, iid: str, plan: Plan, directory: Path | None) -> None:
@@ -411,11 +415,16 @@ async def _serve(
 ) -> None:
     config.validate()
     check_node_id(node_id)
-    registry = None
+    registry: ModelRegistry | None = None
+    reaped: tuple[ReapedOrphan, ...] = ()
     if config.managed is not None:
         registry = await trio.to_thread.run_sync(ModelRegistry.open, config.managed.registry)
+        data_root = config.managed.data_root
+        reaped = tuple(await trio.to_thread.run_sync(reap_orphans, data_root))
     supervisor = Supervisor.create(random=edges.random)
-    runtime = InferRuntime(config, node_id, supervisor.inbox, supervisor.events, registry, edges)
+    runtime = InferRuntime(
+        config, node_id, supervisor.inbox, supervisor.events, registry, edges, reaped
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.serve)
         task_status.started(runtime)

@@ -57,7 +57,7 @@ class InstanceStatus:
 
 
 def map_report(
-    report: ServerReport, *, model: str | None | Sequence[str], alive: bool, adopted: bool
+    report: ServerReport, *, model: str | Sequence[str] | None, alive: bool, adopted: bool
 ) -> InstanceStatus:
     """Map a probe report of a llama.cpp or mlx-lm server to a status.
 

@@ -208,10 +208,12 @@ class Supervisor:
         if budget is None:
             return
         if isinstance(event, StateChanged):
-            running = event.new is InstanceState.RUNNING
-            now = event.at
-            budget = budget.note_running(now) if running else budget.note_not_running()
-            self._budgets[event.instance_id] = budget.refill_if_stable(now)
+            budget = budget.refill_if_stable(event.at)  # up until now: stable counts
+            if event.new is InstanceState.RUNNING:
+                budget = budget.note_running(event.at)
+            else:
+                budget = budget.note_not_running()
+            self._budgets[event.instance_id] = budget
         elif isinstance(event, ProcessExited):
             self._decide(event.instance_id, event.reason, event.exit_code, event.signal)
 

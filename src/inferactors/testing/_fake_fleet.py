@@ -22,6 +22,7 @@ import trio
 from .._containment import RunAs
 from .._edges import Edges, http_prober_factory
 from .._exposure import Exposure
+from .._launch import Launch
 
 _FIRST_FAKE_PID = 900_000
 
@@ -137,6 +138,7 @@ class FakeFleet:
             open_process=self._open_process,
             port_in_use=self._port_in_use,
             random=lambda: jitter,
+            containment=_FakeContainment(),
         )
 
     @property
@@ -210,6 +212,23 @@ async def _answer(child: FakeChild, request: httpx.Request, ready: bool) -> http
 
 
 @attrs.frozen
+class _FakeContainment:
+    """An unprivileged supervisor with nothing to check: fake servers read no files."""
+
+    def euid(self) -> int:
+        return 1000
+
+    async def prepare(self, launch: Launch, run_as: RunAs | None, files: Sequence[Path]) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def record(self, launch: Launch, pid: int, port: int) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def forget(self, launch: Launch, pid: int) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+@attrs.frozen
 class _FakeNet:
     fleet: FakeFleet
 
@@ -219,7 +238,8 @@ class _FakeNet:
             return Exposure(reachable_on=("127.0.0.2",), listeners=(), port=port)
         return None
 
-    def port_owner(self, host: str, port: int) -> int | None:
+    async def port_owner(self, host: str, port: int) -> int | None:
+        await trio.lowlevel.checkpoint()
         child = self.fleet._child_on(port)
         return None if child is None else child.pid
 
