@@ -1,13 +1,26 @@
-"""Shared fixtures: the real llama-server, the tiny GGUF model, a registry holding it."""
+"""Shared fixtures: the real llama-server, the tiny GGUF model, a registry holding it, and
+an unprivileged place to run managed servers from.
+
+As root, inferactors refuses to run a managed server without ``run_as`` (issue 3, item 6),
+so every test that starts a real server runs it as ``nobody``, from a world-readable
+workspace under /tmp, with an interpreter that ``nobody`` can execute.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 
+from inferactors._containment import SEARCH, access_problem, resolve_run_as
 from inferactors._llama_build import locate_llama_server
 from inferactors._registry import ModelRegistry
 from inferactors.testing import write_tiny_gguf
@@ -16,6 +29,75 @@ from inferactors.testing import write_tiny_gguf
 # packet on loopback: 127.0.0.2 stands in for "a LAN address" (a server bound to 0.0.0.0
 # answers there, one bound to 127.0.0.1 does not). Child processes inherit this.
 os.environ["INFERACTORS_LAN_ADDRESSES"] = "127.0.0.2"
+
+UNPRIVILEGED_USER = "nobody"
+
+
+@attrs.frozen
+class Unprivileged:
+    """Where and as whom managed servers run in this test session.
+
+    Attributes:
+        run_as: the ``ManagedConfig.run_as`` to use (None when the suite is not root).
+        workspace: a directory that ``run_as`` can read and search (mode 0755).
+        python: an interpreter ``run_as`` can execute, of our Python's major.minor.
+        sys_path: directories a server run by ``python`` needs on ``sys.path`` (this
+            environment's site-packages and inferactors' source).
+    """
+
+    run_as: str | None
+    workspace: Path
+    python: str
+    sys_path: tuple[str, ...]
+
+    def directory(self, name: str) -> Path:
+        """A fresh world-readable directory under the workspace."""
+        path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.workspace))
+        path.chmod(0o755)
+        return path
+
+
+def _server_python(run_as: str | None) -> str:
+    if run_as is None:
+        return sys.executable
+    user = resolve_run_as(run_as)
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    candidates = [
+        sys.executable,
+        f"/usr/bin/python{version}",
+        f"/usr/local/bin/python{version}",
+        shutil.which(f"python{version}") or "",
+    ]
+    for candidate in candidates:
+        usable = candidate and Path(candidate).exists()
+        if usable and access_problem(user, Path(candidate), SEARCH) is None:
+            return candidate
+    pytest.fail(
+        f"no Python {version} interpreter that user {run_as} can execute (tried "
+        f"{', '.join(c for c in candidates if c)}); tests that run Python servers as an "
+        "unprivileged user need one (apt-get install python3)"
+    )
+
+
+@pytest.fixture(scope="session")
+def unprivileged() -> Iterator[Unprivileged]:
+    """The session's unprivileged workspace (see `Unprivileged`)."""
+    run_as = UNPRIVILEGED_USER if os.geteuid() == 0 else None
+    workspace = Path(tempfile.mkdtemp(prefix="inferactors-tests-", dir="/tmp"))
+    workspace.chmod(0o755)
+    paths = sysconfig.get_paths()
+    source = str(Path(__file__).resolve().parent.parent / "src")
+    sys_path = tuple(dict.fromkeys((paths["purelib"], paths["platlib"], source)))
+    try:
+        yield Unprivileged(run_as, workspace, _server_python(run_as), sys_path)
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+
+
+@pytest.fixture
+def server_dir(unprivileged: Unprivileged) -> Path:
+    """A fresh world-readable directory for one test's data root and programs."""
+    return unprivileged.directory("test")
 
 
 @pytest.fixture(scope="session")
@@ -31,9 +113,9 @@ def llama_server() -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny deterministic llama model, written once per test session."""
-    return write_tiny_gguf(tmp_path_factory.mktemp("models") / "tiny.gguf")
+def tiny_gguf(unprivileged: Unprivileged) -> Path:
+    """The tiny deterministic llama model, written once per session where servers can read it."""
+    return write_tiny_gguf(unprivileged.directory("models") / "tiny.gguf")
 
 
 @pytest.fixture

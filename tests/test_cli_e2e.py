@@ -12,14 +12,16 @@ from pathlib import Path
 import psutil
 import pytest
 
+from conftest import Unprivileged
+
 
 def _env(llama_server: Path) -> dict[str, str]:
     return {**os.environ, "INFERACTORS_LLAMA_SERVER": str(llama_server)}
 
 
-def test_demo_prints_states_one_token_and_exits_zero(tmp_path: Path, llama_server: Path) -> None:
+def test_demo_prints_states_one_token_and_exits_zero(server_dir: Path, llama_server: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "inferactors", "demo", "--work-dir", str(tmp_path)],
+        [sys.executable, "-m", "inferactors", "demo", "--work-dir", str(server_dir)],
         env=_env(llama_server),
         capture_output=True,
         text=True,
@@ -53,9 +55,10 @@ RUN_FILE = """
 node_id = "ci"
 
 [managed]
-registry = "models.json"
+registry = "{registry}"
 data_root = "state"
 serve_programs = {{ "infer.llamacpp" = "{server}" }}
+{run_as}
 
 [[instances]]
 mode = "managed"
@@ -67,10 +70,18 @@ serve = {{ port = {port} }}
 
 
 def test_run_supervises_and_stops_every_managed_server_on_sigint(
-    tmp_path: Path, llama_server: Path, registry_path: Path, free_port: int
+    server_dir: Path,
+    llama_server: Path,
+    registry_path: Path,
+    free_port: int,
+    unprivileged: Unprivileged,
 ) -> None:
-    run_file = registry_path.parent / "run.toml"
-    run_file.write_text(RUN_FILE.format(server=llama_server, port=free_port))
+    run_file = server_dir / "run.toml"
+    run_as = f'run_as = "{unprivileged.run_as}"' if unprivileged.run_as else ""
+    text = RUN_FILE.format(
+        server=llama_server, port=free_port, registry=registry_path, run_as=run_as
+    )
+    run_file.write_text(text)
     process = subprocess.Popen(
         [sys.executable, "-m", "inferactors", "run", str(run_file)],
         env=_env(llama_server),

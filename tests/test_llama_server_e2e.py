@@ -18,6 +18,7 @@ import psutil
 import pytest
 import trio
 
+from conftest import Unprivileged
 from inferactors import InvalidState, Unsupported
 from inferactors._config import InferConfig, ManagedConfig
 from inferactors._events import ProcessExited, StateChanged, StopReason
@@ -46,9 +47,14 @@ def group_alive(pgid: int) -> bool:
 
 
 @pytest.fixture
-def managed_config(tmp_path: Path, registry_path: Path, llama_server: Path) -> InferConfig:
+def managed_config(
+    server_dir: Path, registry_path: Path, llama_server: Path, unprivileged: Unprivileged
+) -> InferConfig:
     managed = ManagedConfig(
-        registry=registry_path, data_root=tmp_path / "state", serve_program=llama_server
+        registry=registry_path,
+        data_root=server_dir / "state",
+        serve_program=llama_server,
+        run_as=unprivileged.run_as,
     )
     return InferConfig.managing(InferFlavor.LLAMACPP, managed)
 

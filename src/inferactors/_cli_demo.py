@@ -9,6 +9,7 @@ evidence. Any failure ends it with a non-zero exit and the reason.
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import sys
 from pathlib import Path
@@ -20,13 +21,15 @@ from ._config import InferConfig, ManagedConfig
 from ._errors import InferactorsError, UnknownModel
 from ._events import Event
 from ._flavor import InferFlavor
-from ._llama_build import cache_dir, ensure_llama_server
+from ._llama_build import cache_dir, ensure_llama_server, make_reachable_dir
 from ._registry import ModelRegistry
 from ._runtime import InferRuntime, InstanceHandle, open_runtime
 from ._spec import InferenceSpec, ServeArgs
 from ._status import InstanceState
 
 DEMO_MODEL = "tiny-llama"
+UNPRIVILEGED_USER = "nobody"
+"""Who the demo's server runs as when the demo runs as root (root is refused: issue 3)."""
 READY_TIMEOUT_S = 120.0
 STOP_GRACE_S = 5.0
 
@@ -50,15 +53,21 @@ def add_demo_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
 
 def run_demo(args: argparse.Namespace) -> int:
     """Entry point of ``inferactors demo``; returns the exit status."""
-    work = args.work_dir or cache_dir() / "demo"
+    work = make_reachable_dir(args.work_dir or cache_dir() / "demo")
+    run_as = UNPRIVILEGED_USER if os.geteuid() == 0 else None
     try:
         server = ensure_llama_server()
         print(f"{stamp()}  llama-server: {server}")
+        if run_as:
+            print(f"{stamp()}  running as root: the server will run as user {run_as}")
         registry_path = _prepare_model(work)
-        config = InferConfig.managing(
-            InferFlavor.LLAMACPP,
-            ManagedConfig(registry=registry_path, data_root=work / "state", serve_program=server),
+        managed = ManagedConfig(
+            registry=registry_path,
+            data_root=work / "state",
+            serve_program=server,
+            run_as=run_as,
         )
+        config = InferConfig.managing(InferFlavor.LLAMACPP, managed)
         return trio.run(_demo, config)
     except InferactorsError as error:
         print(f"inferactors demo: failed: {error}", file=sys.stderr)

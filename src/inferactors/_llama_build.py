@@ -4,8 +4,9 @@ Order (issue 2, item 2): ``$INFERACTORS_LLAMA_SERVER`` if set, else ``llama-serv
 ``PATH``, else the cached build of the llama.cpp source pinned inside the
 ``llama-cpp-python==0.3.36`` source distribution (recipe: reference ``real-servers.md``).
 The cache lives outside any clone, keyed by that version, so later runs, other clones and CI
-on the same machine reuse it: ``$INFERACTORS_CACHE_DIR``, else ``$XDG_CACHE_HOME/inferactors``,
-else ``~/.cache/inferactors``.
+on the same machine reuse it: ``$INFERACTORS_CACHE_DIR``, else ``/var/cache/inferactors`` for
+root (so the unprivileged user a server runs as can reach the binary), else
+``$XDG_CACHE_HOME/inferactors``, else ``~/.cache/inferactors``.
 
 This is a synchronous build step (it runs before any trio code); it shells out to pip,
 cmake and ninja with argv lists and writes the whole build log to a file it names.
@@ -43,13 +44,31 @@ _CMAKE_FLAGS = (
 _NEEDS = "a C++ compiler (g++), cmake and ninja: apt-get install -y g++ cmake ninja-build"
 
 
+SYSTEM_CACHE = Path("/var/cache/inferactors")
+"""root's cache: a managed server runs as an unprivileged ``run_as`` user, who cannot reach
+anything under ``/root``, so root keeps the server binary (and the demo) where it can."""
+
+
 def cache_dir() -> Path:
-    """The per-user cache root of inferactors (see the module docstring)."""
+    """The per-user cache root of inferactors (see the module docstring; root uses
+    `SYSTEM_CACHE`)."""
     explicit = os.environ.get("INFERACTORS_CACHE_DIR")
     if explicit:
         return Path(explicit)
+    if os.geteuid() == 0:
+        return SYSTEM_CACHE
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "inferactors"
+
+
+def make_reachable_dir(path: Path) -> Path:
+    """Create ``path`` and its missing parents with mode 0755 (readable by the unprivileged
+    user a managed server runs as) and return it."""
+    for directory in reversed([path, *path.parents]):
+        if not directory.exists():
+            directory.mkdir(mode=0o755)
+            directory.chmod(0o755)  # mkdir's mode is filtered by the umask
+    return path
 
 
 def cached_binary() -> Path:
@@ -90,8 +109,7 @@ def ensure_llama_server(progress: TextIO = sys.stderr) -> Path:
     found = locate_llama_server()
     if found is not None:
         return found
-    root = cached_binary().parent.parent
-    root.mkdir(parents=True, exist_ok=True)
+    root = make_reachable_dir(cached_binary().parent.parent)
     with _build_lock(root / ".lock"):
         if cached_binary().is_file():
             return cached_binary()
@@ -125,8 +143,9 @@ def _build(root: Path, progress: TextIO) -> None:
         _compile(build, log, say)
     built = build / "bin" / "llama-server"
     target = cached_binary()
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_reachable_dir(target.parent)
     shutil.copy2(built, target.with_suffix(".partial"))
+    target.with_suffix(".partial").chmod(0o755)
     os.replace(target.with_suffix(".partial"), target)
     for scratch in ("build", "dl", "src"):  # 330 MB of sources and objects, not needed again
         shutil.rmtree(root / scratch, ignore_errors=True)

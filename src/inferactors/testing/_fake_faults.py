@@ -161,7 +161,8 @@ def parse_fake_server_args(argv: Sequence[str]) -> FakeServerOptions:
     arguments (argparse's behaviour).
     """
     parser = _parser()
-    namespace = vars(parser.parse_args(list(argv)))
+    # Unknown flags are llama-server's own (-c, -ctk, --threads ...): a drop-in ignores them.
+    namespace = vars(parser.parse_known_args(list(argv))[0])
     fault_names = {field.name for field in attrs.fields(FakeServerFaults)}
     try:
         faults = FakeServerFaults(**{k: v for k, v in namespace.items() if k in fault_names})
@@ -181,7 +182,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--host", default="127.0.0.1")
     add("--port", type=int, required=True)
     add("--flavor", choices=("llamacpp", "mlx"), default="llamacpp")
-    add("--model", default="tiny.gguf", help="the served model path (mlx: the only one allowed)")
+    add("-m", "--model", default="tiny.gguf", help="the served model path (mlx: the only one)")
     add("--alias", help="llamacpp: the id /v1/models lists instead of --model")
     for name in ("--request-log", "--pid-file", "--child-pid-file"):
         add(name, type=Path)

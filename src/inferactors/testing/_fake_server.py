@@ -33,6 +33,7 @@ import json
 import os
 import queue
 import resource
+import shlex
 import signal
 import socket
 import socketserver
@@ -82,8 +83,13 @@ def fake_server_argv(
     request_log: Path | None = None,
     pid_file: Path | None = None,
     child_pid_file: Path | None = None,
+    sys_path: Sequence[str] = (),
 ) -> list[str]:
     """The argv that runs a fake server: ``[python, "-I", "-c", <bootstrap>, "--host", ...]``.
+
+    ``sys_path`` entries go first on the program's ``sys.path``: for a ``python`` other than
+    the one inferactors runs on (e.g. one an unprivileged ``run_as`` user can execute), name
+    the directory that holds attrs.
 
     Example: ``fake_server_argv(port, faults=FakeServerFaults(crash_after_s=0.5, exit_code=3))``.
     ``python`` must have attrs installed. ``-I`` (isolated mode) keeps the caller's
@@ -101,10 +107,53 @@ def fake_server_argv(
         child_pid_file=child_pid_file,
         faults=faults,
     )
-    return [python, "-I", "-c", _bootstrap(), *options.args()]
+    return [python, "-I", "-c", _bootstrap(tuple(sys_path)), *options.args()]
 
 
-def _bootstrap() -> str:
+def write_fake_server_program(
+    path: Path,
+    *,
+    flavor: Flavor = "llamacpp",
+    faults: FakeServerFaults = _NO_FAULTS,
+    python: str = sys.executable,
+    sys_path: Sequence[str] = (),
+    request_log: Path | None = None,
+    pid_file: Path | None = None,
+    child_pid_file: Path | None = None,
+) -> Path:
+    """Write an executable ``sh`` script at ``path`` that runs the fake server with
+    ``faults``, taking the rest of its flags (``-m``/``--model``, ``--host``, ``--port``,
+    and llama-server's ``-c``, ``-ctk``, ``-ctv``, ``-md`` and allowlisted flags, which it
+    ignores) from its own arguments: a drop-in ``serve_program`` for a managed runtime.
+    Mode 0755, so an unprivileged ``run_as`` user can run it. Returns ``path``.
+    """
+    argv = fake_server_argv(
+        1,
+        flavor=flavor,
+        faults=faults,
+        python=python,
+        request_log=request_log,
+        pid_file=pid_file,
+        child_pid_file=child_pid_file,
+        sys_path=sys_path,
+    )
+    fixed = [*argv[:4], *_without(argv[4:], ("--host", "--port", "--model"))]
+    path.write_text("#!/bin/sh\nexec " + " ".join(shlex.quote(a) for a in fixed) + ' "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
+def _without(flags: Sequence[str], dropped: Sequence[str]) -> list[str]:
+    """``flags`` minus each ``FLAG VALUE`` pair named in ``dropped`` (the launch passes its own)."""
+    rest = list(flags)
+    for flag in dropped:
+        while flag in rest:
+            at = rest.index(flag)
+            del rest[at : at + 2]
+    return rest
+
+
+def _bootstrap(sys_path: tuple[str, ...] = ()) -> str:
     """Code that registers bare ``inferactors`` and ``inferactors.testing`` packages (their
     ``__init__`` not run), then runs the program's ``main``."""
     packages = (
@@ -113,6 +162,7 @@ def _bootstrap() -> str:
     )
     return (
         "import sys, types\n"
+        f"sys.path[:0] = {list(sys_path)!r}\n"
         f"for name, where in {packages!r}:\n"
         "    sys.modules[name] = package = types.ModuleType(name)\n"
         "    package.__path__ = [where]\n"
