@@ -13,7 +13,7 @@ from __future__ import annotations
 import random as random_module
 from collections.abc import Callable
 from functools import partial
-from typing import assert_never
+from typing import Protocol, assert_never
 
 import attrs
 import trio
@@ -29,7 +29,6 @@ from ._events import (
     StateChanged,
     StopReason,
 )
-from ._instance import InstanceActor
 from ._messages import (
     Annotate,
     ListInstances,
@@ -51,9 +50,26 @@ from ._messages import (
     call,
     refuse,
 )
+from ._plan import Plan
 from ._restart import GiveUp, NoRestart, RestartBudget
 from ._restart import Restart as RestartDecision
 from ._status import InstanceState
+
+
+class Actor(Protocol):
+    """What the supervisor needs of an instance actor (`Actor`, the Ollama actor)."""
+
+    @property
+    def instance_id(self) -> str: ...
+
+    @property
+    def plan(self) -> Plan: ...
+
+    @property
+    def inbox(self) -> trio.MemorySendChannel[object]: ...
+
+    async def serve(self) -> None: ...
+
 
 INBOX_SIZE = 64
 EVENT_BUFFER = 1024
@@ -70,7 +86,7 @@ class Supervisor:
     _events_send: trio.MemorySendChannel[Event]
     _events_recv: trio.MemoryReceiveChannel[Event]
     _random: Callable[[], float]
-    _actors: dict[str, InstanceActor] = attrs.Factory(dict)
+    _actors: dict[str, Actor] = attrs.Factory(dict)
     _budgets: dict[str, RestartBudget] = attrs.Factory(dict)
     _pending: dict[str, trio.CancelScope] = attrs.Factory(dict)
     _subscribers: list[trio.MemorySendChannel[Event]] = attrs.Factory(list)
@@ -139,8 +155,7 @@ class Supervisor:
     # The instance table.
 
     def _on_load(self, command: Load) -> None:
-        actor = command.instance
-        assert isinstance(actor, InstanceActor)
+        actor: Actor = command.instance  # type: ignore[assignment]  # Load carries an Actor
         if actor.instance_id in self._actors:
             refuse(command.reply, InvalidState(f"{actor.instance_id} is already loaded"))
             return
@@ -153,7 +168,7 @@ class Supervisor:
         self._nursery_or_fail().start_soon(actor.serve)
         answer(command.reply, None)
 
-    def _port_clash(self, actor: InstanceActor) -> str | None:
+    def _port_clash(self, actor: Actor) -> str | None:
         spec = actor.plan.spec
         where = (spec.bind_ip(), spec.port())
         for other in self._actors.values():
@@ -182,7 +197,7 @@ class Supervisor:
         self._budgets.pop(command.instance_id, None)
         self._forward(actor, Shutdown(UNLOAD_GRACE_S, command.reply))
 
-    def _forward(self, actor: InstanceActor, command: object) -> None:
+    def _forward(self, actor: Actor, command: object) -> None:
         try:
             actor.inbox.send_nowait(command)
         except trio.WouldBlock:
