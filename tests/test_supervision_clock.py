@@ -373,6 +373,20 @@ async def test_a_server_whose_completions_hang_from_the_start_is_never_ready(
     assert exited.reason is StopReason.READINESS_TIMEOUT
 
 
+async def test_a_ready_server_that_turns_unhealthy_is_killed_and_restarted(
+    harness: Harness, autojump_clock: trio.testing.MockClock
+) -> None:
+    h = harness
+    handle = await load_running(h)
+    h.fleet.last.dead_generator = True  # FC-07, newer mlx-lm: /health 503 "unavailable"
+    exited = await h.next(ProcessExited)
+    assert isinstance(exited, ProcessExited)
+    assert exited.reason is StopReason.HEALTH_KILL
+    await h.next(ProcessStarted)
+    await h.running(handle)
+    assert len(h.fleet.children) == 2
+
+
 async def test_state_changes_are_events(
     harness: Harness, autojump_clock: trio.testing.MockClock
 ) -> None:

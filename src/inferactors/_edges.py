@@ -84,6 +84,8 @@ class SystemContainment:
 
 def _prepare(launch: Launch, run_as: RunAs | None, files: Sequence[Path]) -> None:
     prepare_instance_dir(launch.cwd, run_as)
+    for private in launch.private_dirs:
+        prepare_instance_dir(private, run_as)
     if run_as is not None:
         check_reachable(run_as, directory=launch.cwd, files=files, program=launch.program)
 

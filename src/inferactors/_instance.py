@@ -353,6 +353,8 @@ class InstanceActor:
         )
         if book.ready or (not self.managed and book.mapped.state is InstanceState.RUNNING):
             self._on_ready(book.process)
+        if book.note_health(message.report) is not None:
+            self._stop_process(StopReason.HEALTH_KILL, HEALTH_KILL_GRACE_S)
 
     def _on_ready(self, process: ManagedProcess | None) -> None:
         if self._book.ready_once:

@@ -17,6 +17,9 @@ from ._probe import Loading, ServerReport, Unhealthy, Unreachable, Up
 from ._process import ManagedProcess
 from ._status import InstanceState, InstanceStatus
 
+UNHEALTHY_KILL_AFTER = 3
+"""Probes in a row that must find a ready managed server unhealthy before it is killed."""
+
 _REASON_WORDS = {
     StopReason.REQUESTED: "stopped on request",
     StopReason.CRASH: "server process exited",
@@ -64,6 +67,21 @@ class InstanceBook:
     ready_once: bool = False
     health_failures: int = 0
     health_failed: str | None = None
+    unhealthy_streak: int = 0
+
+    def note_health(self, report: ServerReport) -> str | None:
+        """Count probes that find a server that was ready now unhealthy (not loading: e.g.
+        mlx_lm.server whose generation thread died, FC-07); after `UNHEALTHY_KILL_AFTER` in a
+        row return why it must be killed, else None."""
+        health = report.health
+        if not (self.managed and self.ready_once and isinstance(health, Unhealthy)):
+            self.unhealthy_streak = 0
+            return None
+        self.unhealthy_streak += 1
+        if self.unhealthy_streak < UNHEALTHY_KILL_AFTER:
+            return None
+        self.health_failed = f"unhealthy for {self.unhealthy_streak} probes in a row: {health.why}"
+        return self.health_failed
 
     def spawned(self, process: ManagedProcess) -> None:
         """A new process runs: forget everything about the previous one."""
@@ -77,6 +95,7 @@ class InstanceBook:
         self.ready_once = False
         self.health_failures = 0
         self.health_failed = None
+        self.unhealthy_streak = 0
         self.last_probe = None
         self.mapped = InstanceStatus(InstanceState.DEGRADED, "starting: not listening yet")
 

@@ -37,12 +37,15 @@ class Launch:
         args: Arguments after the program name.
         cwd: Working directory (the instance directory).
         env: The complete environment, in order, as ``(name, value)`` pairs.
+        private_dirs: Directories to create for the server (mlx-lm's Hugging Face cache).
     """
 
     program: Path
     args: tuple[str, ...]
     cwd: Path
     env: tuple[tuple[str, str], ...]
+    private_dirs: tuple[Path, ...] = ()
+    """Directories under ``cwd`` that must exist, owned by the server's user, before it starts."""
 
     @property
     def argv(self) -> tuple[str, ...]:
@@ -122,7 +125,20 @@ def build_launch(
         case unreachable:
             assert_never(unreachable)
     environment = launch_env(env, passthrough, parent_env)
+    if spec.runtime is InferFlavor.MLX_LM:
+        return _offline_mlx(Launch(program, (*args, *spec.serve.extra_args), cwd, environment))
     return Launch(program, (*args, *spec.serve.extra_args), cwd, environment)
+
+
+def _offline_mlx(launch: Launch) -> Launch:
+    """mlx_lm.server can never reach the Hugging Face Hub: ``HF_HUB_OFFLINE=1`` and a private,
+    existing ``HF_HUB_CACHE`` in the instance directory override whatever the config says
+    (issue 4, item 1; without an existing cache ``/v1/models`` answers an empty body, see
+    real-servers.md)."""
+    cache = launch.cwd / "hf-cache"
+    forced = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache)}
+    env = tuple((k, v) for k, v in launch.env if k not in forced) + tuple(forced.items())
+    return attrs.evolve(launch, env=env, private_dirs=(cache,))
 
 
 def launch_env(

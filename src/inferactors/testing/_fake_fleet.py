@@ -53,6 +53,8 @@ class FakeChild:
         ready_at: trio time from which ``/health`` answers 200 (503 before); None: never.
         hang_completions: completions never answer (FC-04).
         ignore_term: SIGTERM does nothing (FC-05, FC-11).
+        dead_generator: ``/health`` answers 503 ``{"status": "unavailable"}`` like
+            mlx_lm.server 0.32.2 whose generation thread died (FC-07).
         returncode: None while alive; ``-N`` when killed by signal N.
     """
 
@@ -63,6 +65,7 @@ class FakeChild:
     ready_at: float | None
     hang_completions: bool = False
     ignore_term: bool = False
+    dead_generator: bool = False
     returncode: int | None = None
     _exited: trio.Event = attrs.Factory(trio.Event)
 
@@ -198,6 +201,8 @@ class FakeFleet:
 async def _answer(child: FakeChild, request: httpx.Request, ready: bool) -> httpx.Response:
     path = request.url.path
     if path == "/health":
+        if child.dead_generator:
+            return httpx.Response(503, json={"status": "unavailable"})
         if ready:
             return httpx.Response(200, json={"status": "ok"})
         return httpx.Response(503, json={"error": {"code": 503, "message": "Loading model"}})
