@@ -33,3 +33,19 @@ def test_every_exported_name_comes_from_a_private_module() -> None:
 def test_the_package_imports_without_the_dev_extra_helpers() -> None:
     # gguf and numpy are imported lazily by write_tiny_gguf, not at import time.
     assert "gguf" not in vars(inferactors.testing)
+
+
+def test_the_readme_python_examples_compile_and_import_what_exists() -> None:
+    import ast
+    import re
+    from pathlib import Path
+
+    readme = Path(__file__).resolve().parent.parent / "README.md"
+    blocks = re.findall(r"```python\n(.*?)```", readme.read_text(), flags=re.DOTALL)
+    assert blocks, "the README shows how to embed inferactors"
+    for block in blocks:
+        tree = ast.parse(block)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "inferactors":
+                for alias in node.names:
+                    assert hasattr(inferactors, alias.name), alias.name

@@ -109,7 +109,7 @@ LAUNCH_BOUND_S = 60.0  # real seconds
 EPSILON_S = 1e-6
 EVENT_BUFFER = 100_000
 DURATIONS = st.one_of(
-    st.sampled_from([0.25, 0.5, 1.0, 2.0]),  # around the backoff delays
+    st.sampled_from([0.0, 0.1, 0.25, 0.5, 1.0, 2.0]),  # around the backoff delays
     st.integers(0, 300).map(lambda tenths: tenths / 10),
 )
 FAULTS = st.one_of(
@@ -472,13 +472,15 @@ class OneInstance(RuleBasedStateMachine):
         else:
             self._halted()
 
-    @rule()
-    def stop(self) -> None:
+    @rule(then_s=DURATIONS)
+    def stop(self, then_s: float) -> None:
+        """Stop (a pending restart included), then let ``then_s`` pass."""
         [outcome], new, took_s = self._commands(self.stop_job)
         expect(outcome, RunEvidence, InvalidState)
         assert took_s <= LONGEST_GRACE_S + 0.5, f"the stop took {took_s} s (FC-11)"
         self._spawned_by_command(new, 0)
         self._halted()
+        self.advance_time(then_s)
 
     @rule()
     def restart(self) -> None:

@@ -73,9 +73,12 @@ async def _open_runtimes(
         key = (entry.spec.runtime, entry.mode)
         if key not in runtimes:
             infer = config.infer_config(*key)
-            runtimes[key] = await stack.enter_async_context(
+            runtime = await stack.enter_async_context(
                 open_runtime(infer, node_id=config.node_id, stop_grace_s=STOP_GRACE_S)
             )
+            for orphan in runtime.reaped_orphans:
+                print(f"{stamp()}  found a server left by an earlier life: {orphan}", flush=True)
+            runtimes[key] = runtime
     return runtimes
 
 
