@@ -21,7 +21,7 @@ import trio
 from conftest import Unprivileged
 from inferactors import InvalidState, Unsupported
 from inferactors._config import InferConfig, ManagedConfig
-from inferactors._events import ProcessExited, StateChanged, StopReason
+from inferactors._events import ExposureDetected, ProcessExited, StateChanged, StopReason
 from inferactors._flavor import InferFlavor
 from inferactors._runtime import InferRuntime, InstanceHandle, open_runtime
 from inferactors._spec import InferenceSpec, ServeArgs
@@ -113,13 +113,15 @@ async def test_managed_llama_server_runs_answers_one_token_and_stops_clean(
     assert [e.reason for e in exits] == [StopReason.REQUESTED]
 
 
-@pytest.fixture
+@pytest.fixture(params=["127.0.0.1"])
 async def own_llama_server(
-    llama_server: Path, tiny_gguf: Path, free_port: int
+    llama_server: Path, tiny_gguf: Path, free_port: int, request: pytest.FixtureRequest
 ) -> AsyncIterator[int]:
-    """A llama-server started by the test itself (not by inferactors); yields its port."""
+    """A llama-server started by the test itself (not by inferactors), bound to the
+    parametrized host; yields its port."""
     port = free_port
-    argv = [str(llama_server), "-m", str(tiny_gguf), "--host", "127.0.0.1", "--port", str(port)]
+    host = str(request.param)
+    argv = [str(llama_server), "-m", str(tiny_gguf), "--host", host, "--port", str(port)]
     process = await trio.lowlevel.open_process(
         argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
@@ -188,3 +190,29 @@ async def test_adopted_deep_health_is_the_only_post(own_llama_server: int) -> No
         posts = [r for r in proxy.requests if r.method != "GET"]
         assert [(r.method, r.target) for r in posts] == [("POST", "/v1/chat/completions")]
         assert b'"max_tokens":1' in posts[0].body.replace(b" ", b"")
+
+
+@pytest.mark.parametrize("own_llama_server", ["0.0.0.0"], indirect=True)
+async def test_fc15_adopted_exposure_is_reported_and_never_acted_on(
+    own_llama_server: int,
+) -> None:
+    spec = InferenceSpec(
+        role="lan", runtime=InferFlavor.LLAMACPP, serve=ServeArgs(port=own_llama_server)
+    )
+    async with open_runtime(InferConfig.adopted(InferFlavor.LLAMACPP)) as runtime:
+        events = await runtime.subscribe()
+        handle = await runtime.load(spec)
+        await runtime.start(handle)
+        detail = ""
+        with trio.fail_after(READY_S):
+            async for event in events:
+                if isinstance(event, ExposureDetected):
+                    detail = event.detail
+                    break
+        assert "0.0.0.0" in detail
+        assert "never signals" in detail
+        status = await runtime.status(handle)
+        assert status.state is InstanceState.RUNNING
+        assert status.detail is not None
+        assert "beyond loopback" in status.detail
+        await runtime.unload(handle)

@@ -320,6 +320,8 @@ class InstanceActor:
 
     def _on_probed(self, message: Probed) -> None:
         book = self._book
+        if message.exposure is not None and not self.managed:
+            self._on_adopted_exposure(message.exposure.describe())
         if message.exposure is not None and message.process is not None:
             self._on_exposure(message.process, message.exposure.describe())
         elif message.process is book.process and not (self.managed and book.process is None):
@@ -373,6 +375,12 @@ class InstanceActor:
         book.wanted = False
         self._emit(ExposureDetected(self.instance_id, detail, trio.current_time()))
         self._stop_process(StopReason.EXPOSURE, EXPOSURE_GRACE_S)
+
+    def _on_adopted_exposure(self, detail: str) -> None:
+        if self._book.exposed != detail:
+            self._book.exposed = detail
+            note = f"{detail} (reported only: inferactors never signals an adopted server)"
+            self._emit(ExposureDetected(self.instance_id, note, trio.current_time()))
 
     def _on_readiness_expired(self, message: ReadinessExpired) -> None:
         if message.process is self._book.process and not self._book.ready_once:

@@ -134,6 +134,8 @@ class InstanceBook:
             base = attrs.evolve(base, pid=self.process.pid, uptime_s=now - self.process.started_at)
         elif self.health_failed is not None and not self.managed:
             base = InstanceStatus(InstanceState.DEGRADED, self.health_failed)
+        elif self.exposed is not None and not self.managed:
+            base = attrs.evolve(base, detail=f"{base.detail}; {self.exposed}")
         return attrs.evolve(
             base, last_probe=self.last_probe, restarts=self.restarts, supervision=self.supervision
         )

@@ -176,9 +176,9 @@ class InstanceWork:
                     if not token_ok and self._lists_our_model(report):
                         token = await self._first_token()
                         token_ok = token == ""
-                    await self._post(
-                        Probed(report, process, None, owner_ok, owner_pid, None, token)
-                    )
+                    seen = await self._adopted_exposure(process, report)
+                    probed = Probed(report, process, None, owner_ok, owner_pid, seen, token)
+                    await self._post(probed)
                     up = isinstance(report.health, Up) and token_ok
                     delay = RUNNING_PROBE_S if up else min(delay * 2, STARTUP_PROBE_CAP_S)
                     await trio.sleep(delay)
@@ -207,6 +207,17 @@ class InstanceWork:
                     await self._post(ExposureFound(process, exposure))
                     return
                 await trio.sleep(EXPOSURE_CHECK_S)
+
+    async def _adopted_exposure(
+        self, process: ManagedProcess | None, report: ServerReport
+    ) -> Exposure | None:
+        """An adopted server's exposure, found through whoever listens on its port; it is
+        only ever reported, never acted on (FC-15)."""
+        if process is not None or not isinstance(report.health, Up):
+            return None
+        spec = self.plan.spec
+        owner = await self.net.port_owner(str(spec.bind_ip()), spec.port())
+        return None if owner is None else await self.net.scan(owner, spec.port())
 
     async def _scan(self, process: ManagedProcess | None) -> Exposure | None:
         if process is None or not process.running:
