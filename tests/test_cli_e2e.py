@@ -96,10 +96,11 @@ def test_run_supervises_and_stops_every_managed_server_on_sigint(
         while time.monotonic() < deadline:
             line = process.stdout.readline()
             lines.append(line)
-            if "-> running" in line:
+            if "deep health: one token" in line:
                 break
         else:
-            pytest.fail("never reached running:\n" + "".join(lines))
+            pytest.fail("never reached running and passed deep health:\n" + "".join(lines))
+        assert any("-> running" in line for line in lines)
         children = psutil.Process(process.pid).children(recursive=True)
         assert children, "the managed llama-server should be a child of inferactors run"
         process.send_signal(signal.SIGINT)

@@ -22,7 +22,8 @@ from ._convert import load_run_config
 from ._errors import InferactorsError
 from ._events import Event
 from ._flavor import InferFlavor
-from ._runtime import InferRuntime, open_runtime
+from ._runtime import InferRuntime, InstanceHandle, open_runtime
+from ._status import InstanceState
 
 STOP_GRACE_S = 10.0
 
@@ -53,7 +54,7 @@ async def _supervise(config: RunConfig) -> int:
             async with trio.open_nursery() as nursery:
                 for runtime in runtimes.values():
                     nursery.start_soon(_print_events, await runtime.subscribe())
-                failures = await _load_and_start(runtimes, config.instances)
+                failures = await _load_and_start(runtimes, config.instances, nursery)
                 print(f"{stamp()}  supervising {len(config.instances)} instance(s); Ctrl-C stops")
                 async for signum in signals:
                     print(f"{stamp()}  {signal.Signals(signum).name}: stopping managed servers")
@@ -85,6 +86,7 @@ async def _open_runtimes(
 async def _load_and_start(
     runtimes: dict[tuple[InferFlavor, ControlMode], InferRuntime],
     instances: Sequence[RunInstance],
+    nursery: trio.Nursery,
 ) -> int:
     failures = 0
     for entry in instances:
@@ -97,7 +99,20 @@ async def _load_and_start(
             print(f"{stamp()}  {entry.spec.role}: not started: {error.code}: {error}", flush=True)
             continue
         print(f"{stamp()}  {handle.instance_id}: started ({runtime.id})", flush=True)
+        nursery.start_soon(_first_deep_health, runtime, handle)
     return failures
+
+
+async def _first_deep_health(runtime: InferRuntime, handle: InstanceHandle) -> None:
+    """Once the instance first runs, prove it with one real token and say so."""
+    try:
+        await runtime.wait_state(handle, InstanceState.RUNNING)
+        result = await runtime.deep_health(handle)
+    except InferactorsError as error:
+        print(f"{stamp()}  {handle.instance_id}  deep health failed: {error}", flush=True)
+        return
+    latency = f"{result.latency_s * 1000:.1f} ms"
+    print(f"{stamp()}  {handle.instance_id}  deep health: one token {result.text!r} in {latency}")
 
 
 async def _print_events(events: trio.MemoryReceiveChannel[Event]) -> None:
