@@ -16,8 +16,9 @@ Shape (style.md, "Actors"; llama-swap's single-writer process state machine):
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import assert_never
+from typing import Any, assert_never
 
 import attrs
 import trio
@@ -25,7 +26,7 @@ import trio
 from ._capture import RunEvidence
 from ._config import ControlMode, InferConfig
 from ._edges import Edges
-from ._errors import BackendError, InvalidState, UnknownInstance, Unsupported
+from ._errors import InvalidState, UnknownInstance, Unsupported
 from ._events import (
     DeepHealthFailed,
     Event,
@@ -36,7 +37,7 @@ from ._events import (
     StateChanged,
     StopReason,
 )
-from ._instance_book import InstanceBook, probe_words
+from ._instance_book import InstanceBook
 from ._instance_msgs import (
     INTERNAL_TYPES,
     Confirmed,
@@ -52,6 +53,7 @@ from ._instance_msgs import (
     WatchdogResult,
 )
 from ._instance_work import InstanceWork
+from ._mailbox import Mailbox, ScopeGroup, scoped
 from ._messages import (
     Annotate,
     DeepHealth,
@@ -68,10 +70,7 @@ from ._messages import (
 )
 from ._plan import Plan
 from ._process import ManagedProcess
-from ._status import InstanceState, InstanceStatus, map_report
-
-INBOX_SIZE = 64
-"""Commands and internal results waiting for the loop; the loop never blocks, so this is ample."""
+from ._status import InstanceState, InstanceStatus
 
 EMERGENCY_GRACE_S = 5.0
 """Grace for a server still running when the actor is torn down without an unload."""
@@ -95,12 +94,9 @@ class InstanceActor:
     runtime_id: str
     plan: Plan
     instance_dir: Path | None
-    _events: trio.MemorySendChannel[Event]
-    _inbox_send: trio.MemorySendChannel[object]
-    _inbox_recv: trio.MemoryReceiveChannel[object]
+    _box: Mailbox
     _work: InstanceWork
     _book: InstanceBook
-    _nursery: trio.Nursery | None = None
     _stop_waiters: list[ReplyTo[RunEvidence]] = attrs.Factory(list)
     _after_start: list[Stop] = attrs.Factory(list)
     _process_tasks: ScopeGroup | None = None
@@ -121,15 +117,15 @@ class InstanceActor:
         events: trio.MemorySendChannel[Event],
     ) -> InstanceActor:
         """A new actor in state Loaded; nothing runs until `serve` is started."""
-        send, receive = trio.open_memory_channel[object](INBOX_SIZE)
-        work = InstanceWork(plan, config, edges, send)
+        box = Mailbox.create(instance_id, events)
+        work = InstanceWork(plan, config, edges, box.inbox)
         book = InstanceBook(managed=plan.mode is ControlMode.MANAGED)
-        return cls(instance_id, runtime_id, plan, instance_dir, events, send, receive, work, book)
+        return cls(instance_id, runtime_id, plan, instance_dir, box, work, book)
 
     @property
     def inbox(self) -> trio.MemorySendChannel[object]:
         """Where commands for this actor go."""
-        return self._inbox_send
+        return self._box.inbox
 
     @property
     def managed(self) -> bool:
@@ -145,10 +141,7 @@ class InstanceActor:
         `UnknownInstance`.
         """
         try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                async for message in self._inbox_recv:
-                    self._dispatch(message)
+            await self._box.run(self._dispatch)
         finally:
             await self._teardown()
 
@@ -210,7 +203,7 @@ class InstanceActor:
                 answer(message.reply, None)
             case ShutdownDone():
                 answer(message.reply, None)
-                self._nursery_or_fail().cancel_scope.cancel()
+                self._box.close()
             case _:
                 assert_never(message)
 
@@ -237,7 +230,7 @@ class InstanceActor:
             refuse(reply, InvalidState(f"{self.instance_id} was stopped by the operator"))
             return
         book.starting = True
-        self._soon(self._work.spawn, self._nursery_or_fail(), reply)
+        self._soon(self._work.spawn, self._box.nursery, reply)
 
     def _on_stop(self, command: Stop) -> None:
         book = self._book
@@ -333,26 +326,12 @@ class InstanceActor:
         book = self._book
         if book.process is not None and not book.process.running:
             return  # it just died: its exit is on the way and will say so
-        book.last_probe = probe_words(message.report)
-        if message.owner_ok is False and book.impostor is None:
-            port, pid = self.plan.spec.port(), message.owner_pid
-            book.impostor = f"impostor: port {port} is held by pid {pid}, not our server"
-            self._emit(
-                ImpostorDetected(
-                    self.instance_id, message.owner_pid, book.impostor, trio.current_time()
-                )
-            )
-        elif message.owner_ok is True:
-            book.identity_ok, book.impostor = True, None
-        if message.first_token is not None:
-            book.first_token = message.first_token
-        alive = book.process is not None and book.process.running
-        book.mapped = map_report(
-            message.report,
-            model=self.plan.listed_names,
-            alive=alive or not self.managed,
-            adopted=not self.managed,
-        )
+        port = self.plan.spec.port()
+        impostor = book.note_identity(message.owner_ok, message.owner_pid, port)
+        if impostor is not None:
+            now = trio.current_time()
+            self._emit(ImpostorDetected(self.instance_id, message.owner_pid, impostor, now))
+        book.note_report(message.report, self.plan.listed_names, message.first_token)
         if book.ready or (not self.managed and book.mapped.state is InstanceState.RUNNING):
             self._on_ready(book.process)
         if book.note_health(message.report) is not None:
@@ -387,20 +366,15 @@ class InstanceActor:
             self._stop_process(StopReason.READINESS_TIMEOUT, 0.0)
 
     def _on_watchdog(self, message: WatchdogResult) -> None:
-        book = self._book
-        if message.process is not book.process:
-            return
-        if message.why is None:
-            book.health_failures, book.health_failed = 0, None
-            return
-        book.health_failures += 1
-        now = trio.current_time()
-        self._emit(DeepHealthFailed(self.instance_id, book.health_failures, message.why, now))
         watchdog = self.plan.supervision.watchdog
-        if watchdog is not None and book.health_failures >= watchdog.failures:
-            book.health_failed = f"deep health failed {book.health_failures} times: {message.why}"
-            if book.process is not None:
-                self._stop_process(StopReason.HEALTH_KILL, HEALTH_KILL_GRACE_S)
+        if message.process is not self._book.process or watchdog is None:
+            return
+        kill = self._book.note_watchdog(message.why, watchdog.failures)
+        if message.why is not None:
+            failures, now = self._book.health_failures, trio.current_time()
+            self._emit(DeepHealthFailed(self.instance_id, failures, message.why, now))
+        if kill and self._book.process is not None:
+            self._stop_process(StopReason.HEALTH_KILL, HEALTH_KILL_GRACE_S)
 
     # Helpers.
 
@@ -419,7 +393,7 @@ class InstanceActor:
         self._soon(self._work.exposure_watch, process, group.new())
         timeout = self.plan.supervision.readiness_timeout_s
         if timeout is not None:
-            self._soon(_scoped, group.new(), self._work.readiness_timer, process, timeout)
+            self._soon(scoped, group.new(), self._work.readiness_timer, process, timeout)
 
     def _cancel_process_tasks(self) -> None:
         if self._process_tasks is not None:
@@ -443,18 +417,10 @@ class InstanceActor:
             self._emit(StateChanged(self.instance_id, old.state, status.state, status.detail, now))
 
     def _emit(self, event: Event) -> None:
-        try:
-            self._events.send_nowait(event)
-        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
-            pass  # the supervisor is gone or swamped; the actor never waits for it
+        self._box.emit(event)
 
-    def _soon(self, job: object, *args: object) -> None:
-        self._nursery_or_fail().start_soon(job, *args)  # type: ignore[arg-type]
-
-    def _nursery_or_fail(self) -> trio.Nursery:
-        if self._nursery is None:
-            raise BackendError(f"{self.instance_id}: the actor is not serving")
-        return self._nursery
+    def _soon(self, job: Callable[..., Awaitable[Any]], *args: object) -> None:
+        self._box.soon(job, *args)
 
     async def _teardown(self) -> None:
         process = self._book.process
@@ -466,37 +432,4 @@ class InstanceActor:
             self._emit(
                 ProcessExited(self.instance_id, process.pid, None, None, StopReason.SHUTDOWN, now)
             )
-        self._drain_inbox()
-
-    def _drain_inbox(self) -> None:
-        while True:
-            try:
-                message = self._inbox_recv.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                return
-            reply = getattr(message, "reply", None)
-            if isinstance(reply, trio.MemorySendChannel):
-                refuse(reply, UnknownInstance(f"{self.instance_id} is no longer loaded"))
-
-
-@attrs.define
-class ScopeGroup:
-    """Cancel scopes of the tasks that live as long as one process (or one adoption)."""
-
-    _scopes: list[trio.CancelScope] = attrs.Factory(list)
-
-    def new(self) -> trio.CancelScope:
-        """A fresh scope for one task, cancelled by `cancel` (even if not entered yet)."""
-        scope = trio.CancelScope()
-        self._scopes.append(scope)
-        return scope
-
-    def cancel(self) -> None:
-        """Cancel every task of the group."""
-        for scope in self._scopes:
-            scope.cancel()
-
-
-async def _scoped(scope: trio.CancelScope, job: object, *args: object) -> None:
-    with scope:
-        await job(*args)  # type: ignore[operator]
+        self._box.drain()

@@ -15,7 +15,7 @@ from ._capture import RunEvidence
 from ._events import StopReason
 from ._probe import Loading, ServerReport, Unhealthy, Unreachable, Up
 from ._process import ManagedProcess
-from ._status import InstanceState, InstanceStatus
+from ._status import InstanceState, InstanceStatus, map_report
 
 UNHEALTHY_KILL_AFTER = 3
 """Probes in a row that must find a ready managed server unhealthy before it is killed."""
@@ -68,6 +68,40 @@ class InstanceBook:
     health_failures: int = 0
     health_failed: str | None = None
     unhealthy_streak: int = 0
+
+    def note_identity(self, owner_ok: bool | None, owner_pid: int | None, port: int) -> str | None:
+        """Record whether our port's listener is ours; return the impostor detail the first
+        time it is not (FC-14), else None."""
+        if owner_ok is False and self.impostor is None:
+            self.impostor = f"impostor: port {port} is held by pid {owner_pid}, not our server"
+            return self.impostor
+        if owner_ok is True:
+            self.identity_ok, self.impostor = True, None
+        return None
+
+    def note_report(
+        self, report: ServerReport, listed_names: tuple[str, ...], first_token: str | None
+    ) -> None:
+        """Record a probe report (and the first-token result, when it carries one)."""
+        self.last_probe = probe_words(report)
+        if first_token is not None:
+            self.first_token = first_token
+        alive = self.process is not None and self.process.running
+        self.mapped = map_report(
+            report, model=listed_names, alive=alive or not self.managed, adopted=not self.managed
+        )
+
+    def note_watchdog(self, why: str | None, failures: int) -> bool:
+        """Record one watchdog check (``why`` None: it passed); True once ``failures`` checks
+        in a row failed and the server must be killed."""
+        if why is None:
+            self.health_failures, self.health_failed = 0, None
+            return False
+        self.health_failures += 1
+        if self.health_failures < failures:
+            return False
+        self.health_failed = f"deep health failed {self.health_failures} times: {why}"
+        return True
 
     def note_health(self, report: ServerReport) -> str | None:
         """Count probes that find a server that was ready now unhealthy (not loading: e.g.
