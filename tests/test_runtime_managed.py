@@ -4,27 +4,30 @@ Seed-behaviour checklist items 1, 17, 29 to 31, 36 to 38, 41, 42, 46 to 50, 52, 
 72 (sections 4 and 7). The real llama-server runs the happy path and the concurrency
 cases; faults use ``tests/helpers/runtime_server.py``, a stand-in server program whose
 behaviour the config's environment chooses (``RUNTIME_SERVER=silent,fork,...``). The
-restart budget is 0 everywhere, so no test depends on when the supervisor restarts.
+restart budget is 0 everywhere, so no test depends on when the supervisor restarts; as
+root, servers run as ``nobody`` from the conftest's unprivileged workspace (issue 3, item 6).
 Tests marked ``xfail(strict=True)`` show bugs found here.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import signal
 import socket
-import sys
 from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import attrs
 import blake3
 import psutil
 import pytest
 import trio
 import trio.testing
 
+from conftest import Unprivileged
 from inferactors import (
     AdmissionRefused,
     BackendError,
@@ -62,6 +65,8 @@ def managed(
     data_root: Path,
     program: Path | None,
     behaviour: str = "serve",
+    *,
+    run_as: str | None,
     **config: object,
 ) -> InferConfig:
     """A managed llama.cpp config that never restarts (restart budget 0)."""
@@ -70,6 +75,7 @@ def managed(
         data_root=data_root,
         serve_program=program,
         env=(("RUNTIME_SERVER", behaviour),),
+        run_as=run_as,
         restart=RestartPolicy(max_restarts=0),
     )
     return InferConfig.managing(InferFlavor.LLAMACPP, settings, **config)  # type: ignore[arg-type]
@@ -83,20 +89,44 @@ def chat(
     )
 
 
+@attrs.frozen
+class Lab:
+    """Where one test's managed servers run: the registry (the tiny model as ``tiny``), a
+    data root and the account (``nobody`` when the suite runs as root, see conftest), and
+    ``program``, an executable that runs the helper server."""
+
+    registry: Path
+    data_root: Path
+    run_as: str | None
+    program: Path
+
+    def config(
+        self,
+        program: Path | None = None,
+        behaviour: str = "serve",
+        *,
+        registry: Path | None = None,
+        **config: object,
+    ) -> InferConfig:
+        """`managed` with this lab's settings; ``program`` defaults to the helper."""
+        return managed(
+            registry or self.registry,
+            self.data_root,
+            program or self.program,
+            behaviour,
+            run_as=self.run_as,
+            **config,
+        )
+
+
 @pytest.fixture
-def fake_program(tmp_path: Path) -> Path:
-    """An executable that runs the helper server with our interpreter."""
-    program = tmp_path / "bin" / "fake-llama-server"
-    program.parent.mkdir()
-    command = f'exec {shlex.quote(sys.executable)} -I {shlex.quote(str(HELPER))} "$@"\n'
-    program.write_text("#!/bin/sh\n" + command)
+def lab(registry_path: Path, server_dir: Path, unprivileged: Unprivileged) -> Lab:
+    program = server_dir / "bin" / "fake-llama-server"
+    program.parent.mkdir(mode=0o755)
+    python, helper = shlex.quote(unprivileged.python), shlex.quote(str(HELPER))
+    program.write_text(f'#!/bin/sh\nexec {python} -I {helper} "$@"\n')
     program.chmod(0o755)
-    return program
-
-
-@pytest.fixture
-def data_root(tmp_path: Path) -> Path:
-    return tmp_path / "state"
+    return Lab(registry_path, server_dir / "state", unprivileged.run_as, program)
 
 
 def drain(events: trio.MemoryReceiveChannel[Event]) -> list[Event]:
@@ -160,13 +190,6 @@ async def wait_gone(pid: int) -> None:
             await trio.sleep(0.01)
 
 
-def another_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 async def ready(runtime: InferRuntime, handle: InstanceHandle) -> None:
     with trio.fail_after(READY_S):
         await runtime.wait_state(handle, InstanceState.RUNNING)
@@ -176,9 +199,9 @@ async def ready(runtime: InferRuntime, handle: InstanceHandle) -> None:
 
 
 async def test_a_real_llama_server_through_the_whole_contract(
-    registry_path: Path, data_root: Path, llama_server: Path, tiny_gguf: Path, free_port: int
+    lab: Lab, llama_server: Path, tiny_gguf: Path, free_port: int
 ) -> None:
-    config = managed(registry_path, data_root, llama_server)
+    config = lab.config(llama_server)
     async with open_runtime(config, node_id="node1") as runtime:
         assert runtime.id == "infer.llamacpp"
         assert runtime.control_mode is ControlMode.MANAGED
@@ -188,7 +211,7 @@ async def test_a_real_llama_server_through_the_whole_contract(
         material = f"chatinfer.llamacpptinyhttp://127.0.0.1:{free_port}managed"
         digest = blake3.blake3(material.encode()).hexdigest()[:8]
         assert handle.instance_id == f"chat-{digest}-node1"
-        assert (data_root / handle.instance_id).is_dir()
+        assert (lab.data_root / handle.instance_id).is_dir()
         assert (await runtime.status(handle)).state is InstanceState.LOADED
         assert await runtime.served_model(handle) == "tiny"
         with pytest.raises(Unsupported, match=r"cannot re-adopt .*not recoverable"):
@@ -219,7 +242,7 @@ async def test_a_real_llama_server_through_the_whole_contract(
             None,
         )
         await runtime.unload(handle)
-        assert not (data_root / handle.instance_id).exists()
+        assert not (lab.data_root / handle.instance_id).exists()
         assert (await runtime.status(handle)).state is InstanceState.UNKNOWN
     seen = drain(events)
     assert [event.pid for event in started(seen)] == [evidence.pid]
@@ -227,9 +250,9 @@ async def test_a_real_llama_server_through_the_whole_contract(
 
 
 async def test_two_concurrent_starts_spawn_one_real_server(
-    registry_path: Path, data_root: Path, llama_server: Path, free_port: int
+    lab: Lab, llama_server: Path, free_port: int
 ) -> None:
-    async with open_runtime(managed(registry_path, data_root, llama_server)) as runtime:
+    async with open_runtime(lab.config(llama_server)) as runtime:
         events = await runtime.subscribe()
         handle = await runtime.load(chat(free_port))
         outcomes: list[object] = []
@@ -257,9 +280,9 @@ async def test_two_concurrent_starts_spawn_one_real_server(
 
 
 async def test_a_stop_sent_during_a_start_aborts_it_and_stops_the_new_server(
-    registry_path: Path, data_root: Path, fake_program: Path, free_port: int
+    lab: Lab, free_port: int
 ) -> None:
-    config = managed(registry_path, data_root, fake_program, behaviour="silent")
+    config = lab.config(behaviour="silent")
     outcome: list[object] = []
 
     async def start(runtime: InferRuntime, handle: InstanceHandle) -> None:
@@ -295,7 +318,7 @@ async def test_a_stop_sent_during_a_start_aborts_it_and_stops_the_new_server(
 
 
 async def test_managed_admit_refuses_missing_unknown_tampered_and_foreign_models(
-    tmp_path: Path, tiny_gguf: Path, data_root: Path, fake_program: Path, free_port: int
+    tmp_path: Path, tiny_gguf: Path, lab: Lab, free_port: int
 ) -> None:
     registry = tmp_path / "models.json"
     models = ModelRegistry.open(registry)
@@ -312,18 +335,18 @@ async def test_managed_admit_refuses_missing_unknown_tampered_and_foreign_models
         "copy": "model copy: ",
         "mlxm": "infer.llamacpp cannot load a mlx model \\(mlxm\\)",
     }
-    async with open_runtime(managed(registry, data_root, fake_program)) as runtime:
+    async with open_runtime(lab.config(registry=registry)) as runtime:
         for model, why in refusals.items():
             with pytest.raises(AdmissionRefused, match=why):
                 await runtime.admit(chat(free_port, model=model))
             with pytest.raises(AdmissionRefused, match=why):
                 await runtime.load(chat(free_port, model=model))
         assert await runtime.instances() == ()
-    assert names_in(data_root) == []
+    assert names_in(lab.data_root) == []
 
 
 async def test_managed_admit_refuses_a_missing_or_non_executable_serve_program(
-    tmp_path: Path, registry_path: Path, data_root: Path, free_port: int
+    tmp_path: Path, lab: Lab, free_port: int
 ) -> None:
     plain = tmp_path / "plain-file"
     plain.write_text("#!/bin/sh\nexit 0\n")
@@ -335,7 +358,9 @@ async def test_managed_admit_refuses_a_missing_or_non_executable_serve_program(
         tmp_path: "is not an executable file",
     }
     for program, why in cases.items():
-        async with open_runtime(managed(registry_path, data_root, program)) as runtime:
+        async with open_runtime(
+            managed(lab.registry, lab.data_root, program, run_as=lab.run_as)
+        ) as runtime:
             with pytest.raises(AdmissionRefused, match=why):
                 await runtime.admit(chat(free_port))
             with pytest.raises(AdmissionRefused, match=why):
@@ -363,10 +388,10 @@ async def accept_and_record(listener: socket.socket, received: list[bytes]) -> N
 
 
 async def test_an_occupied_port_is_refused_at_admit_with_a_bare_tcp_connect(
-    registry_path: Path, data_root: Path, fake_program: Path, free_port: int
+    lab: Lab, free_port: int
 ) -> None:
     received: list[bytes] = []
-    config = managed(registry_path, data_root, fake_program)
+    config = lab.config()
     with listening(free_port) as listener:
         async with open_runtime(config) as runtime, trio.open_nursery() as nursery:
             nursery.start_soon(accept_and_record, listener, received)
@@ -384,11 +409,11 @@ async def test_an_occupied_port_is_refused_at_admit_with_a_bare_tcp_connect(
 
 
 async def test_a_port_outside_the_allowed_range_is_refused_without_connecting(
-    registry_path: Path, data_root: Path, fake_program: Path, free_port: int
+    lab: Lab, free_port: int
 ) -> None:
     received: list[bytes] = []
     low = free_port + 1 if free_port < 65535 else 1
-    config = managed(registry_path, data_root, fake_program, allowed_ports=(low, low))
+    config = lab.config(allowed_ports=(low, low))
     with listening(free_port) as listener:
         async with open_runtime(config) as runtime, trio.open_nursery() as nursery:
             nursery.start_soon(accept_and_record, listener, received)
@@ -399,7 +424,7 @@ async def test_a_port_outside_the_allowed_range_is_refused_without_connecting(
             await trio.sleep(0.3)
             nursery.cancel_scope.cancel()
     assert received == []
-    assert names_in(data_root) == []
+    assert names_in(lab.data_root) == []
 
 
 @pytest.mark.xfail(
@@ -408,10 +433,10 @@ async def test_a_port_outside_the_allowed_range_is_refused_without_connecting(
     "connect timeout is read as 'nothing there')",
 )
 async def test_a_listener_with_a_full_accept_queue_is_an_occupied_port(
-    registry_path: Path, data_root: Path, fake_program: Path, free_port: int
+    lab: Lab, free_port: int
 ) -> None:
     with black_hole(free_port):
-        async with open_runtime(managed(registry_path, data_root, fake_program)) as runtime:
+        async with open_runtime(lab.config()) as runtime:
             with pytest.raises(AdmissionRefused, match="already listening"):
                 await runtime.admit(chat(free_port))
 
@@ -440,9 +465,9 @@ def black_hole(port: int) -> Iterator[None]:
 
 
 async def test_ids_duplicates_and_address_clashes_of_managed_instances(
-    registry_path: Path, data_root: Path, fake_program: Path, free_port: int
+    lab: Lab, free_port: int
 ) -> None:
-    async with open_runtime(managed(registry_path, data_root, fake_program)) as runtime:
+    async with open_runtime(lab.config()) as runtime:
         first = await runtime.load(chat(free_port))
         with pytest.raises(InvalidState, match=f"{first.instance_id} is already loaded"):
             await runtime.load(chat(free_port))
@@ -459,30 +484,26 @@ async def test_ids_duplicates_and_address_clashes_of_managed_instances(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="BUG: load creates data_root/<iid> before the supervisor refuses an address "
+    reason="BUG: load creates lab.data_root/<iid> before the supervisor refuses an address "
     "clash, and the refused instance's directory stays behind",
 )
-async def test_a_refused_load_leaves_no_instance_directory(
-    registry_path: Path, data_root: Path, fake_program: Path, free_port: int
-) -> None:
-    async with open_runtime(managed(registry_path, data_root, fake_program)) as runtime:
+async def test_a_refused_load_leaves_no_instance_directory(lab: Lab, free_port: int) -> None:
+    async with open_runtime(lab.config()) as runtime:
         first = await runtime.load(chat(free_port))
         with pytest.raises(InvalidState):
             await runtime.load(chat(free_port, role="other"))
-    assert names_in(data_root) == [first.instance_id]
+    assert names_in(lab.data_root) == [first.instance_id]
 
 
 # Faults, with the helper server (items 42, 46 to 50, 52).
 
 
-async def test_a_server_not_listening_yet_is_degraded_starting(
-    registry_path: Path, data_root: Path, fake_program: Path, free_port: int
-) -> None:
-    config = managed(registry_path, data_root, fake_program, behaviour="silent")
+async def test_a_server_not_listening_yet_is_degraded_starting(lab: Lab, free_port: int) -> None:
+    config = lab.config(behaviour="silent")
     async with open_runtime(config) as runtime:
         handle = await runtime.load(chat(free_port))
         await runtime.start(handle)
-        pid = await read_pid(data_root / handle.instance_id / "pid")
+        pid = await read_pid(lab.data_root / handle.instance_id / "pid")
         status = await runtime.status(handle)
         assert status.state is InstanceState.DEGRADED
         assert status.detail is not None
@@ -493,10 +514,8 @@ async def test_a_server_not_listening_yet_is_degraded_starting(
         assert not evidence.killed_after_grace
 
 
-async def test_a_port_taken_between_load_and_start_spawns_nothing(
-    registry_path: Path, data_root: Path, fake_program: Path, free_port: int
-) -> None:
-    async with open_runtime(managed(registry_path, data_root, fake_program)) as runtime:
+async def test_a_port_taken_between_load_and_start_spawns_nothing(lab: Lab, free_port: int) -> None:
+    async with open_runtime(lab.config()) as runtime:
         events = await runtime.subscribe()
         handle = await runtime.load(chat(free_port))
         with listening(free_port), pytest.raises(BackendError) as refused:
@@ -504,7 +523,7 @@ async def test_a_port_taken_between_load_and_start_spawns_nothing(
         assert str(refused.value) == (
             f"http://127.0.0.1:{free_port} is already taken by something else; not starting over it"
         )
-        assert not (data_root / handle.instance_id / "pid").exists()
+        assert not (lab.data_root / handle.instance_id / "pid").exists()
         assert (await runtime.status(handle)).state is InstanceState.LOADED
         with pytest.raises(InvalidState, match="not running"):
             await runtime.stop(handle)
@@ -514,13 +533,13 @@ async def test_a_port_taken_between_load_and_start_spawns_nothing(
 
 
 async def test_stop_kills_a_group_that_ignores_sigterm_once_the_grace_is_over(
-    registry_path: Path, data_root: Path, fake_program: Path, free_port: int
+    lab: Lab, free_port: int
 ) -> None:
-    config = managed(registry_path, data_root, fake_program, behaviour="silent,ignore-term,fork")
+    config = lab.config(behaviour="silent,ignore-term,fork")
     async with open_runtime(config) as runtime:
         handle = await runtime.load(chat(free_port))
         await runtime.start(handle)
-        child = await read_pid(data_root / handle.instance_id / "child")
+        child = await read_pid(lab.data_root / handle.instance_id / "child")
         asked = trio.current_time()
         evidence = await runtime.stop(handle, 0.5)
         took_s = trio.current_time() - asked
@@ -538,15 +557,15 @@ async def test_stop_kills_a_group_that_ignores_sigterm_once_the_grace_is_over(
 
 
 async def test_a_server_that_exits_on_its_own_is_exited_as_a_crash(
-    registry_path: Path, data_root: Path, fake_program: Path, free_port: int
+    lab: Lab, free_port: int
 ) -> None:
-    config = managed(registry_path, data_root, fake_program, behaviour="silent,fork,exit=3@0.3")
+    config = lab.config(behaviour="silent,fork,exit=3@0.3")
     async with open_runtime(config) as runtime:
         events = await runtime.subscribe()
         handle = await runtime.load(chat(free_port))
         await runtime.start(handle)
-        pid = await read_pid(data_root / handle.instance_id / "pid")
-        child = await read_pid(data_root / handle.instance_id / "child")
+        pid = await read_pid(lab.data_root / handle.instance_id / "pid")
+        child = await read_pid(lab.data_root / handle.instance_id / "child")
         crash = await next_exit(events)
         assert (crash.instance_id, crash.pid, crash.reason) == (
             handle.instance_id,
@@ -560,15 +579,15 @@ async def test_a_server_that_exits_on_its_own_is_exited_as_a_crash(
         await wait_gone(child)  # the whole group is reaped, not just the leader
         with pytest.raises(InvalidState, match="not running"):
             await runtime.stop(handle)
-        (data_root / handle.instance_id / "pid").unlink()
+        (lab.data_root / handle.instance_id / "pid").unlink()
         await runtime.start(handle)  # an operator may start it again
-        assert await read_pid(data_root / handle.instance_id / "pid") != pid
+        assert await read_pid(lab.data_root / handle.instance_id / "pid") != pid
 
 
 async def test_unload_stops_a_running_server_and_deletes_its_directory(
-    registry_path: Path, data_root: Path, fake_program: Path, free_port: int
+    lab: Lab, free_port: int
 ) -> None:
-    config = managed(registry_path, data_root, fake_program, behaviour="serve,fork")
+    config = lab.config(behaviour="serve,fork")
     async with open_runtime(config) as runtime:
         events = await runtime.subscribe()
         handle = await runtime.load(chat(free_port))
@@ -576,26 +595,30 @@ async def test_unload_stops_a_running_server_and_deletes_its_directory(
         await ready(runtime, handle)
         pid = (await runtime.status(handle)).pid
         assert pid is not None
-        child = await read_pid(data_root / handle.instance_id / "child")
+        child = await read_pid(lab.data_root / handle.instance_id / "child")
         await runtime.unload(handle)
         assert gone(pid), "unload returned while the server still ran"
-        assert not (data_root / handle.instance_id).exists()
+        assert not (lab.data_root / handle.instance_id).exists()
         assert (await runtime.status(handle)).state is InstanceState.UNKNOWN
         await wait_gone(child)
         assert [event.reason for event in exits(drain(events))] == [StopReason.UNLOAD]
 
 
-async def test_a_serve_program_gone_before_start_is_a_backend_error(
-    registry_path: Path, data_root: Path, fake_program: Path, free_port: int
+async def test_a_serve_program_gone_before_start_is_refused_and_spawns_nothing(
+    lab: Lab, free_port: int
 ) -> None:
-    async with open_runtime(managed(registry_path, data_root, fake_program)) as runtime:
+    async with open_runtime(lab.config()) as runtime:
+        events = await runtime.subscribe()
         handle = await runtime.load(chat(free_port))
         with pytest.raises(InvalidState, match="not running"):
             await runtime.stop(handle)
-        await trio.Path(fake_program).unlink()
-        with pytest.raises(BackendError, match=f"cannot start {fake_program}"):
+        await trio.Path(lab.program).unlink()
+        # BackendError "cannot start ..." as the start docstring says; as root, the run_as
+        # reachability check refuses first with AdmissionRefused "... does not exist".
+        with pytest.raises((BackendError, AdmissionRefused), match=re.escape(str(lab.program))):
             await runtime.start(handle)
         assert (await runtime.status(handle)).state is InstanceState.LOADED
+        assert started(drain(events)) == []
 
 
 # Commands that must always be answered.
@@ -607,7 +630,7 @@ async def test_a_serve_program_gone_before_start_is_a_backend_error(
     "waiting for it are never answered",
 )
 async def test_unload_during_a_start_answers_the_start_and_a_waiting_stop(
-    registry_path: Path, data_root: Path, fake_program: Path, free_port: int
+    lab: Lab, free_port: int
 ) -> None:
     answers: list[object] = []
 
@@ -618,7 +641,7 @@ async def test_unload_during_a_start_answers_the_start_and_a_waiting_stop(
             except InferactorsError as error:
                 answers.append(error)
 
-    config = managed(registry_path, data_root, fake_program, behaviour="silent")
+    config = lab.config(behaviour="silent")
     async with open_runtime(config) as runtime:
         handle = await runtime.load(chat(free_port))
         with black_hole(free_port):  # the start's port check now takes 300 ms
@@ -637,15 +660,15 @@ async def test_unload_during_a_start_answers_the_start_and_a_waiting_stop(
     "answer raises BrokenResourceError in the actor loop (_messages.answer)",
 )
 async def test_a_stop_whose_caller_gave_up_still_stops_and_breaks_nothing(
-    registry_path: Path, data_root: Path, fake_program: Path, free_port: int
+    lab: Lab, free_port: int
 ) -> None:
-    config = managed(registry_path, data_root, fake_program, behaviour="silent,ignore-term")
+    config = lab.config(behaviour="silent,ignore-term")
     async with trio.open_nursery() as nursery:
         runtime: InferRuntime = await nursery.start(serve_runtime, config)
         events = await runtime.subscribe()
         handle = await runtime.load(chat(free_port))
         await runtime.start(handle)
-        await read_pid(data_root / handle.instance_id / "pid")  # SIGTERM is ignored by now
+        await read_pid(lab.data_root / handle.instance_id / "pid")  # SIGTERM is ignored by now
         with trio.move_on_after(0.1):
             await runtime.stop(handle, 0.5)
         ended = await next_exit(events)
@@ -660,10 +683,8 @@ async def test_a_stop_whose_caller_gave_up_still_stops_and_breaks_nothing(
     reason="BUG: stop(handle, -1.0) raises ValueError in the instance's stop worker and "
     "takes the whole runtime down",
 )
-async def test_a_negative_stop_grace_fails_only_that_call(
-    registry_path: Path, data_root: Path, fake_program: Path, free_port: int
-) -> None:
-    config = managed(registry_path, data_root, fake_program, behaviour="silent")
+async def test_a_negative_stop_grace_fails_only_that_call(lab: Lab, free_port: int) -> None:
+    config = lab.config(behaviour="silent")
     async with trio.open_nursery() as nursery:
         runtime: InferRuntime = await nursery.start(serve_runtime, config)
         handle = await runtime.load(chat(free_port))
@@ -683,18 +704,16 @@ async def test_a_negative_stop_grace_fails_only_that_call(
     reason="BUG: cancelling serve_runtime SIGKILLs a managed server at once (the exit "
     "watcher's cancel path) instead of SIGTERM first, as its docstring promises",
 )
-async def test_cancelling_serve_runtime_sends_sigterm_first(
-    registry_path: Path, data_root: Path, fake_program: Path, free_port: int
-) -> None:
-    config = managed(registry_path, data_root, fake_program, behaviour="silent,note-term")
+async def test_cancelling_serve_runtime_sends_sigterm_first(lab: Lab, free_port: int) -> None:
+    config = lab.config(behaviour="silent,note-term")
     async with trio.open_nursery() as nursery:
         runtime: InferRuntime = await nursery.start(serve_runtime, config)
         handle = await runtime.load(chat(free_port))
         await runtime.start(handle)
-        pid = await read_pid(data_root / handle.instance_id / "pid")
+        pid = await read_pid(lab.data_root / handle.instance_id / "pid")
         nursery.cancel_scope.cancel()
     await wait_gone(pid)
-    assert (data_root / handle.instance_id / "term").exists(), "the server got no SIGTERM"
+    assert (lab.data_root / handle.instance_id / "term").exists(), "the server got no SIGTERM"
 
 
 @pytest.mark.xfail(
@@ -704,16 +723,16 @@ async def test_cancelling_serve_runtime_sends_sigterm_first(
     "servers get SIGKILL, not SIGTERM",
 )
 async def test_leaving_open_runtime_under_cancellation_is_prompt_and_graceful(
-    registry_path: Path, data_root: Path, fake_program: Path, free_port: int
+    lab: Lab, free_port: int
 ) -> None:
-    config = managed(registry_path, data_root, fake_program, behaviour="silent,note-term")
+    config = lab.config(behaviour="silent,note-term")
     with trio.move_on_after(READY_S) as scope:
         async with open_runtime(config, stop_grace_s=0.1) as runtime:
             handle = await runtime.load(chat(free_port))
             await runtime.start(handle)
-            await read_pid(data_root / handle.instance_id / "pid")
+            await read_pid(lab.data_root / handle.instance_id / "pid")
             scope.cancel()
             cancelled_at = trio.current_time()
             await trio.sleep_forever()
     assert trio.current_time() - cancelled_at < 3.0
-    assert (data_root / handle.instance_id / "term").exists(), "the server got no SIGTERM"
+    assert (lab.data_root / handle.instance_id / "term").exists(), "the server got no SIGTERM"
