@@ -4,7 +4,7 @@ Seed-behaviour checklist items 1, 17 to 26, 28 to 31, 62, 71 and 72 (section 7, 
 ``WorkloadRuntime`` contract, and section 4). Most tests talk to a fake llama-server behind
 ``httpx.MockTransport`` that records every request, under ``MockClock(autojump_threshold=0)``;
 the dead-port and "unload leaves the server alone" tests use real loopback sockets and a
-real server process. Tests marked ``xfail(strict=True)`` show bugs found here.
+real server process. Tests named after a bug guard its fix.
 """
 
 from __future__ import annotations
@@ -410,21 +410,12 @@ async def test_a_node_id_must_be_a_plain_token_of_at_most_64_chars(
         assert (await runtime.load(chat())).instance_id.endswith("-" + "n" * 64)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: open_runtime raises ExceptionGroup([InvalidConfig]), not InvalidConfig",
-)
 async def test_open_runtime_raises_invalid_config_itself_for_a_bad_node_id() -> None:
     with pytest.raises(InvalidConfig, match="node id"):
         async with open_runtime(InferConfig.adopted(InferFlavor.LLAMACPP), node_id="bad id"):
             pass
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: an error raised in the `async with open_runtime` block comes out wrapped "
-    "in an ExceptionGroup",
-)
 async def test_an_error_raised_inside_the_runtime_block_comes_out_unwrapped(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -549,11 +540,6 @@ async def test_adopt_re_registers_a_handle_and_console_is_unsupported(
 # Commands that must always be answered.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: unload cancels the instance's workers, and a caller whose command a "
-    "worker was serving (status, health, deep_health) waits forever",
-)
 @pytest.mark.parametrize(
     ("command", "path"),
     [("status", "/health"), ("health", "/health"), ("deep_health", "/v1/chat/completions")],
@@ -581,12 +567,6 @@ async def test_a_command_in_flight_when_its_instance_is_unloaded_is_answered(
     assert len(outcome) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a caller that stops waiting (a timeout around status, health or "
-    "deep_health) crashes the whole runtime: the late answer raises BrokenResourceError "
-    "in the actor (_messages.answer)",
-)
 @pytest.mark.parametrize(
     ("command", "path"),
     [("status", "/health"), ("health", "/health"), ("deep_health", "/v1/chat/completions")],
@@ -605,11 +585,6 @@ async def test_a_caller_that_gives_up_does_not_break_the_runtime(
         assert (await runtime.status(handle)).state is InstanceState.RUNNING
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: after open_runtime exits, the supervisor's inbox stays open, so status() "
-    "(which 'never raises') waits forever instead of answering Unknown",
-)
 async def test_status_after_the_runtime_closed_is_answered(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -620,11 +595,6 @@ async def test_status_after_the_runtime_closed_is_answered(
     assert status.state is InstanceState.UNKNOWN
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: event streams are never closed when the runtime ends, so a subscriber's "
-    "`async for` never finishes",
-)
 async def test_an_event_stream_ends_when_the_runtime_ends(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -632,17 +602,13 @@ async def test_an_event_stream_ends_when_the_runtime_ends(
         events = await runtime.subscribe()
         handle = await runtime.load(chat())
         await runtime.start(handle)
+        await runtime.wait_state(handle, InstanceState.RUNNING)
         await runtime.unload(handle)
     with trio.fail_after(60):
         seen = [event async for event in events]
     assert seen, "the events sent before the end are still delivered"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: subscribe(buffer=-1) raises ValueError inside the supervisor actor and "
-    "takes the whole runtime down",
-)
 async def test_a_bad_subscribe_argument_fails_only_that_call(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

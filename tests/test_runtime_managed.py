@@ -6,7 +6,7 @@ cases; faults use ``tests/helpers/runtime_server.py``, a stand-in server program
 behaviour the config's environment chooses (``RUNTIME_SERVER=silent,fork,...``). The
 restart budget is 0 everywhere, so no test depends on when the supervisor restarts; as
 root, servers run as ``nobody`` from the conftest's unprivileged workspace (issue 3, item 6).
-Tests marked ``xfail(strict=True)`` show bugs found here.
+Tests named after a bug guard its fix.
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ from inferactors import (
     open_runtime,
     serve_runtime,
 )
+from inferactors._edges import Edges
+from inferactors._netcheck import port_in_use
 
 HELPER = Path(__file__).parent / "helpers" / "runtime_server.py"
 READY_S = 60.0
@@ -293,12 +295,16 @@ async def test_a_stop_sent_during_a_start_aborts_it_and_stops_the_new_server(
         else:
             outcome.append(None)
 
-    async with open_runtime(config) as runtime:
+    async def slow_port_check(host: str, port: int) -> bool:
+        await trio.sleep(0.3)  # a port check that takes a while: the stop arrives meanwhile
+        return await port_in_use(host, port)
+
+    async with open_runtime(config, edges=Edges(port_in_use=slow_port_check)) as runtime:
         events = await runtime.subscribe()
         handle = await runtime.load(chat(free_port))
-        with black_hole(free_port), trio.fail_after(READY_S):
+        with trio.fail_after(READY_S):
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(start, runtime, handle)  # its port check takes 300 ms
+                nursery.start_soon(start, runtime, handle)
                 await trio.testing.wait_all_tasks_blocked()
                 evidence = await runtime.stop(handle, 5.0)
         # Issue 3: a stop during a start aborts the start (unless the spawn won the race).
@@ -427,11 +433,6 @@ async def test_a_port_outside_the_allowed_range_is_refused_without_connecting(
     assert names_in(lab.data_root) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a listener whose accept queue is full counts as a free port (the 300 ms "
-    "connect timeout is read as 'nothing there')",
-)
 async def test_a_listener_with_a_full_accept_queue_is_an_occupied_port(
     lab: Lab, free_port: int
 ) -> None:
@@ -482,11 +483,6 @@ async def test_ids_duplicates_and_address_clashes_of_managed_instances(
         ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: load creates lab.data_root/<iid> before the supervisor refuses an address "
-    "clash, and the refused instance's directory stays behind",
-)
 async def test_a_refused_load_leaves_no_instance_directory(lab: Lab, free_port: int) -> None:
     async with open_runtime(lab.config()) as runtime:
         first = await runtime.load(chat(free_port))
@@ -624,11 +620,6 @@ async def test_a_serve_program_gone_before_start_is_refused_and_spawns_nothing(
 # Commands that must always be answered.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: unload during a start cancels the spawn worker; the start and a stop "
-    "waiting for it are never answered",
-)
 async def test_unload_during_a_start_answers_the_start_and_a_waiting_stop(
     lab: Lab, free_port: int
 ) -> None:
@@ -654,11 +645,6 @@ async def test_unload_during_a_start_answers_the_start_and_a_waiting_stop(
     assert len(answers) == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a stop whose caller stopped waiting crashes the whole runtime: the late "
-    "answer raises BrokenResourceError in the actor loop (_messages.answer)",
-)
 async def test_a_stop_whose_caller_gave_up_still_stops_and_breaks_nothing(
     lab: Lab, free_port: int
 ) -> None:
@@ -678,11 +664,6 @@ async def test_a_stop_whose_caller_gave_up_still_stops_and_breaks_nothing(
         nursery.cancel_scope.cancel()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: stop(handle, -1.0) raises ValueError in the instance's stop worker and "
-    "takes the whole runtime down",
-)
 async def test_a_negative_stop_grace_fails_only_that_call(lab: Lab, free_port: int) -> None:
     config = lab.config(behaviour="silent")
     async with trio.open_nursery() as nursery:
@@ -699,11 +680,6 @@ async def test_a_negative_stop_grace_fails_only_that_call(lab: Lab, free_port: i
 # Leaving the runtime.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: cancelling serve_runtime SIGKILLs a managed server at once (the exit "
-    "watcher's cancel path) instead of SIGTERM first, as its docstring promises",
-)
 async def test_cancelling_serve_runtime_sends_sigterm_first(lab: Lab, free_port: int) -> None:
     config = lab.config(behaviour="silent,note-term")
     async with trio.open_nursery() as nursery:
@@ -716,12 +692,6 @@ async def test_cancelling_serve_runtime_sends_sigterm_first(lab: Lab, free_port:
     assert (lab.data_root / handle.instance_id / "term").exists(), "the server got no SIGTERM"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: when the code around open_runtime is cancelled, its shielded stop_all "
-    "asks a supervisor that is already cancelled: exit waits stop_grace_s + 5 s and the "
-    "servers get SIGKILL, not SIGTERM",
-)
 async def test_leaving_open_runtime_under_cancellation_is_prompt_and_graceful(
     lab: Lab, free_port: int
 ) -> None:

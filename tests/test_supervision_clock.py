@@ -33,10 +33,11 @@ from inferactors import (
     StopReason,
     Supervision,
     Watchdog,
+    open_runtime,
 )
 from inferactors._events import Event, RestartFailed
 from inferactors._registry import ModelRegistry
-from inferactors._runtime import InferRuntime, InstanceHandle, open_runtime
+from inferactors._runtime import InferRuntime, InstanceHandle
 from inferactors.testing import FakeFleet
 
 PORT = 18500

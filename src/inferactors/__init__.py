@@ -68,8 +68,8 @@ from ._registry import ModelRegistry as ModelRegistry
 from ._runtime import InferRuntime as InferRuntime
 from ._runtime import InstanceHandle as InstanceHandle
 from ._runtime import NetworkExposure as NetworkExposure
-from ._runtime import open_runtime as open_runtime
-from ._runtime import serve_runtime as serve_runtime
+from ._serving import open_runtime as open_runtime
+from ._serving import serve_runtime as serve_runtime
 from ._spec import InferenceSpec as InferenceSpec
 from ._spec import LatencyClass as LatencyClass
 from ._spec import MemoryFootprint as MemoryFootprint

@@ -23,7 +23,8 @@ from ._events import Event
 from ._flavor import InferFlavor
 from ._llama_build import cache_dir, ensure_llama_server, make_reachable_dir
 from ._registry import ModelRegistry
-from ._runtime import InferRuntime, InstanceHandle, open_runtime
+from ._runtime import InferRuntime, InstanceHandle
+from ._serving import open_runtime
 from ._spec import InferenceSpec, ServeArgs
 from ._status import InstanceState
 

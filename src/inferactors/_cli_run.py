@@ -22,7 +22,8 @@ from ._convert import load_run_config
 from ._errors import InferactorsError
 from ._events import Event
 from ._flavor import InferFlavor
-from ._runtime import InferRuntime, InstanceHandle, open_runtime
+from ._runtime import InferRuntime, InstanceHandle
+from ._serving import open_runtime
 from ._status import InstanceState
 
 STOP_GRACE_S = 10.0

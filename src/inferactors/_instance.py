@@ -37,6 +37,7 @@ from ._events import (
     StateChanged,
     StopReason,
 )
+from ._flavor import InferFlavor
 from ._instance_book import InstanceBook
 from ._instance_msgs import (
     INTERNAL_TYPES,
@@ -70,7 +71,7 @@ from ._messages import (
 )
 from ._plan import Plan
 from ._process import ManagedProcess
-from ._status import InstanceState, InstanceStatus
+from ._status import InstanceState, InstanceStatus, map_ollama_report
 
 EMERGENCY_GRACE_S = 5.0
 """Grace for a server still running when the actor is torn down without an unload."""
@@ -97,7 +98,7 @@ class InstanceActor:
     _box: Mailbox
     _work: InstanceWork
     _book: InstanceBook
-    _stop_waiters: list[ReplyTo[RunEvidence]] = attrs.Factory(list)
+    _stop_waiters: dict[ManagedProcess, list[ReplyTo[RunEvidence]]] = attrs.Factory(dict)
     _after_start: list[Stop] = attrs.Factory(list)
     _process_tasks: ScopeGroup | None = None
     _watch_tasks: ScopeGroup | None = None
@@ -189,7 +190,7 @@ class InstanceActor:
                 self._on_exited(message.process, message.evidence)
             case Stopped():
                 self._on_exited(message.process, message.evidence)
-                self._answer_stop(message.evidence)
+                self._answer_stop(message.process, message.evidence)
             case Probed():
                 self._on_probed(message)
             case ExposureFound():
@@ -250,7 +251,7 @@ class InstanceActor:
         if book.process is None:
             refuse(command.reply, InvalidState(f"{self.instance_id} is not running"))
             return
-        self._stop_waiters.append(command.reply)
+        self._stop_waiters.setdefault(book.process, []).append(command.reply)
         self._stop_process(StopReason.REQUESTED, command.grace_s)
 
     def _on_status(self, command: GetStatus) -> None:
@@ -305,10 +306,9 @@ class InstanceActor:
         )
         self._emit(event)
 
-    def _answer_stop(self, evidence: RunEvidence) -> None:
+    def _answer_stop(self, process: ManagedProcess, evidence: RunEvidence) -> None:
         full = attrs.evolve(evidence, runtime=self.runtime_id, instance_id=self.instance_id)
-        waiters, self._stop_waiters = self._stop_waiters, []
-        for reply in waiters:
+        for reply in self._stop_waiters.pop(process, []):
             answer(reply, full)
 
     def _on_probed(self, message: Probed) -> None:
@@ -332,6 +332,9 @@ class InstanceActor:
             now = trio.current_time()
             self._emit(ImpostorDetected(self.instance_id, message.owner_pid, impostor, now))
         book.note_report(message.report, self.plan.listed_names, message.first_token)
+        spec = self.plan.spec
+        if not self.managed and spec.runtime is InferFlavor.OLLAMA and spec.model:
+            book.mapped = map_ollama_report(message.report, tag=spec.model, adopted=True)
         if book.ready or (not self.managed and book.mapped.state is InstanceState.RUNNING):
             self._on_ready(book.process)
         if book.note_health(message.report) is not None:
@@ -432,4 +435,9 @@ class InstanceActor:
             self._emit(
                 ProcessExited(self.instance_id, process.pid, None, None, StopReason.SHUTDOWN, now)
             )
+        gone = UnknownInstance(f"{self.instance_id} was unloaded before it answered")
+        for reply in [r for waiters in self._stop_waiters.values() for r in waiters]:
+            refuse(reply, gone)
+        for stop in self._after_start:
+            refuse(stop.reply, gone)
         self._box.drain()

@@ -59,8 +59,10 @@ class Mailbox:
         return self._nursery
 
     def soon(self, job: Callable[..., Awaitable[Any]], *args: object) -> None:
-        """Start ``job(*args)`` as a worker of this actor."""
-        self.nursery.start_soon(job, *args)
+        """Start ``job(*args)`` as a worker of this actor. If the worker ends without
+        finishing (the actor was unloaded or cancelled), every reply channel among ``args``
+        is closed, so its caller learns at once that no answer will come."""
+        self.nursery.start_soon(_closing_replies_on_failure, job, args)
 
     def close(self) -> None:
         """End `run`: the loop stops and every worker is cancelled."""
@@ -84,6 +86,18 @@ class Mailbox:
             reply = getattr(message, "reply", None)
             if isinstance(reply, trio.MemorySendChannel):
                 refuse(reply, UnknownInstance(f"{self.name} is no longer loaded"))
+
+
+async def _closing_replies_on_failure(
+    job: Callable[..., Awaitable[Any]], args: tuple[object, ...]
+) -> None:
+    try:
+        await job(*args)
+    except BaseException:
+        for arg in args:
+            if isinstance(arg, trio.MemorySendChannel):
+                arg.close()
+        raise
 
 
 @attrs.define

@@ -41,15 +41,22 @@ ReplyTo = trio.MemorySendChannel[Reply[T]]
 
 
 def answer(reply: ReplyTo[T], value: T) -> None:
-    """Send ``value`` and close the reply channel (its buffer of one never blocks)."""
-    with reply:
-        reply.send_nowait(Reply(value=value))
+    """Send ``value`` and close the reply channel (its buffer of one never blocks). A caller
+    that stopped waiting (it timed out or was cancelled) is not an error: the answer drops."""
+    _send(reply, Reply(value=value))
 
 
 def refuse(reply: ReplyTo[Any], error: InferactorsError) -> None:
-    """Send ``error`` and close the reply channel."""
+    """Send ``error`` and close the reply channel; dropped if the caller stopped waiting."""
+    _send(reply, Reply(error=error))
+
+
+def _send(reply: ReplyTo[Any], message: Reply[Any]) -> None:
     with reply:
-        reply.send_nowait(Reply(error=error))
+        try:
+            reply.send_nowait(message)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
+            pass  # nobody waits for this answer any more
 
 
 async def call(inbox: trio.MemorySendChannel[object], make: Callable[[ReplyTo[T]], object]) -> T:

@@ -7,6 +7,8 @@ must be found before launch.
 
 from __future__ import annotations
 
+import ipaddress
+
 import trio
 
 
@@ -15,7 +17,8 @@ async def port_in_use(host: str, port: int, *, timeout_s: float = 0.3) -> bool:
 
     Opens a TCP connection under ``trio.move_on_after(timeout_s)`` and closes it at once
     without sending a byte. True only if the connect succeeds; a refusal, any other OSError or
-    no answer within ``timeout_s`` (float seconds, default 0.3) is False.
+    no answer within ``timeout_s`` (float seconds, default 0.3) is False, except on loopback,
+    where silence can only be a listener with a full accept queue, so it is True.
     """
     stream: trio.SocketStream | None = None
     with trio.move_on_after(timeout_s):
@@ -24,6 +27,17 @@ async def port_in_use(host: str, port: int, *, timeout_s: float = 0.3) -> bool:
         except OSError:
             return False
     if stream is None:
-        return False
+        # No answer in time. On loopback nothing is lost in transit: a closed port refuses at
+        # once, so silence means a listener whose accept queue is full. Elsewhere, say free.
+        return _is_loopback(host)
     await trio.aclose_forcefully(stream)
     return True
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -16,9 +16,10 @@ Usage::
 from __future__ import annotations
 
 import enum
+import math
 import platform
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+import shutil
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import NoReturn, TypeVar
@@ -30,9 +31,17 @@ from ._capabilities import Capability, probe_capabilities
 from ._capture import RunEvidence
 from ._config import ControlMode, InferConfig, Supervision
 from ._edges import Edges
-from ._errors import BackendError, InferactorsError, InvalidState, UnknownInstance, Unsupported
+from ._errors import (
+    BackendError,
+    InferactorsError,
+    InvalidConfig,
+    InvalidState,
+    UnknownInstance,
+    Unsupported,
+)
 from ._events import Event, StateChanged
-from ._ids import check_node_id, instance_id
+from ._flavor import InferFlavor
+from ._ids import instance_id
 from ._instance import InstanceActor
 from ._messages import (
     DeepHealth,
@@ -51,13 +60,13 @@ from ._messages import (
     Unload,
     call,
 )
-from ._orphans import ReapedOrphan, reap_orphans
-from ._plan import Admission, Plan, ProberFactory, make_plan, resolve_supervision
+from ._ollama_actor import OllamaActor
+from ._orphans import ReapedOrphan
+from ._plan import Admission, Plan, make_plan, resolve_supervision
 from ._probe import CompletionResult, ServerReport
 from ._registry import ModelRegistry
 from ._spec import InferenceSpec
 from ._status import InstanceState, InstanceStatus
-from ._supervisor import Supervisor
 
 T = TypeVar("T")
 
@@ -150,9 +159,15 @@ class InferRuntime:
         directory = self._instance_dir(iid)
         plan = await self._plan(spec, directory)
         plan = attrs.evolve(plan, supervision=resolve_supervision(supervision, self.config))
+        created = directory is not None and not directory.exists()
         if directory is not None:
             await _make_dir(directory)
-        await self._install(iid, plan, directory)
+        try:
+            await self._install(iid, plan, directory)
+        except InferactorsError:
+            if created and directory is not None:  # refused: leave no trace behind
+                await trio.to_thread.run_sync(shutil.rmtree, directory, True)
+            raise
         return InstanceHandle(self.id, iid, spec.role)
 
     async def start(self, handle: InstanceHandle) -> None:
@@ -174,7 +189,7 @@ class InferRuntime:
         Returns the run's evidence. Raises `InvalidState` when it is not running and
         `Unsupported` for an adopted server, which inferactors never signals.
         """
-        return await self._route(handle, partial(Stop, grace_s))
+        return await self._route(handle, partial(Stop, _grace(grace_s)))
 
     async def restart(self, handle: InstanceHandle, grace_s: float = DEFAULT_STOP_GRACE_S) -> None:
         """Stop the server if it runs (a "not running" answer is fine), then start it.
@@ -280,10 +295,13 @@ class InferRuntime:
     async def subscribe(self, buffer: int = 256) -> trio.MemoryReceiveChannel[Event]:
         """A stream of every event from now on; a subscriber that falls ``buffer`` events
         behind loses the newest ones (the supervisor never waits for a subscriber)."""
+        if buffer < 0:
+            raise InvalidConfig(f"subscribe: buffer must not be negative, got {buffer}")
         return await call(self._supervisor, partial(Subscribe, buffer))
 
     async def stop_all(self, grace_s: float = DEFAULT_STOP_GRACE_S) -> None:
         """Stop every running managed server concurrently; nothing is unloaded."""
+        _grace(grace_s)
         if self.control_mode is not ControlMode.MANAGED:
             return
         handles = await self.instances()
@@ -309,15 +327,26 @@ class InferRuntime:
         )
 
     async def _install(self, iid: str, plan: Plan, directory: Path | None) -> None:
-        actor = InstanceActor.create(
-            instance_id=iid,
-            runtime_id=self.id,
-            plan=plan,
-            config=self.config,
-            instance_dir=directory,
-            edges=self._edges,
-            events=self._events,
-        )
+        actor: InstanceActor | OllamaActor
+        if plan.mode is ControlMode.MANAGED and plan.spec.runtime is InferFlavor.OLLAMA:
+            actor = OllamaActor.create(
+                instance_id=iid,
+                runtime_id=self.id,
+                plan=plan,
+                config=self.config,
+                instance_dir=directory,
+                events=self._events,
+            )
+        else:
+            actor = InstanceActor.create(
+                instance_id=iid,
+                runtime_id=self.id,
+                plan=plan,
+                config=self.config,
+                instance_dir=directory,
+                edges=self._edges,
+                events=self._events,
+            )
         await call(self._supervisor, partial(Load, actor))
 
     def _instance_dir(self, iid: str) -> Path | None:
@@ -339,6 +368,12 @@ class InferRuntime:
         return await call(self._supervisor, routed)
 
 
+def _grace(grace_s: float) -> float:
+    if not (math.isfinite(grace_s) and grace_s >= 0):
+        raise InvalidConfig(f"grace_s must be a finite number of seconds >= 0, got {grace_s}")
+    return grace_s
+
+
 async def _next_change(events: trio.MemoryReceiveChannel[Event], iid: str) -> None:
     async for event in events:
         if isinstance(event, StateChanged) and event.instance_id == iid:
@@ -352,79 +387,6 @@ async def _make_dir(directory: Path) -> None:
         raise BackendError(f"cannot create the instance directory {directory}: {error}") from error
 
 
-@asynccontextmanager
-async def open_runtime(
-    config: InferConfig,
-    *,
-    node_id: str = "local",
-    edges: Edges | None = None,
-    open_prober: ProberFactory | None = None,
-    stop_grace_s: float = DEFAULT_STOP_GRACE_S,
-) -> AsyncIterator[InferRuntime]:
-    """Run a runtime for the duration of an ``async with`` block.
-
-    On exit every running managed server is stopped (SIGTERM, ``stop_grace_s`` seconds,
-    SIGKILL), even when the block raised or was cancelled; adopted servers are left alone.
-    ``edges`` swaps the I/O edges (`Edges`); ``open_prober`` alone replaces just the HTTP
-    edge.
-
-    Raises:
-        InvalidConfig: the config or ``node_id`` is malformed, or the registry file is.
-    """
-    async with trio.open_nursery() as nursery:
-        runtime: InferRuntime = await nursery.start(
-            _serve, config, node_id, _edges(edges, open_prober)
-        )
-        try:
-            yield runtime
-        finally:
-            with trio.move_on_after(stop_grace_s + 5.0) as cleanup:
-                cleanup.shield = True
-                await runtime.stop_all(stop_grace_s)
-            nursery.cancel_scope.cancel()
-
-
-async def serve_runtime(
-    config: InferConfig,
-    *,
-    node_id: str = "local",
-    edges: Edges | None = None,
-    task_status: trio.TaskStatus[InferRuntime] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Run a runtime until cancelled, for hosts that own a nursery::
-
-        runtime = await nursery.start(serve_runtime, config)
-
-    ``task_status.started`` receives the `InferRuntime` once it accepts commands. When
-    cancelled, each running managed server gets SIGTERM and, after 5 s, SIGKILL.
-    """
-    await _serve(config, node_id, edges or Edges(), task_status=task_status)
-
-
-def _edges(edges: Edges | None, open_prober: ProberFactory | None) -> Edges:
-    chosen = edges or Edges()
-    return chosen if open_prober is None else attrs.evolve(chosen, open_prober=open_prober)
-
-
-async def _serve(
-    config: InferConfig,
-    node_id: str,
-    edges: Edges,
-    *,
-    task_status: trio.TaskStatus[InferRuntime] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    config.validate()
-    check_node_id(node_id)
-    registry: ModelRegistry | None = None
-    reaped: tuple[ReapedOrphan, ...] = ()
-    if config.managed is not None:
-        registry = await trio.to_thread.run_sync(ModelRegistry.open, config.managed.registry)
-        data_root = config.managed.data_root
-        reaped = tuple(await trio.to_thread.run_sync(reap_orphans, data_root))
-    supervisor = Supervisor.create(random=edges.random)
-    runtime = InferRuntime(
-        config, node_id, supervisor.inbox, supervisor.events, registry, edges, reaped
-    )
-    async with trio.open_nursery() as nursery:
-        await nursery.start(supervisor.serve)
-        task_status.started(runtime)
+# Kept importable from here for code written before the split; `_serving` defines them.
+from ._serving import open_runtime as open_runtime  # noqa: E402
+from ._serving import serve_runtime as serve_runtime  # noqa: E402

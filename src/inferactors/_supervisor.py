@@ -111,13 +111,22 @@ class Supervisor:
         return self._events_send
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run until cancelled; the instance actors run in this actor's nursery."""
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            nursery.start_soon(self._relay_events)
-            task_status.started()
-            async for command in self._inbox_recv:
-                self._dispatch(command)  # type: ignore[arg-type]  # only commands arrive
+        """Run until cancelled; the instance actors run in this actor's nursery.
+
+        When it ends, later commands fail at once ("the runtime is closed") and every
+        subscriber's event stream ends.
+        """
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._relay_events)
+                task_status.started()
+                async for command in self._inbox_recv:
+                    self._dispatch(command)  # type: ignore[arg-type]  # only commands arrive
+        finally:
+            self._inbox_recv.close()
+            for subscriber in self._subscribers:
+                subscriber.close()
 
     async def _relay_events(self) -> None:
         async for event in self._events_recv:
