@@ -1,11 +1,11 @@
-"""The real mlx_lm.server on the tiny mlx model (issue 4, item 1).
+"""The real mlx_lm.server on the tiny mlx model, alone (issue 4, item 1).
 
-First the server alone, started by the test and probed with inferactors' own `ProbeClient`:
-how long it takes to answer ``/health``, to list the model and to give one token; what a
-wrong ``model`` field does (FC-09); what a dead generation thread looks like (FC-07); what a
-missing ``HF_HUB_CACHE`` does; how it dies on SIGTERM. Then the same server managed by the
-runtime; tests marked ``xfail(strict=True)`` name, in their reason, the runtime change they
-need (they start passing, and so failing as XPASS, once it is made).
+Each test starts the server itself (as whoever runs the suite, root included: inferactors'
+run_as rule is for the servers it launches) and probes it with inferactors' own
+`ProbeClient`: how long it takes to answer ``/health``, to list the model and to give one
+token; what a wrong ``model`` field does (FC-09); what a generation thread dead at start,
+or killed later by a malformed request, looks like (FC-07); what a missing ``HF_HUB_CACHE``
+does; how it dies on SIGTERM. tests/test_mlx_runtime.py runs it through the runtime.
 
 Measured on the 2-core CI machine: ``/health`` 200 1.1 to 1.6 s after spawn (connection
 refused before, never 503 while loading), the model listed at the same moment, the first
@@ -28,9 +28,7 @@ import attrs
 import pytest
 import trio
 
-from inferactors import BackendError, InferFlavor, ModelFormat
-from inferactors._config import InferConfig, ManagedConfig
-from inferactors._events import Event, ProcessStarted, StateChanged
+from inferactors import BackendError, InferFlavor
 from inferactors._probe import (
     ProbeClient,
     ServerReport,
@@ -39,10 +37,6 @@ from inferactors._probe import (
     completion_body,
     parse_model_ids,
 )
-from inferactors._registry import ModelRegistry
-from inferactors._runtime import InferRuntime, InstanceHandle, open_runtime
-from inferactors._spec import InferenceSpec, ServeArgs
-from inferactors._status import InstanceState
 from inferactors.testing._tiny_mlx import TINY_WORDS, write_tiny_mlx
 
 pytestmark = pytest.mark.skipif(
@@ -78,10 +72,22 @@ def hf_cache(tmp_path: Path) -> Path:
     return cache
 
 
+def readable_tiny_mlx(directory: Path) -> Path:
+    """`write_tiny_mlx` into ``directory`` (made symlink-free), every file readable by all.
+
+    safetensors writes ``model.safetensors`` with mode 0600, which a run_as user cannot
+    read (inferactors' containment check refuses it); the other files get 0644.
+    """
+    written = write_tiny_mlx(directory.resolve())
+    for path in written.iterdir():
+        path.chmod(0o644)
+    return written
+
+
 def broken_copy(directory: Path) -> Path:
-    """The tiny model (at the symlink-free ``directory``) with a config that asks for a third
-    layer the weights do not have."""
-    directory = write_tiny_mlx(directory.resolve())
+    """The tiny model (readable by all, at ``directory`` made symlink-free) with a config
+    that asks for a third layer the weights do not have."""
+    directory = readable_tiny_mlx(directory)
     config = json.loads((directory / "config.json").read_text())
     config["num_hidden_layers"] = 3
     (directory / "config.json").write_text(json.dumps(config))
@@ -261,186 +267,29 @@ async def test_without_an_existing_hf_cache_the_model_list_is_empty(
     assert not missing.exists(), "the server does not create its cache"
 
 
-# The same server, managed by the runtime.
-
-
-def managed_config(
-    tmp_path: Path, program: Path, model: Path, *, name: str, env: bool = True
-) -> InferConfig:
-    registry = tmp_path / "models.json"
-    ModelRegistry.open(registry).add(model, name=name, format=ModelFormat.MLX)
-    cache = tmp_path / "hf-cache"
-    cache.mkdir(exist_ok=True)
-    hf_env = (("HF_HUB_OFFLINE", "1"), ("HF_HUB_CACHE", str(cache))) if env else ()
-    managed = ManagedConfig(
-        registry=registry, data_root=tmp_path / "state", serve_program=program, env=hf_env
-    )
-    return InferConfig.managing(InferFlavor.MLX_LM, managed)
-
-
-def mlx_spec(name: str, port: int) -> InferenceSpec:
-    return InferenceSpec(
-        role="chat", runtime=InferFlavor.MLX_LM, model=name, serve=ServeArgs(port=port)
-    )
-
-
-async def first_change(
-    events: trio.MemoryReceiveChannel[Event], iid: str, decisive: Callable[[StateChanged], bool]
-) -> tuple[StateChanged, list[StateChanged]]:
-    """The first state change of ``iid`` that is ``decisive``, and every change before it."""
-    before: list[StateChanged] = []
-    with trio.fail_after(READY_S):
-        async for event in events:
-            if isinstance(event, StateChanged) and event.instance_id == iid:
-                if decisive(event):
-                    return event, before
-                before.append(event)
-    raise AssertionError("the event stream ended")
-
-
-def running_or_unlisted(change: StateChanged) -> bool:
-    return change.new is InstanceState.RUNNING or "not listed" in (change.detail or "")
-
-
-def generator_died(change: StateChanged) -> bool:
-    return "generation thread died" in (change.detail or "")
-
-
-def server_environment(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    pairs = (entry.decode().split("=", 1) for entry in raw if entry)
-    return {name: value for name, value in pairs}
-
-
-def is_directory(path: str) -> bool:
-    return bool(path) and Path(path).is_dir()
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-async def started_pid(events: trio.MemoryReceiveChannel[Event]) -> int:
-    with trio.fail_after(READY_S):
-        async for event in events:
-            if isinstance(event, ProcessStarted):
-                return event.pid
-    raise AssertionError("the event stream ended")
-
-
-async def run_until_running(
-    runtime: InferRuntime, name: str, port: int
-) -> tuple[InstanceHandle, int]:
-    events = await runtime.subscribe()
-    handle = await runtime.load(mlx_spec(name, port))
-    await runtime.start(handle)
-    with events:
-        pid = await started_pid(events)
-    with trio.fail_after(READY_S):
-        await runtime.wait_state(handle, InstanceState.RUNNING)
-    return handle, pid
-
-
-async def test_managed_mlx_runs_answers_one_token_and_stops_clean(
-    mlx_program: Path, tiny_mlx: Path, free_port: int, tmp_path: Path
+async def test_a_malformed_stop_from_any_client_kills_a_ready_generation_thread(
+    mlx_program: Path, tiny_mlx: Path, hf_cache: Path, free_port: int, tmp_path: Path
 ) -> None:
-    config = managed_config(tmp_path, mlx_program, tiny_mlx, name="tiny")
-    async with open_runtime(config, node_id="test") as runtime:
-        handle, pid = await run_until_running(runtime, "tiny", free_port)
-        environment = server_environment(pid)
-        assert environment["HF_HUB_OFFLINE"] == "1"
-        assert is_directory(environment["HF_HUB_CACHE"])
-
-        result = await runtime.deep_health(handle)
-        assert result.text.strip() in TINY_WORDS
-        assert result.finish_reason == "length"
-
-        evidence = await runtime.stop(handle, 5.0)
-        served, port = str(tiny_mlx), str(free_port)
-        assert evidence.args == ("--model", served, "--host", "127.0.0.1", "--port", port)
-        assert (evidence.exit_code, evidence.signal) == (None, signal.SIGTERM)
-        assert not evidence.killed_after_grace
-        assert evidence.describe() == "killed by SIGTERM"
-        assert not group_alive(pid)
-        assert b'"POST /v1/chat/completions HTTP/1.1" 200' in evidence.stderr
-        assert b'" 404 -' not in evidence.stderr, "deep health must not name a model (FC-09)"
-        status = await runtime.status(handle)
-        assert (status.state, status.stop_reason) == (InstanceState.EXITED, "requested")
-
-
-async def test_managed_mlx_runs_when_the_directory_is_not_named_after_the_model(
-    mlx_program: Path, free_port: int, tmp_path: Path
-) -> None:
-    """mlx_lm.server lists the resolved ``--model`` directory, never the registry name: the
-    runtime must recognise its own model by that path (not by a lucky directory name)."""
-    weights = write_tiny_mlx(tmp_path / "weights")
-    config = managed_config(tmp_path, mlx_program, weights, name="chat-model")
-    async with open_runtime(config, node_id="test") as runtime:
-        events = await runtime.subscribe()
-        handle = await runtime.load(mlx_spec("chat-model", free_port))
-        await runtime.start(handle)
-        change, _ = await first_change(events, handle.instance_id, running_or_unlisted)
-        assert change.new is InstanceState.RUNNING, change.detail
-
-
-async def test_managed_mlx_is_running_only_after_a_real_token(
-    mlx_program: Path, tiny_mlx: Path, free_port: int, tmp_path: Path
-) -> None:
-    """/health is 200 while the model loads (and while a dead generator's thread dies), so a
-    managed mlx server is Running only once one token came back (issue 4 item 1, FC-07)."""
-    config = managed_config(tmp_path, mlx_program, tiny_mlx, name="tiny")
-    async with open_runtime(config, node_id="test") as runtime:
-        handle, _ = await run_until_running(runtime, "tiny", free_port)
-        evidence = await runtime.stop(handle, 5.0)  # no deep health was asked for
-    assert b'"POST /v1/chat/completions HTTP/1.1" 200' in evidence.stderr
-
-
-async def test_managed_mlx_with_a_dead_generator_is_never_running(
-    mlx_program: Path, free_port: int, tmp_path: Path
-) -> None:
-    """FC-07: the process lives and /health says unavailable: the instance settles on
-    Degraded with the reason, and deep health refuses. It is never Running, not even in
-    the few ms /health is 200 before the thread dies (where /v1/models already lists the
-    model), because Running needs a real token."""
-    broken = broken_copy(tmp_path / "tiny-broken")
-    config = managed_config(tmp_path, mlx_program, broken, name="tiny")
-    async with open_runtime(config, node_id="test") as runtime:
-        events = await runtime.subscribe()
-        handle = await runtime.load(mlx_spec("tiny", free_port))
-        await runtime.start(handle)
-        change, before = await first_change(events, handle.instance_id, generator_died)
-        assert change.new is InstanceState.DEGRADED
-        assert InstanceState.RUNNING not in {e.new for e in before}
-        assert (await runtime.status(handle)).state is InstanceState.DEGRADED
-        with pytest.raises(BackendError, match="not up"):
-            await runtime.deep_health(handle)
-        evidence = await runtime.stop(handle, 5.0)
-    assert evidence.signal == signal.SIGTERM
-    assert b"generation thread died" in evidence.stderr
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "needs: build_launch for mlx-lm to set HF_HUB_OFFLINE=1 and HF_HUB_CACHE to a "
-        "private directory it creates (for example <instance dir>/hf-cache) itself, so the "
-        "server can never reach the Hub and /v1/models has a body (issue 4 item 1); today "
-        "only ManagedConfig.env can supply them"
-    ),
-)
-async def test_managed_mlx_environment_is_offline_without_being_configured(
-    mlx_program: Path, tiny_mlx: Path, free_port: int, tmp_path: Path
-) -> None:
-    config = managed_config(tmp_path, mlx_program, tiny_mlx, name="tiny", env=False)
-    async with open_runtime(config, node_id="test") as runtime:
-        events = await runtime.subscribe()
-        handle = await runtime.load(mlx_spec("tiny", free_port))
-        await runtime.start(handle)
-        environment = server_environment(await started_pid(events))
-        await runtime.stop(handle, 5.0)
-    assert environment.get("HF_HUB_OFFLINE") == "1"
-    assert is_directory(environment.get("HF_HUB_CACHE", ""))
+    """FC-07 after readiness, on 0.32.2: ``"stop": [["x"]]`` passes the request checks, then
+    the generation loop hashes the stop words outside any handler and the thread dies. The
+    sender gets 404 "generation thread died", /health turns 503 "unavailable" for good,
+    every later completion fails, and the process stays alive (so only a probe can tell;
+    tests/test_mlx_runtime.py has the runtime kill and restart it)."""
+    log = tmp_path / "server.log"
+    async with (
+        mlx_server(mlx_program, tiny_mlx, free_port, hf_cache, log) as server,
+        ProbeClient.open(server.base_url, timeout_s=READY_S) as probe,
+    ):
+        await wait_report(probe, server, is_up)
+        assert (await probe.tiny_completion(None)).text.strip() in TINY_WORDS
+        poison = {**completion_body(None), "stop": [["x"]]}
+        status, body = await probe.post_json("/v1/chat/completions", poison)
+        assert (status, b"generation thread died" in body) == (404, True)
+        report, _, _ = await wait_report(probe, server, unhealthy)
+        assert isinstance(report.health, Unhealthy)
+        assert "generation thread died" in report.health.why
+        with pytest.raises(BackendError, match=r"HTTP 404.*generation thread died"):
+            await probe.tiny_completion(None)
+        assert unhealthy(await probe.report(InferFlavor.MLX_LM)), "it does not come back"
+        assert server.process.returncode is None, "the process stays alive"
+    assert "unhashable type: 'list'" in log.read_text()

@@ -379,10 +379,12 @@ async def test_a_ready_server_that_turns_unhealthy_is_killed_and_restarted(
 ) -> None:
     h = harness
     handle = await load_running(h)
+    t0 = trio.current_time()
     h.fleet.last.dead_generator = True  # FC-07, newer mlx-lm: /health 503 "unavailable"
     exited = await h.next(ProcessExited)
     assert isinstance(exited, ProcessExited)
     assert exited.reason is StopReason.HEALTH_KILL
+    assert 3.0 <= trio.current_time() - t0 <= 4.5  # unhealthy for 3 s, seen within a probe
     await h.next(ProcessStarted)
     await h.running(handle)
     assert len(h.fleet.children) == 2

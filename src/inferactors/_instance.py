@@ -337,7 +337,7 @@ class InstanceActor:
             book.mapped = map_ollama_report(message.report, tag=spec.model, adopted=True)
         if book.ready or (not self.managed and book.mapped.state is InstanceState.RUNNING):
             self._on_ready(book.process)
-        if book.note_health(message.report) is not None:
+        if book.note_health(message.report, trio.current_time()) is not None:
             self._stop_process(StopReason.HEALTH_KILL, HEALTH_KILL_GRACE_S)
 
     def _on_ready(self, process: ManagedProcess | None) -> None:

@@ -17,8 +17,8 @@ from ._probe import Loading, ServerReport, Unhealthy, Unreachable, Up
 from ._process import ManagedProcess
 from ._status import InstanceState, InstanceStatus, map_report
 
-UNHEALTHY_KILL_AFTER = 3
-"""Probes in a row that must find a ready managed server unhealthy before it is killed."""
+UNHEALTHY_KILL_AFTER_S = 3.0
+"""How long a ready managed server may stay unhealthy (every probe) before it is killed."""
 
 _REASON_WORDS = {
     StopReason.REQUESTED: "stopped on request",
@@ -67,7 +67,7 @@ class InstanceBook:
     ready_once: bool = False
     health_failures: int = 0
     health_failed: str | None = None
-    unhealthy_streak: int = 0
+    unhealthy_since: float | None = None
 
     def note_identity(self, owner_ok: bool | None, owner_pid: int | None, port: int) -> str | None:
         """Record whether our port's listener is ours; return the impostor detail the first
@@ -103,18 +103,20 @@ class InstanceBook:
         self.health_failed = f"deep health failed {self.health_failures} times: {why}"
         return True
 
-    def note_health(self, report: ServerReport) -> str | None:
-        """Count probes that find a server that was ready now unhealthy (not loading: e.g.
-        mlx_lm.server whose generation thread died, FC-07); after `UNHEALTHY_KILL_AFTER` in a
-        row return why it must be killed, else None."""
+    def note_health(self, report: ServerReport, now: float) -> str | None:
+        """Watch a server that was ready for turning unhealthy (not loading: e.g.
+        mlx_lm.server whose generation thread died, FC-07); once it has stayed unhealthy for
+        `UNHEALTHY_KILL_AFTER_S` seconds return why it must be killed, else None."""
         health = report.health
         if not (self.managed and self.ready_once and isinstance(health, Unhealthy)):
-            self.unhealthy_streak = 0
+            self.unhealthy_since = None
             return None
-        self.unhealthy_streak += 1
-        if self.unhealthy_streak < UNHEALTHY_KILL_AFTER:
+        if self.unhealthy_since is None:
+            self.unhealthy_since = now
+        lasted = now - self.unhealthy_since
+        if lasted < UNHEALTHY_KILL_AFTER_S:
             return None
-        self.health_failed = f"unhealthy for {self.unhealthy_streak} probes in a row: {health.why}"
+        self.health_failed = f"unhealthy for {lasted:.1f} s: {health.why}"
         return self.health_failed
 
     def spawned(self, process: ManagedProcess) -> None:
@@ -129,7 +131,7 @@ class InstanceBook:
         self.ready_once = False
         self.health_failures = 0
         self.health_failed = None
-        self.unhealthy_streak = 0
+        self.unhealthy_since = None
         self.last_probe = None
         self.mapped = InstanceStatus(InstanceState.DEGRADED, "starting: not listening yet")
 

@@ -159,6 +159,8 @@ def write_tiny_mlx(directory: Path) -> Path:
     _write_json(directory / "config.json", _model_config(vocabulary))
     tensors = _tensors(np, vocabulary)
     save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "mlx"})
+    for written in directory.iterdir():
+        written.chmod(0o644)  # readable by the unprivileged user a managed server runs as
     return directory
 
 
