@@ -1,4 +1,4 @@
-"""Field cases against real processes: readiness deadlines and stop reasons (issue 3).
+"""Field cases against real processes: the readiness deadline (issue 3).
 
 One test per field case of /work/shared/reference/field-cases.md, named after its id. A
 managed runtime supervises the fake server program of ``inferactors.testing`` with the
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,7 +43,6 @@ from inferactors import (
     StateChanged,
     StopReason,
     Supervision,
-    Watchdog,
     open_runtime,
 )
 from inferactors.testing._fake_faults import FakeServerFaults
@@ -57,8 +56,8 @@ WAIT_S = 30.0
 SLACK_S = 2.0
 """How late a timed action may come on a loaded machine (bounds, never exact timings)."""
 
-EVENT_LAG_S = 0.05
-"""How much later than the spawn itself its `ProcessStarted` event may be stamped."""
+POLL_S = 0.02
+"""How often a test polls what no event announces (processes, files, sockets), seconds."""
 
 NO_RESTARTS = RestartPolicy(max_restarts=0, base_s=0.2, cap_s=0.2, jitter=0.0)
 
@@ -73,6 +72,14 @@ def chat(port: int, role: str = "chat") -> InferenceSpec:
     return InferenceSpec(
         role=role, runtime=InferFlavor.LLAMACPP, model="tiny", serve=ServeArgs(port=port)
     )
+
+
+def another_port() -> int:
+    """A loopback TCP port that was free a moment ago (``free_port`` gives one per test)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 @attrs.frozen
@@ -111,6 +118,10 @@ class Bench:
             readiness_timeout_s=readiness_timeout_s,
         )
         return InferConfig.managing(InferFlavor.LLAMACPP, managed, deep_timeout_s=10.0)
+
+    def instance_dir(self, handle: InstanceHandle, data_root: str = "state") -> Path:
+        """The instance directory of ``handle``: the server's working directory."""
+        return self.root / data_root / handle.instance_id
 
 
 @pytest.fixture
@@ -189,11 +200,18 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+async def eventually(check: Callable[[], bool], within_s: float = WAIT_S) -> bool:
+    """Poll ``check`` every `POLL_S` until it holds (True) or ``within_s`` passes (False)."""
+    with trio.move_on_after(within_s):
+        while not check():  # noqa: ASYNC110  processes, files and sockets have no trio event
+            await trio.sleep(POLL_S)
+        return True
+    return False
+
+
 async def assert_group_gone(pgid: int, within_s: float = 10.0) -> None:
     """Fail unless every process of group ``pgid`` is gone within ``within_s`` seconds."""
-    with trio.move_on_after(within_s):
-        while group_members(pgid):
-            await trio.sleep(0.02)
+    if await eventually(lambda: not group_members(pgid), within_s):
         return
     survivors = {pid: _cmdline(pid) for pid in group_members(pgid)}
     raise AssertionError(f"process group {pgid} outlived its server: {survivors}")
@@ -208,10 +226,8 @@ def _cmdline(pid: int) -> str:
 
 async def wait_members(pgid: int, count: int) -> list[int]:
     """Wait until group ``pgid`` has at least ``count`` live processes; return them."""
-    with trio.fail_after(WAIT_S):
-        while len(members := group_members(pgid)) < count:
-            await trio.sleep(0.02)
-    return members
+    assert await eventually(lambda: len(group_members(pgid)) >= count), f"group {pgid}"
+    return group_members(pgid)
 
 
 async def status_when(
@@ -219,15 +235,28 @@ async def status_when(
 ) -> InstanceStatus:
     """Poll the status until its last probe says ``last_probe``."""
     with trio.fail_after(WAIT_S):
-        while (status := await runtime.status(handle)).last_probe != last_probe:
-            await trio.sleep(0.02)
+        while (status := await runtime.status(handle)).last_probe != last_probe:  # noqa: ASYNC110
+            await trio.sleep(POLL_S)  # (a status call probes; no event says what it found)
     return status
 
 
 def within(elapsed_s: float, expected_s: float) -> bool:
-    """Whether a timed action came ``expected_s`` after its cause: not early (save the few ms
-    between the spawn and its `ProcessStarted` event), at most `SLACK_S` late."""
-    return expected_s - EVENT_LAG_S <= elapsed_s < expected_s + SLACK_S
+    """Whether a timed action came ``expected_s`` after its cause: not early, and at most
+    `SLACK_S` late."""
+    return expected_s <= elapsed_s < expected_s + SLACK_S
+
+
+def deadline_kept(
+    exited: ProcessExited, started: ProcessStarted, after: float, limit_s: float
+) -> bool:
+    """Whether a server spawned after trio time ``after`` was killed ``limit_s`` after its
+    spawn: not before ``after + limit_s``, and at most `SLACK_S` after its `ProcessStarted`.
+
+    The spawn itself lies between the two: the event is stamped once the spawn's worker
+    has also written the server's record (``server.json``, fsynced), which on a loaded
+    machine takes a good part of a second.
+    """
+    return after + limit_s <= exited.at < started.at + limit_s + SLACK_S
 
 
 def killed_at_once(exited: ProcessExited) -> bool:
@@ -249,28 +278,31 @@ async def test_fc01_slow_load_fails_then_a_longer_deadline_starts_clean(
     program = bench.program(FakeServerFaults(load_s=1.5))
     async with supervising(bench.config(program, restart=policy(1))) as (runtime, rec):
         handle = await runtime.load(chat(free_port), Supervision(readiness_timeout_s=0.8))
+        asked = trio.current_time()
         await runtime.start(handle)
         first = await rec.next(ProcessStarted)
-        loading = await status_when(runtime, handle, last_probe="loading")
-        assert (loading.state, loading.detail) == (InstanceState.DEGRADED, "loading model")
-        assert loading.uptime_s is not None and loading.uptime_s > 0
         killed = await rec.next(ProcessExited)
         assert (killed.pid, killed.reason) == (first.pid, StopReason.READINESS_TIMEOUT)
         assert killed_at_once(killed)
-        assert within(killed.at - first.at, 0.8)
+        assert deadline_kept(killed, first, asked, 0.8)
         assert (await rec.next(RestartScheduled)).attempt == 1
         assert (await rec.next(ProcessExited)).reason is StopReason.READINESS_TIMEOUT
         assert (await rec.next(GaveUp)).attempts == 1
         failed = await runtime.status(handle)
         assert (failed.state, failed.stop_reason) == (InstanceState.EXITED, "readiness timeout")
         assert failed.detail == "killed: not ready before the readiness deadline"
-        assert failed.supervision is not None and failed.supervision.startswith("gave up")
+        assert failed.supervision is not None
+        assert failed.supervision.startswith("gave up")
         assert not [c for c in rec.of(StateChanged) if c.new is InstanceState.RUNNING]
 
         await runtime.unload(handle)  # no stuck state: reload with a deadline that fits
         handle = await runtime.load(chat(free_port), Supervision(readiness_timeout_s=WAIT_S))
         await runtime.start(handle)
         started = await rec.next(ProcessStarted)
+        loading = await status_when(runtime, handle, last_probe="loading")  # progress shows
+        assert (loading.state, loading.detail) == (InstanceState.DEGRADED, "loading model")
+        assert loading.uptime_s is not None
+        assert loading.uptime_s > 0
         running = await rec.state(InstanceState.RUNNING)
         assert running.at - started.at >= 1.5  # it waited out the whole load
         assert (await runtime.status(handle)).state is InstanceState.RUNNING
@@ -283,18 +315,22 @@ async def test_fc02_readiness_kills_count_toward_the_limit_and_end_in_give_up(
     config = bench.config(program, restart=policy(2, base_s=0.2, cap_s=0.4))
     async with supervising(config) as (runtime, rec):
         handle = await runtime.load(chat(free_port), Supervision(readiness_timeout_s=0.6))
+        asked = trio.current_time()
         await runtime.start(handle)
         gave_up = await rec.next(GaveUp)
         assert gave_up.attempts == 2
         starts, exits = rec.of(ProcessStarted), rec.of(ProcessExited)
         assert len(starts) == len(set(rec.pids())) == 3
         assert reasons(exits) == [StopReason.READINESS_TIMEOUT] * 3
-        for start, exit in zip(starts, exits, strict=True):
+        scheduled = rec.of(RestartScheduled)
+        assert [e.attempt for e in scheduled] == [1, 2]
+        delays = [e.delay_s for e in scheduled]
+        assert delays == pytest.approx([0.2, 0.4])
+        spawned_after = [asked, *(e.at + e.delay_s for e in scheduled)]
+        for start, exit, after in zip(starts, exits, spawned_after, strict=True):
             assert exit.pid == start.pid
-            assert within(exit.at - start.at, 0.6)
-        delays = [(e.attempt, e.delay_s) for e in rec.of(RestartScheduled)]
-        assert delays == [(1, pytest.approx(0.2)), (2, pytest.approx(0.4))]
-        for exit, later, (_, delay) in zip(exits, starts[1:], delays, strict=False):
+            assert deadline_kept(exit, start, after, 0.6)
+        for exit, later, delay in zip(exits, starts[1:], delays, strict=False):
             assert within(later.at - exit.at, delay)
         await trio.sleep(0.5)  # nothing more is spawned after the give-up
         assert len(rec.of(ProcessStarted)) == 3
@@ -306,17 +342,14 @@ async def test_fc02_readiness_kills_count_toward_the_limit_and_end_in_give_up(
         )
 
 
-async def test_fc06_health_503_forever_is_killed_and_counted(
-    bench: Bench, free_port: int
-) -> None:
+async def test_fc06_health_503_forever_is_killed_and_counted(bench: Bench, free_port: int) -> None:
     program = bench.program(FakeServerFaults(load_forever=True, fork_child=True))
     async with supervising(bench.config(program, restart=policy(3))) as (runtime, rec):
-        handle = await runtime.load(chat(free_port), Supervision(readiness_timeout_s=0.8))
+        handle = await runtime.load(chat(free_port), Supervision(readiness_timeout_s=1.0))
         await runtime.start(handle)
         for attempt in (1, 2):
             started = await rec.next(ProcessStarted)
-            group = await wait_members(started.pid, 2)  # the leader leads its group
-            assert len(group) >= 2  # the server and the child it forked
+            await wait_members(started.pid, 2)  # the server and the child it forked
             exited = await rec.next(ProcessExited)
             assert exited.reason is StopReason.READINESS_TIMEOUT
             assert killed_at_once(exited)
@@ -325,74 +358,3 @@ async def test_fc06_health_503_forever_is_killed_and_counted(
             status = await runtime.status(handle)
             assert status.restarts == attempt
             assert status.stop_reason == "readiness timeout"
-
-
-# FC-22: why a server stopped, apart from how it exited.
-
-
-@attrs.frozen
-class StopCase:
-    faults: FakeServerFaults
-    supervision: Supervision
-    requested: bool = False
-
-
-STOP_CASES = {
-    StopReason.REQUESTED: StopCase(FakeServerFaults(), Supervision(), requested=True),
-    StopReason.CRASH: StopCase(FakeServerFaults(crash_after_s=0.8, exit_code=3), Supervision()),
-    StopReason.READINESS_TIMEOUT: StopCase(
-        FakeServerFaults(load_forever=True, ignore_sigterm=True),
-        Supervision(readiness_timeout_s=0.8),
-    ),
-    StopReason.HEALTH_KILL: StopCase(
-        FakeServerFaults(fail_completions_after=1),
-        Supervision(watchdog=Watchdog(interval_s=0.2, timeout_s=0.4, failures=1)),
-    ),
-}
-
-
-async def _stop_case(
-    bench: Bench, reason: StopReason, port: int, found: dict[StopReason, tuple[Any, ...]]
-) -> None:
-    case = STOP_CASES[reason]
-    name = reason.name.lower()
-    config = bench.config(bench.program(case.faults, name=name), data_root=name)
-    async with supervising(config) as (runtime, rec):
-        handle = await runtime.load(chat(port, role=name.replace("_", "")), case.supervision)
-        await runtime.start(handle)
-        if case.requested:
-            await rec.state(InstanceState.RUNNING)
-            evidence = await runtime.stop(handle, 2.0)
-            assert (evidence.exit_code, evidence.signal) == (0, None)
-        exited = await rec.next(ProcessExited)
-        status = await runtime.status(handle)
-        found[reason] = (exited.reason, exited.exit_code, exited.signal, status)
-
-
-async def test_fc22_the_stop_reason_is_recorded_apart_from_the_exit_status(
-    bench: Bench,
-) -> None:
-    found: dict[StopReason, tuple[Any, ...]] = {}
-    async with trio.open_nursery() as nursery:
-        for reason in STOP_CASES:
-            nursery.start_soon(_stop_case, bench, reason, _free_port(), found)
-    expected = {
-        StopReason.REQUESTED: (0, None, "stopped on request"),
-        StopReason.CRASH: (3, None, "server process exited"),
-        StopReason.READINESS_TIMEOUT: (None, 9, "killed: not ready before the readiness deadline"),
-        StopReason.HEALTH_KILL: (0, None, "killed: deep health failed"),
-    }
-    for reason, (code, signal, detail) in expected.items():
-        event_reason, event_code, event_signal, status = found[reason]
-        assert (event_reason, event_code, event_signal) == (reason, code, signal)
-        assert status.state is InstanceState.EXITED
-        assert (status.stop_reason, status.exit_code, status.detail) == (reason.value, code, detail)
-    # the same exit status 0 from two different reasons: the reason is what tells them apart
-    assert found[StopReason.REQUESTED][1:3] == found[StopReason.HEALTH_KILL][1:3]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port

@@ -53,6 +53,8 @@ from ._manifest import ModelFile as ModelFile
 from ._manifest import ModelManifest as ModelManifest
 from ._manifest import ModelSource as ModelSource
 from ._manifest import ResolvedModel as ResolvedModel
+from ._orphans import OrphanOutcome as OrphanOutcome
+from ._orphans import ReapedOrphan as ReapedOrphan
 from ._plan import Admission as Admission
 from ._probe import CompletionResult as CompletionResult
 from ._probe import Health as Health
@@ -118,10 +120,12 @@ __all__ = [
     "ModelRegistry",
     "ModelSource",
     "NetworkExposure",
+    "OrphanOutcome",
     "ProbeClient",
     "Prober",
     "ProcessExited",
     "ProcessStarted",
+    "ReapedOrphan",
     "ResolvedModel",
     "RestartFailed",
     "RestartPolicy",

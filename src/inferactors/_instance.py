@@ -273,7 +273,7 @@ class InstanceActor:
         process = message.process
         self._book.spawned(process)
         args = self.plan.launch.args if self.plan.launch else ()
-        self._emit(ProcessStarted(self.instance_id, process.pid, args, trio.current_time()))
+        self._emit(ProcessStarted(self.instance_id, process.pid, args, process.started_at))
         self._start_process_tasks(process)
         aborted, self._after_start = self._after_start, []
         if aborted:

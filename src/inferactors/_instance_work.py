@@ -173,8 +173,8 @@ class InstanceWork:
                     report = await prober.report(self._flavor)
                     owner_ok, owner_pid = await self._identity(process, report)
                     token: str | None = None
-                    if not token_ok and self._lists_our_model(report):
-                        token = await self._first_token()
+                    if not token_ok and owner_ok is not False and self._lists_our_model(report):
+                        token = await self._first_token()  # only from a listener that is ours
                         token_ok = token == ""
                     seen = await self._adopted_exposure(process, report)
                     probed = Probed(report, process, None, owner_ok, owner_pid, seen, token)

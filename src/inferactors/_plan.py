@@ -23,7 +23,8 @@ from ._flavor import InferFlavor
 from ._launch import Launch, build_launch, check_format
 from ._manifest import ResolvedModel
 from ._netcheck import port_in_use
-from ._probe import Prober, ServerReport, Unreachable
+from ._ollama import same_tag
+from ._probe import Prober, ServerReport, Unhealthy, Unreachable, Up
 from ._registry import ModelRegistry
 from ._spec import InferenceSpec
 
@@ -87,8 +88,13 @@ class Plan:
 
     @property
     def served_model(self) -> str | None:
-        """The registry name when managed, the spec's model when adopted (checklist 71)."""
-        return self.model.name if self.model is not None else self.spec.model
+        """The tag for managed Ollama, the registry name for a managed process, the spec's
+        model when adopted (checklist 71)."""
+        if self.model is None:
+            return self.spec.model
+        if self.spec.runtime is InferFlavor.OLLAMA:
+            return self.model.ollama_tag
+        return self.model.name
 
 
 async def make_plan(
@@ -122,7 +128,7 @@ async def make_plan(
     if config.managed is None:
         return await _plan_adopted(spec, config, open_prober)
     if spec.runtime is InferFlavor.OLLAMA:
-        raise AdmissionRefused("managed Ollama is not supported by this version of inferactors")
+        return await _plan_ollama(spec, config, registry, open_prober)
     run_as = _run_as(config.managed, os.geteuid() if euid is None else euid)
     plan = await _plan_process(spec, config, config.managed, registry, instance_dir, port_check)
     if run_as is None:
@@ -164,6 +170,53 @@ async def _plan_adopted(
     if report.version:
         notes.append(f"version {report.version}")
     return Plan(spec=spec, mode=ControlMode.ADOPTED, notes=tuple(notes))
+
+
+async def _plan_ollama(
+    spec: InferenceSpec,
+    config: InferConfig,
+    registry: ModelRegistry | None,
+    open_prober: ProberFactory,
+) -> Plan:
+    """Plan a managed Ollama model (seed-behaviour.md section 4, ``plan()`` steps 6 and 7;
+    checklist 63 and 64): the registry model, then one probe of the daemon (GETs only).
+
+    The tag is the manifest's ``ollama_tag`` (else the model name); it must be listed by
+    ``/api/tags`` exactly (``m`` is ``m:latest``), since inferactors never pulls.
+
+    Raises:
+        AdmissionRefused: no model or registry, an unknown or non-Ollama model, a daemon that
+            does not answer (inferactors does not start it), or an unpulled tag.
+    """
+    if spec.model is None:
+        raise AdmissionRefused(
+            "managed mode needs a model: set the spec's model to a registry name"
+        )
+    if registry is None:
+        raise AdmissionRefused("managed mode needs a model registry")
+    model = await _resolve(registry, spec.model)
+    check_format(spec.runtime, model)
+    base = spec.base_url()
+    report = await probe_once(open_prober, base, config.probe_timeout_s, spec.runtime)
+    if isinstance(report.health, Unreachable):
+        raise AdmissionRefused(
+            f"ollama is not answering at {base}; inferactors drives it but does not start it"
+        )
+    if isinstance(report.health, Unhealthy):
+        raise AdmissionRefused(f"ollama at {base} is not healthy: {report.health.why}")
+    if not isinstance(report.health, Up):
+        raise AdmissionRefused(f"ollama at {base} is still starting; try again")
+    tag = model.ollama_tag
+    if not any(same_tag(tag, listed) for listed in report.models):
+        raise AdmissionRefused(
+            f"ollama has no model {tag}: pull it first (inferactors never downloads)"
+        )
+    notes = (
+        f"endpoint {base}",
+        f"model {model.name} is ollama tag {tag}, pulled",
+        f"version {report.version}" if report.version else "version unknown",
+    )
+    return Plan(spec=spec, mode=ControlMode.MANAGED, notes=notes, model=model)
 
 
 async def probe_once(

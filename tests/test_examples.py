@@ -1,0 +1,31 @@
+"""The README's examples run as shown."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def test_all_flavors_reach_running_and_pass_deep_health(
+    server_dir: Path, llama_server: Path
+) -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "all_flavors.py"), str(server_dir / "work")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    for role, runtime in (("chat", "llamacpp"), ("code", "mlx-lm"), ("notes", "ollama")):
+        assert f"started (infer.{runtime})" in out
+        assert any(
+            line.split()[1].startswith(f"{role}-") and "deep health: one token" in line
+            for line in out.splitlines()
+            if len(line.split()) > 1
+        ), role
+    assert "3 of 3 instances passed deep health" in out
