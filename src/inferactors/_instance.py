@@ -34,7 +34,6 @@ from ._events import (
     ImpostorDetected,
     ProcessExited,
     ProcessStarted,
-    StateChanged,
     StopReason,
 )
 from ._flavor import InferFlavor
@@ -102,7 +101,6 @@ class InstanceActor:
     _after_start: list[Stop] = attrs.Factory(list)
     _process_tasks: ScopeGroup | None = None
     _watch_tasks: ScopeGroup | None = None
-    _reported: InstanceStatus = InstanceStatus(InstanceState.LOADED)  # noqa: RUF009  (frozen)
     _closing: bool = False
 
     @classmethod
@@ -412,12 +410,7 @@ class InstanceActor:
         return self._book.status(trio.current_time())
 
     def _report(self) -> None:
-        status = self._status()
-        old = self._reported
-        if (old.state, old.detail) != (status.state, status.detail):
-            self._reported = status
-            now = trio.current_time()
-            self._emit(StateChanged(self.instance_id, old.state, status.state, status.detail, now))
+        self._box.report(self._status())
 
     def _emit(self, event: Event) -> None:
         self._box.emit(event)

@@ -15,8 +15,9 @@ import attrs
 import trio
 
 from ._errors import BackendError, UnknownInstance
-from ._events import Event
+from ._events import Event, StateChanged
 from ._messages import refuse
+from ._status import InstanceState, InstanceStatus
 
 INBOX_SIZE = 64
 """Commands and internal results waiting for the loop; the loop never blocks, so this is ample."""
@@ -31,6 +32,7 @@ class Mailbox:
     inbox: trio.MemorySendChannel[object]
     _receive: trio.MemoryReceiveChannel[object]
     _nursery: trio.Nursery | None = None
+    _reported: InstanceStatus = InstanceStatus(InstanceState.LOADED)  # noqa: RUF009  (frozen)
 
     @classmethod
     def create(cls, name: str, events: trio.MemorySendChannel[Event]) -> Mailbox:
@@ -75,6 +77,14 @@ class Mailbox:
             self._events.send_nowait(event)
         except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
             pass  # the supervisor is gone or swamped; the actor never waits for it
+
+    def report(self, status: InstanceStatus) -> None:
+        """Emit `StateChanged` when ``status``'s state or detail differs from the last one."""
+        old = self._reported
+        if (old.state, old.detail) != (status.state, status.detail):
+            self._reported = status
+            now = trio.current_time()
+            self.emit(StateChanged(self.name, old.state, status.state, status.detail, now))
 
     def drain(self) -> None:
         """Answer every command still queued with `UnknownInstance` (nobody waits forever)."""

@@ -36,7 +36,7 @@ import trio
 from ._capture import RunEvidence
 from ._config import InferConfig
 from ._errors import BackendError, InvalidState, UnknownInstance
-from ._events import Event, StateChanged
+from ._events import Event
 from ._mailbox import Mailbox
 from ._messages import (
     Annotate,
@@ -68,7 +68,6 @@ from ._ollama_work import (
     open_ollama_client,
 )
 from ._plan import Plan
-from ._status import InstanceState, InstanceStatus
 
 LOAD_TIMEOUT_S = 900.0
 """The load request's timeout when the instance has no readiness deadline (the reference's
@@ -97,7 +96,6 @@ class OllamaActor:
     _load_scope: trio.CancelScope | None = None
     _watch_scope: trio.CancelScope | None = None
     _stop_waiters: list[ReplyTo[RunEvidence]] = attrs.Factory(list)
-    _reported: InstanceStatus = InstanceStatus(InstanceState.LOADED)  # noqa: RUF009  (frozen)
     _closing: bool = False
 
     @classmethod
@@ -351,12 +349,7 @@ class OllamaActor:
         return RunEvidence.empty(runtime=self.runtime_id, instance_id=self.instance_id)
 
     def _report(self) -> None:
-        status = ollama_status(self._book)
-        old = self._reported
-        if (old.state, old.detail) != (status.state, status.detail):
-            self._reported = status
-            now = trio.current_time()
-            self._emit(StateChanged(self.instance_id, old.state, status.state, status.detail, now))
+        self._box.report(ollama_status(self._book))
 
     def _emit(self, event: Event) -> None:
         self._box.emit(event)
