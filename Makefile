@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 bench: $(STAMP)
-	@for script in bench/*.py; do $(BIN)/python $$script || exit 1; done
+	@for script in bench/bench_*.py; do $(BIN)/python $$script || exit 1; done
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

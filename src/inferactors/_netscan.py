@@ -64,6 +64,11 @@ class NetScanner(Protocol):
         """The pid listening on ``host:port`` (or a wildcard covering it), or None."""
         ...
 
+    async def tree_owner(self, pid: int, host: str, port: int) -> int | None:
+        """The pid in ``pid``'s process tree bound to exactly ``host:port``, or None: the
+        cheap first answer to "is the listener on our port ours?" (FC-14)."""
+        ...
+
     def owned_by(self, pid: int | None, group_pgid: int) -> bool:
         """Whether ``pid`` is alive and in the process group ``group_pgid``."""
         ...
@@ -114,6 +119,17 @@ def tree_listeners(pid: int) -> tuple[Listener, ...]:
     for process in _process_tree(pid):
         found.extend(_listeners_of(process))
     return tuple(found)
+
+
+def tree_owner(pid: int, host: str, port: int) -> int | None:
+    """The pid in ``pid``'s process tree whose listener is bound to exactly ``host:port``
+    (an exact binding gets the connections), or None. Reads only that tree's sockets, about
+    3.5 ms a process, instead of the whole system's table. Blocking."""
+    host_ip = parse_address(host)
+    for listener in tree_listeners(pid):
+        if listener.port == port and parse_address(listener.address) == host_ip:
+            return listener.pid
+    return None
 
 
 def _process_tree(pid: int) -> list[psutil.Process]:
@@ -239,6 +255,10 @@ class SystemNetScanner:
     async def port_owner(self, host: str, port: int) -> int | None:
         """See the module function `port_owner` (run in a worker thread)."""
         return await trio.to_thread.run_sync(port_owner, host, port)
+
+    async def tree_owner(self, pid: int, host: str, port: int) -> int | None:
+        """See the module function `tree_owner` (run in a worker thread)."""
+        return await trio.to_thread.run_sync(tree_owner, pid, host, port)
 
     def owned_by(self, pid: int | None, group_pgid: int) -> bool:
         """See the module function `owned_by`."""

@@ -248,6 +248,11 @@ class _FakeNet:
         child = self.fleet._child_on(port)
         return None if child is None else child.pid
 
+    async def tree_owner(self, pid: int, host: str, port: int) -> int | None:
+        await trio.lowlevel.checkpoint()
+        child = self.fleet._child_on(port)
+        return pid if child is not None and child.pid == pid else None
+
     def owned_by(self, pid: int | None, group_pgid: int) -> bool:
         return pid == group_pgid
 

@@ -353,8 +353,7 @@ def _prepare_process(options: FakeServerOptions) -> None:
 
 
 def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
-    sys.stdout.flush()
-    os._exit(0)
+    os._exit(0)  # no flush: a signal during a flush would raise "reentrant call"
 
 
 def _listen(options: FakeServerOptions) -> list[_Server]:
@@ -407,17 +406,24 @@ def _write_atomically(path: Path, text: str) -> None:
     staging.rename(path)
 
 
+_SLICE_S = 0.05
+
+
 def _await_fate(state: FakeState) -> NoReturn:
     """Wait in the main thread for a crash: ``crash_after_s`` or one a request asked for."""
     faults = state.options.faults
-    timeout_s = None
+    deadline = None
     if faults.crash_after_s is not None:
-        timeout_s = max(0.0, state.listening_at + faults.crash_after_s - time.monotonic())
-    try:
-        fate = state.fates.get(timeout=timeout_s)
-    except queue.Empty:
-        fate = Die(faults.crash_signal, faults.exit_code)
-    _die(fate)
+        deadline = state.listening_at + faults.crash_after_s
+    while True:
+        # Wait in short slices: Python runs signal handlers (SIGTERM) only in the main
+        # thread between bytecodes, which a lock wait without a timeout never reaches.
+        slice_s = _SLICE_S if deadline is None else min(_SLICE_S, deadline - time.monotonic())
+        try:
+            _die(state.fates.get(timeout=max(0.0, slice_s)))
+        except queue.Empty:
+            if deadline is not None and time.monotonic() >= deadline:
+                _die(Die(faults.crash_signal, faults.exit_code))
 
 
 def _die(fate: Die) -> NoReturn:
