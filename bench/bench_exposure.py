@@ -94,6 +94,9 @@ class RecordingNet:
     async def port_owner(self, host: str, port: int) -> int | None:
         return await self.inner.port_owner(host, port)
 
+    async def tree_owner(self, pid: int, host: str, port: int) -> int | None:
+        return await self.inner.tree_owner(pid, host, port)
+
     def owned_by(self, pid: int | None, group_pgid: int) -> bool:
         return self.inner.owned_by(pid, group_pgid)
 

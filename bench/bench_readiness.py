@@ -139,7 +139,8 @@ def token_probe(logged: tuple[LoggedRequest, ...], token: LoggedRequest) -> Logg
 
 @attrs.define
 class RecordingNet:
-    """The real socket-table edge, timing each listener identity check (``port_owner``)."""
+    """The real socket-table edge, timing each listener identity check (``tree_owner`` and,
+    when that finds nothing, ``port_owner``)."""
 
     inner: NetScanner = attrs.Factory(SystemNetScanner)
     owner_checks: list[float] = attrs.Factory(list)
@@ -151,6 +152,13 @@ class RecordingNet:
         began = trio.current_time()
         try:
             return await self.inner.port_owner(host, port)
+        finally:
+            self.owner_checks.append(trio.current_time() - began)
+
+    async def tree_owner(self, pid: int, host: str, port: int) -> int | None:
+        began = trio.current_time()
+        try:
+            return await self.inner.tree_owner(pid, host, port)
         finally:
             self.owner_checks.append(trio.current_time() - began)
 

@@ -331,7 +331,7 @@ async def test_a_generator_killed_after_ready_is_health_killed_and_restarted(
     (again,) = started(seen)
     assert again != pid
     assert not group_alive(pid)
-    killed = detail_has("unhealthy for 3 probes in a row")
+    killed = detail_has("unhealthy for ")
     (why,) = [e.detail for e in seen if killed(e) and isinstance(e, StateChanged)]
     assert "generation thread died" in (why or "")
     assert (final.state, final.pid, final.restarts) == (InstanceState.RUNNING, again, 1)

@@ -23,7 +23,7 @@ import trio
 from ._config import InferConfig, ManagedConfig
 from ._flavor import InferFlavor
 from ._plan import ProberFactory, probe_once
-from ._probe import Loading, Up
+from ._probe_parse import Loading, Up
 
 VERSION_PROBE_TIMEOUT_S = 5.0
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"

@@ -17,11 +17,12 @@ from pathlib import Path
 import trio
 
 from ._cli_output import describe_event, stamp
-from ._config import ControlMode, RunConfig, RunInstance
+from ._config import ControlMode
 from ._convert import load_run_config
 from ._errors import InferactorsError
 from ._events import Event
 from ._flavor import InferFlavor
+from ._runfile import RunConfig, RunInstance
 from ._runtime import InferRuntime, InstanceHandle
 from ._serving import open_runtime
 from ._status import InstanceState

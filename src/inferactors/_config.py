@@ -1,8 +1,9 @@
-"""Runtime configuration: restart policy, managed settings, per-runtime and run-file configs.
+"""Runtime configuration: restart policy, managed settings, per-runtime and per-instance configs.
 
-Pure values with ``validate()`` methods; loading them from TOML is `_convert`'s job. All
-durations are float seconds. Source: seed-behaviour.md section 1 ("Config") and checklist
-item 15; the run file (`RunConfig`) is inferactors' own.
+Pure values with ``validate()`` methods, and the field checks they share; the run file's
+classes (`RunConfig`, `ManagedSection`, `RunInstance`) are in `_runfile`, and loading them
+from TOML is `_convert`'s job. All durations are float seconds. Source: seed-behaviour.md
+section 1 ("Config") and checklist item 15.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import attrs
 
 from ._errors import InvalidConfig
 from ._flavor import InferFlavor
-from ._spec import InferenceSpec, valid_token
 
 DEFAULT_PASSTHROUGH = ("HOME", "PATH")
 """Environment variables handed from the supervisor to a managed server by default."""
@@ -88,15 +88,15 @@ class RestartPolicy:
         non-positive or non-finite base, a cap below the base or a negative stable time."""
         if self.max_restarts < 0:
             raise InvalidConfig(f"{field}.max_restarts must not be negative")
-        _check_positive(f"{field}.base_s", self.base_s)
-        _check_positive(f"{field}.cap_s", self.cap_s)
+        check_positive(f"{field}.base_s", self.base_s)
+        check_positive(f"{field}.cap_s", self.cap_s)
         if self.cap_s < self.base_s:
             raise InvalidConfig(f"{field}.cap_s must not be below {field}.base_s")
         if not (math.isfinite(self.stable_after_s) and self.stable_after_s >= 0):
             raise InvalidConfig(f"{field}.stable_after_s must be a finite number >= 0")
         if self.intensity < 0:
             raise InvalidConfig(f"{field}.intensity must not be negative")
-        _check_positive(f"{field}.period_s", self.period_s)
+        check_positive(f"{field}.period_s", self.period_s)
         if not 0.0 <= self.jitter <= 1.0:
             raise InvalidConfig(f"{field}.jitter must be between 0 and 1")
 
@@ -140,7 +140,7 @@ class ManagedConfig:
         check_run_as(f"{field}.run_as", self.run_as)
         check_keep_alive(f"{field}.keep_alive", self.keep_alive)
         self.restart.validate(f"{field}.restart")
-        _check_positive(f"{field}.readiness_timeout_s", self.readiness_timeout_s)
+        check_positive(f"{field}.readiness_timeout_s", self.readiness_timeout_s)
 
 
 @attrs.frozen
@@ -220,55 +220,14 @@ class InferConfig:
         """Raise `InvalidConfig` naming the field for non-positive timeouts, a probe port
         outside 1..65535, an allowed range not ``1 <= lo <= hi <= 65535``, or bad managed
         settings."""
-        _check_positive("probe_timeout_s", self.probe_timeout_s)
-        _check_positive("deep_timeout_s", self.deep_timeout_s)
+        check_positive("probe_timeout_s", self.probe_timeout_s)
+        check_positive("deep_timeout_s", self.deep_timeout_s)
         if self.probe_port is not None:
             _check_port("probe_port", self.probe_port)
         if self.allowed_ports is not None:
             _check_port_range("allowed_ports", self.allowed_ports)
         if self.managed is not None:
             self.managed.validate()
-
-
-@attrs.frozen
-class ManagedSection:
-    """The ``[managed]`` table of a run file: `ManagedConfig` for every flavor at once.
-
-    ``serve_programs`` maps a flavor to its server executable (a TOML table keyed by flavor
-    id). Relative paths were resolved against the run file's directory by the loader.
-    """
-
-    registry: Path
-    data_root: Path
-    serve_programs: tuple[tuple[InferFlavor, Path], ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
-    env_passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH
-    run_as: str | None = None
-    restart: RestartPolicy = RestartPolicy()
-    keep_alive: str | int = "30m"
-    readiness_timeout_s: float = 600.0
-
-    def serve_program(self, flavor: InferFlavor) -> Path | None:
-        """The executable configured for ``flavor``, or None."""
-        return dict(self.serve_programs).get(flavor)
-
-    def managed_config(self, flavor: InferFlavor) -> ManagedConfig:
-        """The `ManagedConfig` of ``flavor`` (not validated; see `validate`)."""
-        return ManagedConfig(
-            registry=self.registry,
-            data_root=self.data_root,
-            serve_program=self.serve_program(flavor),
-            env=self.env,
-            env_passthrough=self.env_passthrough,
-            run_as=self.run_as,
-            restart=self.restart,
-            keep_alive=self.keep_alive,
-            readiness_timeout_s=self.readiness_timeout_s,
-        )
-
-    def validate(self, field: str = "$.managed") -> None:
-        """Raise `InvalidConfig` naming the field, as `ManagedConfig.validate`."""
-        self.managed_config(InferFlavor.OLLAMA).validate(field)
 
 
 @attrs.frozen
@@ -286,8 +245,8 @@ class Watchdog:
 
     def validate(self, field: str = "watchdog") -> None:
         """Raise `InvalidConfig` naming the field for non-positive values."""
-        _check_positive(f"{field}.interval_s", self.interval_s)
-        _check_positive(f"{field}.timeout_s", self.timeout_s)
+        check_positive(f"{field}.interval_s", self.interval_s)
+        check_positive(f"{field}.timeout_s", self.timeout_s)
         if self.failures < 1:
             raise InvalidConfig(f"{field}.failures must be at least 1")
 
@@ -313,84 +272,9 @@ class Supervision:
         if self.restart is not None:
             self.restart.validate(f"{field}.restart")
         if self.readiness_timeout_s is not None:
-            _check_positive(f"{field}.readiness_timeout_s", self.readiness_timeout_s)
+            check_positive(f"{field}.readiness_timeout_s", self.readiness_timeout_s)
         if self.watchdog is not None:
             self.watchdog.validate(f"{field}.watchdog")
-
-
-@attrs.frozen
-class RunInstance:
-    """One ``[[instances]]`` entry: the control mode and an optional ``supervision`` table
-    beside the spec's keys (flat in TOML)."""
-
-    mode: ControlMode
-    spec: InferenceSpec
-    supervision: Supervision = Supervision()
-
-
-@attrs.frozen
-class RunConfig:
-    """The CLI's run file: node identity, probe timeouts, managed settings, instances."""
-
-    node_id: str = "local"
-    probe_timeout_s: float = 2.0
-    deep_timeout_s: float = 300.0
-    managed: ManagedSection | None = None
-    instances: tuple[RunInstance, ...] = ()
-
-    def infer_config(self, flavor: InferFlavor, mode: ControlMode) -> InferConfig:
-        """The validated per-runtime config for ``flavor`` in ``mode``.
-
-        Raises:
-            InvalidConfig: managed mode without a ``[managed]`` section, or a bad setting.
-        """
-        probe_s, deep_s = self.probe_timeout_s, self.deep_timeout_s
-        if mode is ControlMode.ADOPTED:
-            return InferConfig.adopted(flavor, probe_timeout_s=probe_s, deep_timeout_s=deep_s)
-        if self.managed is None:
-            raise InvalidConfig("$.managed: managed instances need a [managed] section")
-        managed = self.managed.managed_config(flavor)
-        return InferConfig.managing(flavor, managed, probe_timeout_s=probe_s, deep_timeout_s=deep_s)
-
-    def validate(self) -> None:
-        """Check the whole run file; messages name the path (``$.instances[1].serve.host``).
-
-        Besides each spec's own rules: node_id is a plain token (1-64 chars), timeouts are
-        positive, and a managed instance names a model, has a ``[managed]`` section and,
-        except on Ollama, a serve program for its flavor.
-
-        Raises:
-            InvalidConfig: the first problem found.
-        """
-        if not valid_token(self.node_id, 64):
-            raise InvalidConfig(
-                f"$.node_id must be a plain token (1-64 chars), got {self.node_id!r}"
-            )
-        _check_positive("$.probe_timeout_s", self.probe_timeout_s)
-        _check_positive("$.deep_timeout_s", self.deep_timeout_s)
-        if self.managed is not None:
-            self.managed.validate()
-        for index, instance in enumerate(self.instances):
-            self._check_instance(f"$.instances[{index}]", instance)
-
-    def _check_instance(self, path: str, instance: RunInstance) -> None:
-        try:
-            instance.spec.validate()
-        except InvalidConfig as error:
-            raise InvalidConfig(f"{path}.{error}") from None
-        instance.supervision.validate(f"{path}.supervision")
-        if instance.mode is ControlMode.ADOPTED:
-            return
-        flavor = instance.spec.runtime
-        if instance.spec.model is None:
-            raise InvalidConfig(f'{path}.model is required when mode = "managed"')
-        if self.managed is None:
-            raise InvalidConfig(f"{path}: a managed instance needs a [managed] section")
-        if flavor is not InferFlavor.OLLAMA and self.managed.serve_program(flavor) is None:
-            raise InvalidConfig(
-                f'{path}: $.managed.serve_programs has no "{flavor.id}" entry for this '
-                "managed instance"
-            )
 
 
 def check_env(field: str, env: Sequence[tuple[str, str]]) -> None:
@@ -450,7 +334,8 @@ def check_keep_alive(field: str, keep_alive: str | int) -> None:
         )
 
 
-def _check_positive(field: str, value: float) -> None:
+def check_positive(field: str, value: float) -> None:
+    """Raise `InvalidConfig` naming ``field`` unless ``value`` is finite and above 0 (seconds)."""
     if not (math.isfinite(value) and value > 0):
         raise InvalidConfig(f"{field} must be a positive number of seconds, got {value}")
 

@@ -250,7 +250,7 @@ def prepare_instance_dir(path: Path, run_as: RunAs | None) -> None:
 
     With ``run_as`` the directory becomes owned by ``run_as.uid:run_as.gid`` with mode 0700
     (the server's private workspace; root still writes the ``server.json`` record there, see
-    ``_orphans.py``). Only the directory itself changes hands, not what it already holds.
+    ``_orphan_record.py``). Only the directory itself changes hands, not what it already holds.
     Call it before `check_reachable` and before the spawn (issue 3, item 6).
 
     Raises:

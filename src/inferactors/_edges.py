@@ -24,7 +24,7 @@ from ._containment import RunAs, check_reachable, prepare_instance_dir
 from ._launch import Launch
 from ._netcheck import port_in_use
 from ._netscan import NetScanner, SystemNetScanner
-from ._orphans import remove_record, write_record
+from ._orphan_record import remove_record, write_record
 from ._plan import ProberFactory
 from ._probe import ProbeClient, Prober
 from ._process import OpenProcess, open_child_process

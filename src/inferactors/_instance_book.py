@@ -13,7 +13,7 @@ import attrs
 
 from ._capture import RunEvidence
 from ._events import StopReason
-from ._probe import Loading, ServerReport, Unhealthy, Unreachable, Up
+from ._probe_parse import Loading, ServerReport, Unhealthy, Unreachable, Up
 from ._process import ManagedProcess
 from ._status import InstanceState, InstanceStatus, map_report
 

@@ -8,7 +8,7 @@ from ._capture import RunEvidence
 from ._errors import InferactorsError
 from ._exposure import Exposure
 from ._messages import ReplyTo
-from ._probe import ServerReport
+from ._probe_parse import ServerReport
 from ._process import ManagedProcess
 from ._status import InstanceStatus
 

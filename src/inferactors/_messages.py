@@ -17,7 +17,7 @@ from ._capture import RunEvidence
 from ._errors import BackendError, InferactorsError
 from ._events import Event
 from ._plan import Plan
-from ._probe import CompletionResult, ServerReport
+from ._probe_parse import CompletionResult, ServerReport
 from ._status import InstanceStatus
 
 T = TypeVar("T")

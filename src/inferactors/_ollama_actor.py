@@ -52,8 +52,8 @@ from ._messages import (
     answer,
     refuse,
 )
-from ._ollama import ExpiryWatch, LoadedModel
 from ._ollama_book import OllamaBook, Owner, Phase, load_failure, ollama_status, ollama_tag_of
+from ._ollama_parse import ExpiryWatch, LoadedModel
 from ._ollama_work import (
     OLLAMA_INTERNAL_TYPES,
     Checked,

@@ -14,10 +14,10 @@ from datetime import datetime
 import attrs
 
 from ._errors import InferactorsError
-from ._ollama import ExpiryWatch, LoadedModel, OllamaLoadTimeout, same_tag
+from ._ollama_parse import ExpiryWatch, LoadedModel, OllamaLoadTimeout, same_tag
 from ._ollama_work import Survey, entry_for
 from ._plan import Plan
-from ._probe import ServerReport, Up
+from ._probe_parse import ServerReport, Up
 from ._status import InstanceState, InstanceStatus, map_report
 
 

@@ -23,8 +23,10 @@ import trio
 
 from ._errors import BackendError, InferactorsError
 from ._messages import ReplyTo, answer, refuse
-from ._ollama import LoadedModel, OllamaApi, OllamaClient, same_tag
-from ._probe import CompletionResult, Health, ProbeFailure, ServerReport, Unhealthy, Unreachable, Up
+from ._ollama import OllamaApi, OllamaClient
+from ._ollama_parse import LoadedModel, same_tag
+from ._probe import ProbeFailure
+from ._probe_parse import CompletionResult, Health, ServerReport, Unhealthy, Unreachable, Up
 from ._status import InstanceStatus
 
 OllamaOpener = Callable[[str, float, float], OllamaApi]
@@ -182,7 +184,7 @@ class OllamaWork:
     Attributes:
         base_url: the daemon's root URL.
         tag: the model's Ollama tag.
-        keep_alive: what the load sends (`inferactors._ollama.keep_alive_json` decides the
+        keep_alive: what the load sends (`inferactors._ollama_parse.keep_alive_json` decides the
             JSON type).
         probe_timeout_s: float seconds for each ordinary request.
         load_timeout_s: float seconds the load request may stay open (FC-18).

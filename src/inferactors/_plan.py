@@ -23,8 +23,9 @@ from ._flavor import InferFlavor
 from ._launch import Launch, build_launch, check_format
 from ._manifest import ResolvedModel
 from ._netcheck import port_in_use
-from ._ollama import same_tag
-from ._probe import Prober, ServerReport, Unhealthy, Unreachable, Up
+from ._ollama_parse import same_tag
+from ._probe import Prober
+from ._probe_parse import ServerReport, Unhealthy, Unreachable, Up
 from ._registry import ModelRegistry
 from ._spec import InferenceSpec
 

@@ -4,10 +4,10 @@ Two layers (style.md "Layers"):
 
 - pure functions that turn a status code and a body into a value (`classify_health`,
   `classify_models_status`, `classify_ollama_version`, `parse_model_ids`,
-  `parse_ollama_version`, `completion_body`, `parse_completion`); no I/O, tested without an
-  event loop;
-- `ProbeClient`, the one I/O edge, on an injectable httpx transport so tests use
-  ``httpx.MockTransport``. The runtime sees it through the `Prober` protocol.
+  `parse_ollama_version`, `completion_body`, `parse_completion`) and the values they return;
+  no I/O, tested without an event loop; they live in `_probe_parse.py`;
+- `ProbeClient`, the one I/O edge (this module), on an injectable httpx transport so tests
+  use ``httpx.MockTransport``. The runtime sees it through the `Prober` protocol.
 
 Errors::
 
@@ -21,7 +21,8 @@ Source: seed-behaviour.md section 3 (Probing) and server-apis.md sections 1 to 3
 from __future__ import annotations
 
 import contextlib
-import json
+import functools
+import ssl
 from collections.abc import AsyncGenerator, Mapping
 from typing import Literal, Protocol, Self, TypeAlias, assert_never, cast
 
@@ -31,76 +32,25 @@ import trio
 
 from ._errors import BackendError, DeepHealthTimeout
 from ._flavor import InferFlavor
-from ._matching import lists
+from ._probe_parse import (
+    CompletionResult,
+    Health,
+    ServerReport,
+    Unhealthy,
+    Unreachable,
+    Up,
+    classify_health,
+    classify_models_status,
+    classify_ollama_version,
+    completion_body,
+    json_object,
+    parse_completion,
+    parse_model_ids,
+    parse_ollama_version,
+)
 
 MAX_BODY_BYTES = 1024 * 1024
 """Largest response body a probe reads: 1 MiB (seed-behaviour.md section 3)."""
-
-_SNIPPET_CHARS = 200
-
-
-@attrs.frozen
-class Up:
-    """The server answers and is ready to serve."""
-
-
-@attrs.frozen
-class Loading:
-    """The server answers but is still loading its model (HTTP 503)."""
-
-
-@attrs.frozen
-class Unhealthy:
-    """The server answers with a status that means neither ready nor loading; ``why`` says which."""
-
-    why: str
-
-
-@attrs.frozen
-class Unreachable:
-    """No HTTP answer at all (refused, reset, timed out); ``why`` is the transport's message."""
-
-    why: str
-
-
-Health: TypeAlias = Up | Loading | Unhealthy | Unreachable
-
-
-@attrs.frozen
-class ServerReport:
-    """One probe of a server.
-
-    Attributes:
-        health: what the health request (and its fallback) said.
-        models: ids the server lists (``/v1/models`` ``data[].id`` or Ollama ``/api/tags``);
-            empty unless ``health`` is `Up`.
-        loaded: models resident in memory (Ollama ``/api/ps``); empty for other flavors.
-        version: the server's version (Ollama ``/api/version``); None for other flavors.
-        latency_s: seconds the health request (with its ``/v1/models`` fallback) took.
-    """
-
-    health: Health
-    models: tuple[str, ...] = ()
-    loaded: tuple[str, ...] = ()
-    version: str | None = None
-    latency_s: float = 0.0
-
-    def lists(self, wanted: str) -> bool:
-        """Whether ``models`` names ``wanted`` (see `inferactors._matching.same_model`)."""
-        return lists(self.models, wanted)
-
-    def resident(self, wanted: str) -> bool:
-        """Whether ``loaded`` names ``wanted`` (see `inferactors._matching.same_model`)."""
-        return lists(self.loaded, wanted)
-
-
-@attrs.frozen
-class CompletionResult:
-    """A finished one-token completion: its ``text``, ``latency_s`` and ``finish_reason``."""
-
-    text: str
-    latency_s: float
-    finish_reason: str | None
 
 
 FailureKind: TypeAlias = Literal["transport", "timeout", "too-large"]
@@ -117,150 +67,6 @@ class ProbeFailure(BackendError):
         super().__init__(why)
         self.why = why
         self.kind: FailureKind = kind
-
-
-def classify_health(status: int, body: bytes = b"") -> Health | None:
-    """Classify a llama-server or mlx_lm.server ``GET /health`` status.
-
-    200 is `Up`, 503 is `Loading`, 404 is None (the caller falls back to ``GET /v1/models``),
-    and any other code, 302 and 500 included, is ``Unhealthy("/health returned HTTP c")``
-    (seed-behaviour.md section 3). One refinement: a 503 whose body is mlx_lm.server's
-    ``{"status": "unavailable"}`` (0.32.2 and later, once its generation thread has died;
-    server-apis.md section 2, FC-07) is `Unhealthy`, not `Loading`, since it will never load.
-    """
-    if status == 200:
-        return Up()
-    if status == 503:
-        return _unavailable(body) or Loading()
-    if status == 404:
-        return None
-    return Unhealthy(f"/health returned HTTP {status}")
-
-
-def classify_models_status(status: int) -> Health:
-    """Classify ``GET /v1/models`` when ``/health`` was 404: 200 `Up`, 503 `Loading`, else
-    ``Unhealthy("/v1/models returned HTTP c")`` (seed-behaviour.md section 3)."""
-    return _by_status(status, "/v1/models")
-
-
-def classify_ollama_version(status: int) -> Health:
-    """Classify Ollama's ``GET /api/version``: 200 `Up`, 503 `Loading`, else
-    ``Unhealthy("/api/version returned HTTP c")`` (seed-behaviour.md section 3)."""
-    return _by_status(status, "/api/version")
-
-
-def parse_model_ids(body: bytes) -> tuple[str, ...]:
-    """Model ids from a model list body, in the server's order.
-
-    Reads an OpenAI list (``{"data": [{"id": ...}]}``, llama-server and mlx_lm.server
-    ``/v1/models``) or an Ollama list (``{"models": [{"name": ...}]}``, ``/api/tags`` and
-    ``/api/ps``); server-apis.md sections 1 to 3. Lenient: a body that is not JSON (mlx_lm.server
-    can send 200 with an empty body, real-servers.md), or entries without a string id, yield
-    nothing rather than an error, since the list only informs matching.
-    """
-    document = _json_object(body)
-    if document is None:
-        return ()
-    ids = _field_of_each(document.get("data"), "id")
-    return ids if ids else _field_of_each(document.get("models"), "name")
-
-
-def parse_ollama_version(body: bytes) -> str | None:
-    """The ``version`` string of Ollama's ``/api/version`` body, or None if absent."""
-    document = _json_object(body)
-    version = None if document is None else document.get("version")
-    return version if isinstance(version, str) else None
-
-
-def completion_body(model: str | None) -> dict[str, object]:
-    """The one-token chat completion request body.
-
-    ``{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "stream": false}``,
-    plus ``"model"`` only when ``model`` is not None: mlx_lm.server must get no model field or
-    exactly its ``--model`` path, or it tries to load another model (FC-09, server-apis.md
-    section 2). Source: seed-behaviour.md section 3 (``tiny_completion``).
-    """
-    body: dict[str, object] = {
-        "messages": [{"role": "user", "content": "hi"}],
-        "max_tokens": 1,
-        "stream": False,
-    }
-    if model is not None:
-        body["model"] = model
-    return body
-
-
-def parse_completion(status: int, body: bytes) -> tuple[str, str | None]:
-    """Check a chat completion reply; return its text and ``finish_reason``.
-
-    The reply must be HTTP 200 with a JSON object whose ``choices[0].message.content`` is a
-    string. A null ``content`` next to a string ``reasoning_content`` (llama-server's reasoning
-    format) also counts, with that as the text.
-
-    Raises:
-        BackendError: ``"deep health: completion returned HTTP c: <first 200 chars>"`` for a
-            non-200 reply, or a message naming the missing or mistyped field of the body.
-    """
-    if status != 200:
-        raise BackendError(f"deep health: completion returned HTTP {status}: {_snippet(body)}")
-    document = _json_object(body)
-    if document is None:
-        raise BackendError(f"deep health: completion body is not a JSON object: {_snippet(body)}")
-    choice = _first_choice(document)
-    message = choice.get("message")
-    if not isinstance(message, dict):
-        raise BackendError("deep health: completion body has no choices[0].message object")
-    reason = choice.get("finish_reason")
-    return _message_text(message), reason if isinstance(reason, str) else None
-
-
-def _by_status(status: int, path: str) -> Health:
-    if status in (200, 503):
-        return Up() if status == 200 else Loading()
-    return Unhealthy(f"{path} returned HTTP {status}")
-
-
-def _unavailable(body: bytes) -> Health | None:
-    document = _json_object(body)
-    if document is not None and document.get("status") == "unavailable":
-        return Unhealthy("/health returned HTTP 503 unavailable (the generation thread died)")
-    return None
-
-
-def _json_object(body: bytes) -> dict[str, object] | None:
-    try:
-        document = json.loads(body)
-    except ValueError:  # JSONDecodeError and UnicodeDecodeError both derive from it
-        return None
-    return document if isinstance(document, dict) else None
-
-
-def _field_of_each(entries: object, field: str) -> tuple[str, ...]:
-    if not isinstance(entries, list):
-        return ()
-    values = (entry.get(field) for entry in entries if isinstance(entry, dict))
-    return tuple(value for value in values if isinstance(value, str))
-
-
-def _first_choice(document: dict[str, object]) -> dict[str, object]:
-    choices = document.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise BackendError("deep health: completion body has no choices[0] object")
-    return choices[0]
-
-
-def _message_text(message: dict[str, object]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    reasoning = message.get("reasoning_content")
-    if content is None and isinstance(reasoning, str):
-        return reasoning
-    raise BackendError("deep health: completion body choices[0].message.content is not a string")
-
-
-def _snippet(body: bytes) -> str:
-    return body.decode("utf-8", errors="replace")[:_SNIPPET_CHARS]
 
 
 class Prober(Protocol):
@@ -314,6 +120,7 @@ class ProbeClient:
             trust_env=False,
             timeout=httpx.Timeout(timeout_s),
             limits=httpx.Limits(max_keepalive_connections=0),
+            verify=_shared_ssl_context(),
         )
         return cls(base_url=base_url, timeout_s=timeout_s, client=client)
 
@@ -370,7 +177,7 @@ class ProbeClient:
             status, body = await self.get("/props")
         except ProbeFailure:
             return None
-        return _json_object(body) if status == 200 else None
+        return json_object(body) if status == 200 else None
 
     async def build_info(self) -> str | None:
         """``/props`` ``build_info`` (``"b<build>-<commit>"``), or None if unavailable."""
@@ -489,3 +296,11 @@ async def _read_capped(response: httpx.Response, request: str) -> bytes:
 
 def _describe(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
+
+
+@functools.cache
+def _shared_ssl_context() -> ssl.SSLContext:
+    """One TLS context for every probe client: httpx would otherwise build (and load the CA
+    bundle into) a fresh one per client, 24 to 54 ms of blocked event loop each time on
+    this machine (bench/README.md), although the servers we probe speak plain HTTP."""
+    return ssl.create_default_context()

@@ -21,15 +21,12 @@ A registry object may be shared by threads: checks of one model are serialised, 
 of the file hold an exclusive ``flock`` on ``<registry>.lock`` so that two processes adding
 models do not lose each other's entries. The file is re-read when it changed on disk, and
 every save is atomic (temporary file, fsync, ``os.replace``): a crash leaves the old file.
+The file I/O itself (saving, locking, stamping, reading) is in `_registry_file.py`.
 """
 
 from __future__ import annotations
 
 import builtins
-import contextlib
-import fcntl
-import os
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -49,7 +46,8 @@ from ._hashing import (
     scan_model,
 )
 from ._manifest import ModelFile, ModelManifest, ModelSource, ResolvedModel
-from ._manifest_io import check_manifest, check_model_name, registry_from_text, registry_to_text
+from ._manifest_io import check_manifest, check_model_name, registry_to_text
+from ._registry_file import file_lock, read_registry, registry_stamp, write_atomic
 
 __all__ = ["ModelCheck", "ModelRegistry"]
 
@@ -280,101 +278,21 @@ class ModelRegistry:
     def _refresh(self) -> None:
         if self._path is None:
             return
-        stamp = _registry_stamp(self._path)
+        stamp = registry_stamp(self._path)
         if stamp == self._file_stamp:
             return
-        self._models = {m.name: m for m in _read_registry(self._path)} if stamp else {}
+        self._models = {m.name: m for m in read_registry(self._path)} if stamp else {}
         self._file_stamp = stamp
 
     def _update(self, change: Callable[[dict[str, ModelManifest]], None]) -> None:
-        with self._lock, _file_lock(self._path):
+        with self._lock, file_lock(self._path):
             self._refresh()
             models = dict(self._models)
             change(models)
             if self._path is not None:
                 write_atomic(self._path, registry_to_text(models.values()))
-                self._file_stamp = _registry_stamp(self._path)
+                self._file_stamp = registry_stamp(self._path)
             self._models = models
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically: a temporary file in the same directory,
-    fsync, ``os.replace``, fsync of the directory. A failure leaves the old file as it was.
-    The new file keeps the old one's permissions (``0o644`` for a first save).
-
-    Raises:
-        BackendError: naming the file.
-    """
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                os.fchmod(handle.fileno(), _mode_to_keep(path))
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        _fsync_dir(path.parent)
-    except OSError as error:
-        raise BackendError(f"{path}: cannot save the registry: {error}") from error
-
-
-def _mode_to_keep(path: Path) -> int:
-    try:
-        return path.stat().st_mode & 0o777
-    except FileNotFoundError:
-        return 0o644
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path | None) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``<path>.lock`` (nothing for an in-memory registry)."""
-    if path is None:
-        yield
-        return
-    lock_path = path.with_name(path.name + ".lock")
-    try:
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as error:
-        raise BackendError(f"{lock_path}: cannot lock the registry: {error}") from error
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _registry_stamp(path: Path) -> FileStamp | None:
-    try:
-        return FileStamp.of(path.stat())
-    except FileNotFoundError:
-        return None
-    except OSError as error:
-        raise BackendError(f"{path}: cannot read the registry: {error}") from error
-
-
-def _read_registry(path: Path) -> tuple[ModelManifest, ...]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise InvalidConfig(f"{path}: not UTF-8 text: {error}") from error
-    except OSError as error:
-        raise BackendError(f"{path}: cannot read the registry: {error}") from error
-    return registry_from_text(text, origin=str(path))
 
 
 def _refuse_taken(models: dict[str, ModelManifest], name: str) -> None:

@@ -61,9 +61,9 @@ from ._messages import (
     call,
 )
 from ._ollama_actor import OllamaActor
-from ._orphans import ReapedOrphan
+from ._orphan_record import ReapedOrphan
 from ._plan import Admission, Plan, make_plan, resolve_supervision
-from ._probe import CompletionResult, ServerReport
+from ._probe_parse import CompletionResult, ServerReport
 from ._registry import ModelRegistry
 from ._spec import InferenceSpec
 from ._status import InstanceState, InstanceStatus

@@ -17,7 +17,8 @@ import trio
 from ._config import InferConfig
 from ._edges import Edges
 from ._ids import check_node_id
-from ._orphans import ReapedOrphan, reap_orphans
+from ._orphan_record import ReapedOrphan
+from ._orphans import reap_orphans
 from ._plan import ProberFactory
 from ._registry import ModelRegistry
 from ._runtime import DEFAULT_STOP_GRACE_S, InferRuntime

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import attrs
 
 from ._matching import lists
-from ._probe import Loading, ServerReport, Unhealthy, Unreachable, Up
+from ._probe_parse import Loading, ServerReport, Unhealthy, Unreachable, Up
 
 
 class InstanceState(enum.Enum):
