@@ -17,14 +17,12 @@ from inferactors._config import (
     ControlMode,
     InferConfig,
     ManagedConfig,
-    ManagedSection,
     RestartPolicy,
-    RunConfig,
-    RunInstance,
 )
 from inferactors._convert import load_run_config, run_config_from_toml
 from inferactors._errors import InvalidConfig
 from inferactors._flavor import InferFlavor
+from inferactors._runfile import ManagedSection, RunConfig, RunInstance
 from inferactors._spec import InferenceSpec, ServeArgs
 
 LLAMA = InferFlavor.LLAMACPP

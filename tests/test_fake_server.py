@@ -25,7 +25,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from inferactors._probe import (
+from inferactors._probe_parse import (
     Loading,
     Unhealthy,
     Up,

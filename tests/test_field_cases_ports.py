@@ -41,7 +41,7 @@ from inferactors import (
 )
 from inferactors._netcheck import port_in_use
 from inferactors._netscan import port_owner
-from inferactors._orphans import OrphanOutcome
+from inferactors._orphan_record import OrphanOutcome
 from inferactors.testing._fake_faults import FakeServerFaults
 from inferactors.testing._fake_server import fake_server_argv, read_request_log
 from test_field_cases import (

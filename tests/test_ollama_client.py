@@ -17,11 +17,10 @@ import trio
 import trio.testing
 
 from inferactors._errors import BackendError, DeepHealthTimeout, InvalidConfig
-from inferactors._ollama import (
+from inferactors._ollama import OllamaApi, OllamaClient
+from inferactors._ollama_parse import (
     ExpiryWatch,
     LoadedModel,
-    OllamaApi,
-    OllamaClient,
     OllamaLoadTimeout,
     OllamaModel,
     check_load_reply,

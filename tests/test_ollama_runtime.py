@@ -68,7 +68,7 @@ from inferactors._ollama import OllamaApi, OllamaClient
 from inferactors._ollama_actor import OllamaActor
 from inferactors._ollama_book import ollama_tag_of
 from inferactors._plan import Plan, make_plan, resolve_supervision
-from inferactors._probe import CompletionResult, ServerReport
+from inferactors._probe_parse import CompletionResult, ServerReport
 from inferactors._supervisor import Supervisor
 from inferactors.testing._fake_ollama import (
     FakeOllama,

@@ -24,17 +24,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inferactors._orphans import (
-    KILL_BOUND_S,
+from inferactors._orphan_record import (
     RECORD_NAME,
     OrphanOutcome,
     OrphanRecord,
     ReapedOrphan,
     find_orphans,
-    reap_orphans,
     remove_record,
     write_record,
 )
+from inferactors._orphans import KILL_BOUND_S, reap_orphans
 from inferactors._proctable import START_TOLERANCE_S, ProcessStart
 
 HELPERS = Path(__file__).parent / "helpers"
@@ -104,7 +103,8 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
 def record_by_dead_supervisor(instance_dir: Path, pid: int) -> OrphanRecord:
     """Have a short-lived process record ``pid``, so the record's supervisor is dead."""
     code = (
-        "import sys; from pathlib import Path; from inferactors._orphans import write_record\n"
+        "import sys; from pathlib import Path; "
+        "from inferactors._orphan_record import write_record\n"
         "write_record(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), ['sleep', '600'])"
     )
     subprocess.run([PYTHON, "-c", code, str(instance_dir), str(pid), str(PORT)], check=True)
@@ -271,7 +271,7 @@ def test_a_server_whose_supervisor_lives_is_left_alone(
     instance_dir: Path, tmp_path: Path, sleeper: subprocess.Popen[bytes]
 ) -> None:
     code = (
-        "import sys, time; from pathlib import Path; from inferactors._orphans import *\n"
+        "import sys, time; from pathlib import Path; from inferactors._orphan_record import *\n"
         "write_record(Path(sys.argv[1]), int(sys.argv[2]), 1, ['sleep'])\n"
         "Path(sys.argv[3]).touch(); time.sleep(600)"
     )

@@ -22,11 +22,13 @@ from inferactors._flavor import InferFlavor
 from inferactors._netcheck import port_in_use
 from inferactors._probe import (
     MAX_BODY_BYTES,
-    CompletionResult,
-    Loading,
     ProbeClient,
     ProbeFailure,
     Prober,
+)
+from inferactors._probe_parse import (
+    CompletionResult,
+    Loading,
     ServerReport,
     Unhealthy,
     Unreachable,

@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 
 from inferactors._allowlist import ALLOWED_FLAGS, check_extra_args, is_plain_value
 from inferactors._convert import (
-    converter,
     spec_from_dict,
     spec_from_json,
     spec_from_toml,
     spec_to_json,
 )
+from inferactors._convert_hooks import converter
 from inferactors._errors import InvalidConfig
 from inferactors._flavor import InferFlavor
 from inferactors._spec import (

@@ -14,7 +14,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from inferactors._orphans import remove_record, write_record
+from inferactors._orphan_record import remove_record, write_record
 from inferactors._process import ManagedProcess
 
 
