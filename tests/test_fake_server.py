@@ -46,6 +46,7 @@ from inferactors.testing._fake_faults import (
     parse_fake_server_args,
 )
 from inferactors.testing._fake_server import fake_server_argv, read_request_log
+from proc_checks import group_members, is_gone
 
 CHAT = "/v1/chat/completions"
 LOADING_BODY = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
@@ -60,26 +61,6 @@ def eventually(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, f"still false after {timeout_s} s: {predicate}"
         time.sleep(0.01)
-
-
-def is_gone(pid: int) -> bool:
-    """True when ``pid`` no longer runs: absent, or a zombie (our init here does not reap)."""
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) pids in process group ``pgid``."""
-    alive = []
-    for proc in psutil.process_iter():
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
-                alive.append(proc.pid)
-        except (ProcessLookupError, psutil.NoSuchProcess):
-            continue
-    return alive
 
 
 def free_port_on(host: str) -> int:

@@ -11,7 +11,6 @@ This module also holds the harness the other ``test_field_cases_*`` modules impo
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -47,6 +46,7 @@ from inferactors import (
 )
 from inferactors.testing._fake_faults import FakeServerFaults
 from inferactors.testing._fake_server import write_fake_server_program
+from proc_checks import group_members
 
 T = TypeVar("T")
 
@@ -186,18 +186,6 @@ async def supervising(config: InferConfig) -> AsyncIterator[tuple[InferRuntime, 
         if recorder is not None:
             for pid in recorder.pids():
                 await assert_group_gone(pid)
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live processes (zombies excluded) of process group ``pgid``."""
-    members = []
-    for process in psutil.process_iter():
-        try:
-            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
-                members.append(process.pid)
-        except (OSError, psutil.Error):
-            continue  # gone while we looked
-    return members
 
 
 async def eventually(check: Callable[[], bool], within_s: float = WAIT_S) -> bool:

@@ -44,6 +44,7 @@ from inferactors._netscan import port_owner
 from inferactors._orphan_record import OrphanOutcome
 from inferactors.testing._fake_faults import FakeServerFaults
 from inferactors.testing._fake_server import fake_server_argv, read_request_log
+from proc_checks import group_members
 from test_field_cases import (
     POLL_S,
     SLACK_S,
@@ -54,7 +55,6 @@ from test_field_cases import (
     assert_group_gone,
     chat,
     eventually,
-    group_members,
     policy,
     supervising,
 )

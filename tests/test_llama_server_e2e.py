@@ -8,7 +8,6 @@ signals it, and unload only forgets it.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from inferactors._runtime import InferRuntime, InstanceHandle
 from inferactors._spec import InferenceSpec, ServeArgs
 from inferactors._status import InstanceState
 from inferactors.testing._recording_proxy import open_recording_proxy
+from proc_checks import group_alive
 
 READY_S = 60.0
 
@@ -36,14 +36,6 @@ async def wait_for_state(
 ) -> None:
     with trio.fail_after(READY_S):
         await runtime.wait_state(handle, state)
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.fixture

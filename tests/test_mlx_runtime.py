@@ -49,6 +49,7 @@ from inferactors._spec import InferenceSpec, ServeArgs
 from inferactors._status import InstanceState
 from inferactors.testing import open_recording_proxy, write_python_program
 from inferactors.testing._tiny_mlx import TINY_WORDS
+from proc_checks import group_alive
 from test_mlx_server import broken_copy, is_up, mlx_server, readable_tiny_mlx, wait_report
 
 pytestmark = pytest.mark.skipif(
@@ -139,14 +140,6 @@ def server_environment(pid: int) -> dict[str, str]:
     raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     pairs = (entry.decode().split("=", 1) for entry in raw if entry)
     return {name: value for name, value in pairs}
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def received_bodies(stderr: bytes) -> list[dict[str, object]]:

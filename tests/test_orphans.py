@@ -35,6 +35,7 @@ from inferactors._orphan_record import (
 )
 from inferactors._orphans import KILL_BOUND_S, reap_orphans
 from inferactors._proctable import START_TOLERANCE_S, ProcessStart
+from proc_checks import is_gone
 
 HELPERS = Path(__file__).parent / "helpers"
 PYTHON = sys.executable
@@ -73,13 +74,6 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
-
-
-def is_gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 @pytest.fixture

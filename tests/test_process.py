@@ -30,6 +30,8 @@ from inferactors._containment import RunAs
 from inferactors._errors import BackendError
 from inferactors._process import OUTPUT_DRAIN_S, REAP_BOUND_S, ManagedProcess
 from inferactors._spawn import OpenProcess, _child_setup, clamp_limit
+from proc_checks import group_members as live_group_members
+from proc_checks import is_gone
 
 HELPERS = Path(__file__).parent / "helpers"
 PYTHON = sys.executable
@@ -56,26 +58,6 @@ def python_launch(cwd: Path, code: str, env: tuple[tuple[str, str], ...] = PATH_
 def wrapper_launch(cwd: Path, mode: str, *command: str) -> Launch:
     args = (str(HELPERS / "fork_wrapper.sh"), mode, str(cwd / "grandchild.pid"), *command)
     return Launch(Path("/bin/sh"), args, cwd)
-
-
-def is_gone(pid: int) -> bool:
-    """True when ``pid`` no longer runs: absent, or a zombie (our init here does not reap)."""
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def live_group_members(pgid: int) -> list[int]:
-    """Pids in process group ``pgid`` that are alive (not zombies)."""
-    alive = []
-    for proc in psutil.process_iter():
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
-                alive.append(proc.pid)
-        except (ProcessLookupError, psutil.NoSuchProcess):
-            continue
-    return alive
 
 
 async def eventually(predicate: Callable[[], bool], timeout_s: float) -> None:
