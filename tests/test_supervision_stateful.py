@@ -12,7 +12,8 @@ completions, a server deaf to SIGTERM. After every step the invariants hold:
 * supervisor restarts stay inside the policy: at most ``intensity`` within any ``period_s``
   (windows do not span a ``reset_restarts``, which clears the window) and at most
   ``max_restarts`` between two refills (``reset_restarts``, or ``stable_after_s`` of Up);
-  every restart follows exactly one `RestartScheduled` decision;
+  every restart follows exactly one `RestartScheduled` decision, and a crash with a full
+  budget is always restarted;
 * every command is answered, with a value or an `InferactorsError`, within 600 virtual
   seconds (a stop within its grace plus 0.5 s, FC-11); two racing starts spawn at most one
   server; ``status`` never raises and never contradicts the processes.
@@ -20,7 +21,7 @@ completions, a server deaf to SIGTERM. After every step the invariants hold:
 A state machine is synchronous, so the runtime runs in ``trio.run`` on a thread
 (`TrioSide`). Virtual time moves only while a rule runs; between rules the clock is frozen,
 and thread hops run inline (`inline_threads`), so every run of an example is the same.
-The tests at the end keep failing examples of bugs as ``xfail(strict=True)``.
+The tests at the end are regression tests for bugs that these faults reached.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -88,8 +89,8 @@ POLICY = RestartPolicy(
     base_s=0.5,
     cap_s=2.0,
     stable_after_s=60.0,
-    intensity=3,
-    period_s=20.0,
+    intensity=2,
+    period_s=10.0,
     jitter=0.0,
 )
 # Short enough that steps of 0 to 30 s reach the readiness deadline and the watchdog's kill.
@@ -103,7 +104,7 @@ SPEC = InferenceSpec(
     role="chat", runtime=InferFlavor.LLAMACPP, model="tiny", serve=ServeArgs(port=PORT)
 )
 STOP_GRACE_S = 0.5
-LONGEST_GRACE_S = 3.0  # a stop already under way for a health kill has 3 s of grace
+LONGEST_GRACE_S = 3.0  # a stop under way for a health kill or an impatient caller: 3 s
 ANSWER_BOUND_S = 600.0  # virtual seconds any command may take
 LAUNCH_BOUND_S = 60.0  # real seconds
 EPSILON_S = 1e-6
@@ -118,6 +119,7 @@ FAULTS = st.one_of(
     st.tuples(st.just("hang_completions"), st.booleans()),
     st.tuples(st.just("ignore_term"), st.booleans()),
 )
+REACTIONS = st.sampled_from(["nothing", "stop", "start", "restart", "reset_restarts"])
 ENDINGS = st.one_of(
     st.tuples(st.sampled_from([0, 1, 2, 134]), st.none()),
     st.tuples(st.none(), st.sampled_from([6, 9, 11, 15])),
@@ -127,7 +129,6 @@ SETTINGS = settings(
     stateful_step_count=30,
     deadline=None,
     derandomize=True,  # the same 100 programs on every run: a failure reproduces
-    suppress_health_check=[HealthCheck.too_slow],
 )
 
 
@@ -190,12 +191,13 @@ def refill_points(events: Sequence[Event], stable_after_s: float) -> list[int]:
     since: float | None = None
     points = []
     for index, event in enumerate(events):
+        if not isinstance(event, StateChanged | ProcessExited):
+            continue
+        if since is not None and event.at - since >= stable_after_s - EPSILON_S:
+            points.append(index)  # up until this event: the run counts as stable
         if isinstance(event, StateChanged):
             up = event.new is InstanceState.RUNNING
             since = (event.at if since is None else since) if up else None
-        stable = since is not None and event.at - since >= stable_after_s - EPSILON_S
-        if stable and isinstance(event, StateChanged | ProcessExited):
-            points.append(index)
     return points
 
 
@@ -531,28 +533,64 @@ class OneInstance(RuleBasedStateMachine):
         if isinstance(outcome, CompletionResult):
             assert any(not child.hang_completions for child in servers), "a token from nowhere"
 
+    @rule(what=st.sampled_from(["stop", "deep_health"]), patience_s=st.sampled_from([0.1, 1.0]))
+    def impatient(self, what: str, patience_s: float) -> None:
+        """A caller that gives up waiting (a client's timeout): a stop with the longest grace,
+        or a deep health check; the runtime carries the command out all the same."""
+        if what == "stop":
+            job: Job = partial(self.runtime.stop, self.handle, LONGEST_GRACE_S)
+        else:
+            job = partial(self.runtime.deep_health, self.handle)
+
+        async def give_up() -> int:
+            before = len(self.fleet.children)
+            with trio.move_on_after(patience_s):
+                await outcome_of(job)
+            return len(self.fleet.children) - before
+
+        spawned = self.side.run(give_up)
+        if what == "stop":  # delivered before the caller gave up: it stops, and holds
+            assert spawned == 0, "a server was spawned during a stop"
+            self.ledger.halted_at = self.side.peek(lambda: len(self.fleet.children))
+
     @rule(seconds=DURATIONS)
     def advance_time(self, seconds: float) -> None:
         self.side.run(partial(trio.sleep, seconds))
 
     # Faults.
 
-    @rule(ending=ENDINGS, times=st.integers(1, 5), every_s=DURATIONS)
-    def crash(self, ending: tuple[int | None, int | None], times: int, every_s: float) -> None:
-        """Crash whatever server is live, ``times`` times, ``every_s`` apart (a crash loop)."""
+    @rule(ending=ENDINGS, times=st.integers(1, 5), every_s=DURATIONS, then=REACTIONS)
+    def crash(
+        self, ending: tuple[int | None, int | None], times: int, every_s: float, then: str
+    ) -> None:
+        """Crash whatever server is live, ``times`` times, ``every_s`` apart (a crash loop);
+        right after the last crash, while a restart is pending, the operator acts: ``then``
+        names the command, if any."""
         exit_code, signal = ending
 
         def crash_live(fleet: FakeFleet) -> None:
             for child in fleet.live:
                 child.crash(exit_code=exit_code, signal=signal)
 
-        for _ in range(times):
+        for turn in range(times):
             mark = self.side.peek(lambda: len(self.side.events))
             live = self.side.peek(lambda: bool(self.fleet.live))
             self._fault(crash_live)
             if live and self._budget_is_full(mark):
                 self._expect_restart_after(mark)
+            if turn == times - 1:
+                self._react(then)
             self.advance_time(every_s)
+
+    def _react(self, command: str) -> None:
+        if command == "stop":
+            self.stop(0.0)
+        elif command == "start":
+            self.start("alone")
+        elif command == "restart":
+            self.restart()
+        elif command == "reset_restarts":
+            self.reset_restarts()
 
     def _budget_is_full(self, mark: int) -> bool:
         """Whether no restart was decided since the last ``reset_restarts`` (or ever)."""
@@ -621,7 +659,9 @@ def test_one_instance_under_random_commands_and_faults(
     run_state_machine_as_test(Machine, settings=SETTINGS)
 
 
-# Failing examples of bugs the faults above lead to (see the xfail reasons).
+# Regression tests for the bugs these faults reached: a caller that stops waiting for its
+# answer (a timeout, or the supervisor's own restart cancelled by a stop) made the actor's
+# answer raise trio.BrokenResourceError, which killed the whole runtime.
 
 Scenario = Callable[[InferRuntime, InstanceHandle], Awaitable[None]]
 
@@ -656,12 +696,6 @@ async def runtime_death(config: InferConfig, edges: Edges, scenario: Scenario) -
     return died
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: answer()/refuse() in _messages.py raise trio.BrokenResourceError when the "
-    "caller gave up (its reply channel is closed); the instance actor dies of it and takes "
-    "the whole runtime down",
-)
 @pytest.mark.usefixtures("inline_threads")
 async def test_a_caller_that_gives_up_on_a_stop_does_not_kill_the_runtime(
     make_config: Callable[[], InferConfig], autojump_clock: trio.testing.MockClock
@@ -681,12 +715,6 @@ async def test_a_caller_that_gives_up_on_a_stop_does_not_kill_the_runtime(
     assert [(s.state, s.stop_reason) for s in seen] == [(InstanceState.EXITED, "requested")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a stop (or start) routed while a supervisor restart is spawning cancels "
-    "_restart_later, which closes its reply channel; the actor's refuse() of the aborted "
-    "restart then raises trio.BrokenResourceError and the runtime dies",
-)
 @pytest.mark.usefixtures("inline_threads")
 async def test_a_stop_during_a_restarts_spawn_stops_the_new_server(
     make_config: Callable[[], InferConfig], autojump_clock: trio.testing.MockClock

@@ -111,8 +111,7 @@ class InferRuntime:
     @property
     def id(self) -> str:
         """``infer.<x>`` when managed, ``infer.<x>.adopted`` when adopted (checklist 1)."""
-        suffix = ".adopted" if self.control_mode is ControlMode.ADOPTED else ""
-        return self.config.flavor.id + suffix
+        return self.config.adapter_id
 
     @property
     def control_mode(self) -> ControlMode:
