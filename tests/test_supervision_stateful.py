@@ -576,7 +576,8 @@ class OneInstance(RuleBasedStateMachine):
             mark = self.side.peek(lambda: len(self.side.events))
             live = self.side.peek(lambda: bool(self.fleet.live))
             self._fault(crash_live)
-            if live and self._budget_is_full(mark):
+            stopping = self.ledger.halted_at is not None  # an impatient caller's stop
+            if live and not stopping and self._budget_is_full(mark):
                 self._expect_restart_after(mark)
             if turn == times - 1:
                 self._react(then)
