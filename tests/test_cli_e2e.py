@@ -69,7 +69,9 @@ serve = {{ port = {port} }}
 """
 
 
-def test_run_supervises_and_stops_every_managed_server_on_sigint(
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
+def test_run_supervises_and_stops_every_managed_server_on_a_signal(
+    stop_signal: signal.Signals,
     server_dir: Path,
     llama_server: Path,
     registry_path: Path,
@@ -103,12 +105,12 @@ def test_run_supervises_and_stops_every_managed_server_on_sigint(
         assert any("-> running" in line for line in lines)
         children = psutil.Process(process.pid).children(recursive=True)
         assert children, "the managed llama-server should be a child of inferactors run"
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop_signal)
         rest, errors = process.communicate(timeout=30)
     finally:
         process.kill()
     assert process.returncode == 0, errors
-    assert "SIGINT: stopping managed servers" in rest
+    assert f"{stop_signal.name}: stopping managed servers" in rest
     assert "(reason: requested)" in rest
     _gone, alive = psutil.wait_procs(children, timeout=5)
     assert not alive

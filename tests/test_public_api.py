@@ -31,8 +31,19 @@ def test_every_exported_name_comes_from_a_private_module() -> None:
 
 
 def test_the_package_imports_without_the_dev_extra_helpers() -> None:
-    # gguf and numpy are imported lazily by write_tiny_gguf, not at import time.
-    assert "gguf" not in vars(inferactors.testing)
+    # gguf, numpy and mlx are imported lazily by the tiny-model writers, not at import time,
+    # so the runtime package works without the dev extra. A fresh interpreter tells.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, inferactors, inferactors.testing; "
+        "print(sorted(m for m in ('gguf', 'numpy', 'mlx', 'safetensors') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"
 
 
 def test_the_readme_python_examples_compile_and_import_what_exists() -> None:

@@ -128,6 +128,8 @@ async def make_plan(
     _check_runtime_and_port(spec, config)
     if config.managed is None:
         return await _plan_adopted(spec, config, open_prober)
+    if registry is None:
+        raise AdmissionRefused("managed mode needs a model registry")
     if spec.runtime is InferFlavor.OLLAMA:
         return await _plan_ollama(spec, config, registry, open_prober)
     run_as = _run_as(config.managed, os.geteuid() if euid is None else euid)
@@ -176,7 +178,7 @@ async def _plan_adopted(
 async def _plan_ollama(
     spec: InferenceSpec,
     config: InferConfig,
-    registry: ModelRegistry | None,
+    registry: ModelRegistry,
     open_prober: ProberFactory,
 ) -> Plan:
     """Plan a managed Ollama model (seed-behaviour.md section 4, ``plan()`` steps 6 and 7;
@@ -189,14 +191,7 @@ async def _plan_ollama(
         AdmissionRefused: no model or registry, an unknown or non-Ollama model, a daemon that
             does not answer (inferactors does not start it), or an unpulled tag.
     """
-    if spec.model is None:
-        raise AdmissionRefused(
-            "managed mode needs a model: set the spec's model to a registry name"
-        )
-    if registry is None:
-        raise AdmissionRefused("managed mode needs a model registry")
-    model = await _resolve(registry, spec.model)
-    check_format(spec.runtime, model)
+    model = await _registered_model(spec, registry)
     base = spec.base_url()
     report = await probe_once(open_prober, base, config.probe_timeout_s, spec.runtime)
     if isinstance(report.health, Unreachable):
@@ -235,18 +230,11 @@ async def _plan_process(
     spec: InferenceSpec,
     config: InferConfig,
     managed: ManagedConfig,
-    registry: ModelRegistry | None,
+    registry: ModelRegistry,
     instance_dir: Path,
     port_check: Callable[[str, int], Awaitable[bool]],
 ) -> Plan:
-    if spec.model is None:
-        raise AdmissionRefused(
-            "managed mode needs a model: set the spec's model to a registry name"
-        )
-    if registry is None:
-        raise AdmissionRefused("managed mode needs a model registry")
-    model = await _resolve(registry, spec.model)
-    check_format(spec.runtime, model)
+    model = await _registered_model(spec, registry)
     draft = None
     if spec.serve.draft_model is not None:
         draft = await _resolve(registry, spec.serve.draft_model)
@@ -276,6 +264,17 @@ async def _plan_process(
     return Plan(
         spec=spec, mode=ControlMode.MANAGED, notes=notes, launch=launch, model=model, draft=draft
     )
+
+
+async def _registered_model(spec: InferenceSpec, registry: ModelRegistry) -> ResolvedModel:
+    """The spec's model, verified by the registry and of a format its flavor loads."""
+    if spec.model is None:
+        raise AdmissionRefused(
+            "managed mode needs a model: set the spec's model to a registry name"
+        )
+    model = await _resolve(registry, spec.model)
+    check_format(spec.runtime, model)
+    return model
 
 
 async def _resolve(registry: ModelRegistry, name: str) -> ResolvedModel:
