@@ -37,7 +37,7 @@ from inferactors import (
     RestartPolicy,
     ServeArgs,
 )
-from inferactors._containment import SEARCH, access_problem, resolve_run_as
+from inferactors._edges.containment import SEARCH, access_problem, resolve_run_as
 from inferactors.testing import FakeServerFaults, write_fake_server_program, write_tiny_gguf
 
 os.environ["INFERACTORS_LAN_ADDRESSES"] = "127.0.0.2"

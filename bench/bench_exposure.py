@@ -57,7 +57,7 @@ from inferactors import (
     StopReason,
     open_runtime,
 )
-from inferactors._netscan import NetScanner, SystemNetScanner
+from inferactors._edges.netscan import NetScanner, SystemNetScanner
 from inferactors.testing import FakeServerFaults
 
 SAMPLES = 20

@@ -67,7 +67,7 @@ from inferactors import (
     StateChanged,
     open_runtime,
 )
-from inferactors._netscan import NetScanner, SystemNetScanner
+from inferactors._edges.netscan import NetScanner, SystemNetScanner
 from inferactors.testing import FakeServerFaults
 from inferactors.testing._fake_server import LoggedRequest, read_request_log
 

@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from inferactors._llama_build import ensure_llama_server
-from inferactors._registry import ModelRegistry
+from inferactors._edges.llama_build import ensure_llama_server
+from inferactors._models.registry import ModelRegistry
 from inferactors.testing import write_python_program, write_tiny_gguf, write_tiny_mlx
 
 DEADLINE_S = 120.0

@@ -20,9 +20,9 @@ from pathlib import Path
 import attrs
 import pytest
 
-from inferactors._containment import SEARCH, access_problem, resolve_run_as
-from inferactors._llama_build import locate_llama_server
-from inferactors._registry import ModelRegistry
+from inferactors._edges.containment import SEARCH, access_problem, resolve_run_as
+from inferactors._edges.llama_build import locate_llama_server
+from inferactors._models.registry import ModelRegistry
 from inferactors.testing import write_tiny_gguf
 
 # The exposure check connects to the host's non-loopback addresses. Tests keep every

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from inferactors import Capability, InferConfig, InferFlavor, ManagedConfig, open_runtime
-from inferactors._capabilities import python_of
+from inferactors._actors.capabilities import python_of
 from inferactors.testing import write_python_program
 
 needs_mlx = pytest.mark.skipif(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from inferactors._cli_models import (
+from inferactors._cli.models import (
     HashProgress,
     default_registry_path,
     format_size,

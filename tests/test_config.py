@@ -13,17 +13,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inferactors._config import (
-    ControlMode,
-    InferConfig,
-    ManagedConfig,
-    RestartPolicy,
-)
-from inferactors._convert import load_run_config, run_config_from_toml
+from inferactors._config.config import ControlMode, InferConfig, ManagedConfig, RestartPolicy
+from inferactors._config.convert import load_run_config, run_config_from_toml
+from inferactors._config.runfile import ManagedSection, RunConfig, RunInstance
+from inferactors._config.spec import InferenceSpec, ServeArgs
 from inferactors._errors import InvalidConfig
 from inferactors._flavor import InferFlavor
-from inferactors._runfile import ManagedSection, RunConfig, RunInstance
-from inferactors._spec import InferenceSpec, ServeArgs
 
 LLAMA = InferFlavor.LLAMACPP
 MLX = InferFlavor.MLX_LM

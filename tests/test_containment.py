@@ -23,20 +23,19 @@ import psutil
 import pytest
 import trio
 
-from inferactors._containment import (
+from inferactors._edges.containment import (
     READ,
     SEARCH,
     WRITE,
-    RunAs,
     access_problem,
     check_reachable,
     prepare_instance_dir,
-    require_unprivileged,
     resolve_run_as,
 )
+from inferactors._edges.process import ManagedProcess
+from inferactors._edges.spawn import IdentitySwitch, clamp_limit, plan_switch
 from inferactors._errors import AdmissionRefused, BackendError, InvalidConfig
-from inferactors._process import ManagedProcess
-from inferactors._spawn import IdentitySwitch, clamp_limit, plan_switch
+from inferactors._policy.privilege import RunAs, require_unprivileged
 
 NOBODY_UID = 65534
 SYSTEM_PYTHON = Path("/usr/bin/python3")

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inferactors._exposure import (
+from inferactors._policy.exposure import (
     Exposure,
     Listener,
     covers,

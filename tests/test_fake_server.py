@@ -25,7 +25,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from inferactors._probe_parse import (
+from inferactors._policy.probe_parse import (
     Loading,
     Unhealthy,
     Up,

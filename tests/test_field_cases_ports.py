@@ -39,9 +39,9 @@ from inferactors import (
     StopReason,
     open_runtime,
 )
-from inferactors._netcheck import port_in_use
-from inferactors._netscan import port_owner
-from inferactors._orphan_record import OrphanOutcome
+from inferactors._edges.netcheck import port_in_use
+from inferactors._edges.netscan import port_owner
+from inferactors._edges.orphan_record import OrphanOutcome
 from inferactors.testing._fake_faults import FakeServerFaults
 from inferactors.testing._fake_server import fake_server_argv, read_request_log
 from proc_checks import group_members

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from inferactors._config.spec import InferenceSpec, ServeArgs
 from inferactors._errors import AdmissionRefused, InvalidConfig, Unsupported
 from inferactors._flavor import InferFlavor, ModelFormat
-from inferactors._launch import DEFAULT_PATH, Launch, build_launch, check_format, launch_env
-from inferactors._manifest import ResolvedModel
-from inferactors._spec import InferenceSpec, ServeArgs
+from inferactors._models.manifest import ResolvedModel
+from inferactors._policy.launch import DEFAULT_PATH, Launch, build_launch, check_format, launch_env
 
 LLAMA = InferFlavor.LLAMACPP
 MLX = InferFlavor.MLX_LM

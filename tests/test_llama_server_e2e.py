@@ -19,11 +19,11 @@ import trio
 
 from conftest import Unprivileged
 from inferactors import InvalidState, Unsupported, open_runtime
-from inferactors._config import InferConfig, ManagedConfig
+from inferactors._actors.runtime import InferRuntime, InstanceHandle
+from inferactors._config.config import InferConfig, ManagedConfig
+from inferactors._config.spec import InferenceSpec, ServeArgs
 from inferactors._events import ExposureDetected, ProcessExited, StateChanged, StopReason
 from inferactors._flavor import InferFlavor
-from inferactors._runtime import InferRuntime, InstanceHandle
-from inferactors._spec import InferenceSpec, ServeArgs
 from inferactors._status import InstanceState
 from inferactors.testing._recording_proxy import open_recording_proxy
 from proc_checks import group_alive

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inferactors._matching import lists, same_model
+from inferactors._policy.matching import lists, same_model
 
 _names = st.text(min_size=1, max_size=30).filter(lambda n: not n.startswith(":"))  # real tags
 _ascii_names = st.text(alphabet="abcdefgXYZ0123456789-_.", min_size=1, max_size=20)

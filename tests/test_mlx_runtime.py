@@ -33,7 +33,11 @@ import trio
 
 from conftest import Unprivileged
 from inferactors import BackendError, InferFlavor, ModelFormat, Unsupported
-from inferactors._config import InferConfig, ManagedConfig, RestartPolicy, Supervision
+from inferactors._actors.runtime import InferRuntime, InstanceHandle
+from inferactors._actors.serving import open_runtime
+from inferactors._config.config import InferConfig, ManagedConfig, RestartPolicy, Supervision
+from inferactors._config.spec import InferenceSpec, ServeArgs
+from inferactors._edges.probe import ProbeClient
 from inferactors._events import (
     Event,
     ProcessExited,
@@ -42,10 +46,7 @@ from inferactors._events import (
     StateChanged,
     StopReason,
 )
-from inferactors._probe import ProbeClient
-from inferactors._registry import ModelRegistry
-from inferactors._runtime import InferRuntime, InstanceHandle, open_runtime
-from inferactors._spec import InferenceSpec, ServeArgs
+from inferactors._models.registry import ModelRegistry
 from inferactors._status import InstanceState
 from inferactors.testing import open_recording_proxy, write_python_program
 from inferactors.testing._tiny_mlx import TINY_WORDS

@@ -29,8 +29,8 @@ import pytest
 import trio
 
 from inferactors import BackendError, InferFlavor
-from inferactors._probe import ProbeClient
-from inferactors._probe_parse import (
+from inferactors._edges.probe import ProbeClient
+from inferactors._policy.probe_parse import (
     ServerReport,
     Unhealthy,
     Up,

@@ -25,9 +25,7 @@ import pytest
 import trio
 import trio.testing
 
-from inferactors._errors import InvalidConfig
-from inferactors._exposure import Exposure, Listener, lan_addresses
-from inferactors._netscan import (
+from inferactors._edges.netscan import (
     LAN_ADDRESSES_ENV,
     NetScanner,
     SystemNetScanner,
@@ -38,7 +36,9 @@ from inferactors._netscan import (
     scan,
     tree_listeners,
 )
-from inferactors._process import ManagedProcess
+from inferactors._edges.process import ManagedProcess
+from inferactors._errors import InvalidConfig
+from inferactors._policy.exposure import Exposure, Listener, lan_addresses
 
 HELPER = Path(__file__).parent / "helpers" / "net_listen.py"
 READY_WAIT_S = 20.0

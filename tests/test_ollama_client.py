@@ -16,9 +16,10 @@ import pytest
 import trio
 import trio.testing
 
+from inferactors._edges.ollama_client import OllamaApi, OllamaClient
+from inferactors._edges.probe import MAX_BODY_BYTES, ProbeFailure
 from inferactors._errors import BackendError, DeepHealthTimeout, InvalidConfig
-from inferactors._ollama import OllamaApi, OllamaClient
-from inferactors._ollama_parse import (
+from inferactors._policy.ollama_parse import (
     ExpiryWatch,
     LoadedModel,
     OllamaLoadTimeout,
@@ -30,7 +31,6 @@ from inferactors._ollama_parse import (
     parse_ps,
     same_tag,
 )
-from inferactors._probe import MAX_BODY_BYTES, ProbeFailure
 from inferactors.testing._fake_ollama import FakeOllama, FakeRequest, open_fake_ollama
 from inferactors.testing._fake_ollama_api import FakeOllamaConfig
 

@@ -47,10 +47,8 @@ from inferactors import (
     Up,
     open_runtime,
 )
-from inferactors._config import ControlMode
-from inferactors._edges import http_prober_factory
-from inferactors._events import Event
-from inferactors._messages import (
+from inferactors._actors.admission import make_plan
+from inferactors._actors.messages import (
     DeepHealth,
     GetHealth,
     GetStatus,
@@ -64,12 +62,15 @@ from inferactors._messages import (
     Unload,
     call,
 )
-from inferactors._ollama import OllamaApi, OllamaClient
-from inferactors._ollama_actor import OllamaActor
-from inferactors._ollama_book import ollama_tag_of
-from inferactors._plan import Plan, make_plan, resolve_supervision
-from inferactors._probe_parse import CompletionResult, ServerReport
-from inferactors._supervisor import Supervisor
+from inferactors._actors.ollama_actor import OllamaActor
+from inferactors._actors.ollama_book import ollama_tag_of
+from inferactors._actors.supervisor import Supervisor
+from inferactors._config.config import ControlMode
+from inferactors._edges.bundle import http_prober_factory
+from inferactors._edges.ollama_client import OllamaApi, OllamaClient
+from inferactors._events import Event
+from inferactors._policy.admission import Plan, resolve_supervision
+from inferactors._policy.probe_parse import CompletionResult, ServerReport
 from inferactors.testing._fake_ollama import (
     FakeOllama,
     FakeRequest,

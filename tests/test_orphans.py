@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inferactors._orphan_record import (
+from inferactors._edges.orphan_record import (
     RECORD_NAME,
     OrphanOutcome,
     OrphanRecord,
@@ -33,8 +33,8 @@ from inferactors._orphan_record import (
     remove_record,
     write_record,
 )
-from inferactors._orphans import KILL_BOUND_S, reap_orphans
-from inferactors._proctable import START_TOLERANCE_S, ProcessStart
+from inferactors._edges.orphans import KILL_BOUND_S, reap_orphans
+from inferactors._edges.proctable import START_TOLERANCE_S, ProcessStart
 from proc_checks import is_gone
 
 HELPERS = Path(__file__).parent / "helpers"
@@ -98,7 +98,7 @@ def record_by_dead_supervisor(instance_dir: Path, pid: int) -> OrphanRecord:
     """Have a short-lived process record ``pid``, so the record's supervisor is dead."""
     code = (
         "import sys; from pathlib import Path; "
-        "from inferactors._orphan_record import write_record\n"
+        "from inferactors._edges.orphan_record import write_record\n"
         "write_record(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), ['sleep', '600'])"
     )
     subprocess.run([PYTHON, "-c", code, str(instance_dir), str(pid), str(PORT)], check=True)
@@ -265,7 +265,8 @@ def test_a_server_whose_supervisor_lives_is_left_alone(
     instance_dir: Path, tmp_path: Path, sleeper: subprocess.Popen[bytes]
 ) -> None:
     code = (
-        "import sys, time; from pathlib import Path; from inferactors._orphan_record import *\n"
+        "import sys, time; from pathlib import Path\n"
+        "from inferactors._edges.orphan_record import *\n"
         "write_record(Path(sys.argv[1]), int(sys.argv[2]), 1, ['sleep'])\n"
         "Path(sys.argv[3]).touch(); time.sleep(600)"
     )

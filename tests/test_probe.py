@@ -17,16 +17,11 @@ import pytest
 import trio
 import trio.testing
 
+from inferactors._edges.netcheck import port_in_use
+from inferactors._edges.probe import MAX_BODY_BYTES, ProbeClient, ProbeFailure, Prober
 from inferactors._errors import BackendError, DeepHealthTimeout
 from inferactors._flavor import InferFlavor
-from inferactors._netcheck import port_in_use
-from inferactors._probe import (
-    MAX_BODY_BYTES,
-    ProbeClient,
-    ProbeFailure,
-    Prober,
-)
-from inferactors._probe_parse import (
+from inferactors._policy.probe_parse import (
     CompletionResult,
     Loading,
     ServerReport,

@@ -25,11 +25,11 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferactors._capture import OutputCapture, RunEvidence, describe_exit, signal_name
-from inferactors._containment import RunAs
+from inferactors._edges.capture import OutputCapture, RunEvidence, describe_exit, signal_name
+from inferactors._edges.process import OUTPUT_DRAIN_S, REAP_BOUND_S, ManagedProcess
+from inferactors._edges.spawn import OpenProcess, _child_setup, clamp_limit
 from inferactors._errors import BackendError
-from inferactors._process import OUTPUT_DRAIN_S, REAP_BOUND_S, ManagedProcess
-from inferactors._spawn import OpenProcess, _child_setup, clamp_limit
+from inferactors._policy.privilege import RunAs
 from proc_checks import group_members as live_group_members
 from proc_checks import is_gone
 

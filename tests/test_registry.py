@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inferactors import BackendError, InvalidConfig, ModelFormat, ModelNotReady, UnknownModel
-from inferactors._hashing import Blake3Hasher, ProgressFn, blake3_file, safetensors_format
-from inferactors._manifest import ModelFile, ModelManifest, ModelSource
-from inferactors._manifest_io import (
+from inferactors._models.hashing import Blake3Hasher, ProgressFn, blake3_file, safetensors_format
+from inferactors._models.manifest import ModelFile, ModelManifest, ModelSource
+from inferactors._models.manifest_io import (
     REGISTRY_SCHEMA,
     check_model_name,
     manifest_from_json,
@@ -28,7 +28,7 @@ from inferactors._manifest_io import (
     registry_from_text,
     registry_to_text,
 )
-from inferactors._registry import ModelCheck, ModelRegistry
+from inferactors._models.registry import ModelCheck, ModelRegistry
 
 GGUF_BYTES = b"GGUF" + bytes(range(256)) * 8
 

@@ -23,10 +23,10 @@ from inferactors import (
     InferConfig,
     InferFlavor,
     ManagedConfig,
-    _capabilities,
     http_prober_factory,
     open_runtime,
 )
+from inferactors._actors import capabilities as _capabilities
 
 ADOPTED_LLAMA = (
     Capability("runtime.infer.llamacpp", mode="adopted", formats=("gguf",), version=None),

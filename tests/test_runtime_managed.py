@@ -55,8 +55,8 @@ from inferactors import (
     open_runtime,
     serve_runtime,
 )
-from inferactors._edges import Edges
-from inferactors._netcheck import port_in_use
+from inferactors._edges.bundle import Edges
+from inferactors._edges.netcheck import port_in_use
 
 HELPER = Path(__file__).parent / "helpers" / "runtime_server.py"
 READY_S = 60.0

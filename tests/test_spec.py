@@ -15,23 +15,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferactors._allowlist import ALLOWED_FLAGS, check_extra_args, is_plain_value
-from inferactors._convert import (
-    spec_from_dict,
-    spec_from_json,
-    spec_from_toml,
-    spec_to_json,
-)
-from inferactors._convert_hooks import converter
-from inferactors._errors import InvalidConfig
-from inferactors._flavor import InferFlavor
-from inferactors._spec import (
+from inferactors._config.allowlist import ALLOWED_FLAGS, check_extra_args, is_plain_value
+from inferactors._config.convert import spec_from_dict, spec_from_json, spec_from_toml, spec_to_json
+from inferactors._config.convert_hooks import converter
+from inferactors._config.spec import (
     InferenceSpec,
     LatencyClass,
     MemoryFootprint,
     ServeArgs,
     valid_token,
 )
+from inferactors._errors import InvalidConfig
+from inferactors._flavor import InferFlavor
 
 LLAMA = InferFlavor.LLAMACPP
 MLX = InferFlavor.MLX_LM

@@ -35,9 +35,9 @@ from inferactors import (
     Watchdog,
     open_runtime,
 )
+from inferactors._actors.runtime import InferRuntime, InstanceHandle
 from inferactors._events import Event, RestartFailed
-from inferactors._registry import ModelRegistry
-from inferactors._runtime import InferRuntime, InstanceHandle
+from inferactors._models.registry import ModelRegistry
 from inferactors.testing import FakeFleet
 
 PORT = 18500

@@ -72,11 +72,12 @@ from inferactors import (
     Supervision,
     Watchdog,
 )
-from inferactors._containment import RunAs
-from inferactors._edges import Edges
-from inferactors._registry import ModelRegistry
-from inferactors._runtime import InferRuntime, InstanceHandle, open_runtime
-from inferactors._spawn import ChildProcess, OpenProcess
+from inferactors._actors.runtime import InferRuntime, InstanceHandle
+from inferactors._actors.serving import open_runtime
+from inferactors._edges.bundle import Edges
+from inferactors._edges.spawn import ChildProcess, OpenProcess
+from inferactors._models.registry import ModelRegistry
+from inferactors._policy.privilege import RunAs
 from inferactors.testing import FakeChild, FakeFleet
 
 T = TypeVar("T")

@@ -14,8 +14,8 @@ from safetensors import safe_open
 from tokenizers import Tokenizer, pre_tokenizers
 
 from inferactors import ModelFormat, ModelNotReady
-from inferactors._hashing import safetensors_format
-from inferactors._registry import ModelRegistry
+from inferactors._models.hashing import safetensors_format
+from inferactors._models.registry import ModelRegistry
 from inferactors.testing._tiny_mlx import (
     SPECIAL_TOKENS,
     TINY_WORDS,

@@ -13,7 +13,7 @@ import pytest
 
 import inferactors.testing
 from inferactors import ModelFormat
-from inferactors._registry import ModelRegistry
+from inferactors._models.registry import ModelRegistry
 from inferactors.testing import write_tiny_gguf
 from inferactors.testing._tiny_models import tiny_vocabulary
 

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from inferactors._orphan_record import write_record
+from inferactors._edges.orphan_record import write_record
 
 DEADLINE_S = 30.0
 

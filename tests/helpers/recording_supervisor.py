@@ -14,8 +14,8 @@ from pathlib import Path
 import attrs
 import trio
 
-from inferactors._orphan_record import remove_record, write_record
-from inferactors._process import ManagedProcess
+from inferactors._edges.orphan_record import remove_record, write_record
+from inferactors._edges.process import ManagedProcess
 
 
 @attrs.frozen

@@ -12,8 +12,9 @@ from pathlib import Path
 import attrs
 import trio
 
-from inferactors._containment import RunAs, resolve_run_as
-from inferactors._process import ManagedProcess
+from inferactors._edges.containment import resolve_run_as
+from inferactors._edges.process import ManagedProcess
+from inferactors._policy.privilege import RunAs
 
 
 @attrs.frozen

@@ -19,10 +19,10 @@ import attrs
 import httpx
 import trio
 
-from .._containment import RunAs
-from .._edges import Edges, http_prober_factory
-from .._exposure import Exposure
-from .._launch import Launch
+from .._edges.bundle import Edges, http_prober_factory
+from .._policy.exposure import Exposure
+from .._policy.launch import Launch
+from .._policy.privilege import RunAs
 
 _FIRST_FAKE_PID = 900_000
 
@@ -80,7 +80,7 @@ class FakeChild:
             self.returncode = -signal if signal is not None else exit_code
             self._exited.set()
 
-    # The ChildProcess protocol of inferactors._process.
+    # The ChildProcess protocol of inferactors._edges.process.
 
     @property
     def stdout(self) -> trio.abc.ReceiveStream:

@@ -1,0 +1,206 @@
+"""Admission: the read-only checks shared by ``admit`` and ``load``, with their I/O.
+
+Source: seed-behaviour.md section 4, ``plan()``, steps 1 to 8, and checklist items 16 to
+19, 36 to 38. Planning only ever sends GET requests and TCP connects, so ``admit`` may run
+before any permission is granted. Every refusal is `AdmissionRefused` unless the spec itself
+is malformed (`InvalidConfig`).
+"""
+
+from __future__ import annotations
+
+import os
+import os.path
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import attrs
+import trio
+
+from .._config.config import ControlMode, InferConfig, ManagedConfig
+from .._config.spec import InferenceSpec
+from .._edges.containment import resolve_run_as
+from .._edges.netcheck import port_in_use
+from .._edges.probe import ProberFactory, probe_once
+from .._errors import AdmissionRefused, ModelError
+from .._flavor import InferFlavor
+from .._models.manifest import ResolvedModel
+from .._models.registry import ModelRegistry
+from .._policy.admission import Plan, check_runtime_and_port
+from .._policy.launch import build_launch, check_format
+from .._policy.ollama_parse import same_tag
+from .._policy.privilege import RunAs, require_unprivileged
+from .._policy.probe_parse import Unhealthy, Unreachable, Up
+
+
+async def make_plan(
+    spec: InferenceSpec,
+    config: InferConfig,
+    *,
+    registry: ModelRegistry | None,
+    open_prober: ProberFactory,
+    instance_dir: Path,
+    port_check: Callable[[str, int], Awaitable[bool]] = port_in_use,
+    euid: int | None = None,
+) -> Plan:
+    """Check ``spec`` against ``config`` and build its plan (see the module docstring).
+
+    Args:
+        spec: the inference spec; validated here.
+        config: the runtime's config (flavor, mode, ports, timeouts).
+        registry: the model registry; required when managed.
+        open_prober: the HTTP edge.
+        port_check: the occupied-port check (a TCP connect).
+        euid: the supervisor's effective uid (default ``os.geteuid()``): as root, a managed
+            server needs ``run_as`` (checklist item 45).
+        instance_dir: where a managed server will run (its cwd); not created here.
+
+    Raises:
+        InvalidConfig: the spec is malformed.
+        AdmissionRefused: the spec cannot run here; the message says why.
+    """
+    spec.validate()
+    check_runtime_and_port(spec, config)
+    if config.managed is None:
+        return await _plan_adopted(spec, config, open_prober)
+    if registry is None:
+        raise AdmissionRefused("managed mode needs a model registry")
+    if spec.runtime is InferFlavor.OLLAMA:
+        return await _plan_ollama(spec, config, registry, open_prober)
+    run_as = _run_as(config.managed, os.geteuid() if euid is None else euid)
+    plan = await _plan_process(spec, config, config.managed, registry, instance_dir, port_check)
+    if run_as is None:
+        return plan
+    notes = (*plan.notes, f"runs as user {run_as.name} (uid {run_as.uid})")
+    return attrs.evolve(plan, run_as=run_as, notes=notes)
+
+
+def _run_as(managed: ManagedConfig, euid: int) -> RunAs | None:
+    run_as = resolve_run_as(managed.run_as) if managed.run_as else None
+    require_unprivileged(run_as, euid)
+    return run_as
+
+
+async def _plan_adopted(
+    spec: InferenceSpec, config: InferConfig, open_prober: ProberFactory
+) -> Plan:
+    base = spec.base_url()
+    report = await probe_once(open_prober, base, config.probe_timeout_s, config.flavor)
+    if isinstance(report.health, Unreachable):
+        raise AdmissionRefused(
+            f"no {spec.runtime.id} server answering at {base}: {report.health.why}"
+        )
+    notes = [
+        f"endpoint {base}",
+        f"adopting running server ({type(report.health).__name__})",
+        f"{len(report.models)} model(s) listed",
+    ]
+    if report.version:
+        notes.append(f"version {report.version}")
+    return Plan(spec=spec, mode=ControlMode.ADOPTED, notes=tuple(notes))
+
+
+async def _plan_ollama(
+    spec: InferenceSpec,
+    config: InferConfig,
+    registry: ModelRegistry,
+    open_prober: ProberFactory,
+) -> Plan:
+    """Plan a managed Ollama model (seed-behaviour.md section 4, ``plan()`` steps 6 and 7;
+    checklist 63 and 64): the registry model, then one probe of the daemon (GETs only).
+
+    The tag is the manifest's ``ollama_tag`` (else the model name); it must be listed by
+    ``/api/tags`` exactly (``m`` is ``m:latest``), since inferactors never pulls.
+
+    Raises:
+        AdmissionRefused: no model or registry, an unknown or non-Ollama model, a daemon that
+            does not answer (inferactors does not start it), or an unpulled tag.
+    """
+    model = await _registered_model(spec, registry)
+    base = spec.base_url()
+    report = await probe_once(open_prober, base, config.probe_timeout_s, spec.runtime)
+    if isinstance(report.health, Unreachable):
+        raise AdmissionRefused(
+            f"ollama is not answering at {base}; inferactors drives it but does not start it"
+        )
+    if isinstance(report.health, Unhealthy):
+        raise AdmissionRefused(f"ollama at {base} is not healthy: {report.health.why}")
+    if not isinstance(report.health, Up):
+        raise AdmissionRefused(f"ollama at {base} is still starting; try again")
+    tag = model.ollama_tag
+    if not any(same_tag(tag, listed) for listed in report.models):
+        raise AdmissionRefused(
+            f"ollama has no model {tag}: pull it first (inferactors never downloads)"
+        )
+    notes = (
+        f"endpoint {base}",
+        f"model {model.name} is ollama tag {tag}, pulled",
+        f"version {report.version}" if report.version else "version unknown",
+    )
+    return Plan(spec=spec, mode=ControlMode.MANAGED, notes=notes, model=model)
+
+
+async def _plan_process(
+    spec: InferenceSpec,
+    config: InferConfig,
+    managed: ManagedConfig,
+    registry: ModelRegistry,
+    instance_dir: Path,
+    port_check: Callable[[str, int], Awaitable[bool]],
+) -> Plan:
+    model = await _registered_model(spec, registry)
+    draft = None
+    if spec.serve.draft_model is not None:
+        draft = await _resolve(registry, spec.serve.draft_model)
+        check_format(spec.runtime, draft)
+    program = _serve_program(managed)
+    ip, port = str(spec.bind_ip()), spec.port()
+    if await port_check(ip, port):
+        raise AdmissionRefused(
+            f"something is already listening on {spec.base_url()}; "
+            "adopt it instead of managing over it"
+        )
+    launch = build_launch(
+        spec,
+        model,
+        draft,
+        program=program,
+        cwd=instance_dir,
+        env=managed.env,
+        passthrough=managed.env_passthrough,
+        parent_env=os.environ,
+    )
+    notes = (
+        f"endpoint {spec.base_url()}",
+        f"model {model.name} ({model.format.value}) verified",
+        f"launch {program} with {len(launch.args)} args",
+    )
+    return Plan(
+        spec=spec, mode=ControlMode.MANAGED, notes=notes, launch=launch, model=model, draft=draft
+    )
+
+
+async def _registered_model(spec: InferenceSpec, registry: ModelRegistry) -> ResolvedModel:
+    """The spec's model, verified by the registry and of a format its flavor loads."""
+    if spec.model is None:
+        raise AdmissionRefused(
+            "managed mode needs a model: set the spec's model to a registry name"
+        )
+    model = await _resolve(registry, spec.model)
+    check_format(spec.runtime, model)
+    return model
+
+
+async def _resolve(registry: ModelRegistry, name: str) -> ResolvedModel:
+    try:
+        return await trio.to_thread.run_sync(registry.resolve, name)
+    except ModelError as error:
+        raise AdmissionRefused(f"model {name}: {error}") from error
+
+
+def _serve_program(managed: ManagedConfig) -> Path:
+    program = managed.serve_program
+    if program is None:
+        raise AdmissionRefused("managed mode needs a serve program (the server binary)")
+    if not (program.is_file() and os.access(program, os.X_OK)):
+        raise AdmissionRefused(f"serve program {program} is not an executable file")
+    return program

@@ -1,0 +1,128 @@
+"""Internal messages: results that an instance actor's workers post back to its loop."""
+
+from __future__ import annotations
+
+import attrs
+
+from .._edges.capture import RunEvidence
+from .._edges.process import ManagedProcess
+from .._errors import InferactorsError
+from .._policy.exposure import Exposure
+from .._policy.probe_parse import ServerReport
+from .._status import InstanceStatus
+from .messages import ReplyTo
+
+
+@attrs.frozen
+class Spawned:
+    """The server process started."""
+
+    process: ManagedProcess
+    reply: ReplyTo[None]
+
+
+@attrs.frozen
+class SpawnFailed:
+    """The server process could not be started (port taken, exec failed)."""
+
+    error: InferactorsError
+    reply: ReplyTo[None]
+
+
+@attrs.frozen
+class Exited:
+    """The server process ended (on its own, or after a stop or an unload)."""
+
+    process: ManagedProcess
+    evidence: RunEvidence
+
+
+@attrs.frozen
+class Stopped:
+    """A requested stop finished; its waiters get ``evidence``."""
+
+    process: ManagedProcess
+    evidence: RunEvidence
+
+
+@attrs.frozen
+class Probed:
+    """A probe of the server finished; ``process`` is the one probed (None when adopted).
+
+    ``owner_ok`` says whether the socket on our port belongs to our process group (None
+    when not checked); ``owner_pid`` is the listener's pid when known; ``exposure`` is set
+    when the server was found listening beyond loopback.
+    """
+
+    report: ServerReport
+    process: ManagedProcess | None
+    reply: ReplyTo[InstanceStatus] | None = None
+    owner_ok: bool | None = None
+    owner_pid: int | None = None
+    exposure: Exposure | None = None
+    first_token: str | None = None
+    """None: not asked; ``""``: one token came back; otherwise why the first token failed."""
+
+
+@attrs.frozen
+class ExposureFound:
+    """The exposure watch found the server listening beyond loopback."""
+
+    process: ManagedProcess
+    exposure: Exposure
+
+
+@attrs.frozen
+class ReadinessExpired:
+    """The process was spawned ``timeout_s`` seconds ago; if it never was up, it must go."""
+
+    process: ManagedProcess
+    timeout_s: float
+
+
+@attrs.frozen
+class WatchdogResult:
+    """One deep-health check of the watchdog: ``why`` is None when it passed."""
+
+    process: ManagedProcess | None
+    why: str | None
+
+
+@attrs.frozen
+class Confirmed:
+    """An adopted server answered a start; watching it begins."""
+
+    reply: ReplyTo[None]
+
+
+@attrs.frozen
+class ShutdownDone:
+    """The unload finished its cleanup; the actor ends after answering."""
+
+    reply: ReplyTo[None]
+
+
+Internal = (
+    Spawned
+    | SpawnFailed
+    | Exited
+    | Stopped
+    | Probed
+    | Confirmed
+    | ShutdownDone
+    | ExposureFound
+    | ReadinessExpired
+    | WatchdogResult
+)
+INTERNAL_TYPES = (
+    Spawned,
+    SpawnFailed,
+    Exited,
+    Stopped,
+    Probed,
+    Confirmed,
+    ShutdownDone,
+    ExposureFound,
+    ReadinessExpired,
+    WatchdogResult,
+)

@@ -1,0 +1,339 @@
+"""The instance actor's workers: every piece of I/O an instance does.
+
+Each worker runs as a task in the actor's nursery, reads only the immutable plan and
+config, and posts its result to the actor's inbox (``_instance_msgs``), so the actor's loop
+stays the only writer of the instance's state. Workers that change no state (health and
+deep health) answer their caller directly.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import attrs
+import trio
+
+from .._config.config import InferConfig, Watchdog
+from .._edges.bundle import Edges
+from .._edges.netscan import NetScanner
+from .._edges.probe import Prober, ProberFactory, probe_once
+from .._edges.process import ManagedProcess
+from .._errors import BackendError, InferactorsError
+from .._flavor import InferFlavor
+from .._policy.admission import Plan
+from .._policy.exposure import Exposure
+from .._policy.matching import same_model
+from .._policy.probe_parse import CompletionResult, ServerReport, Unreachable, Up
+from .._policy.status import map_report
+from .._status import InstanceState, InstanceStatus
+from .instance_msgs import (
+    Confirmed,
+    Exited,
+    ExposureFound,
+    Internal,
+    Probed,
+    ReadinessExpired,
+    ShutdownDone,
+    Spawned,
+    SpawnFailed,
+    Stopped,
+    WatchdogResult,
+)
+from .messages import ReplyTo, answer, refuse
+
+FIRST_PROBE_S = 0.01
+"""The monitor's first delay after a spawn; it doubles up to `STARTUP_PROBE_CAP_S`."""
+
+STARTUP_PROBE_CAP_S = 0.1
+"""Longest delay between probes of a server that is not up yet."""
+
+RUNNING_PROBE_S = 1.0
+"""Delay between probes of a server that is up."""
+
+EXPOSURE_CHECK_S = 0.2
+"""Delay between exposure scans of a running managed server: with a scan (~6 ms) and the
+3 s-grace stop's first signal, a listener on 0.0.0.0 is stopped within 250 ms (issue 3)."""
+
+
+@attrs.frozen
+class InstanceWork:
+    """The I/O of one instance; ``post`` is the actor's inbox."""
+
+    plan: Plan
+    config: InferConfig
+    edges: Edges
+    post: trio.MemorySendChannel[object]
+
+    @property
+    def open_prober(self) -> ProberFactory:
+        return self.edges.open_prober
+
+    @property
+    def net(self) -> NetScanner:
+        return self.edges.net
+
+    @property
+    def _flavor(self) -> InferFlavor:
+        return self.plan.spec.runtime
+
+    async def _post(self, message: Internal) -> None:
+        try:
+            await self.post.send(message)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass  # the actor is gone; its teardown answered everyone
+
+    # Process lifecycle.
+
+    async def spawn(self, nursery: trio.Nursery, reply: ReplyTo[None]) -> None:
+        """Start the managed server unless its port is taken (checklist items 47, 54)."""
+        launch = self.plan.launch
+        assert launch is not None, "spawn is only for managed process plans"
+        spec = self.plan.spec
+        try:
+            if await self.edges.port_in_use(str(spec.bind_ip()), spec.port()):
+                raise BackendError(
+                    f"{spec.base_url()} is already taken by something else; not starting over it"
+                )
+            files, run_as = self.plan.weight_files, self.plan.run_as
+            await self.edges.containment.prepare(launch, run_as, files)
+            spawn = self.edges.open_process
+            process = await ManagedProcess.spawn(nursery, launch, open_process=spawn, run_as=run_as)
+        except InferactorsError as error:
+            await self._post(SpawnFailed(error, reply))
+            return
+        except OSError as error:
+            failed = BackendError(f"cannot start {launch.program}: {error}")
+            await self._post(SpawnFailed(failed, reply))
+            return
+        await self._record(process)
+        await self._post(Spawned(process, reply))
+
+    async def _record(self, process: ManagedProcess) -> None:
+        """Write ``server.json`` so a later life can reap this server if we die (FC-13)."""
+        assert self.plan.launch is not None
+        await self.edges.containment.record(self.plan.launch, process.pid, self.plan.spec.port())
+
+    async def watch_exit(self, process: ManagedProcess) -> None:
+        """Await the process's exit and report it the moment it happens; then drop its
+        record (``server.json``, kept for orphan reaping while it ran)."""
+        evidence = await process.wait_exited()
+        await self._post(Exited(process, evidence))
+        if self.plan.launch is not None:
+            await self.edges.containment.forget(self.plan.launch, process.pid)
+
+    async def stop(self, process: ManagedProcess, grace_s: float) -> None:
+        """TERM the group, wait ``grace_s`` seconds, KILL the group, reap (checklist 48)."""
+        evidence = await process.terminate(grace_s)
+        await self._post(Stopped(process, evidence))
+
+    async def readiness_timer(self, process: ManagedProcess, timeout_s: float) -> None:
+        """Tell the actor when the readiness deadline of ``process`` passes."""
+        await trio.sleep_until(process.started_at + timeout_s)
+        await self._post(ReadinessExpired(process, timeout_s))
+
+    async def shutdown(
+        self,
+        process: ManagedProcess | None,
+        grace_s: float,
+        instance_dir: Path | None,
+        reply: ReplyTo[None],
+    ) -> None:
+        """Unload: stop a running server, delete the instance directory, end the actor."""
+        if process is not None and process.running:
+            evidence = await process.terminate(grace_s)
+            await self._post(Exited(process, evidence))
+        if instance_dir is not None:
+            await trio.to_thread.run_sync(shutil.rmtree, instance_dir, True)  # errors ignored
+        await self._post(ShutdownDone(reply))
+
+    # Probing, identity and exposure.
+
+    async def probe_for(
+        self, process: ManagedProcess | None, reply: ReplyTo[InstanceStatus]
+    ) -> None:
+        """Probe once for a status request; a running managed server is also scanned for
+        exposure (checked on every status call) and its listener's identity."""
+        exposure = await self._scan(process)
+        report = await self._probe()
+        owner_ok, owner_pid = await self._identity(process, report)
+        await self._post(Probed(report, process, reply, owner_ok, owner_pid, exposure))
+
+    async def monitor(self, process: ManagedProcess | None, scope: trio.CancelScope) -> None:
+        """Probe until cancelled: fast until the server is up, then every second.
+
+        A managed server counts as ready only once it also answered one real token: its
+        ``/health`` can say 200 while completions hang or fail (FC-03, FC-07). That first
+        token is asked once per process, when the probe first finds it up and listing our
+        model; an adopted server is never sent one (it only ever receives GETs).
+        """
+        delay = FIRST_PROBE_S
+        token_ok = process is None  # adopted: no first token
+        prober = self.open_prober(self.plan.spec.base_url(), self.config.probe_timeout_s)
+        with scope:
+            try:
+                while True:
+                    report = await prober.report(self._flavor)
+                    owner_ok, owner_pid = await self._identity(process, report)
+                    token: str | None = None
+                    if not token_ok and owner_ok is not False and self._lists_our_model(report):
+                        token = await self._first_token()  # only from a listener that is ours
+                        token_ok = token == ""
+                    seen = await self._adopted_exposure(process, report)
+                    probed = Probed(report, process, None, owner_ok, owner_pid, seen, token)
+                    await self._post(probed)
+                    up = isinstance(report.health, Up) and token_ok
+                    delay = RUNNING_PROBE_S if up else min(delay * 2, STARTUP_PROBE_CAP_S)
+                    await trio.sleep(delay)
+            finally:
+                with trio.move_on_after(1.0, shield=True):
+                    await prober.aclose()
+
+    def _lists_our_model(self, report: ServerReport) -> bool:
+        mapped = map_report(report, model=self.plan.listed_names, alive=True, adopted=False)
+        return mapped.state is InstanceState.RUNNING
+
+    async def _first_token(self) -> str:
+        """``""`` when one token came back, else why not."""
+        try:
+            await self.one_token(self.config.deep_timeout_s)
+        except InferactorsError as error:
+            return str(error) or type(error).__name__
+        return ""
+
+    async def exposure_watch(self, process: ManagedProcess, scope: trio.CancelScope) -> None:
+        """Scan the server every `EXPOSURE_CHECK_S` until it is found exposed or cancelled."""
+        with scope:
+            while True:
+                exposure = await self._scan(process)
+                if exposure is not None:
+                    await self._post(ExposureFound(process, exposure))
+                    return
+                await trio.sleep(EXPOSURE_CHECK_S)
+
+    async def _adopted_exposure(
+        self, process: ManagedProcess | None, report: ServerReport
+    ) -> Exposure | None:
+        """An adopted server's exposure, found through whoever listens on its port; it is
+        only ever reported, never acted on (FC-15)."""
+        if process is not None or not isinstance(report.health, Up):
+            return None
+        spec = self.plan.spec
+        owner = await self.net.port_owner(str(spec.bind_ip()), spec.port())
+        return None if owner is None else await self.net.scan(owner, spec.port())
+
+    async def _scan(self, process: ManagedProcess | None) -> Exposure | None:
+        if process is None or not process.running:
+            return None
+        return await self.net.scan(process.pid, self.plan.spec.port())
+
+    async def _identity(
+        self, process: ManagedProcess | None, report: ServerReport
+    ) -> tuple[bool | None, int | None]:
+        if process is None or not isinstance(report.health, Up):
+            return None, None
+        spec = self.plan.spec
+        host, port = str(spec.bind_ip()), spec.port()
+        ours = await self.net.tree_owner(process.pid, host, port)
+        if ours is not None:
+            return True, ours  # our own tree holds the exact binding: the kernel routes to it
+        owner = await self.net.port_owner(host, port)
+        if owner is None:
+            return True, None  # the table does not say (no permission): nothing contradicts us
+        return self.net.owned_by(owner, process.pgid), owner
+
+    async def confirm_adopted(self, reply: ReplyTo[None]) -> None:
+        """An adopted start only checks that the server answers (checklist item 21)."""
+        report = await self._probe()
+        if isinstance(report.health, Unreachable):
+            refuse(
+                reply,
+                BackendError(
+                    f"adopted server is not answering ({report.health.why}); "
+                    "inferactors does not start adopted servers"
+                ),
+            )
+            return
+        await self._post(Confirmed(reply))
+
+    # Health.
+
+    async def health(self, reply: ReplyTo[ServerReport]) -> None:
+        """Answer one probe report."""
+        answer(reply, await self._probe())
+
+    async def deep_health(self, reply: ReplyTo[CompletionResult]) -> None:
+        """Ask the server for one real token (checklist item 62; FC-07, FC-09)."""
+        try:
+            result = await self.one_token(self.config.deep_timeout_s)
+        except InferactorsError as error:
+            refuse(reply, error)
+        else:
+            answer(reply, result)
+
+    async def watchdog(
+        self, process: ManagedProcess | None, watchdog: Watchdog, scope: trio.CancelScope
+    ) -> None:
+        """Every ``interval_s``, one token within ``timeout_s``; report each result."""
+        with scope:
+            while True:
+                await trio.sleep(watchdog.interval_s)
+                why: str | None = None
+                try:
+                    await self.one_token(watchdog.timeout_s)
+                except InferactorsError as error:
+                    why = str(error)
+                await self._post(WatchdogResult(process, why))
+
+    async def one_token(self, timeout_s: float) -> CompletionResult:
+        """One real token with a fresh client and a ``timeout_s`` deadline.
+
+        Raises:
+            DeepHealthTimeout: no answer in time.
+            BackendError: the server is not up or the completion failed.
+        """
+        prober = self.open_prober(self.plan.spec.base_url(), timeout_s)
+        try:
+            return await self._one_token(prober)
+        finally:
+            with trio.move_on_after(1.0, shield=True):
+                await prober.aclose()
+
+    async def _one_token(self, prober: Prober) -> CompletionResult:
+        report = await prober.report(self._flavor)
+        if not isinstance(report.health, Up):
+            raise BackendError(f"deep health: the server is not up ({_words(report)})")
+        model = completion_model(self._flavor, report.models, self.plan.served_model)
+        try:
+            return await prober.tiny_completion(model)
+        except BackendError as error:
+            if str(error).startswith("deep health"):
+                raise
+            raise type(error)(f"deep health: {error}") from error
+
+    async def _probe(self) -> ServerReport:
+        base = self.plan.spec.base_url()
+        return await probe_once(self.open_prober, base, self.config.probe_timeout_s, self._flavor)
+
+
+def completion_model(
+    flavor: InferFlavor, listed: tuple[str, ...], served: str | None
+) -> str | None:
+    """The ``model`` field of a deep-health completion, or None to leave it out.
+
+    mlx_lm.server loads whatever a request names (mlx-lm #1892, FC-09), so it gets none;
+    llama-server ignores the field in single-model mode and routes by it in router mode, so
+    it gets the listed id that matches our model, else our model's name, else the first id.
+    """
+    if flavor is InferFlavor.MLX_LM:
+        return None
+    if served is not None:
+        matching = [name for name in listed if same_model(served, name)]
+        return matching[0] if matching else served
+    return listed[0] if listed else None
+
+
+def _words(report: ServerReport) -> str:
+    health = report.health
+    why = getattr(health, "why", None)
+    return f"{type(health).__name__.lower()}: {why}" if why else type(health).__name__.lower()

@@ -1,0 +1,330 @@
+"""The Ollama actor's workers: every request a managed Ollama instance makes, and their results.
+
+Each worker runs as a task in the actor's nursery, opens its own `OllamaApi` client through
+the actor's `OllamaOpener`, and posts what it found back to the actor's inbox as one of the
+messages below; only the actor's loop changes state. Workers that change nothing (health,
+deep health) answer their caller directly.
+
+The requests are only ``GET /api/version``, ``GET /api/tags``, ``GET /api/ps``, ``POST
+/api/generate`` (load, unload) and ``POST /v1/chat/completions`` (deep health): never
+``/api/pull``, ``/api/delete`` or an HTTP DELETE, and nothing ever starts or stops the
+daemon (seed-behaviour.md section 5; checklist 70).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+
+import attrs
+import trio
+
+from .._edges.ollama_client import OllamaApi, OllamaClient
+from .._edges.probe import ProbeFailure
+from .._errors import BackendError, InferactorsError
+from .._policy.ollama_parse import LoadedModel, same_tag
+from .._policy.probe_parse import CompletionResult, Health, ServerReport, Unhealthy, Unreachable, Up
+from .._status import InstanceStatus
+from .messages import ReplyTo, answer, refuse
+
+OllamaOpener = Callable[[str, float, float], OllamaApi]
+"""``open(base_url, timeout_s, load_timeout_s)``: a client for one Ollama daemon (the HTTP
+edge of the Ollama actor; tests pass one built on ``FakeOllama.transport``)."""
+
+START_LINGER_WAIT_S = 10.0
+"""How long a start waits for our own earlier unload to leave ``/api/ps`` (FC-21)."""
+
+SHUTDOWN_GONE_S = 5.0
+"""How long an unload of the instance polls ``/api/ps`` for the model to go (FC-21)."""
+
+CLOSE_S = 1.0
+"""Bound on closing a client (shielded, so a cancelled worker still closes it)."""
+
+
+def open_ollama_client(base_url: str, timeout_s: float, load_timeout_s: float) -> OllamaApi:
+    """The real `OllamaOpener`: an `OllamaClient` over the network."""
+    return OllamaClient.open(base_url, timeout_s=timeout_s, load_timeout_s=load_timeout_s)
+
+
+# What the workers post back.
+
+
+@attrs.frozen
+class Survey:
+    """One look at the daemon.
+
+    Attributes:
+        health: ``GET /api/version``: Up, or Unreachable / Unhealthy with why.
+        pulled: names ``/api/tags`` lists; None when that list could not be read.
+        resident: ``/api/ps`` entries; None when that list could not be read.
+        version: the daemon's version when it answered.
+    """
+
+    health: Health
+    pulled: tuple[str, ...] | None = None
+    resident: tuple[LoadedModel, ...] | None = None
+    version: str | None = None
+
+    def report(self) -> ServerReport:
+        """The survey as a `ServerReport` (what ``InferRuntime.health`` answers)."""
+        loaded = tuple(entry.name for entry in self.resident or ())
+        return ServerReport(self.health, self.pulled or (), loaded, self.version)
+
+
+@attrs.frozen
+class Surveyed:
+    """A survey for a status request (``reply``) or for nobody."""
+
+    survey: Survey
+    reply: ReplyTo[InstanceStatus] | None
+
+
+@attrs.frozen
+class Checked:
+    """Start ``attempt`` read ``/api/ps``: ``entry`` is the model's (None: not resident), or
+    ``error`` says why the list could not be read."""
+
+    attempt: int
+    entry: LoadedModel | None
+    error: InferactorsError | None = None
+
+
+@attrs.frozen
+class Loaded:
+    """The load of ``attempt`` returned: ``entry`` is ``/api/ps``'s entry read right after
+    (None: not listed), or ``error`` is why the load failed."""
+
+    attempt: int
+    entry: LoadedModel | None
+    error: InferactorsError | None = None
+
+
+@attrs.frozen
+class Watched:
+    """The periodic ``/api/ps`` look of ``attempt``; ``resident`` is None when unreadable."""
+
+    attempt: int
+    resident: tuple[LoadedModel, ...] | None
+
+
+@attrs.frozen
+class Unloaded:
+    """The one unload was sent: ``gone`` says whether ``/api/ps`` dropped the model within
+    ``deadline_s`` float seconds; ``error`` is why the unload request failed."""
+
+    gone: bool
+    deadline_s: float
+    error: InferactorsError | None = None
+
+
+@attrs.frozen
+class Closed:
+    """The instance's unload finished its cleanup; the actor ends after answering."""
+
+    reply: ReplyTo[None]
+
+
+OllamaInternal = Surveyed | Checked | Loaded | Watched | Unloaded | Closed
+OLLAMA_INTERNAL_TYPES = (Surveyed, Checked, Loaded, Watched, Unloaded, Closed)
+
+
+def entry_for(resident: tuple[LoadedModel, ...], tag: str) -> LoadedModel | None:
+    """The ``/api/ps`` entry of ``tag`` (`same_tag` on ``name`` or ``model``), or None."""
+    for entry in resident:
+        if same_tag(tag, entry.name) or same_tag(tag, entry.model):
+            return entry
+    return None
+
+
+async def survey(api: OllamaApi) -> Survey:
+    """Look at the daemon with GETs only: ``/api/version``, ``/api/tags``, ``/api/ps``.
+
+    Never raises for a daemon fault: no reply is Unreachable, a bad version reply Unhealthy,
+    and an unreadable list is None (unknown, which is not "empty").
+    """
+    try:
+        version = await api.version()
+    except ProbeFailure as failure:
+        health: Health = (
+            Unhealthy(failure.why) if failure.kind == "too-large" else Unreachable(failure.why)
+        )
+        return Survey(health)
+    except BackendError as error:
+        return Survey(Unhealthy(str(error)))
+    pulled: tuple[str, ...] | None = None
+    try:
+        pulled = tuple(model.name for model in await api.tags())
+    except BackendError:
+        pass  # unknown: the status does not claim "not pulled" from an unreadable list
+    return Survey(Up(), pulled, await _ps_or_none(api), version)
+
+
+async def _ps_or_none(api: OllamaApi) -> tuple[LoadedModel, ...] | None:
+    try:
+        return await api.ps()
+    except BackendError:
+        return None
+
+
+@asynccontextmanager
+async def _opened(api: OllamaApi) -> AsyncIterator[OllamaApi]:
+    try:
+        yield api
+    finally:
+        with trio.move_on_after(CLOSE_S, shield=True):
+            await api.aclose()
+
+
+@attrs.frozen
+class OllamaWork:
+    """The I/O of one managed Ollama instance.
+
+    Attributes:
+        base_url: the daemon's root URL.
+        tag: the model's Ollama tag.
+        keep_alive: what the load sends (`inferactors._policy.ollama_parse.keep_alive_json`
+            decides the JSON type).
+        probe_timeout_s: float seconds for each ordinary request.
+        load_timeout_s: float seconds the load request may stay open (FC-18).
+        deep_timeout_s: float seconds for the deep-health completion.
+        watch_interval_s: float seconds between the ownership watch's ``/api/ps`` looks.
+        open_api: the HTTP edge.
+        post: the actor's inbox.
+    """
+
+    base_url: str
+    tag: str
+    keep_alive: str | int
+    probe_timeout_s: float
+    load_timeout_s: float
+    deep_timeout_s: float
+    watch_interval_s: float
+    open_api: OllamaOpener
+    post: trio.MemorySendChannel[object]
+
+    def _client(self, timeout_s: float | None = None) -> AbstractAsyncContextManager[OllamaApi]:
+        api = self.open_api(self.base_url, timeout_s or self.probe_timeout_s, self.load_timeout_s)
+        return _opened(api)
+
+    async def _post(self, message: OllamaInternal) -> None:
+        try:
+            await self.post.send(message)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass  # the actor is gone; its teardown answered everyone
+
+    # Start: read /api/ps, then (if the actor says so) load.
+
+    async def check(self, attempt: int, lingering: bool) -> None:
+        """Is the model resident before we load it? (checklist 67). If our own earlier
+        unload was still lingering, wait up to `START_LINGER_WAIT_S` for it to go first."""
+        async with self._client() as api:
+            try:
+                entry = await api.resident(self.tag)
+                if entry is not None and lingering:
+                    gone = await api.wait_gone(self.tag, deadline_s=START_LINGER_WAIT_S)
+                    entry = None if gone else entry
+            except BackendError as error:
+                await self._post(Checked(attempt, None, error))
+                return
+        await self._post(Checked(attempt, entry))
+
+    async def load(self, attempt: int, scope: trio.CancelScope) -> None:
+        """Load the model with our keep_alive and confirm it in ``/api/ps`` (FC-18).
+
+        The request stays open up to ``load_timeout_s``; cancelling ``scope`` (a stop) closes
+        it, which makes Ollama abort the load. A failure is posted as it is, never retried
+        (FC-19).
+        """
+        with scope:
+            async with self._client() as api:
+                try:
+                    await api.load(self.tag, self.keep_alive)
+                    entry = await api.resident(self.tag)
+                except InferactorsError as error:
+                    await self._post(Loaded(attempt, None, error))
+                    return
+            await self._post(Loaded(attempt, entry))
+
+    async def watch(self, attempt: int, scope: trio.CancelScope) -> None:
+        """Every ``watch_interval_s``, read ``/api/ps`` and post it, until ``scope`` ends."""
+        with scope:
+            while True:
+                await trio.sleep(self.watch_interval_s)
+                async with self._client() as api:
+                    resident = await _ps_or_none(api)
+                await self._post(Watched(attempt, resident))
+
+    # Stop and unload.
+
+    async def unload(self, deadline_s: float) -> None:
+        """Send the one unload (keep_alive 0), then poll ``/api/ps`` until the model is gone
+        or ``deadline_s`` float seconds pass (FC-21). The unload is never re-sent."""
+        async with self._client() as api:
+            try:
+                await api.unload(self.tag)
+            except BackendError as error:
+                await self._post(Unloaded(False, deadline_s, error))
+                return
+            gone = await api.wait_gone(self.tag, deadline_s=deadline_s)
+        await self._post(Unloaded(gone, deadline_s))
+
+    async def close(self, owed: bool, instance_dir: Path | None, reply: ReplyTo[None]) -> None:
+        """The instance is unloaded: send the unload we owe (best effort, seed-behaviour
+        section 4 ``unload``), remove the instance directory, and end the actor."""
+        if owed:
+            async with self._client() as api:
+                try:
+                    await api.unload(self.tag)
+                    await api.wait_gone(self.tag, deadline_s=SHUTDOWN_GONE_S)
+                except BackendError:
+                    pass  # best effort: the instance is being forgotten either way
+        if instance_dir is not None:
+            await trio.to_thread.run_sync(shutil.rmtree, instance_dir, True)  # errors ignored
+        await self._post(Closed(reply))
+
+    async def unload_now(self) -> None:
+        """The emergency unload of a torn-down actor: one request, no polling."""
+        async with self._client() as api:
+            try:
+                await api.unload(self.tag)
+            except BackendError:
+                pass  # nothing more can be done from a dying actor
+
+    # Status and health.
+
+    async def survey_for(self, reply: ReplyTo[InstanceStatus] | None) -> None:
+        """Survey the daemon and post it, for a status request (GETs only)."""
+        async with self._client() as api:
+            found = await survey(api)
+        await self._post(Surveyed(found, reply))
+
+    async def health(self, reply: ReplyTo[ServerReport]) -> None:
+        """Answer one report of the daemon."""
+        async with self._client() as api:
+            found = await survey(api)
+        answer(reply, found.report())
+
+    async def deep_health(self, reply: ReplyTo[CompletionResult]) -> None:
+        """One real token, asked by the model's TAG (the original asked by registry name, a
+        bug; seed-behaviour.md section 5), with ``deep_timeout_s``.
+
+        Refused with `BackendError` when the model is not resident: a completion would make
+        Ollama load it with its default keep_alive, outside our ownership.
+        """
+        async with self._client(self.deep_timeout_s) as api:
+            try:
+                if await api.resident(self.tag) is None:
+                    raise BackendError(
+                        f"deep health: model {self.tag} is not resident in ollama; start the "
+                        "instance first (a completion would load it outside inferactors)"
+                    )
+                result = await api.tiny_completion(self.tag)
+            except ProbeFailure as failure:
+                refuse(reply, BackendError(f"deep health: {failure.why}"))
+                return
+            except InferactorsError as error:
+                refuse(reply, error)
+                return
+        answer(reply, result)

@@ -1,0 +1,387 @@
+"""`InferRuntime`, the facade, and the ways to run it: `open_runtime` and `serve_runtime`.
+
+The facade holds no lock and no instance state: each method sends a command to the
+supervisor actor (which routes instance commands to the instance's actor) and awaits the
+reply. The API follows seed-behaviour.md section 7 (the ``WorkloadRuntime`` contract) for
+one flavor in one mode; all durations are float seconds.
+
+Usage::
+
+    async with open_runtime(config, node_id="laptop") as runtime:
+        handle = await runtime.load(spec)
+        await runtime.start(handle)
+        print(await runtime.status(handle))
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import platform
+import shutil
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import NoReturn, TypeVar
+
+import attrs
+import trio
+
+from .._config.config import ControlMode, InferConfig, Supervision
+from .._config.ids import instance_id
+from .._config.spec import InferenceSpec
+from .._edges.bundle import Edges
+from .._edges.capture import RunEvidence
+from .._edges.orphan_record import ReapedOrphan
+from .._errors import (
+    BackendError,
+    InferactorsError,
+    InvalidConfig,
+    InvalidState,
+    UnknownInstance,
+    Unsupported,
+)
+from .._events import Event, StateChanged
+from .._flavor import InferFlavor
+from .._models.registry import ModelRegistry
+from .._policy.admission import Admission, Plan, resolve_supervision
+from .._policy.probe_parse import CompletionResult, ServerReport
+from .._status import InstanceState, InstanceStatus
+from .admission import make_plan
+from .capabilities import Capability, probe_capabilities
+from .instance import InstanceActor
+from .messages import (
+    DeepHealth,
+    GetHealth,
+    GetStatus,
+    InstanceCommand,
+    ListInstances,
+    Load,
+    PlanOf,
+    ReplyTo,
+    ResetRestarts,
+    Route,
+    Start,
+    Stop,
+    Subscribe,
+    Unload,
+    call,
+)
+from .ollama_actor import OllamaActor
+
+T = TypeVar("T")
+
+DEFAULT_STOP_GRACE_S = 10.0
+"""Grace between SIGTERM and SIGKILL when ``stop`` is not given one (llama-swap's default)."""
+
+
+class NetworkExposure(enum.Enum):
+    """How far a runtime's servers may be reachable (checklist item 31)."""
+
+    NONE = "none"
+    LAN = "lan"
+    EGRESS = "egress"
+
+
+@attrs.frozen
+class InstanceHandle:
+    """Names one loaded instance; returned by `InferRuntime.load` and `InferRuntime.adopt`."""
+
+    runtime: str
+    instance_id: str
+    workload_id: str
+
+
+@attrs.define(eq=False)
+class InferRuntime:
+    """One flavor of inference server in one mode (adopted or managed).
+
+    Get one from `open_runtime` or `serve_runtime`; it is valid while that runs.
+    """
+
+    config: InferConfig
+    node_id: str
+    _supervisor: trio.MemorySendChannel[object]
+    _events: trio.MemorySendChannel[Event]
+    _registry: ModelRegistry | None
+    _edges: Edges
+    reaped_orphans: tuple[ReapedOrphan, ...] = ()
+    """What start-up found of servers an earlier life left behind in ``data_root`` (FC-13)."""
+    _capabilities: tuple[Capability, ...] = ()
+
+    @property
+    def id(self) -> str:
+        """``infer.<x>`` when managed, ``infer.<x>.adopted`` when adopted (checklist 1)."""
+        return self.config.adapter_id
+
+    @property
+    def control_mode(self) -> ControlMode:
+        """Managed or adopted."""
+        return self.config.mode
+
+    @property
+    def network_exposure(self) -> NetworkExposure:
+        """NONE when managed (loopback enforced); LAN when adopted, whose bind we cannot
+        choose (checklist item 31)."""
+        return NetworkExposure.NONE if self.config.managed else NetworkExposure.LAN
+
+    def provides(self) -> tuple[Capability, ...]:
+        """Capabilities found by the last `probe_capabilities`; empty before it runs."""
+        return self._capabilities
+
+    async def probe_capabilities(self) -> tuple[Capability, ...]:
+        """Probe and remember what this runtime can offer (checklist items 32 to 35)."""
+        self._capabilities = await probe_capabilities(self.config, self._edges.open_prober)
+        return self._capabilities
+
+    async def admit(self, spec: InferenceSpec) -> Admission:
+        """Check that ``spec`` could run here, read-only (GETs and TCP connects only).
+
+        Raises:
+            InvalidConfig: the spec is malformed.
+            AdmissionRefused: it cannot run here; the message says why.
+        """
+        plan = await self._plan(spec, self._instance_dir("plan"))
+        return Admission(runtime=self.id, arch=platform.machine(), notes=plan.notes)
+
+    async def load(
+        self, spec: InferenceSpec, supervision: Supervision | None = None
+    ) -> InstanceHandle:
+        """Plan ``spec``, create its instance directory (managed) and its actor.
+
+        ``supervision`` sets this instance's restart policy, readiness deadline and
+        deep-health watchdog; unset fields come from the runtime's `ManagedConfig`. The
+        instance is Loaded; nothing is started. Raises what `admit` raises, plus
+        `InvalidState` for an id already loaded or an ip:port a managed instance uses, and
+        `BackendError` when the instance directory cannot be made.
+        """
+        iid = instance_id(spec, self.control_mode, self.node_id)
+        directory = self._instance_dir(iid)
+        plan = await self._plan(spec, directory)
+        plan = attrs.evolve(plan, supervision=resolve_supervision(supervision, self.config))
+        created = directory is not None and not directory.exists()
+        if directory is not None:
+            await _make_dir(directory)
+        try:
+            await self._install(iid, plan, directory)
+        except InferactorsError:
+            if created and directory is not None:  # refused: leave no trace behind
+                await trio.to_thread.run_sync(shutil.rmtree, directory, True)
+            raise
+        return InstanceHandle(self.id, iid, spec.role)
+
+    async def start(self, handle: InstanceHandle) -> None:
+        """Start a managed server (returns once spawned), or confirm an adopted one answers.
+
+        Raises:
+            InvalidState: already running, or stopped for exposure until reloaded.
+            BackendError: the port is taken, the program failed to start, or an adopted
+                server does not answer.
+            UnknownInstance: no such instance.
+        """
+        await self._route(handle, Start)
+
+    async def stop(
+        self, handle: InstanceHandle, grace_s: float = DEFAULT_STOP_GRACE_S
+    ) -> RunEvidence:
+        """Stop a managed server: SIGTERM to its group, ``grace_s`` seconds, SIGKILL, reap.
+
+        Returns the run's evidence. Raises `InvalidState` when it is not running and
+        `Unsupported` for an adopted server, which inferactors never signals.
+        """
+        return await self._route(handle, partial(Stop, _grace(grace_s)))
+
+    async def restart(self, handle: InstanceHandle, grace_s: float = DEFAULT_STOP_GRACE_S) -> None:
+        """Stop the server if it runs (a "not running" answer is fine), then start it.
+
+        The restart budget is kept, as for a plain start (checklist items 51, 56).
+        """
+        try:
+            await self.stop(handle, grace_s)
+        except InvalidState:
+            pass  # it was not running: starting it is all that is left to do
+        await self.start(handle)
+
+    async def reset_restarts(self, handle: InstanceHandle) -> None:
+        """Refill the instance's restart budget (an operator's explicit start; item 56).
+
+        Raises `UnknownInstance` when no such instance is loaded.
+        """
+        await call(self._supervisor, partial(ResetRestarts, handle.instance_id))
+
+    async def unload(self, handle: InstanceHandle) -> None:
+        """Forget the instance; a managed server is stopped (5 s grace) and its directory
+        deleted. An adopted server is left untouched (checklist item 22)."""
+        await call(self._supervisor, partial(Unload, handle.instance_id))
+
+    async def status(self, handle: InstanceHandle) -> InstanceStatus:
+        """The instance's status; never raises (an unknown handle is Unknown)."""
+        try:
+            return await self._route(handle, GetStatus)
+        except InferactorsError as error:
+            return InstanceStatus(InstanceState.UNKNOWN, str(error))
+
+    async def adopt(self, handle: InstanceHandle, spec: InferenceSpec) -> InstanceHandle:
+        """Re-register an adopted server under ``handle``'s id (checklist item 72).
+
+        Raises:
+            Unsupported: in managed mode, where a lost process cannot be recovered.
+        """
+        if self.control_mode is ControlMode.MANAGED:
+            raise Unsupported(
+                f"{self.id} cannot re-adopt {handle.instance_id}: "
+                "a managed server's process is not recoverable"
+            )
+        plan = await self._plan(spec, None)
+        try:
+            await self._install(handle.instance_id, plan, None)
+        except InvalidState:
+            pass  # already registered under that id: nothing to do
+        return InstanceHandle(self.id, handle.instance_id, spec.role)
+
+    async def console(self, handle: InstanceHandle) -> NoReturn:
+        """Always raises `Unsupported`: inference servers have no console run."""
+        raise Unsupported(f"{self.id} has no console run ({handle.instance_id})")
+
+    async def health(self, handle: InstanceHandle) -> ServerReport:
+        """One probe report of the instance's server."""
+        return await self._route(handle, GetHealth)
+
+    async def deep_health(self, handle: InstanceHandle) -> CompletionResult:
+        """Ask the server for one real token, with ``config.deep_timeout_s``.
+
+        Raises:
+            DeepHealthTimeout: no answer in time.
+            BackendError: the server is down, or the completion failed.
+        """
+        return await self._route(handle, DeepHealth)
+
+    async def spec_of(self, handle: InstanceHandle) -> InferenceSpec:
+        """The spec the instance was loaded with."""
+        return (await self._plan_of(handle)).spec
+
+    async def endpoint(self, handle: InstanceHandle) -> str:
+        """The server's base URL, for example ``http://127.0.0.1:8090``."""
+        return (await self._plan_of(handle)).spec.base_url()
+
+    async def served_model(self, handle: InstanceHandle) -> str | None:
+        """The registry name when managed, the spec's model when adopted (checklist 71)."""
+        return (await self._plan_of(handle)).served_model
+
+    async def instances(self) -> tuple[InstanceHandle, ...]:
+        """Handles of every loaded instance, in load order."""
+        ids = await call(self._supervisor, ListInstances)
+        plans = [await self._plan_of_id(iid) for iid in ids]
+        return tuple(
+            InstanceHandle(self.id, iid, p.spec.role) for iid, p in zip(ids, plans, strict=True)
+        )
+
+    async def wait_state(self, handle: InstanceHandle, state: InstanceState) -> InstanceStatus:
+        """Wait, without polling, until the instance reports ``state``; return that status.
+
+        Put a deadline around it (``trio.fail_after``). Raises `UnknownInstance` if the
+        instance is not (or no longer) loaded.
+        """
+        events = await self.subscribe()
+        with events:
+            while True:
+                status = await self.status(handle)
+                if status.state is state:
+                    return status
+                if status.state is InstanceState.UNKNOWN:
+                    raise UnknownInstance(status.detail or handle.instance_id)
+                await _next_change(events, handle.instance_id)
+
+    async def subscribe(self, buffer: int = 256) -> trio.MemoryReceiveChannel[Event]:
+        """A stream of every event from now on; a subscriber that falls ``buffer`` events
+        behind loses the newest ones (the supervisor never waits for a subscriber)."""
+        if buffer < 0:
+            raise InvalidConfig(f"subscribe: buffer must not be negative, got {buffer}")
+        return await call(self._supervisor, partial(Subscribe, buffer))
+
+    async def stop_all(self, grace_s: float = DEFAULT_STOP_GRACE_S) -> None:
+        """Stop every running managed server concurrently; nothing is unloaded."""
+        _grace(grace_s)
+        if self.control_mode is not ControlMode.MANAGED:
+            return
+        handles = await self.instances()
+        async with trio.open_nursery() as nursery:
+            for handle in handles:
+                nursery.start_soon(self._stop_quietly, handle, grace_s)
+
+    async def _stop_quietly(self, handle: InstanceHandle, grace_s: float) -> None:
+        try:
+            await self.stop(handle, grace_s)
+        except InferactorsError:
+            pass  # not running, or gone meanwhile: nothing to stop
+
+    async def _plan(self, spec: InferenceSpec, directory: Path | None) -> Plan:
+        return await make_plan(
+            spec,
+            self.config,
+            registry=self._registry,
+            open_prober=self._edges.open_prober,
+            instance_dir=directory or Path("."),
+            port_check=self._edges.port_in_use,
+            euid=self._edges.containment.euid(),
+        )
+
+    async def _install(self, iid: str, plan: Plan, directory: Path | None) -> None:
+        actor: InstanceActor | OllamaActor
+        if plan.mode is ControlMode.MANAGED and plan.spec.runtime is InferFlavor.OLLAMA:
+            actor = OllamaActor.create(
+                instance_id=iid,
+                runtime_id=self.id,
+                plan=plan,
+                config=self.config,
+                instance_dir=directory,
+                events=self._events,
+            )
+        else:
+            actor = InstanceActor.create(
+                instance_id=iid,
+                runtime_id=self.id,
+                plan=plan,
+                config=self.config,
+                instance_dir=directory,
+                edges=self._edges,
+                events=self._events,
+            )
+        await call(self._supervisor, partial(Load, actor))
+
+    def _instance_dir(self, iid: str) -> Path | None:
+        managed = self.config.managed
+        return None if managed is None else managed.data_root / iid
+
+    async def _plan_of(self, handle: InstanceHandle) -> Plan:
+        return await self._plan_of_id(handle.instance_id)
+
+    async def _plan_of_id(self, iid: str) -> Plan:
+        return await call(self._supervisor, partial(PlanOf, iid))
+
+    async def _route(
+        self, handle: InstanceHandle, make: Callable[[ReplyTo[T]], InstanceCommand]
+    ) -> T:
+        def routed(reply: ReplyTo[T]) -> Route:
+            return Route(handle.instance_id, make(reply))
+
+        return await call(self._supervisor, routed)
+
+
+def _grace(grace_s: float) -> float:
+    if not (math.isfinite(grace_s) and grace_s >= 0):
+        raise InvalidConfig(f"grace_s must be a finite number of seconds >= 0, got {grace_s}")
+    return grace_s
+
+
+async def _next_change(events: trio.MemoryReceiveChannel[Event], iid: str) -> None:
+    async for event in events:
+        if isinstance(event, StateChanged) and event.instance_id == iid:
+            return
+
+
+async def _make_dir(directory: Path) -> None:
+    try:
+        await trio.to_thread.run_sync(lambda: directory.mkdir(parents=True, exist_ok=True))
+    except OSError as error:
+        raise BackendError(f"cannot create the instance directory {directory}: {error}") from error

@@ -1,0 +1,334 @@
+"""The supervisor actor: owns the instance actors, routes commands, enforces restarts.
+
+It keeps the instance table and every instance's restart budget (the only writer of
+both), refuses a second instance on an ip:port that a managed instance uses (checklist item
+30), forwards each instance command to its actor's inbox in arrival order, and fans events
+out to subscribers. Events from instance actors reach it through its own inbox (`Notify`),
+so it decides about a crash the moment the exit is observed, with no caller's poll
+(FC-10). Every handler is synchronous; restarts wait in their own tasks.
+"""
+
+from __future__ import annotations
+
+import random as random_module
+from collections.abc import Callable
+from functools import partial
+from typing import Protocol, assert_never
+
+import attrs
+import trio
+
+from .._config.config import ControlMode
+from .._errors import BackendError, InferactorsError, InvalidState, UnknownInstance
+from .._events import (
+    Event,
+    GaveUp,
+    ProcessExited,
+    RestartFailed,
+    RestartScheduled,
+    StateChanged,
+    StopReason,
+)
+from .._policy.admission import Plan
+from .._policy.restart import GiveUp, NoRestart, RestartBudget
+from .._policy.restart import Restart as RestartDecision
+from .._status import InstanceState
+from .messages import (
+    Annotate,
+    ListInstances,
+    Load,
+    Notify,
+    PlanOf,
+    Reply,
+    ResetRestarts,
+    Restart,
+    RestartDone,
+    Route,
+    Shutdown,
+    Start,
+    Stop,
+    Subscribe,
+    SupervisorCommand,
+    Unload,
+    answer,
+    call,
+    refuse,
+)
+
+
+class Actor(Protocol):
+    """What the supervisor needs of an instance actor (`Actor`, the Ollama actor)."""
+
+    @property
+    def instance_id(self) -> str: ...
+
+    @property
+    def plan(self) -> Plan: ...
+
+    @property
+    def inbox(self) -> trio.MemorySendChannel[object]: ...
+
+    async def serve(self) -> None: ...
+
+
+INBOX_SIZE = 64
+EVENT_BUFFER = 1024
+UNLOAD_GRACE_S = 5.0
+"""Grace given to a managed server stopped by an unload (seed-behaviour section 4)."""
+
+
+@attrs.define(eq=False)
+class Supervisor:
+    """Owns every instance actor of one runtime; create with `Supervisor.create`."""
+
+    _inbox_send: trio.MemorySendChannel[object]
+    _inbox_recv: trio.MemoryReceiveChannel[object]
+    _events_send: trio.MemorySendChannel[Event]
+    _events_recv: trio.MemoryReceiveChannel[Event]
+    _random: Callable[[], float]
+    _actors: dict[str, Actor] = attrs.Factory(dict)
+    _budgets: dict[str, RestartBudget] = attrs.Factory(dict)
+    _pending: dict[str, trio.CancelScope] = attrs.Factory(dict)
+    _subscribers: list[trio.MemorySendChannel[Event]] = attrs.Factory(list)
+    _nursery: trio.Nursery | None = None
+    dropped_events: int = 0
+
+    @classmethod
+    def create(cls, *, random: Callable[[], float] = random_module.random) -> Supervisor:
+        """A supervisor; ``random`` (values in [0, 1)) drives the restart jitter."""
+        inbox_send, inbox_recv = trio.open_memory_channel[object](INBOX_SIZE)
+        events_send, events_recv = trio.open_memory_channel[Event](EVENT_BUFFER)
+        return cls(inbox_send, inbox_recv, events_send, events_recv, random)
+
+    @property
+    def inbox(self) -> trio.MemorySendChannel[object]:
+        """Where the runtime facade sends `SupervisorCommand` messages."""
+        return self._inbox_send
+
+    @property
+    def events(self) -> trio.MemorySendChannel[Event]:
+        """Where instance actors send their events."""
+        return self._events_send
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled; the instance actors run in this actor's nursery.
+
+        When it ends, later commands fail at once ("the runtime is closed") and every
+        subscriber's event stream ends.
+        """
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._relay_events)
+                task_status.started()
+                async for command in self._inbox_recv:
+                    self._dispatch(command)  # type: ignore[arg-type]  # only commands arrive
+        finally:
+            self._inbox_recv.close()
+            for subscriber in self._subscribers:
+                subscriber.close()
+
+    async def _relay_events(self) -> None:
+        async for event in self._events_recv:
+            await self._inbox_send.send(Notify(event))
+
+    def _dispatch(self, command: SupervisorCommand) -> None:
+        match command:
+            case Load():
+                self._on_load(command)
+            case Route():
+                self._on_route(command)
+            case Unload():
+                self._on_unload(command)
+            case PlanOf():
+                actor = self._actors.get(command.instance_id)
+                if actor is None:
+                    refuse(command.reply, _unknown(command.instance_id))
+                else:
+                    answer(command.reply, actor.plan)
+            case ListInstances():
+                answer(command.reply, tuple(self._actors))
+            case Subscribe():
+                send, receive = trio.open_memory_channel[Event](command.buffer)
+                self._subscribers.append(send)
+                answer(command.reply, receive)
+            case ResetRestarts():
+                self._on_reset(command)
+            case Notify():
+                self._on_event(command.event)
+            case RestartDone():
+                self._on_restart_done(command)
+            case _:
+                assert_never(command)
+
+    # The instance table.
+
+    def _on_load(self, command: Load) -> None:
+        actor: Actor = command.instance  # type: ignore[assignment]  # Load carries an Actor
+        if actor.instance_id in self._actors:
+            refuse(command.reply, InvalidState(f"{actor.instance_id} is already loaded"))
+            return
+        clash = self._port_clash(actor)
+        if clash is not None:
+            refuse(command.reply, InvalidState(clash))
+            return
+        self._actors[actor.instance_id] = actor
+        self._budgets[actor.instance_id] = RestartBudget(actor.plan.restart_policy)
+        self._nursery_or_fail().start_soon(actor.serve)
+        answer(command.reply, None)
+
+    def _port_clash(self, actor: Actor) -> str | None:
+        spec = actor.plan.spec
+        where = (spec.bind_ip(), spec.port())
+        for other in self._actors.values():
+            either_managed = ControlMode.MANAGED in (actor.plan.mode, other.plan.mode)
+            if either_managed and (other.plan.spec.bind_ip(), other.plan.spec.port()) == where:
+                return (
+                    f"{spec.base_url()} is already used by another instance ({other.instance_id})"
+                )
+        return None
+
+    def _on_route(self, route: Route) -> None:
+        actor = self._actors.get(route.instance_id)
+        if actor is None:
+            refuse(route.command.reply, _unknown(route.instance_id))
+            return
+        if isinstance(route.command, Start | Stop | Shutdown):
+            self._cancel_pending(route.instance_id)  # the operator's word wins over a timer
+        self._forward(actor, route.command)
+
+    def _on_unload(self, command: Unload) -> None:
+        actor = self._actors.pop(command.instance_id, None)
+        if actor is None:
+            refuse(command.reply, _unknown(command.instance_id))
+            return
+        self._cancel_pending(command.instance_id)
+        self._budgets.pop(command.instance_id, None)
+        self._forward(actor, Shutdown(UNLOAD_GRACE_S, command.reply))
+
+    def _forward(self, actor: Actor, command: object) -> None:
+        try:
+            actor.inbox.send_nowait(command)
+        except trio.WouldBlock:
+            busy = BackendError(f"{actor.instance_id} has {INBOX_SIZE} commands waiting; try again")
+            refuse(command.reply, busy)  # type: ignore[attr-defined]
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            refuse(command.reply, _unknown(actor.instance_id))  # type: ignore[attr-defined]
+
+    # Restarts (checklist items 50 to 57; OTP restart types and intensity).
+
+    def _on_reset(self, command: ResetRestarts) -> None:
+        budget = self._budgets.get(command.instance_id)
+        if budget is None:
+            refuse(command.reply, _unknown(command.instance_id))
+            return
+        self._budgets[command.instance_id] = budget.reset()
+        self._annotate(command.instance_id, None)
+        answer(command.reply, None)
+
+    def _on_event(self, event: Event) -> None:
+        self._publish(event)
+        budget = self._budgets.get(event.instance_id)
+        if budget is None:
+            return
+        if isinstance(event, StateChanged):
+            budget = budget.refill_if_stable(event.at)  # up until now: stable counts
+            if event.new is InstanceState.RUNNING:
+                budget = budget.note_running(event.at)
+            else:
+                budget = budget.note_not_running()
+            self._budgets[event.instance_id] = budget
+        elif isinstance(event, ProcessExited):
+            self._decide(event.instance_id, event.reason, event.exit_code, event.signal)
+
+    def _decide(
+        self, iid: str, reason: StopReason, exit_code: int | None, signal: int | None
+    ) -> None:
+        now = trio.current_time()
+        budget, decision = self._budgets[iid].decide(
+            reason=reason, exit_code=exit_code, signal=signal, now=now, random=self._random()
+        )
+        self._budgets[iid] = budget
+        match decision:
+            case RestartDecision():
+                self._publish(RestartScheduled(iid, decision.attempt, decision.delay_s, now))
+                self._annotate(
+                    iid, f"restarting in {decision.delay_s:.1f} s (attempt {decision.attempt})"
+                )
+                self._schedule(iid, decision)
+            case GiveUp():
+                self._publish(GaveUp(iid, decision.attempts, decision.why, now))
+                self._annotate(iid, f"gave up: {decision.why}")
+            case NoRestart():
+                self._annotate(iid, None)
+            case _:
+                assert_never(decision)
+
+    def _schedule(self, iid: str, decision: RestartDecision) -> None:
+        self._cancel_pending(iid)
+        scope = trio.CancelScope()
+        self._pending[iid] = scope
+        self._nursery_or_fail().start_soon(self._restart_later, iid, decision, scope)
+
+    async def _restart_later(
+        self, iid: str, decision: RestartDecision, scope: trio.CancelScope
+    ) -> None:
+        with scope:
+            await trio.sleep(decision.delay_s)
+            error: InferactorsError | None = None
+            try:
+                await call(self._inbox_send, partial(_routed_restart, iid, decision.attempt))
+            except InferactorsError as failure:
+                error = failure
+            await self._inbox_send.send(RestartDone(iid, decision.attempt, error))
+
+    def _on_restart_done(self, done: RestartDone) -> None:
+        self._pending.pop(done.instance_id, None)
+        if done.instance_id not in self._budgets:
+            return
+        if done.error is None:
+            self._annotate(done.instance_id, None)
+            return
+        if isinstance(done.error, InvalidState | UnknownInstance):
+            self._annotate(done.instance_id, None)  # stopped or unloaded meanwhile
+            return
+        now = trio.current_time()
+        self._publish(RestartFailed(done.instance_id, done.attempt, str(done.error), now))
+        self._decide(done.instance_id, StopReason.CRASH, None, None)
+
+    def _cancel_pending(self, iid: str) -> None:
+        scope = self._pending.pop(iid, None)
+        if scope is not None:
+            scope.cancel()
+
+    def _annotate(self, iid: str, note: str | None) -> None:
+        actor = self._actors.get(iid)
+        budget = self._budgets.get(iid)
+        if actor is None or budget is None:
+            return
+        send, _unread = trio.open_memory_channel[Reply[None]](1)  # nobody waits for it
+        self._forward(actor, Annotate(note, budget.attempts, send))
+
+    # Events.
+
+    def _publish(self, event: Event) -> None:
+        for subscriber in list(self._subscribers):
+            try:
+                subscriber.send_nowait(event)
+            except trio.WouldBlock:
+                self.dropped_events += 1
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                self._subscribers.remove(subscriber)
+
+    def _nursery_or_fail(self) -> trio.Nursery:
+        if self._nursery is None:
+            raise BackendError("the supervisor is not serving")
+        return self._nursery
+
+
+def _routed_restart(iid: str, attempt: int, reply: object) -> Route:
+    return Route(iid, Restart(attempt, reply))  # type: ignore[arg-type]
+
+
+def _unknown(instance_id: str) -> UnknownInstance:
+    return UnknownInstance(f"no instance {instance_id} is loaded")

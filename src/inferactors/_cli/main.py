@@ -1,0 +1,58 @@
+"""The ``inferactors`` command: the only place that calls ``trio.run``.
+
+Subcommands: ``demo`` (the embedded default, end to end), ``run CONFIG.toml`` (supervise),
+``models ...`` (the model registry) and ``llama-server`` (find or build the pinned
+llama-server). Exit status: 0 success, 1 failure, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from .._edges.llama_build import ensure_llama_server
+from .._errors import InferactorsError
+from .demo import add_demo_command
+from .models import register_models_commands
+from .run import add_run_command
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser, with ``--help`` on every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="inferactors",
+        description="Keep local LLM inference servers registered, healthy and contained.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    add_demo_command(subparsers)
+    add_run_command(subparsers)
+    register_models_commands(subparsers)
+    build = subparsers.add_parser(
+        "llama-server",
+        help="print the llama-server inferactors uses, building the pinned one if needed",
+        description="Find llama-server ($INFERACTORS_LLAMA_SERVER, then PATH, then the cache), "
+        "or build the llama.cpp pinned in llama-cpp-python 0.3.36 into the cache (~5 min).",
+    )
+    build.set_defaults(func=_llama_server)
+    return parser
+
+
+def _llama_server(args: argparse.Namespace) -> int:
+    try:
+        print(ensure_llama_server())
+    except InferactorsError as error:
+        print(f"inferactors llama-server: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI with ``argv`` (default: ``sys.argv[1:]``) and return the exit status."""
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""What the CLI prints: timestamped event lines and the status table (pure formatting)."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+
+import attrs
+
+from .._edges.capture import RunEvidence
+from .._events import (
+    DeepHealthFailed,
+    Event,
+    ExposureDetected,
+    GaveUp,
+    ImpostorDetected,
+    ProcessExited,
+    ProcessStarted,
+    RestartFailed,
+    RestartScheduled,
+    StateChanged,
+)
+from .._status import InstanceStatus
+
+
+def stamp() -> str:
+    """Wall-clock time of day with milliseconds, for a log line."""
+    return datetime.datetime.now().strftime("%H:%M:%S.%f")[:-3]
+
+
+def describe_event(event: Event) -> str:
+    """One line for ``event``, without the timestamp."""
+    match event:
+        case StateChanged():
+            detail = f" ({event.detail})" if event.detail else ""
+            return f"{event.instance_id}  {event.old.value} -> {event.new.value}{detail}"
+        case ProcessStarted():
+            return f"{event.instance_id}  process {event.pid} started: {' '.join(event.args)}"
+        case ProcessExited():
+            how = _exit_words(event.exit_code, event.signal)
+            return f"{event.instance_id}  process {event.pid} {how} (reason: {event.reason.value})"
+        case RestartScheduled():
+            return (
+                f"{event.instance_id}  restart {event.attempt} scheduled in {event.delay_s:.2f} s"
+            )
+        case RestartFailed():
+            return f"{event.instance_id}  restart {event.attempt} failed: {event.why}"
+        case GaveUp():
+            return f"{event.instance_id}  gave up after {event.attempts} restart(s): {event.why}"
+        case ExposureDetected():
+            return f"{event.instance_id}  EXPOSED: {event.detail}; stopping it"
+        case ImpostorDetected():
+            return f"{event.instance_id}  IMPOSTOR: {event.detail}"
+        case DeepHealthFailed():
+            count = f"{event.consecutive} in a row"
+            return f"{event.instance_id}  deep health failed ({count}): {event.why}"
+    raise AssertionError(f"unknown event {event!r}")
+
+
+def _exit_words(exit_code: int | None, signal: int | None) -> str:
+    if signal is not None:
+        import signal as signals
+
+        try:
+            return f"killed by {signals.Signals(signal).name}"
+        except ValueError:
+            return f"killed by signal {signal}"
+    if exit_code is not None:
+        return f"exited with status {exit_code}"
+    return "ended"
+
+
+@attrs.frozen
+class StatusRow:
+    """One row of the status table."""
+
+    instance_id: str
+    status: InstanceStatus
+    endpoint: str
+    model: str | None
+
+
+def status_table(rows: Sequence[StatusRow]) -> str:
+    """A plain-text table: instance, state, endpoint, model, pid, uptime, detail."""
+    header = ("INSTANCE", "STATE", "ENDPOINT", "MODEL", "PID", "UPTIME", "DETAIL")
+    lines = [header] + [_cells(row) for row in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    )
+
+
+def _cells(row: StatusRow) -> tuple[str, ...]:
+    status = row.status
+    uptime = f"{status.uptime_s:.1f}s" if status.uptime_s is not None else "-"
+    return (
+        row.instance_id,
+        status.state.value,
+        row.endpoint,
+        row.model or "-",
+        str(status.pid) if status.pid is not None else "-",
+        uptime,
+        status.detail or "",
+    )
+
+
+def evidence_block(evidence: RunEvidence, tail_lines: int = 3) -> str:
+    """The evidence of a run as an indented block: process, exit, output sizes, last lines."""
+    audit = evidence.audit()
+    lines = [
+        f"    pid {evidence.pid}, {evidence.describe()}, ran {evidence.elapsed_s:.2f} s",
+        f"    stdout {evidence.stdout_bytes} bytes, stderr {evidence.stderr_bytes} bytes"
+        + (" (truncated to the first 1 MiB)" if evidence.truncated else ""),
+        f"    stderr blake3 {str(audit.get('stderr_blake3', ''))[:16]}...",
+    ]
+    tail = [line for line in evidence.stderr_tail.splitlines() if line.strip()][-tail_lines:]
+    lines += [f"    | {line}" for line in tail]
+    return "\n".join(lines)

@@ -1,0 +1,122 @@
+"""``inferactors run CONFIG.toml``: supervise the configured instances until told to stop.
+
+One runtime is opened per (flavor, mode) pair found in the file; every instance is loaded
+and started, events are printed with timestamps, and on Ctrl-C (SIGINT) or SIGTERM every
+managed server is stopped cleanly before the command exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import trio
+
+from .._actors.runtime import InferRuntime, InstanceHandle
+from .._actors.serving import open_runtime
+from .._config.config import ControlMode
+from .._config.convert import load_run_config
+from .._config.runfile import RunConfig, RunInstance
+from .._errors import InferactorsError
+from .._events import Event
+from .._flavor import InferFlavor
+from .._status import InstanceState
+from .output import describe_event, stamp
+
+STOP_GRACE_S = 10.0
+
+
+def add_run_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``inferactors run``."""
+    parser = subparsers.add_parser(
+        "run", help="supervise the instances of a TOML run file", description=__doc__
+    )
+    parser.add_argument("config", type=Path, help="the run file (TOML)")
+    parser.set_defaults(func=run_config)
+
+
+def run_config(args: argparse.Namespace) -> int:
+    """Entry point of ``inferactors run``; returns the exit status."""
+    try:
+        config = load_run_config(args.config)
+        return trio.run(_supervise, config)
+    except InferactorsError as error:
+        print(f"inferactors run: {error}", file=sys.stderr)
+        return 2 if error.code == "invalid-config" else 1
+
+
+async def _supervise(config: RunConfig) -> int:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with AsyncExitStack() as stack:
+            runtimes = await _open_runtimes(stack, config)
+            async with trio.open_nursery() as nursery:
+                for runtime in runtimes.values():
+                    nursery.start_soon(_print_events, await runtime.subscribe())
+                failures = await _load_and_start(runtimes, config.instances, nursery)
+                print(f"{stamp()}  supervising {len(config.instances)} instance(s); Ctrl-C stops")
+                async for signum in signals:
+                    print(f"{stamp()}  {signal.Signals(signum).name}: stopping managed servers")
+                    break
+                for runtime in runtimes.values():
+                    await runtime.stop_all(STOP_GRACE_S)
+                await trio.sleep(0.05)  # let the last events print
+                nursery.cancel_scope.cancel()
+    return 1 if failures else 0
+
+
+async def _open_runtimes(
+    stack: AsyncExitStack, config: RunConfig
+) -> dict[tuple[InferFlavor, ControlMode], InferRuntime]:
+    runtimes: dict[tuple[InferFlavor, ControlMode], InferRuntime] = {}
+    for entry in config.instances:
+        key = (entry.spec.runtime, entry.mode)
+        if key not in runtimes:
+            infer = config.infer_config(*key)
+            runtime = await stack.enter_async_context(
+                open_runtime(infer, node_id=config.node_id, stop_grace_s=STOP_GRACE_S)
+            )
+            for orphan in runtime.reaped_orphans:
+                print(f"{stamp()}  found a server left by an earlier life: {orphan}", flush=True)
+            runtimes[key] = runtime
+    return runtimes
+
+
+async def _load_and_start(
+    runtimes: dict[tuple[InferFlavor, ControlMode], InferRuntime],
+    instances: Sequence[RunInstance],
+    nursery: trio.Nursery,
+) -> int:
+    failures = 0
+    for entry in instances:
+        runtime = runtimes[(entry.spec.runtime, entry.mode)]
+        try:
+            handle = await runtime.load(entry.spec, entry.supervision)
+            await runtime.start(handle)
+        except InferactorsError as error:
+            failures += 1
+            print(f"{stamp()}  {entry.spec.role}: not started: {error.code}: {error}", flush=True)
+            continue
+        print(f"{stamp()}  {handle.instance_id}: started ({runtime.id})", flush=True)
+        nursery.start_soon(_first_deep_health, runtime, handle)
+    return failures
+
+
+async def _first_deep_health(runtime: InferRuntime, handle: InstanceHandle) -> None:
+    """Once the instance first runs, prove it with one real token and say so."""
+    try:
+        await runtime.wait_state(handle, InstanceState.RUNNING)
+        result = await runtime.deep_health(handle)
+    except InferactorsError as error:
+        print(f"{stamp()}  {handle.instance_id}  deep health failed: {error}", flush=True)
+        return
+    latency = f"{result.latency_s * 1000:.1f} ms"
+    print(f"{stamp()}  {handle.instance_id}  deep health: one token {result.text!r} in {latency}")
+
+
+async def _print_events(events: trio.MemoryReceiveChannel[Event]) -> None:
+    async for event in events:
+        print(f"{stamp()}  {describe_event(event)}", flush=True)

@@ -1,0 +1,353 @@
+"""Runtime configuration: restart policy, managed settings, per-runtime and per-instance configs.
+
+Pure values with ``validate()`` methods, and the field checks they share; the run file's
+classes (`RunConfig`, `ManagedSection`, `RunInstance`) are in `_runfile`, and loading them
+from TOML is `_convert`'s job. All durations are float seconds. Source: seed-behaviour.md
+section 1 ("Config") and checklist item 15.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+
+from .._errors import InvalidConfig
+from .._flavor import InferFlavor
+
+DEFAULT_PASSTHROUGH = ("HOME", "PATH")
+"""Environment variables handed from the supervisor to a managed server by default."""
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_USER_NAME = re.compile(r"[a-z_][a-z0-9_.-]*\$?")
+_IDS = re.compile(r"([0-9]+)(?::([0-9]+))?")
+_GO_DURATION = re.compile(r"-?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|ms|s|m|h))+")
+
+
+class ControlMode(enum.Enum):
+    """Whether inferactors starts the server (managed) or watches one already running."""
+
+    MANAGED = "managed"
+    ADOPTED = "adopted"
+
+
+class RestartType(enum.Enum):
+    """OTP's child restart types: which exits of a managed server are restarted.
+
+    ``permanent`` restarts after any exit it did not ask for, ``transient`` only after an
+    abnormal one (a non-zero status, a signal, a readiness timeout or a health kill), and
+    ``temporary`` never. An operator's stop is never restarted.
+    """
+
+    PERMANENT = "permanent"
+    TRANSIENT = "transient"
+    TEMPORARY = "temporary"
+
+
+@attrs.frozen
+class RestartPolicy:
+    """How often and how fast a crashed managed server is restarted.
+
+    Attributes:
+        max_restarts: Restarts allowed before giving up (the budget; seed-behaviour
+            section 1), refilled once the server stays up for ``stable_after_s``.
+        base_s: Delay before the first restart, seconds.
+        cap_s: Longest delay, seconds.
+        stable_after_s: Seconds a server must stay up before the budget is refilled.
+        restart_type: OTP's permanent, transient or temporary.
+        intensity: OTP's MaxR: at most this many restarts within ``period_s`` (a sliding
+            window on trio's clock), whatever the budget says.
+        period_s: OTP's MaxT, seconds.
+        jitter: Fraction of each delay that may be taken off at random (0 to 1), so many
+            servers that crash together do not restart in lockstep.
+    """
+
+    max_restarts: int = 5
+    base_s: float = 2.0
+    cap_s: float = 60.0
+    stable_after_s: float = 60.0
+    restart_type: RestartType = RestartType.PERMANENT
+    intensity: int = 10
+    period_s: float = 600.0
+    jitter: float = 0.1
+
+    def delay_s(self, n: int) -> float:
+        """Seconds to wait before restart number ``n`` (0-based).
+
+        ``min(base_s * 2**min(n, 16), cap_s)``; with base 2 s and cap 10 s that gives
+        2, 4, 8, 10, 10. Source: seed-behaviour.md section 1, ``delay(n)``.
+        """
+        return min(self.base_s * (1 << min(max(n, 0), 16)), self.cap_s)
+
+    def validate(self, field: str = "restart") -> None:
+        """Raise `InvalidConfig` naming ``field.<name>`` for a negative budget, a
+        non-positive or non-finite base, a cap below the base or a negative stable time."""
+        if self.max_restarts < 0:
+            raise InvalidConfig(f"{field}.max_restarts must not be negative")
+        check_positive(f"{field}.base_s", self.base_s)
+        check_positive(f"{field}.cap_s", self.cap_s)
+        if self.cap_s < self.base_s:
+            raise InvalidConfig(f"{field}.cap_s must not be below {field}.base_s")
+        if not (math.isfinite(self.stable_after_s) and self.stable_after_s >= 0):
+            raise InvalidConfig(f"{field}.stable_after_s must be a finite number >= 0")
+        if self.intensity < 0:
+            raise InvalidConfig(f"{field}.intensity must not be negative")
+        check_positive(f"{field}.period_s", self.period_s)
+        if not 0.0 <= self.jitter <= 1.0:
+            raise InvalidConfig(f"{field}.jitter must be between 0 and 1")
+
+
+@attrs.frozen
+class ManagedConfig:
+    """Settings for servers inferactors starts itself.
+
+    Attributes:
+        registry: The model registry file.
+        data_root: Instance directories are created at ``data_root/<instance id>``.
+        serve_program: The server executable (llama-server, mlx_lm.server); Ollama needs none.
+        version_probe: argv run to learn the server's version (first stdout line).
+        env: Variables set in the server's cleared environment.
+        env_passthrough: Names copied from the supervisor's environment when set there.
+        run_as: Unprivileged account: a user name, ``uid`` or ``uid:gid``; never root.
+        restart: The restart policy.
+        keep_alive: Ollama keep_alive: a Go duration string (``"30m"``) or seconds.
+        readiness_timeout_s: Seconds a started server may take to become ready.
+    """
+
+    registry: Path
+    data_root: Path
+    serve_program: Path | None = None
+    version_probe: tuple[str, ...] | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    env_passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH
+    run_as: str | None = None
+    restart: RestartPolicy = RestartPolicy()
+    keep_alive: str | int = "30m"
+    readiness_timeout_s: float = 600.0
+
+    def validate(self, field: str = "managed") -> None:
+        """Raise `InvalidConfig` naming the field (``managed.env[0]``, ...) when a setting
+        is malformed: an empty version probe, a bad environment name or value, a root or
+        malformed ``run_as``, a bad keep_alive, a bad restart policy or timeout."""
+        if self.version_probe is not None and not self.version_probe:
+            raise InvalidConfig(f"{field}.version_probe must name a program")
+        check_env(f"{field}.env", self.env)
+        check_env_names(f"{field}.env_passthrough", self.env_passthrough)
+        check_run_as(f"{field}.run_as", self.run_as)
+        check_keep_alive(f"{field}.keep_alive", self.keep_alive)
+        self.restart.validate(f"{field}.restart")
+        check_positive(f"{field}.readiness_timeout_s", self.readiness_timeout_s)
+
+
+@attrs.frozen
+class InferConfig:
+    """Configuration of one runtime (one flavor in one control mode).
+
+    Build with `InferConfig.adopted` or `InferConfig.managing`.
+
+    Attributes:
+        flavor: The server flavor.
+        managed: Managed settings; None means adopted.
+        probe_timeout_s: Timeout of one health probe, seconds.
+        deep_timeout_s: Timeout of the one-token completion, seconds.
+        probe_port: Port probed for capabilities; None means the flavor's default.
+        allowed_ports: Inclusive ``(lo, hi)`` range of ports instances may use.
+    """
+
+    flavor: InferFlavor
+    managed: ManagedConfig | None = None
+    probe_timeout_s: float = 2.0
+    deep_timeout_s: float = 300.0
+    probe_port: int | None = None
+    allowed_ports: tuple[int, int] | None = None
+
+    @classmethod
+    def adopted(
+        cls,
+        flavor: InferFlavor,
+        *,
+        probe_timeout_s: float = 2.0,
+        deep_timeout_s: float = 300.0,
+        probe_port: int | None = None,
+        allowed_ports: tuple[int, int] | None = None,
+    ) -> InferConfig:
+        """A validated config for watching servers already running.
+
+        Raises:
+            InvalidConfig: as `validate`.
+        """
+        config = cls(flavor, None, probe_timeout_s, deep_timeout_s, probe_port, allowed_ports)
+        config.validate()
+        return config
+
+    @classmethod
+    def managing(
+        cls,
+        flavor: InferFlavor,
+        managed: ManagedConfig,
+        *,
+        probe_timeout_s: float = 2.0,
+        deep_timeout_s: float = 300.0,
+        probe_port: int | None = None,
+        allowed_ports: tuple[int, int] | None = None,
+    ) -> InferConfig:
+        """A validated config for servers inferactors starts (Ollama: models it loads).
+
+        Raises:
+            InvalidConfig: as `validate`.
+        """
+        config = cls(flavor, managed, probe_timeout_s, deep_timeout_s, probe_port, allowed_ports)
+        config.validate()
+        return config
+
+    @property
+    def mode(self) -> ControlMode:
+        """MANAGED when managed settings are present, else ADOPTED."""
+        return ControlMode.ADOPTED if self.managed is None else ControlMode.MANAGED
+
+    @property
+    def adapter_id(self) -> str:
+        """``infer.llamacpp`` when managed, ``infer.llamacpp.adopted`` when adopted (likewise
+        for the other flavors). Source: seed-behaviour.md checklist item 1."""
+        suffix = ".adopted" if self.mode is ControlMode.ADOPTED else ""
+        return self.flavor.id + suffix
+
+    def validate(self) -> None:
+        """Raise `InvalidConfig` naming the field for non-positive timeouts, a probe port
+        outside 1..65535, an allowed range not ``1 <= lo <= hi <= 65535``, or bad managed
+        settings."""
+        check_positive("probe_timeout_s", self.probe_timeout_s)
+        check_positive("deep_timeout_s", self.deep_timeout_s)
+        if self.probe_port is not None:
+            _check_port("probe_port", self.probe_port)
+        if self.allowed_ports is not None:
+            _check_port_range("allowed_ports", self.allowed_ports)
+        if self.managed is not None:
+            self.managed.validate()
+
+
+@attrs.frozen
+class Watchdog:
+    """The deep-health watchdog of one instance (issue 3; FC-04, FC-05, FC-07).
+
+    Every ``interval_s`` seconds while the server is up, ask it for one token with a
+    ``timeout_s`` deadline; after ``failures`` failures in a row report it unhealthy and,
+    when managed, kill it (stop reason "health kill") so the restart policy takes over.
+    """
+
+    interval_s: float = 30.0
+    timeout_s: float = 30.0
+    failures: int = 3
+
+    def validate(self, field: str = "watchdog") -> None:
+        """Raise `InvalidConfig` naming the field for non-positive values."""
+        check_positive(f"{field}.interval_s", self.interval_s)
+        check_positive(f"{field}.timeout_s", self.timeout_s)
+        if self.failures < 1:
+            raise InvalidConfig(f"{field}.failures must be at least 1")
+
+
+@attrs.frozen
+class Supervision:
+    """Per-instance supervision settings; None fields take the runtime's defaults.
+
+    Attributes:
+        restart: the restart policy (default: ``ManagedConfig.restart``).
+        readiness_timeout_s: seconds a started server may take to answer Up before it is
+            killed and counted as a failure (default: ``ManagedConfig.readiness_timeout_s``;
+            FC-01, FC-02, FC-06).
+        watchdog: the deep-health watchdog, off when None.
+    """
+
+    restart: RestartPolicy | None = None
+    readiness_timeout_s: float | None = None
+    watchdog: Watchdog | None = None
+
+    def validate(self, field: str = "supervision") -> None:
+        """Raise `InvalidConfig` naming the field for a bad value."""
+        if self.restart is not None:
+            self.restart.validate(f"{field}.restart")
+        if self.readiness_timeout_s is not None:
+            check_positive(f"{field}.readiness_timeout_s", self.readiness_timeout_s)
+        if self.watchdog is not None:
+            self.watchdog.validate(f"{field}.watchdog")
+
+
+def check_env(field: str, env: Sequence[tuple[str, str]]) -> None:
+    """Raise `InvalidConfig` (``field[i]``) for a bad name, a ``LLAMA_ARG_*`` name (llama-server
+    reads those as flags; server-apis.md section 1) or a value containing NUL."""
+    for index, (name, value) in enumerate(env):
+        _check_env_name(f"{field}[{index}]", name)
+        if "\x00" in value:
+            raise InvalidConfig(f"{field}[{index}] ({name}) must not contain NUL")
+
+
+def check_env_names(field: str, names: Sequence[str]) -> None:
+    """Raise `InvalidConfig` (``field[i]``) for a name that is not ``[A-Za-z_][A-Za-z0-9_]*``
+    or that starts with ``LLAMA_ARG_``."""
+    for index, name in enumerate(names):
+        _check_env_name(f"{field}[{index}]", name)
+
+
+def _check_env_name(field: str, name: str) -> None:
+    if not _ENV_NAME.fullmatch(name):
+        raise InvalidConfig(f"{field} {name!r} is not a valid environment variable name")
+    if name.startswith("LLAMA_ARG_"):
+        raise InvalidConfig(
+            f"{field} {name}: LLAMA_ARG_* variables are read by llama-server as flags; "
+            "use serve.extra_args instead"
+        )
+
+
+def check_run_as(field: str, run_as: str | None) -> None:
+    """Raise `InvalidConfig` unless ``run_as`` is None, a user name other than root, or
+    ``uid[:gid]`` with uid (and gid) not 0. Source: checklist item 45 (uid 0 is refused)."""
+    if run_as is None:
+        return
+    ids = _IDS.fullmatch(run_as)
+    if ids is not None:
+        if int(ids.group(1)) == 0 or (ids.group(2) is not None and int(ids.group(2)) == 0):
+            raise InvalidConfig(f"{field} must not be root (uid or gid 0)")
+        return
+    if not _USER_NAME.fullmatch(run_as) or len(run_as) > 32:
+        raise InvalidConfig(f"{field} {run_as!r} is neither a user name nor uid[:gid]")
+    if run_as == "root":
+        raise InvalidConfig(f"{field} must not be root")
+
+
+def check_keep_alive(field: str, keep_alive: str | int) -> None:
+    """Raise `InvalidConfig` unless ``keep_alive`` is an int (seconds; negative = forever) or a
+    Go duration string Ollama accepts (``"30m"``, ``"1h30m"``, ``"-1m"``, ``"0"``); a bare
+    number string such as ``"3600"`` is refused (server-apis.md section 3)."""
+    if isinstance(keep_alive, bool):
+        raise InvalidConfig(f"{field} must be a duration string or whole seconds")
+    if isinstance(keep_alive, int) or keep_alive == "0":
+        return
+    if not _GO_DURATION.fullmatch(keep_alive):
+        raise InvalidConfig(
+            f'{field} "{keep_alive}" is not a duration such as "30m" or "1h" (a bare number '
+            "string needs a unit; give seconds as an integer)"
+        )
+
+
+def check_positive(field: str, value: float) -> None:
+    """Raise `InvalidConfig` naming ``field`` unless ``value`` is finite and above 0 (seconds)."""
+    if not (math.isfinite(value) and value > 0):
+        raise InvalidConfig(f"{field} must be a positive number of seconds, got {value}")
+
+
+def _check_port(field: str, port: int) -> None:
+    if not 0 < port <= 65535:
+        raise InvalidConfig(f"{field} {port} is outside 1..65535")
+
+
+def _check_port_range(field: str, ports: tuple[int, int]) -> None:
+    lo, hi = ports
+    _check_port(f"{field}[0]", lo)
+    _check_port(f"{field}[1]", hi)
+    if lo > hi:
+        raise InvalidConfig(f"{field} ({lo}, {hi}) is empty: lo must be <= hi")

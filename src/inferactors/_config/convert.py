@@ -1,0 +1,157 @@
+"""Loading config text (TOML, JSON) into inferactors' frozen values, and specs back to JSON.
+
+Parsed TOML or JSON goes through the one converter (`_convert_hooks.converter`) into
+`InferenceSpec` and `RunConfig`. Every failure is `InvalidConfig` whose message names the
+path, e.g. ``$.instances[0].serve.port: expected int, got string``; a syntax error names the
+line. Structured specs and run files are then ``validate()``d. Source: style.md (one
+converter, transform_error-style paths); seed-behaviour.md section 1 (unknown keys refused;
+empty and default fields skipped when serializing).
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from .._errors import InvalidConfig
+from .convert_hooks import converter, describe_error
+from .runfile import RunConfig
+from .spec import InferenceSpec
+
+
+def _structure_or_refuse(data: object, cl: type[Any], source: str) -> Any:
+    try:
+        return converter.structure(data, cl)
+    except InvalidConfig:
+        raise
+    except Exception as error:
+        lines = describe_error(error)
+        summary = lines[0] if len(lines) == 1 else f"{len(lines)} problems: " + "; ".join(lines)
+        raise InvalidConfig(f"{source}{summary}") from None
+
+
+def _validated_spec(spec: InferenceSpec, source: str) -> InferenceSpec:
+    try:
+        spec.validate()
+    except InvalidConfig as error:
+        raise InvalidConfig(f"{source}$.{error}") from None
+    return spec
+
+
+# ---- public entry points ----------------------------------------------------------------
+
+
+def spec_from_dict(data: object) -> InferenceSpec:
+    """Structure and validate a spec from parsed TOML or JSON (a mapping).
+
+    Raises:
+        InvalidConfig: an unknown key, a missing or mistyped field, or a broken rule of
+            `InferenceSpec.validate`; the message starts with the path (``$.serve.port``).
+    """
+    spec = _structure_or_refuse(data, InferenceSpec, "")
+    return _validated_spec(spec, "")
+
+
+def spec_from_toml(text: str) -> InferenceSpec:
+    """Parse a spec from TOML text (top-level keys, ``[serve]`` and ``[memory]`` tables).
+
+    Raises:
+        InvalidConfig: a TOML syntax error (the message names line and column) or as
+            `spec_from_dict`.
+    """
+    return spec_from_dict(_parse_toml(text, ""))
+
+
+def spec_from_json(text: str) -> InferenceSpec:
+    """Parse a spec from a JSON object.
+
+    Raises:
+        InvalidConfig: a JSON syntax error (with line and column), a duplicate key, or as
+            `spec_from_dict`.
+    """
+    try:
+        data = json.loads(text, object_pairs_hook=_refuse_duplicates)
+    except json.JSONDecodeError as error:
+        raise InvalidConfig(
+            f"JSON syntax error at line {error.lineno}, column {error.colno}: {error.msg}"
+        ) from None
+    return spec_from_dict(data)
+
+
+def spec_to_json(spec: InferenceSpec) -> str:
+    """Serialize a spec to compact JSON, leaving out every field that is None, empty or at
+    its default (so ``spec_from_json(spec_to_json(s)) == s``)."""
+    return json.dumps(converter.unstructure(spec), separators=(",", ":"))
+
+
+def run_config_from_toml(text: str, base_dir: Path, source: str = "") -> RunConfig:
+    """Parse and validate a run file's text; relative paths resolve against ``base_dir``.
+
+    Args:
+        text: The TOML text.
+        base_dir: Directory relative paths (registry, data_root, serve programs) start from.
+        source: Prefix for messages, e.g. ``"run.toml: "``.
+
+    Raises:
+        InvalidConfig: a syntax error, an unknown key, a mistyped value or a broken rule;
+            the message names the path, e.g. ``$.instances[0].serve.port: expected int``.
+    """
+    data = _parse_toml(text, source)
+    config: RunConfig = _structure_or_refuse(data, RunConfig, source)
+    config = _resolve_paths(config, base_dir)
+    try:
+        config.validate()
+    except InvalidConfig as error:
+        raise InvalidConfig(f"{source}{error}") from None
+    return config
+
+
+def load_run_config(path: Path) -> RunConfig:
+    """Read and validate the run file at ``path`` (see `run_config_from_toml`).
+
+    Raises:
+        InvalidConfig: the file cannot be read, or as `run_config_from_toml`; the message
+            starts with the file's path.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise InvalidConfig(f"{path}: cannot read the run file: {error}") from None
+    return run_config_from_toml(text, path.parent, f"{path}: ")
+
+
+def _parse_toml(text: str, source: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        message = str(error).replace(
+            "(at end of document)", f"(at end of document, after line {len(text.splitlines())})"
+        )
+        raise InvalidConfig(f"{source}TOML syntax error: {message}") from None
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise InvalidConfig(f"JSON object has the key {json.dumps(key)} twice")
+        result[key] = value
+    return result
+
+
+def _resolve_paths(config: RunConfig, base_dir: Path) -> RunConfig:
+    managed = config.managed
+    if managed is None:
+        return config
+    programs = tuple((flavor, base_dir / program) for flavor, program in managed.serve_programs)
+    managed = attrs.evolve(
+        managed,
+        registry=base_dir / managed.registry,
+        data_root=base_dir / managed.data_root,
+        serve_programs=programs,
+    )
+    return attrs.evolve(config, managed=managed)

@@ -1,0 +1,141 @@
+"""The CLI's run file: `RunConfig`, its ``[managed]`` section and its ``[[instances]]``.
+
+Pure values with ``validate()`` methods, built from the per-runtime settings of `_config`
+(`ManagedConfig`, `InferConfig`, `Supervision`); loading them from TOML is `_convert`'s job.
+All durations are float seconds. The run file is inferactors' own (no seed counterpart).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+
+from .._errors import InvalidConfig
+from .._flavor import InferFlavor
+from .config import (
+    DEFAULT_PASSTHROUGH,
+    ControlMode,
+    InferConfig,
+    ManagedConfig,
+    RestartPolicy,
+    Supervision,
+    check_positive,
+)
+from .spec import InferenceSpec, valid_token
+
+
+@attrs.frozen
+class ManagedSection:
+    """The ``[managed]`` table of a run file: `ManagedConfig` for every flavor at once.
+
+    ``serve_programs`` maps a flavor to its server executable (a TOML table keyed by flavor
+    id). Relative paths were resolved against the run file's directory by the loader.
+    """
+
+    registry: Path
+    data_root: Path
+    serve_programs: tuple[tuple[InferFlavor, Path], ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    env_passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH
+    run_as: str | None = None
+    restart: RestartPolicy = RestartPolicy()  # noqa: RUF009  (frozen value)
+    keep_alive: str | int = "30m"
+    readiness_timeout_s: float = 600.0
+
+    def serve_program(self, flavor: InferFlavor) -> Path | None:
+        """The executable configured for ``flavor``, or None."""
+        return dict(self.serve_programs).get(flavor)
+
+    def managed_config(self, flavor: InferFlavor) -> ManagedConfig:
+        """The `ManagedConfig` of ``flavor`` (not validated; see `validate`)."""
+        return ManagedConfig(
+            registry=self.registry,
+            data_root=self.data_root,
+            serve_program=self.serve_program(flavor),
+            env=self.env,
+            env_passthrough=self.env_passthrough,
+            run_as=self.run_as,
+            restart=self.restart,
+            keep_alive=self.keep_alive,
+            readiness_timeout_s=self.readiness_timeout_s,
+        )
+
+    def validate(self, field: str = "$.managed") -> None:
+        """Raise `InvalidConfig` naming the field, as `ManagedConfig.validate`."""
+        self.managed_config(InferFlavor.OLLAMA).validate(field)
+
+
+@attrs.frozen
+class RunInstance:
+    """One ``[[instances]]`` entry: the control mode and an optional ``supervision`` table
+    beside the spec's keys (flat in TOML)."""
+
+    mode: ControlMode
+    spec: InferenceSpec
+    supervision: Supervision = Supervision()  # noqa: RUF009  (frozen value)
+
+
+@attrs.frozen
+class RunConfig:
+    """The CLI's run file: node identity, probe timeouts, managed settings, instances."""
+
+    node_id: str = "local"
+    probe_timeout_s: float = 2.0
+    deep_timeout_s: float = 300.0
+    managed: ManagedSection | None = None
+    instances: tuple[RunInstance, ...] = ()
+
+    def infer_config(self, flavor: InferFlavor, mode: ControlMode) -> InferConfig:
+        """The validated per-runtime config for ``flavor`` in ``mode``.
+
+        Raises:
+            InvalidConfig: managed mode without a ``[managed]`` section, or a bad setting.
+        """
+        probe_s, deep_s = self.probe_timeout_s, self.deep_timeout_s
+        if mode is ControlMode.ADOPTED:
+            return InferConfig.adopted(flavor, probe_timeout_s=probe_s, deep_timeout_s=deep_s)
+        if self.managed is None:
+            raise InvalidConfig("$.managed: managed instances need a [managed] section")
+        managed = self.managed.managed_config(flavor)
+        return InferConfig.managing(flavor, managed, probe_timeout_s=probe_s, deep_timeout_s=deep_s)
+
+    def validate(self) -> None:
+        """Check the whole run file; messages name the path (``$.instances[1].serve.host``).
+
+        Besides each spec's own rules: node_id is a plain token (1-64 chars), timeouts are
+        positive, and a managed instance names a model, has a ``[managed]`` section and,
+        except on Ollama, a serve program for its flavor.
+
+        Raises:
+            InvalidConfig: the first problem found.
+        """
+        if not valid_token(self.node_id, 64):
+            raise InvalidConfig(
+                f"$.node_id must be a plain token (1-64 chars), got {self.node_id!r}"
+            )
+        check_positive("$.probe_timeout_s", self.probe_timeout_s)
+        check_positive("$.deep_timeout_s", self.deep_timeout_s)
+        if self.managed is not None:
+            self.managed.validate()
+        for index, instance in enumerate(self.instances):
+            self._check_instance(f"$.instances[{index}]", instance)
+
+    def _check_instance(self, path: str, instance: RunInstance) -> None:
+        try:
+            instance.spec.validate()
+        except InvalidConfig as error:
+            raise InvalidConfig(f"{path}.{error}") from None
+        instance.supervision.validate(f"{path}.supervision")
+        if instance.mode is ControlMode.ADOPTED:
+            return
+        flavor = instance.spec.runtime
+        if instance.spec.model is None:
+            raise InvalidConfig(f'{path}.model is required when mode = "managed"')
+        if self.managed is None:
+            raise InvalidConfig(f"{path}: a managed instance needs a [managed] section")
+        if flavor is not InferFlavor.OLLAMA and self.managed.serve_program(flavor) is None:
+            raise InvalidConfig(
+                f'{path}: $.managed.serve_programs has no "{flavor.id}" entry for this '
+                "managed instance"
+            )

@@ -1,0 +1,120 @@
+"""The I/O edges of a runtime, in one swappable bundle.
+
+Every piece of the outside world the actor tree touches goes through one of these: the
+HTTP probe client, the socket tables and exposure connects, the process spawner, the
+occupied-port check, and the random source of restart jitter. Tests swap any of them
+(`inferactors.testing.FakeProcesses` with trio's ``MockClock``, ``httpx.MockTransport``
+behind `http_prober_factory`), and the supervision logic cannot tell.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Protocol
+
+import attrs
+import httpx
+import trio
+
+from .._policy.launch import Launch
+from .._policy.privilege import RunAs
+from .containment import check_reachable, prepare_instance_dir
+from .netcheck import port_in_use
+from .netscan import NetScanner, SystemNetScanner
+from .orphan_record import remove_record, write_record
+from .probe import ProbeClient, Prober, ProberFactory
+from .process import OpenProcess, open_child_process
+
+PortCheck = Callable[[str, int], Awaitable[bool]]
+"""``await check(host, port)``: whether something accepts TCP connections there."""
+
+
+class Containment(Protocol):
+    """The operating system's users, permissions and server records, as a managed spawn
+    needs them. The methods are async so that a fake can answer without a thread."""
+
+    def euid(self) -> int:
+        """The supervisor's effective uid."""
+        ...
+
+    async def prepare(self, launch: Launch, run_as: RunAs | None, files: Sequence[Path]) -> None:
+        """Create the instance directory (``launch.cwd``), hand it to ``run_as``, and check
+        that ``run_as`` can reach it, the ``files`` and the program.
+
+        Raises:
+            AdmissionRefused: a path is not reachable by ``run_as`` (the message names it).
+            BackendError: the directory cannot be made or handed over.
+        """
+        ...
+
+    async def record(self, launch: Launch, pid: int, port: int) -> None:
+        """Write the server's ``server.json`` so a later life can reap it (FC-13)."""
+        ...
+
+    async def forget(self, launch: Launch, pid: int) -> None:
+        """Remove that record once the server was reaped."""
+        ...
+
+
+@attrs.frozen
+class SystemContainment:
+    """The real `Containment`: ``os.geteuid``, ``_containment``'s checks, ``_orphans``'
+    records, each file operation in a worker thread."""
+
+    def euid(self) -> int:
+        return os.geteuid()
+
+    async def prepare(self, launch: Launch, run_as: RunAs | None, files: Sequence[Path]) -> None:
+        await trio.to_thread.run_sync(_prepare, launch, run_as, files)
+
+    async def record(self, launch: Launch, pid: int, port: int) -> None:
+        argv = (str(launch.program), *launch.args)
+        try:
+            await trio.to_thread.run_sync(write_record, launch.cwd, pid, port, argv)
+        except OSError:
+            pass  # the server runs; only the safety net for a later life is missing
+
+    async def forget(self, launch: Launch, pid: int) -> None:
+        await trio.to_thread.run_sync(partial(remove_record, launch.cwd, pid=pid))
+
+
+def _prepare(launch: Launch, run_as: RunAs | None, files: Sequence[Path]) -> None:
+    prepare_instance_dir(launch.cwd, run_as)
+    for private in launch.private_dirs:
+        prepare_instance_dir(private, run_as)
+    if run_as is not None:
+        check_reachable(run_as, directory=launch.cwd, files=files, program=launch.program)
+
+
+def http_prober_factory(transport: httpx.AsyncBaseTransport | None = None) -> ProberFactory:
+    """The HTTP edge: `ProbeClient` over ``transport`` (httpx's default when None)."""
+
+    def open_prober(base_url: str, timeout_s: float) -> Prober:
+        return ProbeClient.open(base_url, timeout_s=timeout_s, transport=transport)
+
+    return open_prober
+
+
+@attrs.frozen
+class Edges:
+    """The I/O edges of one runtime; the defaults are the real ones.
+
+    Attributes:
+        open_prober: opens an HTTP prober for a base URL and a timeout in seconds.
+        net: socket tables, listener owners and exposure connects.
+        open_process: starts a server process (own session, piped output).
+        port_in_use: the TCP-connect check of an occupied port.
+        random: values in [0, 1) for restart jitter.
+        containment: users and permissions (root refusal, run_as reachability).
+    """
+
+    open_prober: ProberFactory = attrs.field(factory=http_prober_factory)
+    net: NetScanner = attrs.field(factory=SystemNetScanner)
+    open_process: OpenProcess = open_child_process
+    port_in_use: PortCheck = port_in_use
+    random: Callable[[], float] = random.random
+    containment: Containment = attrs.field(factory=SystemContainment)

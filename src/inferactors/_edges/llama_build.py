@@ -1,0 +1,230 @@
+"""Find a real llama-server, or build the pinned one once into a per-user cache.
+
+Order (issue 2, item 2): ``$INFERACTORS_LLAMA_SERVER`` if set, else ``llama-server`` on
+``PATH``, else the cached build of the llama.cpp source pinned inside the
+``llama-cpp-python==0.3.36`` source distribution (recipe: reference ``real-servers.md``).
+The cache lives outside any clone, keyed by that version, so later runs, other clones and CI
+on the same machine reuse it: ``$INFERACTORS_CACHE_DIR``, else ``/var/cache/inferactors`` for
+root (so the unprivileged user a server runs as can reach the binary), else
+``$XDG_CACHE_HOME/inferactors``, else ``~/.cache/inferactors``.
+
+This is a synchronous build step (it runs before any trio code); it shells out to pip,
+cmake and ninja with argv lists and writes the whole build log to a file it names.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TextIO
+
+from .._errors import BackendError
+
+PINNED_SDIST = "llama-cpp-python==0.3.36"
+_SDIST_DIR = "llama_cpp_python-0.3.36"
+_KEY = "llama-cpp-python-0.3.36"
+_CMAKE_FLAGS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DGGML_NATIVE=OFF",  # portable (AVX2 level): the cached binary survives a CPU change
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",  # the default fetches web UI files at build time
+)
+_NEEDS = "a C++ compiler (g++), cmake and ninja: apt-get install -y g++ cmake ninja-build"
+
+
+SYSTEM_CACHE = Path("/var/cache/inferactors")
+"""root's cache: a managed server runs as an unprivileged ``run_as`` user, who cannot reach
+anything under ``/root``, so root keeps the server binary (and the demo) where it can."""
+
+
+def cache_dir() -> Path:
+    """The per-user cache root of inferactors (see the module docstring; root uses
+    `SYSTEM_CACHE`)."""
+    explicit = os.environ.get("INFERACTORS_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    if os.geteuid() == 0:
+        return SYSTEM_CACHE
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "inferactors"
+
+
+def make_reachable_dir(path: Path) -> Path:
+    """Create ``path`` and its missing parents with mode 0755 (readable by the unprivileged
+    user a managed server runs as) and return it."""
+    for directory in reversed([path, *path.parents]):
+        if not directory.exists():
+            directory.mkdir(mode=0o755)
+            directory.chmod(0o755)  # mkdir's mode is filtered by the umask
+    return path
+
+
+def cached_binary() -> Path:
+    """Where the pinned build's ``llama-server`` lives once built."""
+    return cache_dir() / "llama-server" / _KEY / "bin" / "llama-server"
+
+
+def locate_llama_server() -> Path | None:
+    """Return a usable llama-server without building, or None.
+
+    Raises:
+        BackendError: ``INFERACTORS_LLAMA_SERVER`` is set but is not an executable file.
+    """
+    named = os.environ.get("INFERACTORS_LLAMA_SERVER")
+    if named:
+        path = Path(named)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise BackendError(f"INFERACTORS_LLAMA_SERVER={named} is not an executable file")
+        return path.resolve()
+    on_path = shutil.which("llama-server")
+    if on_path:
+        return Path(on_path).resolve()
+    cached = cached_binary()
+    return cached if cached.is_file() and os.access(cached, os.X_OK) else None
+
+
+def ensure_llama_server(progress: TextIO = sys.stderr) -> Path:
+    """Locate a llama-server, building the pinned one into the cache if there is none.
+
+    The build takes about 5 minutes on 2 cores; progress goes to ``progress`` and the full
+    log to ``<cache>/llama-server/<key>/build.log``. Concurrent callers wait on a file lock
+    and reuse the first build.
+
+    Raises:
+        BackendError: the download or the build failed; the message names the log and
+            what to install.
+    """
+    found = locate_llama_server()
+    if found is not None:
+        return found
+    root = make_reachable_dir(cached_binary().parent.parent)
+    with _build_lock(root / ".lock"):
+        if cached_binary().is_file():
+            return cached_binary()
+        _build(root, progress)
+    return cached_binary()
+
+
+@contextmanager
+def _build_lock(path: Path) -> Iterator[None]:
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build(root: Path, progress: TextIO) -> None:
+    log_path = root / "build.log"
+    for tool in ("cmake", "ninja"):
+        if shutil.which(tool) is None:
+            raise BackendError(f"building llama-server needs {tool} on PATH; install {_NEEDS}")
+    say = _Progress(progress)
+    say.line(f"inferactors: building llama-server from {PINNED_SDIST} (about 5 min on 2 cores)")
+    say.line(f"inferactors: build log: {log_path}")
+    with log_path.open("w") as log:
+        source = _fetch_source(root, log, say)
+        build = root / "build"
+        _run(["cmake", "-S", str(source), "-B", str(build), "-G", "Ninja", *_CMAKE_FLAGS], log)
+        say.line("inferactors: configured; compiling")
+        _compile(build, log, say)
+    built = build / "bin" / "llama-server"
+    target = cached_binary()
+    make_reachable_dir(target.parent)
+    shutil.copy2(built, target.with_suffix(".partial"))
+    target.with_suffix(".partial").chmod(0o755)
+    os.replace(target.with_suffix(".partial"), target)
+    for scratch in ("build", "dl", "src"):  # 330 MB of sources and objects, not needed again
+        shutil.rmtree(root / scratch, ignore_errors=True)
+    say.line(f"inferactors: llama-server ready at {target}")
+
+
+def _fetch_source(root: Path, log: TextIO, say: _Progress) -> Path:
+    source = root / "src" / _SDIST_DIR / "vendor" / "llama.cpp"
+    if source.is_dir():
+        return source
+    downloads = root / "dl"
+    say.line(f"inferactors: downloading the {PINNED_SDIST} source distribution")
+    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-python"]
+    _run([*pip, "-d", str(downloads), PINNED_SDIST], log)
+    archive = downloads / f"{_SDIST_DIR}.tar.gz"
+    prefix = f"{_SDIST_DIR}/vendor/llama.cpp/"
+    with tarfile.open(archive) as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
+        tar.extractall(root / "src", members=members, filter="data")
+    return source
+
+
+def _compile(build: Path, log: TextIO, say: _Progress) -> None:
+    argv = ["cmake", "--build", str(build), "--target", "llama-server", "-j", _jobs()]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    )
+    assert proc.stdout is not None
+    step = re.compile(r"^\[(\d+)/(\d+)\]")
+    for line in proc.stdout:
+        log.write(line)
+        match = step.match(line)
+        if match:
+            done, total = int(match.group(1)), int(match.group(2))
+            say.step(
+                f"inferactors: compiling llama-server {100 * done // total:3d}% ({done}/{total})"
+            )
+    if proc.wait() != 0:
+        say.line("")
+        raise BackendError(f"the llama-server build failed; see {log.name}; it needs {_NEEDS}")
+    say.line("")
+
+
+def _run(argv: list[str], log: TextIO) -> None:
+    log.write(f"$ {' '.join(argv)}\n")
+    log.flush()
+    result = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=False)
+    if result.returncode != 0:
+        raise BackendError(
+            f"{argv[0]} {argv[1]} failed with status {result.returncode}; see {log.name}; "
+            f"building llama-server needs network access to PyPI and {_NEEDS}"
+        )
+
+
+def _jobs() -> str:
+    return str(max(1, len(os.sched_getaffinity(0))))
+
+
+class _Progress:
+    """Progress on a terminal rewrites one line; elsewhere it prints every 10 %."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._tty = stream.isatty()
+        self._last = ""
+
+    def line(self, text: str) -> None:
+        if text or self._tty:
+            self._stream.write(("\r" if self._tty else "") + text + "\n")
+        self._stream.flush()
+
+    def step(self, text: str) -> None:
+        if self._tty:
+            self._stream.write("\r" + text)
+            self._stream.flush()
+            return
+        decile = text.split("%")[0][-3:].strip()
+        bucket = str(int(decile) // 10) if decile.isdigit() else decile
+        if bucket != self._last:
+            self._last = bucket
+            self._stream.write(text + "\n")
+            self._stream.flush()

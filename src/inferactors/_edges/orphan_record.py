@@ -1,0 +1,286 @@
+"""The server record: ``server.json`` in a managed server's instance directory, written and trusted.
+
+The record I/O of the orphan reaper (``_orphans.py``; issue 3 item 7, FC-13). When a managed
+server starts, `write_record` writes ``server.json`` into its instance directory: pid, pgid,
+the process's start (psutil ``create_time``, with the boot it belongs to), port, argv, and
+the supervisor's own pid and start. `remove_record` deletes it once the process is reaped;
+`find_orphans` and `scan_records` read every ``data_root/*/server.json``. Also here: the
+values of the reaper's report (`OrphanOutcome`, `ReapedOrphan`), since a record that cannot
+be believed is reported as IGNORED as soon as it is read.
+
+Trust: the instance directory belongs to the server's user (``run_as``), so a record is
+written through a fresh exclusive temporary file and a rename (a planted link is replaced,
+never followed), and a record is believed only if it is a regular file owned by our own
+effective uid and writable by nobody else: a server cannot forge a record to have some
+other process killed.
+
+All functions are synchronous and do blocking file I/O: async code calls them in a thread.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import stat
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from .._errors import BackendError
+from .proctable import SystemProcessTable
+
+RECORD_NAME = "server.json"
+"""The record's file name inside an instance directory."""
+
+RECORD_SCHEMA = "inferactors.server-record.v1"
+
+_MAX_RECORD_BYTES = 1 << 16
+
+
+@attrs.frozen
+class OrphanRecord:
+    """One ``server.json``: a managed server as its supervisor recorded it.
+
+    Attributes:
+        path: The record file.
+        pid: The server's pid; ``pgid`` its process group (equal: it leads its session).
+        create_time: The server's psutil ``create_time`` (epoch seconds).
+        boot_time: psutil's ``boot_time`` when recorded (epoch seconds).
+        boot_id: The boot the record belongs to ("" where the platform has no boot id).
+        port: The port the server was started on.
+        argv: The program and its arguments.
+        supervisor_pid: The pid of the supervisor that started the server.
+        supervisor_create_time: That supervisor's psutil ``create_time`` (epoch seconds).
+    """
+
+    path: Path
+    pid: int
+    pgid: int
+    create_time: float
+    boot_time: float
+    boot_id: str
+    port: int
+    argv: tuple[str, ...]
+    supervisor_pid: int
+    supervisor_create_time: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as written to disk (every field but ``path``, plus a schema tag)."""
+        fields = attrs.asdict(self, filter=lambda field, _: field.name != "path")
+        return {"schema": RECORD_SCHEMA, **fields, "argv": list(self.argv)}
+
+    @classmethod
+    def from_json(cls, path: Path, data: object) -> OrphanRecord:
+        """Parse a record read from ``path``.
+
+        Raises:
+            ValueError: not a record of this schema, or a field missing or of the wrong type.
+        """
+        if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
+            raise ValueError(f"not a record of schema {RECORD_SCHEMA}")
+        argv = data.get("argv")
+        if not isinstance(argv, list) or not all(isinstance(arg, str) for arg in argv):
+            raise ValueError("argv must be a list of strings")
+        return cls(
+            path=path,
+            pid=_int(data, "pid"),
+            pgid=_int(data, "pgid"),
+            create_time=_float(data, "create_time"),
+            boot_time=_float(data, "boot_time"),
+            boot_id=_str(data, "boot_id"),
+            port=_int(data, "port"),
+            argv=tuple(argv),
+            supervisor_pid=_int(data, "supervisor_pid"),
+            supervisor_create_time=_float(data, "supervisor_create_time"),
+        )
+
+
+def _int(data: dict[str, Any], name: str) -> int:
+    value = data.get(name)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ValueError(f"{name} must be an integer")
+
+
+def _float(data: dict[str, Any], name: str) -> float:
+    value = data.get(name)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    raise ValueError(f"{name} must be a number")
+
+
+def _str(data: dict[str, Any], name: str) -> str:
+    value = data.get(name)
+    if isinstance(value, str):
+        return value
+    raise ValueError(f"{name} must be a string")
+
+
+class OrphanOutcome(enum.Enum):
+    """What `reap_orphans` found for one record."""
+
+    ALIVE = "alive"
+    """Still running and left alone (its supervisor lives, or it survived SIGKILL, or its
+    leader is gone and the rest of its group cannot be proven ours); the record is kept."""
+    KILLED = "killed"
+    """It was ours and orphaned: its group was stopped; the record is removed."""
+    STALE = "stale"
+    """The process is gone, or its pid now belongs to another process; the record is removed
+    and nothing is signalled."""
+    IGNORED = "ignored"
+    """The record cannot be trusted or read; it is left in place and nothing is signalled."""
+
+
+@attrs.frozen
+class ReapedOrphan:
+    """One line of `reap_orphans`'s report.
+
+    Attributes:
+        record_path: The ``server.json`` concerned.
+        pid: The recorded server pid (None when the record could not be read).
+        port: The recorded port (None when the record could not be read).
+        outcome: What was found and done.
+        detail: One phrase for logs: why, and which signal ended the group.
+    """
+
+    record_path: Path
+    pid: int | None
+    port: int | None
+    outcome: OrphanOutcome
+    detail: str
+
+
+def write_record(
+    instance_dir: Path, process_pid: int, port: int, argv: Sequence[str]
+) -> OrphanRecord | None:
+    """Record a just-spawned managed server in ``instance_dir/server.json`` (atomically).
+
+    Does blocking file I/O (an fsync): call it from a thread in async code.
+
+    Returns:
+        The record written, or None when the process is already gone (nothing to record).
+
+    Raises:
+        BackendError: the record could not be written.
+    """
+    table = SystemProcessTable()
+    server = table.identify(process_pid)
+    me = table.identify(os.getpid())
+    if server is None or me is None:
+        return None
+    record = OrphanRecord(
+        path=instance_dir / RECORD_NAME,
+        pid=server.pid,
+        pgid=server.pgid,
+        create_time=server.create_time,
+        boot_time=server.boot_time,
+        boot_id=table.boot_id(),
+        port=port,
+        argv=tuple(argv),
+        supervisor_pid=me.pid,
+        supervisor_create_time=me.create_time,
+    )
+    _write_atomically(record.path, json.dumps(record.to_json(), indent=2).encode())
+    return record
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Write through a new exclusive temporary file, fsync, rename over ``path``, fsync dir."""
+    try:
+        fd, staging = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as error:
+        raise BackendError(f"cannot write the server record {path}: {error}") from error
+    try:
+        with os.fdopen(fd, "wb") as staged:
+            staged.write(data)
+            staged.flush()
+            os.fsync(staged.fileno())
+        os.replace(staging, path)
+        _fsync_directory(path.parent)
+    except OSError as error:
+        Path(staging).unlink(missing_ok=True)
+        raise BackendError(f"cannot write the server record {path}: {error}") from error
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_record(instance_dir: Path, *, pid: int | None = None) -> bool:
+    """Delete ``instance_dir/server.json`` once the server has been reaped.
+
+    Args:
+        instance_dir: The server's instance directory.
+        pid: When given, delete the record only if it names this pid (a later spawn may
+            already have replaced it).
+
+    Returns:
+        True when a record was deleted; a missing record is not an error.
+    """
+    path = instance_dir / RECORD_NAME
+    if pid is not None:
+        found = _read_trusted(path)
+        if not isinstance(found, OrphanRecord) or found.pid != pid:
+            return False
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def find_orphans(data_root: Path) -> list[OrphanRecord]:
+    """Every trusted, readable ``data_root/*/server.json``, sorted by path.
+
+    Records that cannot be trusted or parsed are left out (`reap_orphans` reports them).
+    A missing ``data_root`` holds no records.
+    """
+    return [found for found in scan_records(data_root) if isinstance(found, OrphanRecord)]
+
+
+def scan_records(data_root: Path) -> list[OrphanRecord | ReapedOrphan]:
+    """Every ``data_root/*/server.json``, sorted by path: the trusted record, or an IGNORED
+    report saying why it is not believed. A missing ``data_root`` holds no records."""
+    return [_read_trusted(path) for path in sorted(data_root.glob(f"*/{RECORD_NAME}"))]
+
+
+def _read_trusted(path: Path) -> OrphanRecord | ReapedOrphan:
+    """The record at ``path``, or an IGNORED report saying why it is not believed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return _ignored(path, "the record has disappeared")
+    except OSError as error:
+        return _ignored(path, f"cannot open the record: {error.strerror}")
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        distrust = _distrust(info)
+        if distrust is not None:
+            return _ignored(path, distrust)
+        raw = file.read(_MAX_RECORD_BYTES)
+    try:
+        return OrphanRecord.from_json(path, json.loads(raw))
+    except ValueError as error:
+        return _ignored(path, f"unreadable record: {error}")
+
+
+def _distrust(info: os.stat_result) -> str | None:
+    if not stat.S_ISREG(info.st_mode):
+        return "the record is not a regular file"
+    if info.st_uid != os.geteuid():
+        return f"the record is owned by uid {info.st_uid}, not by this supervisor's user"
+    if info.st_mode & 0o022:
+        return f"the record is writable by others (mode {stat.S_IMODE(info.st_mode):04o})"
+    return None
+
+
+def _ignored(path: Path, detail: str) -> ReapedOrphan:
+    return ReapedOrphan(path, None, None, OrphanOutcome.IGNORED, detail)

@@ -1,0 +1,321 @@
+"""The HTTP probe of an inference server: health, model lists, identity and a one-token completion.
+
+Two layers (style.md "Layers"):
+
+- pure functions that turn a status code and a body into a value (`classify_health`,
+  `classify_models_status`, `classify_ollama_version`, `parse_model_ids`,
+  `parse_ollama_version`, `completion_body`, `parse_completion`) and the values they return;
+  no I/O, tested without an event loop; they live in `_probe_parse.py`;
+- `ProbeClient`, the one I/O edge (this module), on an injectable httpx transport so tests
+  use ``httpx.MockTransport``. The runtime sees it through the `Prober` protocol.
+
+Errors::
+
+    BackendError (inferactors._errors)
+    ├── ProbeFailure       a request could not complete: transport error, timeout, body over 1 MiB
+    └── DeepHealthTimeout  the one-token completion did not finish within the client's timeout
+
+Source: seed-behaviour.md section 3 (Probing) and server-apis.md sections 1 to 3.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import ssl
+from collections.abc import AsyncGenerator, Callable, Mapping
+from typing import Literal, Protocol, Self, TypeAlias, assert_never, cast
+
+import attrs
+import httpx
+import trio
+
+from .._errors import BackendError, DeepHealthTimeout
+from .._flavor import InferFlavor
+from .._policy.probe_parse import (
+    CompletionResult,
+    Health,
+    ServerReport,
+    Unhealthy,
+    Unreachable,
+    Up,
+    classify_health,
+    classify_models_status,
+    classify_ollama_version,
+    completion_body,
+    json_object,
+    parse_completion,
+    parse_model_ids,
+    parse_ollama_version,
+)
+
+MAX_BODY_BYTES = 1024 * 1024
+"""Largest response body a probe reads: 1 MiB (seed-behaviour.md section 3)."""
+
+
+FailureKind: TypeAlias = Literal["transport", "timeout", "too-large"]
+
+
+class ProbeFailure(BackendError):
+    """A probe request got no usable reply; ``why`` names the request and the cause.
+
+    ``kind`` is ``"transport"`` (refused, reset, protocol error), ``"timeout"`` (no complete
+    reply within the client's timeout) or ``"too-large"`` (body over 1 MiB).
+    """
+
+    def __init__(self, why: str, *, kind: FailureKind = "transport") -> None:
+        super().__init__(why)
+        self.why = why
+        self.kind: FailureKind = kind
+
+
+class Prober(Protocol):
+    """What the runtime needs from a server probe; `ProbeClient` is the HTTP implementation.
+
+    ``report`` never raises for a server fault; ``tiny_completion`` raises BackendError or
+    DeepHealthTimeout; ``props`` is None on any failure; ``aclose`` releases the connections.
+    """
+
+    async def report(self, flavor: InferFlavor) -> ServerReport: ...
+    async def tiny_completion(self, model: str | None) -> CompletionResult: ...
+    async def props(self) -> Mapping[str, object] | None: ...
+    async def aclose(self) -> None: ...
+
+
+@attrs.define(eq=False)
+class ProbeClient:
+    """HTTP client for one server's probes; open it with `ProbeClient.open`.
+
+    Never follows redirects, ignores proxy environment variables, keeps no idle pooled
+    connections, reads at most 1 MiB of a body, and bounds each request, body included, by
+    ``timeout_s`` (seed-behaviour.md section 3, ``ServerClient::new``). Usable as
+    ``async with``; closing is idempotent.
+    """
+
+    base_url: str
+    timeout_s: float
+    _client: httpx.AsyncClient
+
+    @classmethod
+    def open(
+        cls,
+        base_url: str,
+        *,
+        timeout_s: float,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> ProbeClient:
+        """A client for ``base_url`` (for example ``http://127.0.0.1:8090``).
+
+        Args:
+            base_url: the server's root URL; request paths are joined to it.
+            timeout_s: float seconds: connect, read and write timeout, and the deadline of each
+                whole request including its body.
+            transport: an httpx transport to use instead of the network (tests pass
+                ``httpx.MockTransport``).
+        """
+        client = httpx.AsyncClient(
+            base_url=base_url,
+            transport=transport,
+            follow_redirects=False,
+            trust_env=False,
+            timeout=httpx.Timeout(timeout_s),
+            limits=httpx.Limits(max_keepalive_connections=0),
+            verify=_shared_ssl_context(),
+        )
+        return cls(base_url=base_url, timeout_s=timeout_s, client=client)
+
+    async def aclose(self) -> None:
+        """Close the underlying httpx client."""
+        await self._client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def get(self, path: str) -> tuple[int, bytes]:
+        """``GET path``; return ``(status, body)``.
+
+        Raises:
+            ProbeFailure: transport error, timeout, or a body over 1 MiB.
+        """
+        return await self._exchange("GET", path, None)
+
+    async def post_json(self, path: str, body: Mapping[str, object]) -> tuple[int, bytes]:
+        """``POST path`` with ``body`` as JSON (with Content-Length); return ``(status, body)``.
+
+        Raises:
+            ProbeFailure: transport error, timeout, or a body over 1 MiB.
+        """
+        return await self._exchange("POST", path, body)
+
+    async def report(self, flavor: InferFlavor) -> ServerReport:
+        """Probe the server as ``flavor`` speaks (seed-behaviour.md section 3).
+
+        llama.cpp and mlx-lm: ``GET /health`` (404 falls back to ``GET /v1/models``), then, only
+        when `Up`, the ids of ``/v1/models``. Ollama: ``GET /api/version``, then, only when
+        `Up`, ``/api/tags`` into ``models`` and ``/api/ps`` into ``loaded``. A failed list
+        request leaves its field empty. Never raises for a server fault: transport errors and
+        timeouts become `Unreachable`, a body over 1 MiB `Unhealthy`.
+        """
+        match flavor:
+            case InferFlavor.LLAMACPP | InferFlavor.MLX_LM:
+                return await self._report_openai()
+            case InferFlavor.OLLAMA:
+                return await self._report_ollama()
+            case _:
+                assert_never(flavor)
+
+    async def props(self) -> Mapping[str, object] | None:
+        """llama-server's ``GET /props`` JSON object (``build_info``, ``model_path``, ...).
+
+        None on any failure: transport error, non-200 status, or a body that is not a JSON
+        object (server-apis.md section 1).
+        """
+        try:
+            status, body = await self.get("/props")
+        except ProbeFailure:
+            return None
+        return json_object(body) if status == 200 else None
+
+    async def build_info(self) -> str | None:
+        """``/props`` ``build_info`` (``"b<build>-<commit>"``), or None if unavailable."""
+        props = await self.props()
+        value = None if props is None else props.get("build_info")
+        return value if isinstance(value, str) else None
+
+    async def tiny_completion(self, model: str | None) -> CompletionResult:
+        """Ask for one token through ``POST /v1/chat/completions`` (body: `completion_body`).
+
+        Source: seed-behaviour.md section 3 (``tiny_completion``), FC-04, FC-07, FC-09.
+
+        Raises:
+            DeepHealthTimeout: no complete reply within ``timeout_s``; the message names it.
+            BackendError: transport error, body over 1 MiB, non-200 reply or malformed body
+                (see `parse_completion`); messages start with ``"deep health: "``.
+        """
+        started = trio.current_time()
+        try:
+            status, body = await self.post_json("/v1/chat/completions", completion_body(model))
+        except ProbeFailure as exc:
+            if exc.kind == "timeout":
+                raise DeepHealthTimeout(
+                    f"deep health: completion did not finish within {self.timeout_s:g} s"
+                ) from exc
+            raise BackendError(f"deep health: {exc.why}") from exc
+        text, finish_reason = parse_completion(status, body)
+        return CompletionResult(text, trio.current_time() - started, finish_reason)
+
+    async def _report_openai(self) -> ServerReport:
+        started = trio.current_time()
+        health, models_body = await self._openai_health()
+        latency_s = trio.current_time() - started
+        if not isinstance(health, Up):
+            return ServerReport(health, latency_s=latency_s)
+        if models_body is None:
+            models = await self._ids("/v1/models")
+        else:
+            models = parse_model_ids(models_body)
+        return ServerReport(health, models=models, latency_s=latency_s)
+
+    async def _openai_health(self) -> tuple[Health, bytes | None]:
+        """Health, plus the ``/v1/models`` body when the 404 fallback already fetched it."""
+        try:
+            status, body = await self.get("/health")
+            health = classify_health(status, body)
+            if health is not None:
+                return health, None
+            status, body = await self.get("/v1/models")
+        except ProbeFailure as exc:
+            return _failure_health(exc), None
+        return classify_models_status(status), body
+
+    async def _report_ollama(self) -> ServerReport:
+        started = trio.current_time()
+        try:
+            status, body = await self.get("/api/version")
+        except ProbeFailure as exc:
+            return ServerReport(_failure_health(exc), latency_s=trio.current_time() - started)
+        latency_s = trio.current_time() - started
+        health = classify_ollama_version(status)
+        if not isinstance(health, Up):
+            return ServerReport(health, latency_s=latency_s)
+        models = await self._ids("/api/tags")
+        loaded = await self._ids("/api/ps")
+        return ServerReport(health, models, loaded, parse_ollama_version(body), latency_s)
+
+    async def _ids(self, path: str) -> tuple[str, ...]:
+        try:
+            status, body = await self.get(path)
+        except ProbeFailure:
+            return ()
+        return parse_model_ids(body) if status == 200 else ()
+
+    async def _exchange(
+        self, method: str, path: str, body: Mapping[str, object] | None
+    ) -> tuple[int, bytes]:
+        request = f"{method} {path}"
+        try:
+            with trio.fail_after(self.timeout_s):
+                async with self._client.stream(method, path, json=body) as response:
+                    return response.status_code, await _read_capped(response, request)
+        except (trio.TooSlowError, httpx.TimeoutException) as exc:
+            why = f"{request}: no complete reply within {self.timeout_s:g} s"
+            raise ProbeFailure(why, kind="timeout") from exc
+        except httpx.HTTPError as exc:
+            raise ProbeFailure(f"{request}: {_describe(exc)}") from exc
+
+
+def _failure_health(exc: ProbeFailure) -> Health:
+    return Unhealthy(exc.why) if exc.kind == "too-large" else Unreachable(exc.why)
+
+
+async def _read_capped(response: httpx.Response, request: str) -> bytes:
+    """Read the body chunk by chunk; stop as soon as it passes `MAX_BODY_BYTES`.
+
+    A declared Content-Length over the cap fails before any byte is read. A body cut short
+    leaves httpx's nested stream generators unfinished: trio closes them itself, with a
+    ResourceWarning (httpx 0.28, encode/httpx#3686), which is harmless.
+    """
+    too_large = ProbeFailure(f"{request}: response too large (over 1 MiB)", kind="too-large")
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    stream = cast(AsyncGenerator[bytes, None], response.aiter_bytes())  # it is one
+    async with contextlib.aclosing(stream) as body:
+        async for chunk in body:
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise too_large
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _describe(exc: Exception) -> str:
+    return str(exc) or type(exc).__name__
+
+
+@functools.cache
+def _shared_ssl_context() -> ssl.SSLContext:
+    """One TLS context for every probe client: httpx would otherwise build (and load the CA
+    bundle into) a fresh one per client, 24 to 54 ms of blocked event loop each time on
+    this machine (bench/README.md), although the servers we probe speak plain HTTP."""
+    return ssl.create_default_context()
+
+
+ProberFactory: TypeAlias = Callable[[str, float], "Prober"]
+"""Opens a prober for a base URL with a timeout in seconds (the HTTP edge, swappable)."""
+
+
+async def probe_once(
+    open_prober: ProberFactory, base: str, timeout_s: float, flavor: InferFlavor
+) -> ServerReport:
+    """One probe of ``base`` with a fresh client, closed afterwards."""
+    prober = open_prober(base, timeout_s)
+    try:
+        return await prober.report(flavor)
+    finally:
+        await prober.aclose()

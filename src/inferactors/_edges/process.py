@@ -1,0 +1,294 @@
+"""The process edge: start a managed server in its own process group and take it down again.
+
+`ManagedProcess.spawn` starts a server (llama-server, mlx_lm.server) from a launch
+description; `ManagedProcess.terminate` stops it. The behaviour follows seed-behaviour.md
+section 4 ("Supervised") and checklist items 43-44, 48, 52 and 61:
+
+- the child runs in a new session, so its process group id equals its pid and every signal
+  goes to the whole group (FC-12: a wrapper that forks cannot hide a grandchild);
+- stdin is ``/dev/null``; stdout and stderr are captured (`OutputCapture`);
+- the child gets resource limits, drops to ``run_as`` when one is given, and on Linux gets
+  ``PR_SET_PDEATHSIG`` = SIGKILL, so a supervisor killed with SIGKILL does not leave a
+  server behind (FC-13). That child setup, and why the fork happens in the trio thread, is
+  in ``_spawn.py``;
+- stopping is llama-swap's numbered kill steps: 1. SIGTERM the group, 2. wait the grace,
+  3. SIGKILL the group, 4. wait for the exit (FC-05, FC-11);
+- when the leader exits on its own its group is killed at once, so no grandchild outlives
+  it (checklist item 52), and if the nursery that runs the process's tasks is cancelled, the
+  group is killed and reaped (item 61).
+
+Cleanup after an exit or during a stop runs in scopes that are shielded *and* carry their
+own deadline (``trio.move_on_after(bound, shield=True)``): shielded so a cancelled caller
+cannot leave a process behind, bounded so a process stuck in the kernel cannot hang us.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+from typing import Protocol
+
+import attrs
+import trio
+
+from .._errors import BackendError
+from .._policy.privilege import RunAs
+from .capture import OutputCapture, RunEvidence
+from .spawn import CHILD_RLIMITS as CHILD_RLIMITS
+from .spawn import ChildProcess as ChildProcess
+from .spawn import OpenProcess as OpenProcess
+from .spawn import PosixChild as PosixChild
+from .spawn import clamp_limit as clamp_limit
+from .spawn import open_child_process as open_child_process
+
+OUTPUT_DRAIN_S = 2.0
+"""How long, after the leader's exit, the pipes get to reach end of file (seconds)."""
+
+REAP_BOUND_S = 5.0
+"""How long a SIGKILLed leader gets to be reaped before we give up waiting (seconds)."""
+
+_SETTLE_BOUND_S = REAP_BOUND_S + OUTPUT_DRAIN_S + 1.0
+
+_READ_CHUNK_BYTES = 65536
+
+
+class LaunchLike(Protocol):
+    """What `ManagedProcess.spawn` reads from a launch description (``_launch.Launch``)."""
+
+    @property
+    def program(self) -> Path: ...
+    @property
+    def args(self) -> tuple[str, ...]: ...
+    @property
+    def cwd(self) -> Path: ...
+    @property
+    def env(self) -> tuple[tuple[str, str], ...]: ...
+
+
+@attrs.define(eq=False)
+class ManagedProcess:
+    """One running server process and the tasks that watch it.
+
+    Get one from `spawn`. Two tasks run in the nursery given to `spawn`: an exit watcher
+    and an output pump. The watcher is the only writer of the exit state: it notices the
+    leader's exit as it happens, SIGKILLs the group, reaps the leader, lets the pipes drain
+    for up to `OUTPUT_DRAIN_S` and builds the evidence. If that nursery is cancelled first,
+    the watcher SIGKILLs the group and reaps it (bounded by `REAP_BOUND_S`) before it ends.
+
+    Signals go to the group only while the leader is unreaped, so the group id is surely
+    ours; after the reap nothing is signalled again (the watcher SIGKILLed the group just
+    before it), so a later process that reuses the id is never touched.
+    """
+
+    _child: ChildProcess
+    _args: tuple[str, ...]
+    _started_at: float
+    _stdout: OutputCapture = attrs.field(factory=OutputCapture)
+    _stderr: OutputCapture = attrs.field(factory=OutputCapture)
+    _exited: trio.Event = attrs.field(factory=trio.Event)
+    _output_done: trio.Event = attrs.field(factory=trio.Event)
+    _finished: trio.Event = attrs.field(factory=trio.Event)
+    _output_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    _returncode: int | None = None
+    _exited_at: float | None = None
+    _killed_after_grace: bool = False
+    _evidence: RunEvidence | None = None
+
+    @classmethod
+    async def spawn(
+        cls,
+        nursery: trio.Nursery,
+        launch: LaunchLike,
+        *,
+        open_process: OpenProcess = open_child_process,
+        run_as: RunAs | None = None,
+    ) -> ManagedProcess:
+        """Start ``launch`` and watch it from tasks in ``nursery``.
+
+        Args:
+            nursery: Runs the exit watcher and the output pump until the process is gone.
+            launch: Program, args, working directory and the *whole* environment (nothing
+                is inherited from ours).
+            open_process: The spawn function; tests and higher layers may inject a fake.
+            run_as: Run the server as this user (issue 3 item 6, checklist item 45); None
+                keeps ours. Refusing root without it is `require_unprivileged`'s job, and
+                handing over the instance directory `prepare_instance_dir`'s (both in
+                ``_containment.py``), done before the spawn.
+
+        Raises:
+            BackendError: the program could not be started (missing, not executable by
+                ``run_as``, bad cwd, a user switch we may not make, a failed child setup);
+                the message names the program.
+        """
+        argv = (str(launch.program), *launch.args)
+        try:
+            child = await open_process(argv, cwd=launch.cwd, env=dict(launch.env), run_as=run_as)
+        except (OSError, subprocess.SubprocessError) as error:
+            raise BackendError(f"cannot start {launch.program}: {error}") from error
+        process = cls(child, launch.args, trio.current_time())
+        nursery.start_soon(process._watch_exit, name=f"inferactors exit watcher {child.pid}")
+        nursery.start_soon(process._pump_output, name=f"inferactors output {child.pid}")
+        return process
+
+    @property
+    def pid(self) -> int:
+        """The leader's process id."""
+        return self._child.pid
+
+    @property
+    def pgid(self) -> int:
+        """The process group id; equal to `pid`, since the leader starts a new session."""
+        return self._child.pid
+
+    @property
+    def started_at(self) -> float:
+        """`trio.current_time` when the process was spawned (seconds)."""
+        return self._started_at
+
+    @property
+    def returncode(self) -> int | None:
+        """None while the leader runs; then its returncode (``-N``: killed by signal N)."""
+        return self._returncode
+
+    @property
+    def running(self) -> bool:
+        """True until the leader's exit has been noticed (or, for a leader that a SIGKILL
+        could not end, until `REAP_BOUND_S` has been spent waiting for it)."""
+        return not self._exited.is_set()
+
+    async def wait_exited(self) -> RunEvidence:
+        """Wait until the leader has exited and its group is gone, then return the evidence.
+
+        By then the group has been SIGKILLed (no grandchild outlives the leader) and the
+        pipes have reached end of file or had `OUTPUT_DRAIN_S` to do so. Cancelling this
+        wait leaves the process running and watched.
+        """
+        await self._finished.wait()
+        return self._current_evidence()
+
+    async def terminate(self, grace_s: float) -> RunEvidence:
+        """Stop the process: SIGTERM the group, wait ``grace_s``, SIGKILL the group, reap.
+
+        Safe to call after the process exited, or twice: it then signals nothing and returns
+        the evidence. If the task is cancelled during the grace period, the group is SIGKILLed
+        at once and reaped (shielded, bounded by `REAP_BOUND_S` + `OUTPUT_DRAIN_S` + 1 s)
+        before `trio.Cancelled` propagates.
+
+        Args:
+            grace_s: Seconds the leader gets to exit after SIGTERM (0: kill at once).
+
+        Returns:
+            The evidence; ``killed_after_grace`` is True when SIGKILL was needed. Its exit
+            status is unknown only if the leader could not be reaped within the bound.
+        """
+        try:
+            if self.running:
+                self._signal_group(signal.SIGTERM)
+                with trio.move_on_after(grace_s):
+                    await self._exited.wait()
+        finally:
+            await self._kill_and_settle()
+        return self._current_evidence()
+
+    def kill_group_now(self) -> None:
+        """SIGKILL the whole group at once, best effort; for emergency teardown (sync)."""
+        self._signal_group(signal.SIGKILL)
+
+    def _signal_group(self, signum: int) -> None:
+        """Signal the group while its leader is unreaped, so the group id is surely ours.
+
+        After the reap the watcher has already SIGKILLed the group; nothing is left to do.
+        """
+        if self._returncode is None and not self._finished.is_set():
+            self._child.signal_group(signum)
+
+    async def _kill_and_settle(self) -> None:
+        """SIGKILL a leader that is still alive, then wait (shielded, bounded) for the end."""
+        if self.running:
+            self._killed_after_grace = True
+            self._signal_group(signal.SIGKILL)
+        with trio.move_on_after(_SETTLE_BOUND_S, shield=True):
+            await self._finished.wait()
+
+    async def _watch_exit(self) -> None:
+        """The exit watcher: wait for the exit, then settle (even when cancelled)."""
+        try:
+            await self._child.wait_exiting()
+            self._exited_at = trio.current_time()
+        finally:
+            with trio.move_on_after(_SETTLE_BOUND_S, shield=True):
+                await self._settle()
+            self._finish()
+
+    async def _settle(self) -> None:
+        """Kill the group, reap the leader, give the pipes `OUTPUT_DRAIN_S` to reach EOF."""
+        if self._exited_at is None:  # the nursery was cancelled while the leader ran
+            self._child.signal_group(signal.SIGKILL)
+            with trio.move_on_after(REAP_BOUND_S):
+                await self._child.wait_exiting()
+                self._exited_at = trio.current_time()
+            if self._exited_at is None:
+                return
+        self._child.signal_group(signal.SIGKILL)  # the leader is gone: its group goes too
+        self._returncode = self._child.reap()
+        self._exited.set()
+        with trio.move_on_after(OUTPUT_DRAIN_S):
+            await self._output_done.wait()
+        self._output_scope.cancel()
+        await self._output_done.wait()
+
+    def _finish(self) -> None:
+        """Build the evidence once and wake every waiter (also after a failed settle)."""
+        if self._evidence is None:
+            self._evidence = self._build_evidence()
+        self._exited.set()
+        self._finished.set()
+
+    def _current_evidence(self) -> RunEvidence:
+        return self._evidence if self._evidence is not None else self._build_evidence()
+
+    def _build_evidence(self) -> RunEvidence:
+        ended_at = self._exited_at if self._exited_at is not None else trio.current_time()
+        return RunEvidence.from_run(
+            args=self._args,
+            pid=self._child.pid,
+            returncode=self._returncode,
+            elapsed_s=ended_at - self._started_at,
+            stdout=self._stdout,
+            stderr=self._stderr,
+            killed_after_grace=self._kill_was_needed(),
+        )
+
+    def _kill_was_needed(self) -> bool:
+        """True when a stop sent SIGKILL and the leader did die of it (or was never reaped).
+
+        A leader that exited between the end of the grace and the SIGKILL was not killed.
+        """
+        return self._killed_after_grace and self._returncode in (None, -signal.SIGKILL)
+
+    async def _pump_output(self) -> None:
+        """Read stdout and stderr into their captures until EOF or until cancelled."""
+        try:
+            with self._output_scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_read_stream, self._child.stdout, self._stdout)
+                    nursery.start_soon(_read_stream, self._child.stderr, self._stderr)
+        finally:
+            self._output_done.set()
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(self._child.stdout)
+                await trio.aclose_forcefully(self._child.stderr)
+
+
+async def _read_stream(stream: trio.abc.ReceiveStream, capture: OutputCapture) -> None:
+    """Feed ``stream`` into ``capture`` until end of file."""
+    while True:
+        try:
+            chunk = await stream.receive_some(_READ_CHUNK_BYTES)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        if not chunk:
+            capture.mark_eof()
+            return
+        capture.feed(chunk)

@@ -1,0 +1,261 @@
+"""The model registry's file-system edge: hash, scan and check model files in place.
+
+`FileHasher` is the Protocol everything hashes through; `Blake3Hasher` is the real one, and
+tests swap in a counting wrapper to see which files a lazy check re-hashed. Files are read in
+1 MiB chunks, so memory stays flat whatever the model size, and nothing is ever copied.
+Source: seed-behaviour.md section 6 (adoption "hashes files in place (streaming BLAKE3) and
+never copies them"; ``scan_file`` and ``scan_dir``; "every file resolves inside the root (or
+its HF ``blobs/``)").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+import attrs
+import blake3
+
+from .._errors import InvalidConfig
+from .._flavor import ModelFormat
+from .manifest import ModelFile, ModelManifest
+from .manifest_io import WEIGHT_SUFFIXES, choose_format, classify_file
+
+CHUNK_SIZE = 1 << 20
+"""Bytes read per chunk: 1 MiB."""
+
+ProgressFn = Callable[[Path, int, int], None]
+"""``on_progress(path, done_bytes, total_bytes)``, called after every chunk (and once for an
+empty file with ``(path, 0, 0)``)."""
+
+
+class FileHasher(Protocol):
+    """Computes the BLAKE3 digest of one file."""
+
+    def hash_file(self, path: Path, *, on_progress: ProgressFn | None = None) -> str:
+        """Return the 64-character lower-case hex BLAKE3 digest of the file at ``path``.
+
+        Raises:
+            OSError: the file cannot be opened or read.
+        """
+        ...
+
+
+@attrs.frozen
+class Blake3Hasher:
+    """The real hasher: streams the file through BLAKE3 in ``chunk_size`` byte chunks."""
+
+    chunk_size: int = CHUNK_SIZE
+
+    def hash_file(self, path: Path, *, on_progress: ProgressFn | None = None) -> str:
+        """Return the hex BLAKE3 digest of ``path``; see `FileHasher.hash_file`."""
+        return blake3_file(path, on_progress=on_progress, chunk_size=self.chunk_size)
+
+
+def blake3_file(
+    path: Path, *, on_progress: ProgressFn | None = None, chunk_size: int = CHUNK_SIZE
+) -> str:
+    """Hash ``path`` with BLAKE3, reading ``chunk_size`` bytes at a time.
+
+    Args:
+        path: the file to hash (symlinks are followed).
+        on_progress: called as ``(path, done_bytes, total_bytes)`` after each chunk; the total
+            is the size when the file was opened.
+        chunk_size: bytes per read, 1 MiB by default.
+
+    Returns:
+        The digest as 64 lower-case hex characters.
+
+    Raises:
+        OSError: the file cannot be opened or read.
+    """
+    hasher = blake3.blake3()
+    with path.open("rb") as handle:
+        total = os.fstat(handle.fileno()).st_size
+        done = 0
+        if on_progress is not None and total == 0:
+            on_progress(path, 0, 0)
+        while chunk := handle.read(chunk_size):
+            hasher.update(chunk)
+            done += len(chunk)
+            if on_progress is not None:
+                on_progress(path, done, total)
+    return hasher.hexdigest()
+
+
+@attrs.frozen
+class FileStamp:
+    """What a lazy check compares; a file is re-hashed when any field changed."""
+
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    inode: int
+    device: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileStamp:
+        """The stamp of a ``stat`` result."""
+        return cls(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+
+
+@attrs.frozen
+class CheckFailure:
+    """Why a pinned file failed its check; ``sticky`` when it means tampering (refused)
+    rather than absence (a disk not mounted yet)."""
+
+    reason: str
+    sticky: bool
+
+
+def allowed_bases(real_root: Path) -> tuple[Path, ...]:
+    """Directories a model's files may resolve into: the (symlink-free) root, plus the Hugging
+    Face cache's ``blobs/`` when the root is ``.../snapshots/<revision>``."""
+    if real_root.parent.name == "snapshots":
+        return (real_root, real_root.parent.parent / "blobs")
+    return (real_root,)
+
+
+def check_pinned_file(
+    real_root: Path,
+    label: str,
+    file: ModelFile,
+    *,
+    known: FileStamp | None,
+    hasher: FileHasher,
+    on_progress: ProgressFn | None = None,
+) -> FileStamp | CheckFailure:
+    """Check one pinned file under ``real_root`` against its size and digest.
+
+    Args:
+        real_root: the model root with symlinks resolved.
+        label: how messages name the file, for example ``"shard tiny.gguf"``.
+        file: the pinned path (relative), size and digest.
+        known: the stamp from the last passing check; when the file's stamp still equals it,
+            the file is not re-hashed (a lazy check). None forces a hash (a full check).
+        hasher: the hasher to use.
+        on_progress: passed to the hasher.
+
+    Returns:
+        The file's stamp when it passed, else a `CheckFailure` whose reason starts with
+        ``label``: missing, outside the root, resized, or BLAKE3 differs.
+    """
+    try:
+        real = (real_root / file.path).resolve(strict=True)
+        st = real.stat()
+    except (OSError, RuntimeError):
+        return CheckFailure(f"{label}: missing under {real_root}", sticky=False)
+    if not any(real.is_relative_to(base) for base in allowed_bases(real_root)):
+        return CheckFailure(f"{label}: resolves to {real}, outside the model root", sticky=True)
+    if st.st_size != file.size:
+        reason = f"{label}: size is {st.st_size} bytes, the registry pins {file.size} (resized)"
+        return CheckFailure(reason, sticky=True)
+    stamp = FileStamp.of(st)
+    if known == stamp:
+        return stamp
+    try:
+        digest = hasher.hash_file(real, on_progress=on_progress)
+    except OSError as error:
+        return CheckFailure(f"{label}: unreadable: {error.strerror}", sticky=False)
+    if digest != file.blake3:
+        reason = f"{label}: BLAKE3 differs from the registry (tampered or replaced)"
+        return CheckFailure(reason, sticky=True)
+    return stamp
+
+
+def scan_model(
+    path: Path,
+    *,
+    name: str,
+    fmt: ModelFormat | None,
+    hasher: FileHasher,
+    on_progress: ProgressFn | None = None,
+) -> ModelManifest:
+    """Hash the model at ``path`` in place and describe it as a manifest (no source).
+
+    ``path`` is one ``.gguf`` file (root: its directory, or its target's if it is a symlink)
+    or a directory: its top-level weight files are shards, its tokenizer, config and template
+    files are pinned too (`classify_file`), and the format comes from `choose_format`, mlx
+    when ``config.json`` has mlx-lm's ``quantization`` key or the first safetensors header
+    says ``format: mlx``.
+
+    Raises:
+        InvalidConfig: ``path`` is missing, not a ``.gguf`` file, holds no weight files, has a
+            file that resolves outside it, changed while hashed, or ``fmt`` does not fit.
+        OSError: a file cannot be read.
+    """
+    if path.is_dir():
+        root = Path(os.path.abspath(path))
+        shards, tokenizer = _list_model_dir(root)
+    elif path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise InvalidConfig(f"path: {path} is not a .gguf file; register its directory")
+        real = Path(os.path.realpath(path) if path.is_symlink() else os.path.abspath(path))
+        root, shards, tokenizer = real.parent, [real.name], []
+    else:
+        raise InvalidConfig(f"path: {path} is not an existing file or directory")
+    fmt = choose_format(shards, explicit=fmt, says_mlx=_says_mlx(root, shards, tokenizer))
+    return ModelManifest(
+        name=name,
+        format=fmt,
+        root=str(root),
+        shards=_hash_files(root, shards, hasher, on_progress),
+        tokenizer=_hash_files(root, tokenizer, hasher, on_progress),
+    )
+
+
+def _list_model_dir(root: Path) -> tuple[list[str], list[str]]:
+    bases = allowed_bases(root.resolve())
+    shards: list[str] = []
+    tokenizer: list[str] = []
+    for entry in sorted(os.scandir(root), key=lambda e: e.name):
+        kind = classify_file(entry.name)
+        if kind is None or not entry.is_file():
+            continue
+        real = (root / entry.name).resolve()
+        if not any(real.is_relative_to(base) for base in bases):
+            raise InvalidConfig(f"path: {entry.name} resolves to {real}, outside {root}")
+        (shards if kind == "shard" else tokenizer).append(entry.name)
+    if not shards:
+        suffixes = ", ".join(sorted(WEIGHT_SUFFIXES))
+        raise InvalidConfig(f"path: no weight files ({suffixes}) in {root}")
+    return shards, tokenizer
+
+
+def _hash_files(
+    root: Path, names: list[str], hasher: FileHasher, on_progress: ProgressFn | None
+) -> tuple[ModelFile, ...]:
+    files = []
+    for rel in names:
+        before = FileStamp.of((root / rel).stat())
+        digest = hasher.hash_file(root / rel, on_progress=on_progress)
+        if FileStamp.of((root / rel).stat()) != before:
+            raise InvalidConfig(f"path: {rel} changed while it was hashed; add it once complete")
+        files.append(ModelFile(path=rel, size=before.size, blake3=digest))
+    return tuple(files)
+
+
+def _says_mlx(root: Path, shards: list[str], tokenizer: list[str]) -> bool:
+    if "config.json" in tokenizer:
+        with contextlib.suppress(OSError, ValueError):
+            config = json.loads((root / "config.json").read_text(encoding="utf-8"))
+            if isinstance(config, dict) and "quantization" in config:
+                return True
+    first = next((s for s in shards if s.lower().endswith(".safetensors")), None)
+    return first is not None and safetensors_format(root / first) == "mlx"
+
+
+def safetensors_format(path: Path) -> object:
+    """The ``__metadata__.format`` of a safetensors header (an 8-byte little-endian length,
+    then that much JSON), or None when absent, unreadable or the header is over 16 MiB."""
+    with contextlib.suppress(OSError, ValueError), path.open("rb") as handle:
+        length = int.from_bytes(handle.read(8), "little")
+        if length <= 16 << 20:
+            header = json.loads(handle.read(length))
+            metadata = header.get("__metadata__") if isinstance(header, dict) else None
+            return metadata.get("format") if isinstance(metadata, dict) else None
+    return None

@@ -1,0 +1,334 @@
+"""The model registry: named, digest-pinned models kept in one JSON file.
+
+A `ModelRegistry` records `ModelManifest`s (see `_manifest.py`) in a JSON file (format in
+`_manifest_io.py`) and hands out `ResolvedModel`s only for models whose files still match
+their pinned sizes and BLAKE3 digests. Files are hashed in place and never copied.
+
+Checks (source: seed-behaviour.md section 6, "Registry"):
+
+- The first `ModelRegistry.resolve` of a manifest in a registry object is a *full* check:
+  every shard and tokenizer file is re-hashed. Later resolves are *lazy*: only files whose
+  ``(size, mtime_ns, ctime_ns, inode, device)`` changed since they last passed are re-hashed
+  (the seed compares size and mtime; ctime and inode also catch a file swapped for one with
+  a forged mtime).
+- A resized file, a digest mismatch or a path that resolves outside the root refuses the
+  model, and the refusal is sticky: every later resolve is a full check until one passes.
+- A missing file or root makes the model not ready without that stickiness (a disk that is
+  not mounted yet is not tampering).
+
+All I/O here is synchronous; async callers run it in a thread (``trio.to_thread.run_sync``).
+A registry object may be shared by threads: checks of one model are serialised, and updates
+of the file hold an exclusive ``flock`` on ``<registry>.lock`` so that two processes adding
+models do not lose each other's entries. The file is re-read when it changed on disk, and
+every save is atomic (temporary file, fsync, ``os.replace``): a crash leaves the old file.
+The file I/O itself (saving, locking, stamping, reading) is in `_registry_file.py`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import attrs
+
+from .._errors import BackendError, InvalidConfig, ModelNotReady, UnknownModel
+from .._flavor import ModelFormat
+from .hashing import (
+    Blake3Hasher,
+    CheckFailure,
+    FileHasher,
+    FileStamp,
+    ProgressFn,
+    check_pinned_file,
+    scan_model,
+)
+from .manifest import ModelFile, ModelManifest, ModelSource, ResolvedModel
+from .manifest_io import check_manifest, check_model_name, registry_to_text
+from .registry_file import file_lock, read_registry, registry_stamp, write_atomic
+
+__all__ = ["ModelCheck", "ModelRegistry"]
+
+
+class ModelCheck(NamedTuple):
+    """The outcome of a full check of one model by `ModelRegistry.verify`."""
+
+    name: str
+    ok: bool
+    reason: str
+
+
+@attrs.define(eq=False)
+class _ModelState:
+    """Check state of one manifest, guarded by its own lock."""
+
+    lock: threading.Lock = attrs.field(factory=threading.Lock)
+    full_done: bool = False
+    refused: str | None = None
+    stamps: dict[str, FileStamp] = attrs.field(factory=dict)
+
+
+@attrs.define(eq=False)
+class ModelRegistry:
+    """Named models pinned by size and BLAKE3 digest, optionally backed by a JSON file.
+
+    Build one with `ModelRegistry.open` or `ModelRegistry.in_memory`, not the constructor.
+    """
+
+    _path: Path | None
+    _hasher: FileHasher
+    _models: dict[str, ModelManifest] = attrs.field(factory=dict)
+    _file_stamp: FileStamp | None = None
+    _states: dict[ModelManifest, _ModelState] = attrs.field(factory=dict)
+    _lock: threading.RLock = attrs.field(factory=threading.RLock)
+
+    @classmethod
+    def open(cls, path: Path, *, hasher: FileHasher | None = None) -> ModelRegistry:
+        """Open the registry file at ``path``; a missing file is an empty registry.
+
+        Raises:
+            InvalidConfig: the file is malformed; the message names the file and the field,
+                for example ``models.json: $.models[2].shards[0].blake3: expected ...``.
+            BackendError: the file exists but cannot be read.
+        """
+        registry = cls(path=path, hasher=hasher or Blake3Hasher())
+        registry._refresh()
+        return registry
+
+    @classmethod
+    def in_memory(cls, *, hasher: FileHasher | None = None) -> ModelRegistry:
+        """An empty registry that lives only in this object (tests, embedding)."""
+        return cls(path=None, hasher=hasher or Blake3Hasher())
+
+    @property
+    def path(self) -> Path | None:
+        """The registry file, or None for an in-memory registry."""
+        return self._path
+
+    def add(
+        self,
+        path: Path,
+        *,
+        name: str,
+        source: ModelSource | None = None,
+        format: ModelFormat | None = None,  # shadows the builtin: the manifest's field name
+        on_progress: ProgressFn | None = None,
+    ) -> ModelManifest:
+        """Register the model at ``path`` under ``name``, hashing its files in place.
+
+        ``path`` is one ``.gguf`` file or a model directory: top-level ``*.safetensors,
+        *.gguf, *.bin, *.pt, *.pth, *.npz, *.ckpt`` are shards, ``*.json, *.model,
+        *.tiktoken, *.txt, *.jinja`` tokenizer files; ``format`` overrides the detected format
+        (see `_hashing.scan_model`). Nothing is copied; the file is saved atomically.
+
+        Returns:
+            The manifest as stored.
+
+        Raises:
+            InvalidConfig: ``name`` is not a plain token or is already registered, ``path`` is
+                missing or holds no weights, ``format`` does not fit the files, or the registry
+                file is malformed (it is left untouched).
+            BackendError: a model file cannot be read or the registry cannot be saved.
+        """
+        check_model_name(name)
+        _refuse_taken(self._current(), name)
+        try:
+            scanned = scan_model(
+                path, name=name, fmt=format, hasher=self._hasher, on_progress=on_progress
+            )
+        except OSError as error:
+            raise BackendError(f"path: cannot read {error.filename}: {error.strerror}") from error
+        manifest = check_manifest(attrs.evolve(scanned, source=source or ModelSource()))
+        self._update(lambda models: _insert(models, manifest))
+        return manifest
+
+    def add_ollama(self, name: str, tag: str) -> ModelManifest:
+        """Register an Ollama model: format ollama, no pinned files, ``source.ollama_tag=tag``.
+
+        Raises:
+            InvalidConfig: a bad or taken ``name``, a ``tag`` with spaces or over 256 chars.
+        """
+        check_model_name(name)
+        manifest = ModelManifest(
+            name=name,
+            format=ModelFormat.OLLAMA,
+            root="",
+            shards=(),
+            source=ModelSource(ollama_tag=tag),
+        )
+        manifest = check_manifest(manifest)
+        self._update(lambda models: _insert(models, manifest))
+        return manifest
+
+    def remove(self, name: str) -> ModelManifest:
+        """Forget the model ``name`` (its files are untouched) and return its manifest.
+
+        Raises:
+            UnknownModel: no model has that name.
+        """
+        removed: builtins.list[ModelManifest] = []
+
+        def change(models: dict[str, ModelManifest]) -> None:
+            if name not in models:
+                _unknown(name)
+            removed.append(models.pop(name))
+
+        self._update(change)
+        return removed[0]
+
+    def list(self) -> tuple[ModelManifest, ...]:
+        """Every registered manifest, sorted by name."""
+        models = self._current()
+        return tuple(models[name] for name in sorted(models))
+
+    def get(self, name: str) -> ModelManifest:
+        """The manifest registered as ``name``.
+
+        Raises:
+            UnknownModel: no model has that name.
+        """
+        manifest = self._current().get(name)
+        return manifest if manifest is not None else _unknown(name)
+
+    def resolve(self, name: str, *, on_progress: ProgressFn | None = None) -> ResolvedModel:
+        """Check the model's files and return their absolute paths, ready to launch.
+
+        The first resolve of a manifest re-hashes every file; later ones re-hash only files
+        whose stat changed (see the module docstring), unless the model was refused, which
+        forces a full check. ``root`` is the registered root with its symlinks resolved and
+        every path is ``root / relative path``; an ollama model has ``root == Path()`` and no
+        files.
+
+        Raises:
+            UnknownModel: no model has that name.
+            ModelNotReady: ``"model tiny is not ready: shard tiny.gguf: BLAKE3 differs ..."``
+                for a missing, resized, tampered or escaping file.
+        """
+        manifest = self.get(name)
+        failure = self._check(manifest, force_full=False, on_progress=on_progress)
+        if failure is not None:
+            raise ModelNotReady(f"model {name} is not ready: {failure.reason}")
+        return _resolved(manifest)
+
+    def verify(
+        self, name: str | None = None, *, on_progress: ProgressFn | None = None
+    ) -> builtins.list[ModelCheck]:
+        """Fully re-hash one model (or every model, by name) and report each outcome.
+
+        A passing check clears a sticky refusal. A failing model is reported, not raised.
+
+        Raises:
+            UnknownModel: ``name`` is given and not registered.
+        """
+        manifests = [self.get(name)] if name is not None else builtins.list(self.list())
+        checks = []
+        for manifest in manifests:
+            failure = self._check(manifest, force_full=True, on_progress=on_progress)
+            reason = _ok_reason(manifest) if failure is None else failure.reason
+            checks.append(ModelCheck(manifest.name, failure is None, reason))
+        return checks
+
+    def _check(
+        self, manifest: ModelManifest, *, force_full: bool, on_progress: ProgressFn | None
+    ) -> CheckFailure | None:
+        """Full when forced, for a manifest never checked here, or one refused (sticky)."""
+        with self._lock:
+            state = self._states.setdefault(manifest, _ModelState())
+        with state.lock:
+            full = force_full or not state.full_done or state.refused is not None
+            failure = self._check_files(manifest, state, full=full, on_progress=on_progress)
+            if failure is None and full:
+                state.full_done, state.refused = True, None
+            elif failure is not None and failure.sticky:
+                state.refused = failure.reason
+        return failure
+
+    def _check_files(
+        self,
+        manifest: ModelManifest,
+        state: _ModelState,
+        *,
+        full: bool,
+        on_progress: ProgressFn | None,
+    ) -> CheckFailure | None:
+        if manifest.format is ModelFormat.OLLAMA:
+            return None
+        try:
+            real_root = Path(manifest.root).resolve(strict=True)
+        except (OSError, RuntimeError):
+            return CheckFailure(f"root {manifest.root} is missing", sticky=False)
+        for label, file in _pinned(manifest):
+            known = None if full else state.stamps.get(file.path)
+            result = check_pinned_file(
+                real_root, label, file, known=known, hasher=self._hasher, on_progress=on_progress
+            )
+            if isinstance(result, CheckFailure):
+                state.stamps.pop(file.path, None)
+                return result
+            state.stamps[file.path] = result
+        return None
+
+    def _current(self) -> dict[str, ModelManifest]:
+        with self._lock:
+            self._refresh()
+            return self._models
+
+    def _refresh(self) -> None:
+        if self._path is None:
+            return
+        stamp = registry_stamp(self._path)
+        if stamp == self._file_stamp:
+            return
+        self._models = {m.name: m for m in read_registry(self._path)} if stamp else {}
+        self._file_stamp = stamp
+
+    def _update(self, change: Callable[[dict[str, ModelManifest]], None]) -> None:
+        with self._lock, file_lock(self._path):
+            self._refresh()
+            models = dict(self._models)
+            change(models)
+            if self._path is not None:
+                write_atomic(self._path, registry_to_text(models.values()))
+                self._file_stamp = registry_stamp(self._path)
+            self._models = models
+
+
+def _refuse_taken(models: dict[str, ModelManifest], name: str) -> None:
+    if name in models:
+        raise InvalidConfig(f"name: a model named {name!r} is already registered")
+
+
+def _insert(models: dict[str, ModelManifest], manifest: ModelManifest) -> None:
+    _refuse_taken(models, manifest.name)
+    models[manifest.name] = manifest
+
+
+def _pinned(manifest: ModelManifest) -> Iterator[tuple[str, ModelFile]]:
+    yield from ((f"shard {f.path}", f) for f in manifest.shards)
+    yield from ((f"tokenizer file {f.path}", f) for f in manifest.tokenizer)
+
+
+def _resolved(manifest: ModelManifest) -> ResolvedModel:
+    ollama = manifest.format is ModelFormat.OLLAMA
+    root = Path() if ollama else Path(manifest.root).resolve()
+    return ResolvedModel(
+        name=manifest.name,
+        format=manifest.format,
+        root=root,
+        shards=tuple(root / f.path for f in manifest.shards),
+        tokenizer=tuple(root / f.path for f in manifest.tokenizer),
+        source=manifest.source,
+    )
+
+
+def _ok_reason(manifest: ModelManifest) -> str:
+    if manifest.format is ModelFormat.OLLAMA:
+        return f"ollama tag {manifest.source.ollama_tag}: no files pinned (Ollama keeps them)"
+    count = len(manifest.shards) + len(manifest.tokenizer)
+    return f"{count} file{'s' if count != 1 else ''} verified"
+
+
+def _unknown(name: str) -> ModelManifest:
+    raise UnknownModel(f"no registered model {name!r}")

@@ -1,0 +1,114 @@
+"""The registry file on disk: atomic saves, the cross-process lock, its stamp and reading it.
+
+The file I/O of `_registry.ModelRegistry`: every save is atomic (temporary file, fsync,
+``os.replace``, fsync of the directory), so a crash leaves the old file; updates hold an
+exclusive ``flock`` on ``<registry>.lock`` so that two processes adding models do not lose
+each other's entries; the file's `FileStamp` tells when it changed on disk. The text format
+is `_manifest_io`'s. All synchronous. Source: seed-behaviour.md section 6 ("Registry": a
+JSON file); the atomic save and the lock are inferactors' own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from .._errors import BackendError, InvalidConfig
+from .hashing import FileStamp
+from .manifest import ModelManifest
+from .manifest_io import registry_from_text
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` atomically: a temporary file in the same directory,
+    fsync, ``os.replace``, fsync of the directory. A failure leaves the old file as it was.
+    The new file keeps the old one's permissions (``0o644`` for a first save).
+
+    Raises:
+        BackendError: naming the file.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                os.fchmod(handle.fileno(), _mode_to_keep(path))
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        _fsync_dir(path.parent)
+    except OSError as error:
+        raise BackendError(f"{path}: cannot save the registry: {error}") from error
+
+
+def _mode_to_keep(path: Path) -> int:
+    try:
+        return path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        return 0o644
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def file_lock(path: Path | None) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``<path>.lock`` (nothing for an in-memory registry)."""
+    if path is None:
+        yield
+        return
+    lock_path = path.with_name(path.name + ".lock")
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise BackendError(f"{lock_path}: cannot lock the registry: {error}") from error
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def registry_stamp(path: Path) -> FileStamp | None:
+    """The stamp of the registry file at ``path``, or None when there is no such file.
+
+    Raises:
+        BackendError: the file cannot be stat'ed.
+    """
+    try:
+        return FileStamp.of(path.stat())
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise BackendError(f"{path}: cannot read the registry: {error}") from error
+
+
+def read_registry(path: Path) -> tuple[ModelManifest, ...]:
+    """The manifests in the registry file at ``path``.
+
+    Raises:
+        InvalidConfig: the file is not UTF-8 or is malformed (see `registry_from_text`).
+        BackendError: the file cannot be read.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidConfig(f"{path}: not UTF-8 text: {error}") from error
+    except OSError as error:
+        raise BackendError(f"{path}: cannot read the registry: {error}") from error
+    return registry_from_text(text, origin=str(path))

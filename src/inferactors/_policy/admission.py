@@ -1,0 +1,119 @@
+"""Admission's pure part: what a checked spec becomes (`Plan`), and the checks that need
+no I/O.
+
+Source: seed-behaviour.md section 4, ``plan()``, and checklist items 16 to 19, 36 to 38.
+The checks that probe, connect or read files are the admission actor's
+(`inferactors._actors.admission.make_plan`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+
+from .._config.config import ControlMode, InferConfig, RestartPolicy, Supervision
+from .._config.spec import InferenceSpec
+from .._errors import AdmissionRefused
+from .._flavor import InferFlavor
+from .._models.manifest import ResolvedModel
+from .launch import Launch
+from .privilege import RunAs
+
+
+@attrs.frozen
+class Admission:
+    """What ``admit`` answers: the runtime id, the host architecture and the notes."""
+
+    runtime: str
+    arch: str
+    notes: tuple[str, ...]
+
+
+@attrs.frozen
+class Plan:
+    """A checked spec, ready to load.
+
+    ``launch`` is set for a managed llama.cpp or mlx-lm server; ``model`` is the verified
+    registry model when managed; ``served_model`` is the name the server should list.
+    """
+
+    spec: InferenceSpec
+    mode: ControlMode
+    notes: tuple[str, ...]
+    launch: Launch | None = None
+    model: ResolvedModel | None = None
+    supervision: Supervision = Supervision()  # noqa: RUF009  (frozen value)
+    run_as: RunAs | None = None
+    draft: ResolvedModel | None = None
+
+    @property
+    def weight_files(self) -> tuple[Path, ...]:
+        """Every model file the server reads (shards, tokenizer files, the draft's)."""
+        files: list[Path] = []
+        for model in (self.model, self.draft):
+            if model is not None:
+                files += [*model.shards, *model.tokenizer]
+        return tuple(files)
+
+    @property
+    def restart_policy(self) -> RestartPolicy:
+        """The instance's restart policy (the defaults when none was given)."""
+        return self.supervision.restart or RestartPolicy()
+
+    @property
+    def listed_names(self) -> tuple[str, ...]:
+        """Names the server may list our model under; empty when any model will do.
+
+        A managed llama-server lists its ``-m`` path and mlx_lm.server its ``--model``
+        directory, whatever the registry calls the model, so those count as well as the
+        registry name; an adopted server must list the spec's model (checklist 24).
+        """
+        model = self.model
+        if model is None:
+            return (self.spec.model,) if self.spec.model else ()
+        weights = model.shards[0] if model.shards and model.format.value == "gguf" else model.root
+        return (model.name, str(weights), weights.name)
+
+    @property
+    def served_model(self) -> str | None:
+        """The tag for managed Ollama, the registry name for a managed process, the spec's
+        model when adopted (checklist 71)."""
+        if self.model is None:
+            return self.spec.model
+        if self.spec.runtime is InferFlavor.OLLAMA:
+            return self.model.ollama_tag
+        return self.model.name
+
+
+def check_runtime_and_port(spec: InferenceSpec, config: InferConfig) -> None:
+    """Refuse a spec of another flavor, or one whose port is outside the allowed range.
+
+    Raises:
+        AdmissionRefused: naming the flavor or the port and the range.
+    """
+    if spec.runtime is not config.flavor:
+        raise AdmissionRefused(f"{config.flavor.id} cannot run a {spec.runtime.id} workload")
+    if config.allowed_ports is not None:
+        lo, hi = config.allowed_ports
+        port = spec.port()
+        if not lo <= port <= hi:
+            raise AdmissionRefused(f"port {port} is outside this runtime's allowed range {lo}-{hi}")
+
+
+def resolve_supervision(given: Supervision | None, config: InferConfig) -> Supervision:
+    """Fill ``given``'s unset fields from the runtime's managed defaults.
+
+    Adopted instances are never restarted and have no readiness deadline; only their
+    watchdog applies (it reports, it never kills).
+    """
+    given = given or Supervision()
+    given.validate()
+    managed = config.managed
+    if managed is None:
+        return Supervision(restart=None, readiness_timeout_s=None, watchdog=given.watchdog)
+    return Supervision(
+        restart=given.restart or managed.restart,
+        readiness_timeout_s=given.readiness_timeout_s or managed.readiness_timeout_s,
+        watchdog=given.watchdog,
+    )

@@ -1,0 +1,231 @@
+"""What a probe reply means: health values, the probe report, and the pure parsing of replies.
+
+The pure layer of the probe (style.md "Layers"): values (`Up`, `Loading`, `Unhealthy`,
+`Unreachable`, `ServerReport`, `CompletionResult`) and functions that turn a status code and
+a body into one (`classify_health`, `classify_models_status`, `classify_ollama_version`,
+`parse_model_ids`, `parse_ollama_version`, `completion_body`, `parse_completion`). No I/O,
+tested without an event loop; the HTTP edge that uses them is `_probe.ProbeClient`.
+
+Source: seed-behaviour.md section 3 (Probing) and server-apis.md sections 1 to 3.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TypeAlias
+
+import attrs
+
+from .._errors import BackendError
+from .matching import lists
+
+_SNIPPET_CHARS = 200
+
+
+@attrs.frozen
+class Up:
+    """The server answers and is ready to serve."""
+
+
+@attrs.frozen
+class Loading:
+    """The server answers but is still loading its model (HTTP 503)."""
+
+
+@attrs.frozen
+class Unhealthy:
+    """The server answers with a status that means neither ready nor loading; ``why`` says which."""
+
+    why: str
+
+
+@attrs.frozen
+class Unreachable:
+    """No HTTP answer at all (refused, reset, timed out); ``why`` is the transport's message."""
+
+    why: str
+
+
+Health: TypeAlias = Up | Loading | Unhealthy | Unreachable
+
+
+@attrs.frozen
+class ServerReport:
+    """One probe of a server.
+
+    Attributes:
+        health: what the health request (and its fallback) said.
+        models: ids the server lists (``/v1/models`` ``data[].id`` or Ollama ``/api/tags``);
+            empty unless ``health`` is `Up`.
+        loaded: models resident in memory (Ollama ``/api/ps``); empty for other flavors.
+        version: the server's version (Ollama ``/api/version``); None for other flavors.
+        latency_s: seconds the health request (with its ``/v1/models`` fallback) took.
+    """
+
+    health: Health
+    models: tuple[str, ...] = ()
+    loaded: tuple[str, ...] = ()
+    version: str | None = None
+    latency_s: float = 0.0
+
+    def lists(self, wanted: str) -> bool:
+        """Whether ``models`` names ``wanted`` (see `inferactors._policy.matching.same_model`)."""
+        return lists(self.models, wanted)
+
+    def resident(self, wanted: str) -> bool:
+        """Whether ``loaded`` names ``wanted`` (see `inferactors._policy.matching.same_model`)."""
+        return lists(self.loaded, wanted)
+
+
+@attrs.frozen
+class CompletionResult:
+    """A finished one-token completion: its ``text``, ``latency_s`` and ``finish_reason``."""
+
+    text: str
+    latency_s: float
+    finish_reason: str | None
+
+
+def classify_health(status: int, body: bytes = b"") -> Health | None:
+    """Classify a llama-server or mlx_lm.server ``GET /health`` status.
+
+    200 is `Up`, 503 is `Loading`, 404 is None (the caller falls back to ``GET /v1/models``),
+    and any other code, 302 and 500 included, is ``Unhealthy("/health returned HTTP c")``
+    (seed-behaviour.md section 3). One refinement: a 503 whose body is mlx_lm.server's
+    ``{"status": "unavailable"}`` (0.32.2 and later, once its generation thread has died;
+    server-apis.md section 2, FC-07) is `Unhealthy`, not `Loading`, since it will never load.
+    """
+    if status == 200:
+        return Up()
+    if status == 503:
+        return _unavailable(body) or Loading()
+    if status == 404:
+        return None
+    return Unhealthy(f"/health returned HTTP {status}")
+
+
+def classify_models_status(status: int) -> Health:
+    """Classify ``GET /v1/models`` when ``/health`` was 404: 200 `Up`, 503 `Loading`, else
+    ``Unhealthy("/v1/models returned HTTP c")`` (seed-behaviour.md section 3)."""
+    return _by_status(status, "/v1/models")
+
+
+def classify_ollama_version(status: int) -> Health:
+    """Classify Ollama's ``GET /api/version``: 200 `Up`, 503 `Loading`, else
+    ``Unhealthy("/api/version returned HTTP c")`` (seed-behaviour.md section 3)."""
+    return _by_status(status, "/api/version")
+
+
+def parse_model_ids(body: bytes) -> tuple[str, ...]:
+    """Model ids from a model list body, in the server's order.
+
+    Reads an OpenAI list (``{"data": [{"id": ...}]}``, llama-server and mlx_lm.server
+    ``/v1/models``) or an Ollama list (``{"models": [{"name": ...}]}``, ``/api/tags`` and
+    ``/api/ps``); server-apis.md sections 1 to 3. Lenient: a body that is not JSON (mlx_lm.server
+    can send 200 with an empty body, real-servers.md), or entries without a string id, yield
+    nothing rather than an error, since the list only informs matching.
+    """
+    document = json_object(body)
+    if document is None:
+        return ()
+    ids = _field_of_each(document.get("data"), "id")
+    return ids if ids else _field_of_each(document.get("models"), "name")
+
+
+def parse_ollama_version(body: bytes) -> str | None:
+    """The ``version`` string of Ollama's ``/api/version`` body, or None if absent."""
+    document = json_object(body)
+    version = None if document is None else document.get("version")
+    return version if isinstance(version, str) else None
+
+
+def completion_body(model: str | None) -> dict[str, object]:
+    """The one-token chat completion request body.
+
+    ``{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "stream": false}``,
+    plus ``"model"`` only when ``model`` is not None: mlx_lm.server must get no model field or
+    exactly its ``--model`` path, or it tries to load another model (FC-09, server-apis.md
+    section 2). Source: seed-behaviour.md section 3 (``tiny_completion``).
+    """
+    body: dict[str, object] = {
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 1,
+        "stream": False,
+    }
+    if model is not None:
+        body["model"] = model
+    return body
+
+
+def parse_completion(status: int, body: bytes) -> tuple[str, str | None]:
+    """Check a chat completion reply; return its text and ``finish_reason``.
+
+    The reply must be HTTP 200 with a JSON object whose ``choices[0].message.content`` is a
+    string. A null ``content`` next to a string ``reasoning_content`` (llama-server's reasoning
+    format) also counts, with that as the text.
+
+    Raises:
+        BackendError: ``"deep health: completion returned HTTP c: <first 200 chars>"`` for a
+            non-200 reply, or a message naming the missing or mistyped field of the body.
+    """
+    if status != 200:
+        raise BackendError(f"deep health: completion returned HTTP {status}: {_snippet(body)}")
+    document = json_object(body)
+    if document is None:
+        raise BackendError(f"deep health: completion body is not a JSON object: {_snippet(body)}")
+    choice = _first_choice(document)
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise BackendError("deep health: completion body has no choices[0].message object")
+    reason = choice.get("finish_reason")
+    return _message_text(message), reason if isinstance(reason, str) else None
+
+
+def _by_status(status: int, path: str) -> Health:
+    if status in (200, 503):
+        return Up() if status == 200 else Loading()
+    return Unhealthy(f"{path} returned HTTP {status}")
+
+
+def _unavailable(body: bytes) -> Health | None:
+    document = json_object(body)
+    if document is not None and document.get("status") == "unavailable":
+        return Unhealthy("/health returned HTTP 503 unavailable (the generation thread died)")
+    return None
+
+
+def json_object(body: bytes) -> dict[str, object] | None:
+    """The JSON object ``body`` holds, or None when it is not JSON, not UTF-8 or not an object."""
+    try:
+        document = json.loads(body)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError both derive from it
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def _field_of_each(entries: object, field: str) -> tuple[str, ...]:
+    if not isinstance(entries, list):
+        return ()
+    values = (entry.get(field) for entry in entries if isinstance(entry, dict))
+    return tuple(value for value in values if isinstance(value, str))
+
+
+def _first_choice(document: dict[str, object]) -> dict[str, object]:
+    choices = document.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise BackendError("deep health: completion body has no choices[0] object")
+    return choices[0]
+
+
+def _message_text(message: dict[str, object]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    reasoning = message.get("reasoning_content")
+    if content is None and isinstance(reasoning, str):
+        return reasoning
+    raise BackendError("deep health: completion body choices[0].message.content is not a string")
+
+
+def _snippet(body: bytes) -> str:
+    return body.decode("utf-8", errors="replace")[:_SNIPPET_CHARS]

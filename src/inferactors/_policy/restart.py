@@ -1,0 +1,155 @@
+"""Restart decisions (pure; no I/O, no clock: the caller passes ``now``).
+
+Two limits apply together, and the first one spent gives up:
+
+* the reference's **budget** (seed-behaviour section 1 and checklist items 53 to 57):
+  ``max_restarts`` restarts, with delay ``min(base_s * 2**n, cap_s)`` before restart ``n``
+  (0-based), refilled only after the server stayed up for ``stable_after_s``; a plain start
+  keeps it, ``reset_restarts`` refills it;
+* OTP's **restart intensity**: at most ``intensity`` restarts within any ``period_s``
+  seconds, counted in a sliding window.
+
+Which exits are restarted at all follows OTP's restart type (permanent, transient,
+temporary); an operator's stop, an unload and an exposure stop never are.
+
+Jitter takes a random fraction (at most ``jitter``) off each delay; the random source is
+the caller's, so tests pass a constant.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from .._config.config import RestartPolicy, RestartType
+from .._events import StopReason
+
+_NEVER_RESTARTED = frozenset(
+    {StopReason.REQUESTED, StopReason.UNLOAD, StopReason.SHUTDOWN, StopReason.EXPOSURE}
+)
+_ALWAYS_ABNORMAL = frozenset({StopReason.READINESS_TIMEOUT, StopReason.HEALTH_KILL})
+
+
+@attrs.frozen
+class Restart:
+    """Restart after ``delay_s`` seconds; this is restart number ``attempt`` (1-based)."""
+
+    attempt: int
+    delay_s: float
+
+
+@attrs.frozen
+class GiveUp:
+    """Stop restarting: ``attempts`` restarts were made; ``why`` says which limit was hit."""
+
+    attempts: int
+    why: str
+
+
+@attrs.frozen
+class NoRestart:
+    """This exit is not restarted (an operator stop, or the restart type says so)."""
+
+    why: str
+
+
+Decision = Restart | GiveUp | NoRestart
+
+
+def is_abnormal(reason: StopReason, exit_code: int | None, signal: int | None) -> bool:
+    """An exit OTP would call abnormal: a signal, a non-zero status, or our own kill."""
+    if reason in _ALWAYS_ABNORMAL:
+        return True
+    return signal is not None or (exit_code is not None and exit_code != 0)
+
+
+@attrs.frozen
+class RestartBudget:
+    """The restart state of one instance; every method returns a new value.
+
+    Attributes:
+        policy: the limits.
+        attempts: restarts since the budget was last refilled.
+        window: times (trio seconds) of the restarts still inside the intensity window.
+        running_since: when the current process was last seen up, else None.
+    """
+
+    policy: RestartPolicy
+    attempts: int = 0
+    window: tuple[float, ...] = ()
+    running_since: float | None = None
+
+    def decide(
+        self,
+        *,
+        reason: StopReason,
+        exit_code: int | None,
+        signal: int | None,
+        now: float,
+        random: float = 0.0,
+    ) -> tuple[RestartBudget, Decision]:
+        """Decide what to do about an exit observed at ``now``.
+
+        ``random`` is a number in [0, 1) from the caller's random source, used for jitter.
+        """
+        budget = self._refilled_if_stable(now)._without_running()
+        skip = budget._skip_reason(reason, exit_code, signal)
+        if skip is not None:
+            return budget, NoRestart(skip)
+        window = tuple(t for t in budget.window if now - t < self.policy.period_s)
+        budget = attrs.evolve(budget, window=window)
+        limit = budget._limit_reached()
+        if limit is not None:
+            return budget, GiveUp(budget.attempts, limit)
+        delay = self.policy.delay_s(budget.attempts) * (1.0 - self.policy.jitter * random)
+        after = attrs.evolve(budget, attempts=budget.attempts + 1, window=(*window, now))
+        return after, Restart(after.attempts, delay)
+
+    def note_running(self, now: float) -> RestartBudget:
+        """The server was seen up at ``now`` (kept if it already was)."""
+        if self.running_since is not None:
+            return self
+        return attrs.evolve(self, running_since=now)
+
+    def note_not_running(self) -> RestartBudget:
+        """The server is no longer up."""
+        return self._without_running()
+
+    def refill_if_stable(self, now: float) -> RestartBudget:
+        """Refill the budget if the server has been up for ``stable_after_s`` (item 57)."""
+        return self._refilled_if_stable(now)
+
+    def reset(self) -> RestartBudget:
+        """Refill the budget and clear the window (``reset_restarts``; item 56)."""
+        return attrs.evolve(self, attempts=0, window=())
+
+    def _refilled_if_stable(self, now: float) -> RestartBudget:
+        since = self.running_since
+        if since is not None and now - since >= self.policy.stable_after_s:
+            return attrs.evolve(self, attempts=0)
+        return self
+
+    def _without_running(self) -> RestartBudget:
+        return attrs.evolve(self, running_since=None)
+
+    def _skip_reason(
+        self, reason: StopReason, exit_code: int | None, signal: int | None
+    ) -> str | None:
+        if reason in _NEVER_RESTARTED:
+            return f"stopped ({reason.value}); not a fault"
+        kind = self.policy.restart_type
+        if kind is RestartType.TEMPORARY:
+            return "restart type is temporary"
+        if kind is RestartType.TRANSIENT and not is_abnormal(reason, exit_code, signal):
+            return "restart type is transient and the exit was normal"
+        return None
+
+    def _limit_reached(self) -> str | None:
+        policy = self.policy
+        if self.attempts >= policy.max_restarts:
+            return f"restart budget spent ({self.attempts} of {policy.max_restarts})"
+        if len(self.window) >= policy.intensity:
+            return (
+                f"restart intensity exceeded ({len(self.window)} restarts within "
+                f"{policy.period_s:g} s)"
+            )
+        return None

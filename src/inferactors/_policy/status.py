@@ -1,0 +1,65 @@
+"""The mapping from a probe report to a status (pure; no I/O).
+
+Source: seed-behaviour.md section 4, ``status`` and ``map_report``; checklist items 23, 24,
+42 and 52.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .._status import InstanceState, InstanceStatus
+from .matching import lists
+from .probe_parse import Loading, ServerReport, Unhealthy, Unreachable, Up
+
+
+def map_report(
+    report: ServerReport, *, model: str | Sequence[str] | None, alive: bool, adopted: bool
+) -> InstanceStatus:
+    """Map a probe report of a llama.cpp or mlx-lm server to a status.
+
+    ``model`` is the name (or the names) the server should list our model under: the
+    registry name, and when managed the weights path it was launched with; the spec's
+    model when adopted. ``alive`` says whether our process still runs (always True for
+    adopted servers, whose liveness only the probe can tell).
+    """
+    health = report.health
+    if isinstance(health, Loading):
+        return InstanceStatus(InstanceState.DEGRADED, "loading model")
+    if isinstance(health, Unhealthy):
+        return InstanceStatus(InstanceState.DEGRADED, health.why)
+    if isinstance(health, Unreachable):
+        return _unreachable(health.why, alive=alive, adopted=adopted)
+    assert isinstance(health, Up)
+    names = (model,) if isinstance(model, str) else tuple(model or ())
+    if names and report.models and not any(lists(report.models, name) for name in names):
+        detail = f"model {names[0]} is not listed by the server"
+        return InstanceStatus(InstanceState.DEGRADED, detail)
+    return InstanceStatus(InstanceState.RUNNING, "server up")
+
+
+def map_ollama_report(report: ServerReport, *, tag: str, adopted: bool) -> InstanceStatus:
+    """Map a probe of an Ollama daemon, for the model ``tag``, to a status.
+
+    Source: seed-behaviour.md section 4 (``map_report``, Ollama) and checklist item 65; the
+    managed load states are the Ollama actor's to add.
+    """
+    health = report.health
+    if not isinstance(health, Up):
+        return map_report(report, model=None, alive=False, adopted=adopted)
+    if not report.lists(tag):
+        return InstanceStatus(InstanceState.DEGRADED, f"model {tag} is not pulled")
+    if report.resident(tag):
+        return InstanceStatus(InstanceState.RUNNING, "model resident")
+    if adopted:
+        return InstanceStatus(InstanceState.RUNNING, "server up; model not resident")
+    return InstanceStatus(InstanceState.LOADED, "model not resident")
+
+
+def _unreachable(why: str, *, alive: bool, adopted: bool) -> InstanceStatus:
+    if adopted:
+        detail = f"unreachable ({why}); inferactors does not restart adopted servers"
+        return InstanceStatus(InstanceState.EXITED, detail)
+    if alive:
+        return InstanceStatus(InstanceState.DEGRADED, f"starting: not listening yet ({why})")
+    return InstanceStatus(InstanceState.EXITED, f"unreachable ({why})")
