@@ -17,13 +17,13 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import attrs
 import pytest
 
 from inferactors._edges.containment import SEARCH, access_problem, resolve_run_as
 from inferactors._edges.llama_build import locate_llama_server
 from inferactors._models.registry import ModelRegistry
 from inferactors.testing import write_tiny_gguf
+from support import Unprivileged
 
 # The exposure check connects to the host's non-loopback addresses. Tests keep every
 # packet on loopback: 127.0.0.2 stands in for "a LAN address" (a server bound to 0.0.0.0
@@ -31,30 +31,6 @@ from inferactors.testing import write_tiny_gguf
 os.environ["INFERACTORS_LAN_ADDRESSES"] = "127.0.0.2"
 
 UNPRIVILEGED_USER = "nobody"
-
-
-@attrs.frozen
-class Unprivileged:
-    """Where and as whom managed servers run in this test session.
-
-    Attributes:
-        run_as: the ``ManagedConfig.run_as`` to use (None when the suite is not root).
-        workspace: a directory that ``run_as`` can read and search (mode 0755).
-        python: an interpreter ``run_as`` can execute, of our Python's major.minor.
-        sys_path: directories a server run by ``python`` needs on ``sys.path`` (this
-            environment's site-packages and inferactors' source).
-    """
-
-    run_as: str | None
-    workspace: Path
-    python: str
-    sys_path: tuple[str, ...]
-
-    def directory(self, name: str) -> Path:
-        """A fresh world-readable directory under the workspace."""
-        path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.workspace))
-        path.chmod(0o755)
-        return path
 
 
 def _server_python(run_as: str | None) -> str:

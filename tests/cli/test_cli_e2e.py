@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import Unprivileged
+from support import Unprivileged
 
 
 def _env(llama_server: Path) -> dict[str, str]:

@@ -27,7 +27,6 @@ import pytest
 import trio
 import trio.testing
 
-from conftest import Unprivileged
 from inferactors import (
     AdmissionRefused,
     BackendError,
@@ -57,8 +56,9 @@ from inferactors import (
 )
 from inferactors._edges.bundle import Edges
 from inferactors._edges.netcheck import port_in_use
+from support import Unprivileged
 
-HELPER = Path(__file__).parent / "helpers" / "runtime_server.py"
+HELPER = Path(__file__).parents[1] / "helpers" / "runtime_server.py"
 READY_S = 60.0
 
 

@@ -18,8 +18,20 @@ from pathlib import Path
 
 import pytest
 import trio
+from test_field_cases import (
+    POLL_S,
+    SLACK_S,
+    WAIT_S,
+    Bench,
+    Recorder,
+    another_port,
+    assert_group_gone,
+    chat,
+    eventually,
+    policy,
+    supervising,
+)
 
-from conftest import Unprivileged
 from inferactors import (
     AdmissionRefused,
     BackendError,
@@ -45,21 +57,9 @@ from inferactors._edges.orphan_record import OrphanOutcome
 from inferactors.testing._fake_faults import FakeServerFaults
 from inferactors.testing._fake_server import fake_server_argv, read_request_log
 from proc_checks import group_members
-from test_field_cases import (
-    POLL_S,
-    SLACK_S,
-    WAIT_S,
-    Bench,
-    Recorder,
-    another_port,
-    assert_group_gone,
-    chat,
-    eventually,
-    policy,
-    supervising,
-)
+from support import Unprivileged
 
-HELPERS = Path(__file__).parent / "helpers"
+HELPERS = Path(__file__).parents[1] / "helpers"
 FAST_S = 1.0
 """An occupied port is refused within this (a TCP connect to a listener answers at once)."""
 

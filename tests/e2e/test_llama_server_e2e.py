@@ -17,7 +17,6 @@ import psutil
 import pytest
 import trio
 
-from conftest import Unprivileged
 from inferactors import InvalidState, Unsupported, open_runtime
 from inferactors._actors.runtime import InferRuntime, InstanceHandle
 from inferactors._config.config import InferConfig, ManagedConfig
@@ -27,6 +26,7 @@ from inferactors._flavor import InferFlavor
 from inferactors._status import InstanceState
 from inferactors.testing._recording_proxy import open_recording_proxy
 from proc_checks import group_alive
+from support import Unprivileged
 
 READY_S = 60.0
 

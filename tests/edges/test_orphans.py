@@ -37,7 +37,7 @@ from inferactors._edges.orphans import KILL_BOUND_S, reap_orphans
 from inferactors._edges.proctable import START_TOLERANCE_S, ProcessStart
 from proc_checks import is_gone
 
-HELPERS = Path(__file__).parent / "helpers"
+HELPERS = Path(__file__).parents[1] / "helpers"
 PYTHON = sys.executable
 PORT = 18090
 _PR_SET_CHILD_SUBREAPER = 36

@@ -33,7 +33,7 @@ from inferactors._policy.privilege import RunAs
 from proc_checks import group_members as live_group_members
 from proc_checks import is_gone
 
-HELPERS = Path(__file__).parent / "helpers"
+HELPERS = Path(__file__).parents[1] / "helpers"
 PYTHON = sys.executable
 PATH_ENV = (("PATH", "/usr/bin:/bin"),)
 linux = sys.platform.startswith("linux")

@@ -22,7 +22,6 @@ import psutil
 import pytest
 import trio
 
-from conftest import Unprivileged
 from inferactors import (
     Event,
     GaveUp,
@@ -47,6 +46,7 @@ from inferactors import (
 from inferactors.testing._fake_faults import FakeServerFaults
 from inferactors.testing._fake_server import write_fake_server_program
 from proc_checks import group_members
+from support import Unprivileged
 
 T = TypeVar("T")
 

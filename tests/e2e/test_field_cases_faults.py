@@ -14,8 +14,20 @@ import attrs
 import psutil
 import pytest
 import trio
+from test_field_cases import (
+    SLACK_S,
+    Bench,
+    another_port,
+    assert_group_gone,
+    chat,
+    eventually,
+    policy,
+    reasons,
+    supervising,
+    wait_members,
+    within,
+)
 
-from conftest import Unprivileged
 from inferactors import (
     BackendError,
     DeepHealthFailed,
@@ -34,19 +46,7 @@ from inferactors import (
 )
 from inferactors.testing._fake_faults import FakeServerFaults
 from inferactors.testing._fake_server import read_request_log
-from test_field_cases import (
-    SLACK_S,
-    Bench,
-    another_port,
-    assert_group_gone,
-    chat,
-    eventually,
-    policy,
-    reasons,
-    supervising,
-    wait_members,
-    within,
-)
+from support import Unprivileged
 
 STOP_BOUND_S = 0.5
 """A stop returns within its grace plus this (issue 3, item 6; FC-11)."""

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import pytest
 import trio
+from test_mlx_server import broken_copy, is_up, mlx_server, readable_tiny_mlx, wait_report
 
-from conftest import Unprivileged
 from inferactors import BackendError, InferFlavor, ModelFormat, Unsupported
 from inferactors._actors.runtime import InferRuntime, InstanceHandle
 from inferactors._actors.serving import open_runtime
@@ -51,7 +51,7 @@ from inferactors._status import InstanceState
 from inferactors.testing import open_recording_proxy, write_python_program
 from inferactors.testing._tiny_mlx import TINY_WORDS
 from proc_checks import group_alive
-from test_mlx_server import broken_copy, is_up, mlx_server, readable_tiny_mlx, wait_report
+from support import Unprivileged
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux" and find_spec("mlx_lm") is None,

@@ -40,7 +40,7 @@ from inferactors._edges.process import ManagedProcess
 from inferactors._errors import InvalidConfig
 from inferactors._policy.exposure import Exposure, Listener, lan_addresses
 
-HELPER = Path(__file__).parent / "helpers" / "net_listen.py"
+HELPER = Path(__file__).parents[1] / "helpers" / "net_listen.py"
 READY_WAIT_S = 20.0
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 

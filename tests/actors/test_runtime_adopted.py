@@ -46,7 +46,7 @@ from inferactors import (
     open_runtime,
 )
 
-HELPER = Path(__file__).parent / "helpers" / "runtime_server.py"
+HELPER = Path(__file__).parents[1] / "helpers" / "runtime_server.py"
 PORT = 8123
 
 
