@@ -23,7 +23,13 @@ from inferactors._edges.containment import SEARCH, access_problem, resolve_run_a
 from inferactors._edges.llama_build import locate_llama_server
 from inferactors._models.registry import ModelRegistry
 from inferactors.testing import write_tiny_gguf
-from support import Unprivileged
+
+# Support modules assert too: let pytest explain their failures as it does in test files.
+pytest.register_assert_rewrite(
+    "support", "proc_checks", "mlx_support", "actors", "e2e", "edges", "models", "policy", "testing"
+)
+
+from support import Unprivileged  # noqa: E402  (after the rewrite is registered)
 
 # The exposure check connects to the host's non-loopback addresses. Tests keep every
 # packet on loopback: 127.0.0.2 stands in for "a LAN address" (a server bound to 0.0.0.0

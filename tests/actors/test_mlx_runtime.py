@@ -30,7 +30,6 @@ from pathlib import Path
 
 import pytest
 import trio
-from test_mlx_server import broken_copy, is_up, mlx_server, readable_tiny_mlx, wait_report
 
 from inferactors import BackendError, InferFlavor, ModelFormat, Unsupported
 from inferactors._actors.runtime import InferRuntime, InstanceHandle
@@ -50,6 +49,7 @@ from inferactors._models.registry import ModelRegistry
 from inferactors._status import InstanceState
 from inferactors.testing import open_recording_proxy, write_python_program
 from inferactors.testing._tiny_mlx import TINY_WORDS
+from mlx_support import broken_copy, is_up, mlx_server, readable_tiny_mlx, wait_report
 from proc_checks import group_alive
 from support import Unprivileged
 

@@ -21,21 +21,16 @@ completions, a server deaf to SIGTERM. After every step the invariants hold:
 A state machine is synchronous, so the runtime runs in ``trio.run`` on a thread
 (`TrioSide`). Virtual time moves only while a rule runs; between rules the clock is frozen,
 and thread hops run inline (`inline_threads`), so every run of an example is the same.
-The tests at the end are regression tests for bugs that these faults reached.
+Its trio side and the restart ledger are in ``stateful_support``; the regression tests for
+bugs that these faults reached are in ``test_supervision_abandoned_callers.py``.
 """
 
 from __future__ import annotations
 
-import bisect
-import math
-import queue
-import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import TypeVar
 
-import attrs
 import pytest
 import trio
 import trio.testing
@@ -49,67 +44,34 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from actors.stateful_support import (
+    PORT,
+    STOP_GRACE_S,
+    Job,
+    Ledger,
+    TrioSide,
+    check_restart_limits,
+    concurrently,
+    expect,
+    outcome_of,
+)
 from inferactors import (
     BackendError,
     CompletionResult,
-    Event,
     GaveUp,
-    InferactorsError,
     InferConfig,
-    InferenceSpec,
-    InferFlavor,
     InstanceState,
     InstanceStatus,
     InvalidState,
-    ManagedConfig,
-    ProcessExited,
-    ProcessStarted,
-    RestartPolicy,
     RestartScheduled,
     RunEvidence,
-    ServeArgs,
-    StateChanged,
-    Supervision,
-    Watchdog,
 )
-from inferactors._actors.runtime import InferRuntime, InstanceHandle
-from inferactors._actors.serving import open_runtime
-from inferactors._edges.bundle import Edges
-from inferactors._edges.spawn import ChildProcess, OpenProcess
-from inferactors._models.registry import ModelRegistry
-from inferactors._policy.privilege import RunAs
 from inferactors.testing import FakeChild, FakeFleet
 
 T = TypeVar("T")
-Job = Callable[[], Awaitable[object]]
 
-PORT = 18620
-# max_restarts above intensity, so that both limits can be the one that gives up.
-POLICY = RestartPolicy(
-    max_restarts=4,
-    base_s=0.5,
-    cap_s=2.0,
-    stable_after_s=60.0,
-    intensity=2,
-    period_s=10.0,
-    jitter=0.0,
-)
-# Short enough that steps of 0 to 30 s reach the readiness deadline and the watchdog's kill.
-READINESS_S = 8.0
-SUPERVISION = Supervision(
-    restart=POLICY,
-    readiness_timeout_s=READINESS_S,
-    watchdog=Watchdog(interval_s=3.0, timeout_s=2.0, failures=2),
-)
-SPEC = InferenceSpec(
-    role="chat", runtime=InferFlavor.LLAMACPP, model="tiny", serve=ServeArgs(port=PORT)
-)
-STOP_GRACE_S = 0.5
+
 LONGEST_GRACE_S = 3.0  # a stop under way for a health kill or an impatient caller: 3 s
-ANSWER_BOUND_S = 600.0  # virtual seconds any command may take
-LAUNCH_BOUND_S = 60.0  # real seconds
-EPSILON_S = 1e-6
-EVENT_BUFFER = 100_000
 DURATIONS = st.one_of(
     st.sampled_from([0.0, 0.1, 0.25, 0.5, 1.0, 2.0]),  # around the backoff delays
     st.integers(0, 300).map(lambda tenths: tenths / 10),
@@ -133,263 +95,7 @@ SETTINGS = settings(
 )
 
 
-@pytest.fixture
-def inline_threads(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run ``trio.to_thread.run_sync`` work inline, in the trio thread.
-
-    Under ``autojump_threshold=0`` a task waiting for a worker thread counts as blocked, so
-    the MockClock leaps to the next deadline (a readiness timer, a backoff, even
-    ``fail_after``'s) while the thread runs: virtual time would depend on real thread
-    timing. The runtime's thread work here is small file I/O and fake edges.
-    """
-
-    async def run_inline(sync_fn: Callable[..., T], *args: object, **_options: object) -> T:
-        await trio.lowlevel.checkpoint()
-        return sync_fn(*args)
-
-    monkeypatch.setattr(trio.to_thread, "run_sync", run_inline)
-
-
-@pytest.fixture(scope="module")
-def make_config(
-    tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path
-) -> Callable[[], InferConfig]:
-    """Configs sharing one registry (the tiny model as ``tiny``), each with a fresh data root."""
-    registry = tmp_path_factory.mktemp("stateful") / "models.json"
-    ModelRegistry.open(registry).add(tiny_gguf, name="tiny")
-
-    def config() -> InferConfig:
-        managed = ManagedConfig(
-            registry=registry,
-            data_root=tmp_path_factory.mktemp("state"),
-            serve_program=Path("/bin/true"),  # never run: the fleet fakes spawning
-            restart=POLICY,
-            readiness_timeout_s=READINESS_S,
-        )
-        return InferConfig.managing(InferFlavor.LLAMACPP, managed, deep_timeout_s=5.0)
-
-    return config
-
-
-# The invariants on restarts, over the event log (pure).
-
-
-def supervisor_restarts(events: Sequence[Event], commanded: set[int]) -> list[tuple[int, float]]:
-    """``(index of the deciding RestartScheduled, start time)`` of every process that no
-    start or restart command spawned; -1 when no decision came before it."""
-    decided, restarts = -1, []
-    for index, event in enumerate(events):
-        if isinstance(event, RestartScheduled):
-            decided = index
-        elif isinstance(event, ProcessStarted) and event.pid not in commanded:
-            restarts.append((decided, event.at))
-    return restarts
-
-
-def refill_points(events: Sequence[Event], stable_after_s: float) -> list[int]:
-    """Indexes of events at which the server had been Up for ``stable_after_s`` without a
-    break, so the budget may be refilled there (checklist item 57)."""
-    since: float | None = None
-    points = []
-    for index, event in enumerate(events):
-        if not isinstance(event, StateChanged | ProcessExited):
-            continue
-        if since is not None and event.at - since >= stable_after_s - EPSILON_S:
-            points.append(index)  # up until this event: the run counts as stable
-        if isinstance(event, StateChanged):
-            up = event.new is InstanceState.RUNNING
-            since = (event.at if since is None else since) if up else None
-    return points
-
-
-def segments(restarts: list[tuple[int, float]], marks: list[int]) -> list[list[float]]:
-    """Start times of ``restarts`` grouped by how many ``marks`` precede their decision."""
-    groups: dict[int, list[float]] = {}
-    for decided, at in restarts:
-        groups.setdefault(bisect.bisect_right(marks, decided), []).append(at)
-    return list(groups.values())
-
-
-def check_restart_limits(events: Sequence[Event], commanded: set[int], resets: list[int]) -> None:
-    """Assert the policy's limits on the restarts seen in ``events``."""
-    restarts = supervisor_restarts(events, commanded)
-    decisions = [decided for decided, _ in restarts]
-    assert -1 not in decisions, "a process started with no command and no restart decision"
-    assert len(set(decisions)) == len(decisions), "one restart decision spawned twice"
-    refills = sorted([*resets, *refill_points(events, POLICY.stable_after_s)])
-    for group in segments(restarts, refills):
-        assert len(group) <= POLICY.max_restarts, f"restarts beyond the budget at {group}"
-    for group in segments(restarts, sorted(resets)):
-        for first in group:
-            inside = [at for at in group if 0 <= at - first < POLICY.period_s - EPSILON_S]
-            assert len(inside) <= POLICY.intensity, f"restart intensity exceeded: {inside}"
-    for event in events:
-        if isinstance(event, RestartScheduled | GaveUp):
-            count = event.attempt if isinstance(event, RestartScheduled) else event.attempts
-            assert count <= POLICY.max_restarts, event
-
-
-# The trio side: a runtime in a thread.
-
-
-@attrs.frozen
-class Live:
-    """What the trio thread hands back once the instance is loaded."""
-
-    token: trio.lowlevel.TrioToken
-    runtime: InferRuntime
-    handle: InstanceHandle
-    closing: trio.Event
-
-
-async def collect(stream: trio.MemoryReceiveChannel[Event], events: list[Event]) -> None:
-    async for event in stream:
-        events.append(event)
-
-
-async def serve_side(
-    config: InferConfig,
-    fleet: FakeFleet,
-    clock: trio.testing.MockClock,
-    events: list[Event],
-    handoff: queue.Queue[Live | None],
-) -> None:
-    async with open_runtime(config, node_id="stateful", edges=fleet.edges()) as runtime:
-        handle = await runtime.load(SPEC, SUPERVISION)
-        stream = await runtime.subscribe(buffer=EVENT_BUFFER)
-        closing = trio.Event()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(collect, stream, events)
-            await trio.testing.wait_all_tasks_blocked()
-            clock.autojump_threshold = math.inf
-            handoff.put(Live(trio.lowlevel.current_trio_token(), runtime, handle, closing))
-            await closing.wait()
-            nursery.cancel_scope.cancel()
-
-
-@attrs.define(eq=False)
-class TrioSide:
-    """A runtime on a `FakeFleet`, run by ``trio.run`` on a thread under a MockClock.
-
-    Virtual time moves only inside `run` (autojump on); between calls the autojump
-    threshold is infinite, so the clock stands still while hypothesis picks the next step.
-    """
-
-    fleet: FakeFleet
-    clock: trio.testing.MockClock
-    thread: threading.Thread
-    failures: list[BaseException]
-    events: list[Event]
-    live: Live
-
-    @classmethod
-    def launch(cls, config: InferConfig) -> TrioSide:
-        fleet, clock = FakeFleet(), trio.testing.MockClock(autojump_threshold=0)
-        failures: list[BaseException] = []
-        events: list[Event] = []
-        handoff: queue.Queue[Live | None] = queue.Queue()
-
-        def body() -> None:
-            try:
-                trio.run(serve_side, config, fleet, clock, events, handoff, clock=clock)
-            except BaseException as error:  # the machine's teardown reports it
-                failures.append(error)
-            finally:
-                handoff.put(None)
-
-        thread = threading.Thread(target=body, name="stateful trio side", daemon=True)
-        thread.start()
-        live = handoff.get(timeout=LAUNCH_BOUND_S)
-        if live is None:
-            thread.join(LAUNCH_BOUND_S)
-            raise AssertionError(f"the runtime did not start: {failures!r}")
-        return cls(fleet, clock, thread, failures, events, live)
-
-    def run(self, job: Callable[[], Awaitable[T]]) -> T:
-        """Run ``job`` in trio with time flowing, under a 600 s virtual deadline; then let
-        the runtime settle with the clock frozen."""
-        try:
-            return trio.from_thread.run(self._timed, job, trio_token=self.live.token)
-        except (trio.RunFinishedError, trio.Cancelled):
-            self.thread.join(LAUNCH_BOUND_S)
-            raise AssertionError(f"the runtime died: {self.failures!r}") from None
-
-    def peek(self, look: Callable[[], T]) -> T:
-        """Call ``look`` in the trio thread, time frozen."""
-        return trio.from_thread.run_sync(look, trio_token=self.live.token)
-
-    def close(self) -> None:
-        """Leave ``open_runtime`` (it stops the server) and join the thread."""
-
-        def unfreeze_and_close() -> None:
-            self.clock.autojump_threshold = 0.0
-            self.live.closing.set()
-
-        try:
-            self.peek(unfreeze_and_close)
-        except trio.RunFinishedError:
-            pass  # it died already; ``failures`` says of what
-        self.thread.join(LAUNCH_BOUND_S)
-        assert not self.thread.is_alive(), "the runtime did not close"
-        assert not self.failures, f"the runtime failed: {self.failures!r}"
-        assert not self.fleet.live, "a server outlived open_runtime"
-
-    async def _timed(self, job: Callable[[], Awaitable[T]]) -> T:
-        self.clock.autojump_threshold = 0.0
-        try:
-            with trio.fail_after(ANSWER_BOUND_S):
-                result = await job()
-        except trio.TooSlowError:
-            raise AssertionError(f"no answer within {ANSWER_BOUND_S:g} virtual s") from None
-        finally:
-            self.clock.autojump_threshold = math.inf
-        await trio.testing.wait_all_tasks_blocked()
-        return result
-
-
-async def outcome_of(job: Job) -> object:
-    """The job's value, or the `InferactorsError` it raised."""
-    try:
-        return await job()
-    except InferactorsError as error:
-        return error
-
-
-async def concurrently(jobs: Sequence[Job]) -> list[object]:
-    """Run ``jobs`` at the same time; their outcomes in order."""
-    outcomes: list[object] = [None] * len(jobs)
-
-    async def one(index: int) -> None:
-        outcomes[index] = await outcome_of(jobs[index])
-
-    async with trio.open_nursery() as nursery:
-        for index in range(len(jobs)):
-            nursery.start_soon(one, index)
-    return outcomes
-
-
-def expect(outcome: object, *allowed: type) -> None:
-    assert isinstance(outcome, allowed), f"unexpected answer: {outcome!r}"
-
-
 # The state machine.
-
-
-@attrs.define
-class Ledger:
-    """What the machine did, for the invariants.
-
-    Attributes:
-        commanded: pids of processes spawned by start or restart commands.
-        halted_at: how many processes existed when the operator last stopped it.
-        occupied_at: how many processes existed when a foreign program took the port.
-        resets: event-log lengths at each ``reset_restarts``.
-    """
-
-    commanded: set[int] = attrs.Factory(set)
-    halted_at: int | None = None
-    occupied_at: int | None = None
-    resets: list[int] = attrs.Factory(list)
 
 
 class OneInstance(RuleBasedStateMachine):
@@ -659,84 +365,3 @@ def test_one_instance_under_random_commands_and_faults(
             super().__init__(make_config())
 
     run_state_machine_as_test(Machine, settings=SETTINGS)
-
-
-# Regression tests for the bugs these faults reached: a caller that stops waiting for its
-# answer (a timeout, or the supervisor's own restart cancelled by a stop) made the actor's
-# answer raise trio.BrokenResourceError, which killed the whole runtime.
-
-Scenario = Callable[[InferRuntime, InstanceHandle], Awaitable[None]]
-
-
-@attrs.frozen
-class SlowSpawns:
-    """An `OpenProcess` edge whose spawns take ``delay_s`` seconds (a slow exec)."""
-
-    inner: OpenProcess
-    delay_s: float
-
-    async def __call__(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: Path,
-        env: Mapping[str, str],
-        run_as: RunAs | None = None,
-    ) -> ChildProcess:
-        await trio.sleep(self.delay_s)
-        return await self.inner(argv, cwd=cwd, env=env, run_as=run_as)
-
-
-async def runtime_death(config: InferConfig, edges: Edges, scenario: Scenario) -> object:
-    """Run ``scenario`` on one loaded instance; what killed the runtime, else None."""
-    died: object = None
-    try:
-        async with open_runtime(config, node_id="bugs", edges=edges) as runtime:
-            await scenario(runtime, await runtime.load(SPEC, SUPERVISION))
-    except* trio.BrokenResourceError as group:
-        died = group
-    return died
-
-
-@pytest.mark.usefixtures("inline_threads")
-async def test_a_caller_that_gives_up_on_a_stop_does_not_kill_the_runtime(
-    make_config: Callable[[], InferConfig], autojump_clock: trio.testing.MockClock
-) -> None:
-    fleet = FakeFleet(ignore_term=True)  # the stop takes its whole grace
-    seen: list[InstanceStatus] = []
-
-    async def scenario(runtime: InferRuntime, handle: InstanceHandle) -> None:
-        await runtime.start(handle)
-        with trio.move_on_after(1.0):
-            await runtime.stop(handle, 5.0)  # the caller gives up after 1 s of 5
-        await trio.sleep(10.0)
-        seen.append(await runtime.status(handle))
-
-    died = await runtime_death(make_config(), fleet.edges(), scenario)
-    assert died is None, f"the runtime died: {died!r}"
-    assert [(s.state, s.stop_reason) for s in seen] == [(InstanceState.EXITED, "requested")]
-
-
-@pytest.mark.usefixtures("inline_threads")
-async def test_a_stop_during_a_restarts_spawn_stops_the_new_server(
-    make_config: Callable[[], InferConfig], autojump_clock: trio.testing.MockClock
-) -> None:
-    fleet = FakeFleet()
-    edges = fleet.edges()
-    edges = attrs.evolve(edges, open_process=SlowSpawns(edges.open_process, 1.0))
-    answers: list[object] = []
-
-    async def scenario(runtime: InferRuntime, handle: InstanceHandle) -> None:
-        await runtime.start(handle)
-        await runtime.wait_state(handle, InstanceState.RUNNING)
-        fleet.last.crash(exit_code=1)
-        await trio.sleep(POLICY.base_s + 0.5)  # the restart is spawning (1 s)
-        answers.append(await outcome_of(lambda: runtime.stop(handle, STOP_GRACE_S)))
-        await trio.sleep(30.0)
-
-    died = await runtime_death(make_config(), edges, scenario)
-    assert died is None, f"the runtime died: {died!r}"
-    [answer] = answers
-    assert isinstance(answer, RunEvidence), answer
-    assert len(fleet.children) == 2
-    assert not fleet.live

@@ -14,7 +14,8 @@ import attrs
 import psutil
 import pytest
 import trio
-from test_field_cases import (
+
+from e2e.field_support import (
     SLACK_S,
     Bench,
     another_port,
@@ -27,7 +28,6 @@ from test_field_cases import (
     wait_members,
     within,
 )
-
 from inferactors import (
     BackendError,
     DeepHealthFailed,

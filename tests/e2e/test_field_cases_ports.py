@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 import trio
-from test_field_cases import (
+
+from e2e.field_support import (
     POLL_S,
     SLACK_S,
     WAIT_S,
@@ -31,7 +32,6 @@ from test_field_cases import (
     policy,
     supervising,
 )
-
 from inferactors import (
     AdmissionRefused,
     BackendError,

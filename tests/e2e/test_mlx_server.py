@@ -14,40 +14,24 @@ token 20 to 50 ms later, and exit by SIGTERM (returncode -15) within about 4 ms.
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from importlib.util import find_spec
 from pathlib import Path
 
-import attrs
 import pytest
 import trio
 
 from inferactors import BackendError, InferFlavor
 from inferactors._edges.probe import ProbeClient
-from inferactors._policy.probe_parse import (
-    ServerReport,
-    Unhealthy,
-    Up,
-    completion_body,
-    parse_model_ids,
-)
+from inferactors._policy.probe_parse import Unhealthy, completion_body, parse_model_ids
 from inferactors.testing._tiny_mlx import TINY_WORDS, write_tiny_mlx
+from mlx_support import READY_S, STOP_S, broken_copy, is_up, mlx_server, unhealthy, wait_report
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux" and find_spec("mlx_lm") is None,
     reason="mlx-lm is not installed on this platform (the dev extra installs it on Linux)",
 )
-
-READY_S = 60.0
-"""Generous deadline for a server to come up on a loaded 2-core machine (it takes ~1.1 s)."""
-
-STOP_S = 10.0
 
 
 @pytest.fixture(scope="module")
@@ -72,97 +56,7 @@ def hf_cache(tmp_path: Path) -> Path:
     return cache
 
 
-def readable_tiny_mlx(directory: Path) -> Path:
-    """`write_tiny_mlx` into ``directory`` (made symlink-free), every file readable by all.
-
-    safetensors writes ``model.safetensors`` with mode 0600, which a run_as user cannot
-    read (inferactors' containment check refuses it); the other files get 0644.
-    """
-    written = write_tiny_mlx(directory.resolve())
-    for path in written.iterdir():
-        path.chmod(0o644)
-    return written
-
-
-def broken_copy(directory: Path) -> Path:
-    """The tiny model (readable by all, at ``directory`` made symlink-free) with a config
-    that asks for a third layer the weights do not have."""
-    directory = readable_tiny_mlx(directory)
-    config = json.loads((directory / "config.json").read_text())
-    config["num_hidden_layers"] = 3
-    (directory / "config.json").write_text(json.dumps(config))
-    return directory
-
-
 # The server alone.
-
-
-@attrs.frozen
-class Server:
-    process: trio.Process
-    base_url: str
-    spawned_at: float
-
-    def since_spawn(self) -> float:
-        return trio.current_time() - self.spawned_at
-
-
-@asynccontextmanager
-async def mlx_server(
-    program: Path, model: Path, port: int, cache: Path, log: Path
-) -> AsyncIterator[Server]:
-    """mlx_lm.server on ``model`` (absolute, symlink-free) in its own session, offline;
-    killed (its group) and reaped on exit."""
-    argv = [str(program), "--model", str(model), "--host", "127.0.0.1"]
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(log.parent),
-        "HF_HUB_OFFLINE": "1",
-        "HF_HUB_CACHE": str(cache),
-    }
-    with log.open("wb") as stderr:
-        process = await trio.lowlevel.open_process(
-            [*argv, "--port", str(port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            start_new_session=True,
-        )
-    server = Server(process, f"http://127.0.0.1:{port}", trio.current_time())
-    try:
-        yield server
-    finally:
-        if process.returncode is None:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        with trio.move_on_after(STOP_S) as scope:
-            scope.shield = True
-            await process.wait()
-
-
-async def wait_report(
-    probe: ProbeClient, server: Server, done: Callable[[ServerReport], bool]
-) -> tuple[ServerReport, float, set[str]]:
-    """Probe every 20 ms until ``done``; the report, seconds since spawn, health kinds seen."""
-    seen: set[str] = set()
-    with trio.fail_after(READY_S):
-        while True:
-            assert server.process.returncode is None, "mlx_lm.server exited while starting"
-            report = await probe.report(InferFlavor.MLX_LM)
-            seen.add(type(report.health).__name__)
-            if done(report):
-                return report, server.since_spawn(), seen
-            await trio.sleep(0.02)
-
-
-def is_up(report: ServerReport) -> bool:
-    return isinstance(report.health, Up)
-
-
-def unhealthy(report: ServerReport) -> bool:
-    return isinstance(report.health, Unhealthy)
 
 
 async def test_health_then_models_then_one_token_then_sigterm(

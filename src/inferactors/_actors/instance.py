@@ -5,13 +5,17 @@ Shape (style.md, "Actors"; llama-swap's single-writer process state machine):
 * The actor owns a nursery and a bounded inbox. Its loop takes one message at a time and
   handles it without awaiting anything, so it always answers promptly.
 * Work that does I/O (spawning, probing, stopping) runs as a worker task in the actor's
-  nursery (``_instance_work``). A worker never touches the state: it posts its result back
-  to the inbox, and the loop applies it (``_instance_book``) and answers the caller.
+  nursery (``instance_work``). A worker never touches the state: it posts its result back
+  to the inbox, and the loop applies it (``instance_book``) and answers the caller.
 * The exit of a managed server is awaited by a watcher task the moment the process starts,
   so a crash is seen when it happens, not at the next poll.
 * Per process, the actor also runs a monitor (probes: 10 ms doubling to 100 ms until up,
   then every second), a readiness timer, an exposure watch (every 250 ms) and, when
-  configured, the deep-health watchdog. All of them end with the process.
+  configured, the deep-health watchdog. All of them end with the process. Starting them
+  and reacting to what they report is `InstanceWatch` (``instance_watch``).
+
+This module holds the actor itself: the loop's dispatch, the commands (start, stop,
+status, shutdown), the start and exit of a process, and the teardown.
 """
 
 from __future__ import annotations
@@ -28,19 +32,9 @@ from .._edges.bundle import Edges
 from .._edges.capture import RunEvidence
 from .._edges.process import ManagedProcess
 from .._errors import InvalidState, UnknownInstance, Unsupported
-from .._events import (
-    DeepHealthFailed,
-    Event,
-    ExposureDetected,
-    ImpostorDetected,
-    ProcessExited,
-    ProcessStarted,
-    StopReason,
-)
-from .._flavor import InferFlavor
+from .._events import Event, ProcessExited, ProcessStarted, StopReason
 from .._policy.admission import Plan
-from .._policy.status import map_ollama_report
-from .._status import InstanceState, InstanceStatus
+from .._status import InstanceStatus
 from .instance_book import InstanceBook
 from .instance_msgs import (
     INTERNAL_TYPES,
@@ -56,8 +50,9 @@ from .instance_msgs import (
     Stopped,
     WatchdogResult,
 )
+from .instance_watch import InstanceWatch
 from .instance_work import InstanceWork
-from .mailbox import Mailbox, ScopeGroup, scoped
+from .mailbox import Mailbox
 from .messages import (
     Annotate,
     DeepHealth,
@@ -76,12 +71,6 @@ from .messages import (
 EMERGENCY_GRACE_S = 5.0
 """Grace for a server still running when the actor is torn down without an unload."""
 
-EXPOSURE_GRACE_S = 3.0
-"""Grace for a server stopped for listening beyond loopback (seed-behaviour section 4)."""
-
-HEALTH_KILL_GRACE_S = 3.0
-"""Grace for a server killed by the deep-health watchdog."""
-
 
 @attrs.define(eq=False)
 class InstanceActor:
@@ -98,10 +87,9 @@ class InstanceActor:
     _box: Mailbox
     _work: InstanceWork
     _book: InstanceBook
+    _watch: InstanceWatch
     _stop_waiters: dict[ManagedProcess, list[ReplyTo[RunEvidence]]] = attrs.Factory(dict)
     _after_start: list[Stop] = attrs.Factory(list)
-    _process_tasks: ScopeGroup | None = None
-    _watch_tasks: ScopeGroup | None = None
     _closing: bool = False
 
     @classmethod
@@ -120,7 +108,8 @@ class InstanceActor:
         box = Mailbox.create(instance_id, events)
         work = InstanceWork(plan, config, edges, box.inbox)
         book = InstanceBook(managed=plan.mode is ControlMode.MANAGED)
-        return cls(instance_id, runtime_id, plan, instance_dir, box, work, book)
+        watch = InstanceWatch(instance_id, plan, box, work, book)
+        return cls(instance_id, runtime_id, plan, instance_dir, box, work, book, watch)
 
     @property
     def inbox(self) -> trio.MemorySendChannel[object]:
@@ -191,15 +180,15 @@ class InstanceActor:
                 self._on_exited(message.process, message.evidence)
                 self._answer_stop(message.process, message.evidence)
             case Probed():
-                self._on_probed(message)
+                self._watch.on_probed(message)
             case ExposureFound():
-                self._on_exposure(message.process, message.exposure.describe())
+                self._watch.on_exposure(message.process, message.exposure.describe())
             case ReadinessExpired():
-                self._on_readiness_expired(message)
+                self._watch.on_readiness_expired(message)
             case WatchdogResult():
-                self._on_watchdog(message)
+                self._watch.on_watchdog(message)
             case Confirmed():
-                self._watch_adopted()
+                self._watch.watch_adopted()
                 answer(message.reply, None)
             case ShutdownDone():
                 answer(message.reply, None)
@@ -251,7 +240,7 @@ class InstanceActor:
             refuse(command.reply, InvalidState(f"{self.instance_id} is not running"))
             return
         self._stop_waiters.setdefault(book.process, []).append(command.reply)
-        self._stop_process(StopReason.REQUESTED, command.grace_s)
+        self._watch.stop_process(StopReason.REQUESTED, command.grace_s)
 
     def _on_status(self, command: GetStatus) -> None:
         if self.managed and (self._book.process is None or self._book.starting):
@@ -273,7 +262,7 @@ class InstanceActor:
         self._book.spawned(process)
         args = self.plan.launch.args if self.plan.launch else ()
         self._emit(ProcessStarted(self.instance_id, process.pid, args, process.started_at))
-        self._start_process_tasks(process)
+        self._watch.start_process_tasks(process)
         aborted, self._after_start = self._after_start, []
         if aborted:
             refuse(
@@ -295,7 +284,7 @@ class InstanceActor:
     def _on_exited(self, process: ManagedProcess, evidence: RunEvidence) -> None:
         if process is not self._book.process:
             return
-        self._cancel_process_tasks()
+        self._watch.cancel_process_tasks()
         reason = self._book.exited(
             attrs.evolve(evidence, runtime=self.runtime_id, instance_id=self.instance_id)
         )
@@ -310,105 +299,10 @@ class InstanceActor:
         for reply in self._stop_waiters.pop(process, []):
             answer(reply, full)
 
-    def _on_probed(self, message: Probed) -> None:
-        book = self._book
-        if message.exposure is not None and not self.managed:
-            self._on_adopted_exposure(message.exposure.describe())
-        if message.exposure is not None and message.process is not None:
-            self._on_exposure(message.process, message.exposure.describe())
-        elif message.process is book.process and not (self.managed and book.process is None):
-            self._apply_report(message)
-        if message.reply is not None:
-            answer(message.reply, self._status())
-
-    def _apply_report(self, message: Probed) -> None:
-        book = self._book
-        if book.process is not None and not book.process.running:
-            return  # it just died: its exit is on the way and will say so
-        port = self.plan.spec.port()
-        impostor = book.note_identity(message.owner_ok, message.owner_pid, port)
-        if impostor is not None:
-            now = trio.current_time()
-            self._emit(ImpostorDetected(self.instance_id, message.owner_pid, impostor, now))
-        book.note_report(message.report, self.plan.listed_names, message.first_token)
-        spec = self.plan.spec
-        if not self.managed and spec.runtime is InferFlavor.OLLAMA and spec.model:
-            book.mapped = map_ollama_report(message.report, tag=spec.model, adopted=True)
-        if book.ready or (not self.managed and book.mapped.state is InstanceState.RUNNING):
-            self._on_ready(book.process)
-        if book.note_health(message.report, trio.current_time()) is not None:
-            self._stop_process(StopReason.HEALTH_KILL, HEALTH_KILL_GRACE_S)
-
-    def _on_ready(self, process: ManagedProcess | None) -> None:
-        if self._book.ready_once:
-            return
-        self._book.ready_once = True
-        watchdog = self.plan.supervision.watchdog
-        group = self._process_tasks if process is not None else self._watch_tasks
-        if watchdog is not None and group is not None:
-            self._soon(self._work.watchdog, process, watchdog, group.new())
-
-    def _on_exposure(self, process: ManagedProcess, detail: str) -> None:
-        book = self._book
-        if process is not book.process or book.exposed is not None:
-            return
-        book.exposed = detail
-        book.wanted = False
-        self._emit(ExposureDetected(self.instance_id, detail, trio.current_time()))
-        self._stop_process(StopReason.EXPOSURE, EXPOSURE_GRACE_S)
-
-    def _on_adopted_exposure(self, detail: str) -> None:
-        if self._book.exposed != detail:
-            self._book.exposed = detail
-            note = f"{detail} (reported only: inferactors never signals an adopted server)"
-            self._emit(ExposureDetected(self.instance_id, note, trio.current_time()))
-
-    def _on_readiness_expired(self, message: ReadinessExpired) -> None:
-        if message.process is self._book.process and not self._book.ready_once:
-            self._stop_process(StopReason.READINESS_TIMEOUT, 0.0)
-
-    def _on_watchdog(self, message: WatchdogResult) -> None:
-        watchdog = self.plan.supervision.watchdog
-        if message.process is not self._book.process or watchdog is None:
-            return
-        kill = self._book.note_watchdog(message.why, watchdog.failures)
-        if message.why is not None:
-            failures, now = self._book.health_failures, trio.current_time()
-            self._emit(DeepHealthFailed(self.instance_id, failures, message.why, now))
-        if kill and self._book.process is not None:
-            self._stop_process(StopReason.HEALTH_KILL, HEALTH_KILL_GRACE_S)
-
     # Helpers.
 
-    def _stop_process(self, reason: StopReason, grace_s: float) -> None:
-        book = self._book
-        if book.process is None or book.stop_reason is not None:
-            return  # no process, or a stop is already under way
-        book.stop_reason = reason
-        self._soon(self._work.stop, book.process, grace_s)
-
-    def _start_process_tasks(self, process: ManagedProcess) -> None:
-        self._cancel_process_tasks()
-        group = self._process_tasks = ScopeGroup()
-        self._soon(self._work.watch_exit, process)
-        self._soon(self._work.monitor, process, group.new())
-        self._soon(self._work.exposure_watch, process, group.new())
-        timeout = self.plan.supervision.readiness_timeout_s
-        if timeout is not None:
-            self._soon(scoped, group.new(), self._work.readiness_timer, process, timeout)
-
-    def _cancel_process_tasks(self) -> None:
-        if self._process_tasks is not None:
-            self._process_tasks.cancel()
-            self._process_tasks = None
-
-    def _watch_adopted(self) -> None:
-        if self._watch_tasks is None:
-            self._watch_tasks = ScopeGroup()
-            self._soon(self._work.monitor, None, self._watch_tasks.new())
-
     def _status(self) -> InstanceStatus:
-        return self._book.status(trio.current_time())
+        return self._watch.status()
 
     def _report(self) -> None:
         self._box.report(self._status())

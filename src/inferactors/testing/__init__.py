@@ -8,8 +8,8 @@ this package does not.
 from ._fake_faults import FakeServerFaults as FakeServerFaults
 from ._fake_fleet import FakeChild as FakeChild
 from ._fake_fleet import FakeFleet as FakeFleet
-from ._fake_server import fake_server_argv as fake_server_argv
-from ._fake_server import write_fake_server_program as write_fake_server_program
+from ._fake_launch import fake_server_argv as fake_server_argv
+from ._fake_launch import write_fake_server_program as write_fake_server_program
 from ._programs import write_python_program as write_python_program
 from ._recording_proxy import RecordedRequest as RecordedRequest
 from ._recording_proxy import RecordingProxy as RecordingProxy

@@ -1,0 +1,186 @@
+"""What the managed llama.cpp runtime tests share: configs, the lab, and event and OS checks.
+
+`managed` is a managed llama.cpp config that never restarts (restart budget 0), so no test
+depends on when the supervisor restarts; `Lab` holds one test's registry, data root,
+account and helper program (the conftest's ``lab`` fixture builds it), and
+`HELPER` is ``tests/helpers/runtime_server.py``, the stand-in server whose behaviour the
+config's environment chooses (``RUNTIME_SERVER=silent,fork,...``). The rest read the event
+stream, wait for a pid file or a process to be gone, and hold a port (`listening`,
+`black_hole`).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import attrs
+import psutil
+import trio
+import trio.testing
+
+from inferactors import (
+    Event,
+    InferConfig,
+    InferenceSpec,
+    InferFlavor,
+    InferRuntime,
+    InstanceHandle,
+    InstanceState,
+    ManagedConfig,
+    ProcessExited,
+    ProcessStarted,
+    RestartPolicy,
+    ServeArgs,
+)
+
+HELPER = Path(__file__).parents[1] / "helpers" / "runtime_server.py"
+
+
+READY_S = 60.0
+
+
+def managed(
+    registry: Path,
+    data_root: Path,
+    program: Path | None,
+    behaviour: str = "serve",
+    *,
+    run_as: str | None,
+    **config: object,
+) -> InferConfig:
+    """A managed llama.cpp config that never restarts (restart budget 0)."""
+    settings = ManagedConfig(
+        registry=registry,
+        data_root=data_root,
+        serve_program=program,
+        env=(("RUNTIME_SERVER", behaviour),),
+        run_as=run_as,
+        restart=RestartPolicy(max_restarts=0),
+    )
+    return InferConfig.managing(InferFlavor.LLAMACPP, settings, **config)  # type: ignore[arg-type]
+
+
+def chat(
+    port: int, *, role: str = "chat", model: str | None = "tiny", host: str | None = None
+) -> InferenceSpec:
+    return InferenceSpec(
+        role=role, runtime=InferFlavor.LLAMACPP, model=model, serve=ServeArgs(host=host, port=port)
+    )
+
+
+@attrs.frozen
+class Lab:
+    """Where one test's managed servers run: the registry (the tiny model as ``tiny``), a
+    data root and the account (``nobody`` when the suite runs as root, see conftest), and
+    ``program``, an executable that runs the helper server."""
+
+    registry: Path
+    data_root: Path
+    run_as: str | None
+    program: Path
+
+    def config(
+        self,
+        program: Path | None = None,
+        behaviour: str = "serve",
+        *,
+        registry: Path | None = None,
+        **config: object,
+    ) -> InferConfig:
+        """`managed` with this lab's settings; ``program`` defaults to the helper."""
+        return managed(
+            registry or self.registry,
+            self.data_root,
+            program or self.program,
+            behaviour,
+            run_as=self.run_as,
+            **config,
+        )
+
+
+def drain(events: trio.MemoryReceiveChannel[Event]) -> list[Event]:
+    seen = []
+    while True:
+        try:
+            seen.append(events.receive_nowait())
+        except (trio.WouldBlock, trio.EndOfChannel):
+            return seen
+
+
+def started(events: list[Event]) -> list[ProcessStarted]:
+    return [event for event in events if isinstance(event, ProcessStarted)]
+
+
+def exits(events: list[Event]) -> list[ProcessExited]:
+    return [event for event in events if isinstance(event, ProcessExited)]
+
+
+async def next_exit(events: trio.MemoryReceiveChannel[Event]) -> ProcessExited:
+    with trio.fail_after(READY_S):
+        async for event in events:
+            if isinstance(event, ProcessExited):
+                return event
+    raise AssertionError("the event stream ended")
+
+
+async def read_pid(path: Path) -> int:
+    """The pid the helper wrote to ``path``, once it is there."""
+    file = trio.Path(path)
+    with trio.fail_after(READY_S):
+        while not await file.exists():  # noqa: ASYNC110  no trio event can tell us about a file
+            await trio.sleep(0.01)
+    return int(await file.read_text())
+
+
+def names_in(directory: Path) -> list[str]:
+    """The entries of ``directory``; none when it does not exist."""
+    return sorted(path.name for path in directory.iterdir()) if directory.exists() else []
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+async def wait_gone(pid: int) -> None:
+    with trio.fail_after(10):
+        while not gone(pid):  # noqa: ASYNC110  no trio event can tell us about OS state
+            await trio.sleep(0.01)
+
+
+async def ready(runtime: InferRuntime, handle: InstanceHandle) -> None:
+    with trio.fail_after(READY_S):
+        await runtime.wait_state(handle, InstanceState.RUNNING)
+
+
+@contextmanager
+def listening(port: int, backlog: int = 8) -> Iterator[socket.socket]:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", port))
+        listener.listen(backlog)
+        yield listener
+
+
+@contextmanager
+def black_hole(port: int) -> Iterator[None]:
+    """A listener on ``port`` that never accepts, its queue full: connects hang."""
+    clients: list[socket.socket] = []
+    with listening(port, backlog=0):
+        try:
+            for _ in range(8):
+                client = socket.socket()
+                clients.append(client)
+                client.settimeout(0.2)
+                try:
+                    client.connect(("127.0.0.1", port))
+                except TimeoutError:
+                    break
+            yield
+        finally:
+            for client in clients:
+                client.close()

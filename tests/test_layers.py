@@ -1,0 +1,131 @@
+"""The layering of ``src/inferactors`` is a checked fact (design/README.md, "The map").
+
+The check (`layering.check_package`) runs on the real package, and on copies of it broken
+on purpose, one rule at a time, to show that it fails when a rule is broken.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import inferactors
+from layering import check_package, cycles
+
+PACKAGE = Path(inferactors.__file__).resolve().parent
+
+
+def test_the_package_keeps_its_layers() -> None:
+    assert check_package(PACKAGE) == []
+
+
+def test_the_top_level_holds_only_the_vocabulary_and_the_folders() -> None:
+    modules = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(modules) <= 10, modules
+    folders = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
+    assert folders == ["_actors", "_cli", "_config", "_edges", "_models", "_policy", "testing"]
+
+
+def test_no_source_module_is_over_400_lines() -> None:
+    long = {
+        str(path.relative_to(PACKAGE)): n
+        for path in PACKAGE.rglob("*.py")
+        if (n := len(path.read_text().splitlines())) > 400
+    }
+    assert long == {}
+
+
+def test_no_test_file_is_over_500_lines() -> None:
+    tests = Path(__file__).resolve().parent
+    long = {
+        str(path.relative_to(tests)): n
+        for path in tests.rglob("*.py")
+        if (n := len(path.read_text().splitlines())) > 500
+    }
+    assert long == {}
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Path:
+    """A copy of the package's sources to break."""
+    target = tmp_path / "inferactors"
+    shutil.copytree(PACKAGE, target, ignore=shutil.ignore_patterns("__pycache__"))
+    assert check_package(target) == []
+    return target
+
+
+def append(path: Path, code: str) -> None:
+    path.write_text(path.read_text() + "\n" + code + "\n")
+
+
+@pytest.mark.parametrize(
+    ("module", "code", "expected"),
+    [
+        ("_policy/restart.py", "import trio", "(policy) imports the I/O library trio"),
+        ("_policy/matching.py", "import httpx", "(policy) imports the I/O library httpx"),
+        ("_policy/status.py", "import psutil", "(policy) imports the I/O library psutil"),
+        ("_policy/launch.py", "import socket", "(policy) imports the I/O library socket"),
+        ("_policy/exposure.py", "import subprocess", "imports the I/O library subprocess"),
+        (
+            "_policy/launch.py",
+            "def f() -> None:\n    from .._edges import probe",
+            "inferactors._policy.launch (policy) imports inferactors._edges.probe (edges)",
+        ),
+        (
+            "_policy/matching.py",
+            "from .._actors.mailbox import Mailbox",
+            "inferactors._policy.matching (policy) imports inferactors._actors.mailbox (actors)",
+        ),
+        (
+            "_edges/netcheck.py",
+            "from .._actors.messages import Reply",
+            "inferactors._edges.netcheck (edges) imports inferactors._actors.messages (actors)",
+        ),
+        (
+            "_models/manifest.py",
+            "from .._edges.probe import ProbeClient",
+            "inferactors._models.manifest (models) imports inferactors._edges.probe (edges)",
+        ),
+        (
+            "_actors/supervisor.py",
+            "from .._cli.output import describe",
+            "inferactors._actors.supervisor (actors) imports inferactors._cli.output (cli)",
+        ),
+        (
+            "_actors/runtime.py",
+            "def go() -> None:\n    trio.run(lambda: None)",
+            "inferactors._actors.runtime calls trio.run outside _cli",
+        ),
+        (
+            "testing/_programs.py",
+            "from trio import run",
+            "inferactors.testing._programs calls trio.run outside _cli",
+        ),
+        (
+            "_actors/serving.py",
+            "",  # serving imports runtime; make runtime import serving back
+            "import circle: inferactors._actors.runtime -> inferactors._actors.serving",
+        ),
+    ],
+)
+def test_a_deliberate_break_fails_the_check(
+    copy: Path, module: str, code: str, expected: str
+) -> None:
+    if not code:
+        append(copy / "_actors/runtime.py", "from .serving import open_runtime")
+    else:
+        append(copy / module, code)
+    problems = check_package(copy)
+    assert any(expected in line for line in problems), problems
+
+
+def test_an_import_under_a_main_guard_is_not_a_dependency(copy: Path) -> None:
+    append(copy / "_policy/matching.py", 'if __name__ == "__main__":\n    import trio')
+    assert check_package(copy) == []
+
+
+def test_cycles_finds_every_circle_and_nothing_else() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"f"}, "f": {"e"}, "g": set()}
+    assert cycles(graph) == [["a", "b", "c"], ["e", "f"]]
