@@ -8,7 +8,7 @@ supervisor inbox -> route -> instance inbox -> reply channel -> caller. The runt
 Baselines, in the same run:
 
 * B1: a bare trio memory-channel request/reply between two tasks, with a fresh reply channel
-  of buffer 1 per request (what ``_messages.call`` does), one hop.
+  of buffer 1 per request (what ``_actors.messages.call`` does), one hop.
 * B2: the same with two hops (caller -> relay task -> server task), the shape of facade ->
   supervisor -> actor with no work done at either end.
 
@@ -57,7 +57,7 @@ async def time_batches(call: Callable[[], Awaitable[object]]) -> list[float]:
 
 
 async def ask(inbox: trio.MemorySendChannel[Request], value: int) -> int:
-    """One request with a fresh reply channel of buffer 1, as ``_messages.call`` does."""
+    """One request with a fresh reply channel of buffer 1, as ``_actors.messages.call`` does."""
     send, receive = trio.open_memory_channel[int](1)
     with receive:
         await inbox.send((value, send))

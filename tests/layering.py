@@ -22,7 +22,7 @@ from pathlib import Path
 
 import attrs
 
-VOCABULARY = frozenset({"_errors", "_events", "_flavor", "_status"})
+VOCABULARY = frozenset({"_errors", "_events", "_flavor", "_safe_json", "_status"})
 """Top-level modules every layer may import: the shared vocabulary."""
 
 _BELOW_EDGES = frozenset({"vocabulary", "config", "models", "policy"})
@@ -41,10 +41,20 @@ ALLOWED: dict[str, frozenset[str]] = {
 """Which layers each layer may import (its own included)."""
 
 POLICY_FORBIDDEN = frozenset(
-    {"trio", "httpx", "psutil", "socket", "subprocess", "h11", "asyncio", "selectors",
-     "threading", "ssl", "http", "urllib"}
+    {"trio", "anyio", "asyncio", "httpx", "h11", "http", "urllib", "requests", "ssl",
+     "socket", "_socket", "socketserver", "select", "selectors", "subprocess",
+     "multiprocessing", "concurrent", "threading", "_thread", "psutil", "os", "pwd", "grp",
+     "fcntl", "signal", "shutil", "tempfile", "mmap", "ctypes"}
 )  # fmt: skip
-"""Top-level names of I/O libraries that no ``_policy`` module may import."""
+"""Top-level names of I/O libraries that no ``_policy`` module may import, directly or
+through any module of ours that it imports."""
+
+POLICY_IO_CALLS = frozenset(
+    {"open", "read_text", "read_bytes", "write_text", "write_bytes", "iterdir", "glob",
+     "rglob", "unlink", "mkdir", "touch", "rename", "replace", "rmdir"}
+)  # fmt: skip
+"""Calls that do file I/O (the builtin ``open`` and `pathlib.Path` methods): none in
+``_policy``."""
 
 _FOLDERS = {"_actors": "actors", "_cli": "cli", "_config": "config", "_edges": "edges",
             "_models": "models", "_policy": "policy", "testing": "testing"}  # fmt: skip
@@ -86,19 +96,25 @@ def load_modules(root: Path) -> dict[str, Module]:
 
 
 def _is_main_guard(node: ast.AST) -> bool:
+    """``if __name__ == "__main__":`` exactly (not ``!=``, not ``is not``)."""
     test = node.test if isinstance(node, ast.If) else None
     return (
         isinstance(test, ast.Compare)
         and isinstance(test.left, ast.Name)
         and test.left.id == "__name__"
-        and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
+        and [type(op) for op in test.ops] == [ast.Eq]
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == "__main__"
     )
 
 
 def _walk(node: ast.AST) -> Iterator[ast.AST]:
-    """`ast.walk`, skipping ``if __name__ == "__main__":`` blocks."""
+    """`ast.walk`, skipping the body (not the ``else``) of ``if __name__ == "__main__":``."""
     for child in ast.iter_child_nodes(node):
-        if _is_main_guard(child):
+        if isinstance(child, ast.If) and _is_main_guard(child):
+            for branch in child.orelse:
+                yield branch
+                yield from _walk(branch)
             continue
         yield child
         yield from _walk(child)
@@ -115,7 +131,12 @@ def _absolute(module: Module, node: ast.ImportFrom) -> str:
 
 
 def imports_of(module: Module, known: set[str]) -> Iterator[str]:
-    """Every module name ``module`` imports (ours resolved to the module, others as written)."""
+    """Every module name ``module`` imports (ours resolved to the module, others as written).
+
+    Besides import statements: ``importlib.import_module("x")`` and ``__import__("x")``
+    with a literal name, and attribute chains such as ``inferactors._actors.runtime.X``
+    reached from an imported package.
+    """
     for node in _walk(module.tree):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
@@ -124,19 +145,74 @@ def imports_of(module: Module, known: set[str]) -> Iterator[str]:
             for alias in node.names:
                 sub = f"{source}.{alias.name}"
                 yield sub if sub in known else source
+        elif isinstance(node, ast.Call) and (name := _dynamic_import(node)):
+            yield name
+        elif isinstance(node, ast.Attribute) and (dotted := _dotted(node)) in known:
+            yield dotted
+
+
+def _dynamic_import(node: ast.Call) -> str | None:
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if called not in ("import_module", "__import__") or not node.args:
+        return None
+    first = node.args[0]
+    return first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+
+
+def _dotted(node: ast.AST) -> str | None:
+    """``a.b.c`` as text when ``node`` is a chain of names, else None."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and (base := _dotted(node.value)):
+        return f"{base}.{node.attr}"
+    return None
+
+
+_LOOP_STARTERS = frozenset({"run", "start_guest_run"})
 
 
 def _calls_trio_run(module: Module) -> bool:
-    return any(_is_trio_run(node) for node in _walk(module.tree))
+    """Whether ``module`` starts a trio event loop: ``trio.run`` or ``start_guest_run``,
+    however trio was imported (``import trio as t``, ``from trio import run as go``,
+    ``from trio import *``, ``getattr(trio, "run")``)."""
+    aliases = {"trio"}
+    for node in _walk(module.tree):
+        if isinstance(node, ast.Import):
+            aliases |= {a.asname or a.name for a in node.names if a.name.split(".")[0] == "trio"}
+    return any(_starts_loop(node, aliases) for node in _walk(module.tree))
 
 
-def _is_trio_run(node: ast.AST) -> bool:
-    """``from trio import run`` or ``trio.run``."""
-    if isinstance(node, ast.ImportFrom):
-        return node.module == "trio" and any(alias.name == "run" for alias in node.names)
-    if isinstance(node, ast.Attribute) and node.attr == "run":
-        return isinstance(node.value, ast.Name) and node.value.id == "trio"
+def _starts_loop(node: ast.AST, aliases: set[str]) -> bool:
+    if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "trio":
+        return any(alias.name in _LOOP_STARTERS | {"*"} for alias in node.names)
+    if isinstance(node, ast.Attribute) and node.attr in _LOOP_STARTERS:
+        root = _dotted(node.value)
+        return root is not None and root.split(".")[0] in aliases
+    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr":
+        target, attribute = [*node.args, None, None][:2]
+        root = _dotted(target) if target is not None else None
+        named = isinstance(attribute, ast.Constant) and attribute.value in _LOOP_STARTERS
+        return named and root is not None and root.split(".")[0] in aliases
     return False
+
+
+def _io_calls(module: Module) -> Iterator[str]:
+    for node in _walk(module.tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name in POLICY_IO_CALLS:
+                yield name
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = {start}, [start]
+    while todo:
+        for target in graph[todo.pop()] - seen:
+            seen.add(target)
+            todo.append(target)
+    return seen
 
 
 def graph_of(modules: dict[str, Module]) -> dict[str, set[str]]:
@@ -178,6 +254,21 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def _policy_io(name: str, modules: dict[str, Module], graph: dict[str, set[str]]) -> list[str]:
+    """What I/O a policy module reaches: libraries it or any of our modules it imports
+    (transitively) import, and file I/O calls in its own code."""
+    problems = []
+    for reached in sorted(_reachable(graph, name)):
+        via = "" if reached == name else f" through {reached}"
+        for imported in sorted(set(imports_of(modules[reached], set(modules)))):
+            if imported.split(".")[0] in POLICY_FORBIDDEN:
+                problems.append(f"{name} (policy) imports the I/O library {imported}{via}")
+    problems += [
+        f"{name} (policy) calls {call}()" for call in sorted(set(_io_calls(modules[name])))
+    ]
+    return problems
+
+
 def check_package(root: Path) -> list[str]:
     """Every broken layering rule in the package at ``root``, one line each (empty: clean)."""
     modules = load_modules(root)
@@ -189,9 +280,7 @@ def check_package(root: Path) -> list[str]:
             if layer_of(target) not in ALLOWED[layer]:
                 problems.append(f"{name} ({layer}) imports {target} ({layer_of(target)})")
         if layer == "policy":
-            for imported in sorted(set(imports_of(module, set(modules)))):
-                if imported.split(".")[0] in POLICY_FORBIDDEN:
-                    problems.append(f"{name} (policy) imports the I/O library {imported}")
+            problems += _policy_io(name, modules, graph)
         if layer != "cli" and _calls_trio_run(module):
             problems.append(f"{name} calls trio.run outside _cli")
     problems += [f"import circle: {' -> '.join(c)}" for c in cycles(graph)]

@@ -103,6 +103,60 @@ def append(path: Path, code: str) -> None:
             "from trio import run",
             "inferactors.testing._programs calls trio.run outside _cli",
         ),
+        ("_policy/privilege.py", "import pwd", "(policy) imports the I/O library pwd"),
+        ("_policy/launch.py", "import select", "(policy) imports the I/O library select"),
+        (
+            "_policy/launch.py",
+            "from .._models.registry import threading",
+            "imports the I/O library threading through inferactors._models.registry",
+        ),
+        ("_policy/launch.py", "def f() -> str:\n    return open('x').read()", "calls open()"),
+        ("_policy/status.py", "def f(p):\n    return p.read_text()", "calls read_text()"),
+        (
+            "_policy/launch.py",
+            'if __name__ != "__main__":\n    import trio',
+            "(policy) imports the I/O library trio",
+        ),
+        (
+            "_policy/launch.py",
+            'if __name__ == "__main__":\n    pass\nelse:\n    from .._actors import mailbox',
+            "(policy) imports inferactors._actors.mailbox (actors)",
+        ),
+        (
+            "_policy/launch.py",
+            "import importlib\nX = importlib.import_module('inferactors._actors.runtime')",
+            "(policy) imports inferactors._actors.runtime (actors)",
+        ),
+        (
+            "_policy/launch.py",
+            "X = __import__('inferactors._cli.main')",
+            "(policy) imports inferactors._cli.main (cli)",
+        ),
+        (
+            "_config/spec.py",
+            "import inferactors._errors\nX = inferactors._actors.runtime.InferRuntime",
+            "(config) imports inferactors._actors.runtime (actors)",
+        ),
+        (
+            "_actors/runtime.py",
+            "import trio as t\ndef go() -> None:\n    t.run(lambda: None)",
+            "inferactors._actors.runtime calls trio.run outside _cli",
+        ),
+        (
+            "_actors/runtime.py",
+            "from trio import *",
+            "inferactors._actors.runtime calls trio.run outside _cli",
+        ),
+        (
+            "_actors/runtime.py",
+            "X = getattr(trio, 'run')",
+            "inferactors._actors.runtime calls trio.run outside _cli",
+        ),
+        (
+            "_actors/runtime.py",
+            "X = trio.lowlevel.start_guest_run",
+            "inferactors._actors.runtime calls trio.run outside _cli",
+        ),
         (
             "_actors/serving.py",
             "",  # serving imports runtime; make runtime import serving back

@@ -44,6 +44,7 @@ from ._errors import InvalidConfig as InvalidConfig
 from ._errors import InvalidState as InvalidState
 from ._errors import ModelError as ModelError
 from ._errors import ModelNotReady as ModelNotReady
+from ._errors import PinMismatch as PinMismatch
 from ._errors import UnknownInstance as UnknownInstance
 from ._errors import UnknownModel as UnknownModel
 from ._errors import Unsupported as Unsupported
@@ -52,6 +53,8 @@ from ._events import Event as Event
 from ._events import ExposureDetected as ExposureDetected
 from ._events import GaveUp as GaveUp
 from ._events import ImpostorDetected as ImpostorDetected
+from ._events import InstanceCrashed as InstanceCrashed
+from ._events import ModelTampered as ModelTampered
 from ._events import ProcessExited as ProcessExited
 from ._events import ProcessStarted as ProcessStarted
 from ._events import RestartFailed as RestartFailed
@@ -100,6 +103,7 @@ __all__ = [
     "InferRuntime",
     "InferactorsError",
     "InferenceSpec",
+    "InstanceCrashed",
     "InstanceHandle",
     "InstanceState",
     "InstanceStatus",
@@ -119,8 +123,10 @@ __all__ = [
     "ModelNotReady",
     "ModelRegistry",
     "ModelSource",
+    "ModelTampered",
     "NetworkExposure",
     "OrphanOutcome",
+    "PinMismatch",
     "ProbeClient",
     "Prober",
     "ProcessExited",

@@ -13,6 +13,7 @@ Every error the library raises on purpose derives from `InferactorsError`::
     └── ModelError            the model registry refused a name or a file
         ├── UnknownModel      no manifest with that name
         └── ModelNotReady     a shard is missing, resized or its BLAKE3 digest differs
+            └── PinMismatch   a pinned file was tampered with (not merely missing)
 
 Each class carries a stable ``code`` (the reference's error codes: ``admission-refused``,
 ``invalid-config``, ...) for logs and machine-readable output. ``str(error)`` is the message
@@ -88,3 +89,24 @@ class ModelNotReady(ModelError):
     """A registered model's files are missing or differ from the digests its manifest pins."""
 
     code = "model-not-ready"
+
+
+class PinMismatch(ModelNotReady):
+    """A pinned file no longer matches its pin: resized, its BLAKE3 digest differs, or it
+    resolves outside the model root. That is tampering, not absence: a spawn refused with it
+    holds the instance down (stop reason ``tampered``) until the model is re-registered or
+    the instance reloaded, and it is never counted as a crash.
+
+    Attributes:
+        model: the registry name of the model.
+        shard: the pinned file's path relative to the model root.
+        why: what the check found, starting with the file's label (``"shard x.gguf: ..."``).
+    """
+
+    code = "pin-mismatch"
+
+    def __init__(self, message: str, model: str = "", shard: str = "", why: str = "") -> None:
+        super().__init__(message)
+        self.model = model
+        self.shard = shard
+        self.why = why

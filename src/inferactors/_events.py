@@ -24,6 +24,9 @@ class StopReason(enum.Enum):
     EXPOSURE = "exposure"
     UNLOAD = "unload"
     SHUTDOWN = "shutdown"
+    ERROR = "error"
+    """The instance's own code raised (`InstanceCrashed`), so its server was stopped: OTP's
+    exit with an error reason, abnormal, restarted and counted like a crash."""
 
 
 @attrs.frozen
@@ -118,6 +121,42 @@ class DeepHealthFailed:
     at: float
 
 
+@attrs.frozen
+class InstanceCrashed:
+    """An instance's own code raised an exception nobody foresaw, and that instance alone
+    crashed (OTP's one_for_one): ``error_type`` and ``message`` (at most 200 characters)
+    name the exception, ``where`` the loop or worker it came from.
+
+    Its waiting callers were answered with `BackendError` naming the crash; a managed
+    server is stopped (its `ProcessExited` follows with reason ``error``) and restarted
+    under the restart policy; an adopted server is never signalled, only watched again
+    under that policy; a managed Ollama model we loaded is unloaded. Other instances, the
+    supervisor and the runtime go on.
+    """
+
+    instance_id: str
+    error_type: str
+    message: str
+    where: str
+    at: float
+
+
+@attrs.frozen
+class ModelTampered:
+    """A spawn was refused because a pinned model file no longer matches its pin (issue 8,
+    item 4): ``shard`` is the file's path relative to the model root, ``why`` what the check
+    found (resized, BLAKE3 differs, resolves outside the root). No process was started; the
+    instance is held down (status Exited, stop reason ``tampered``) until the model is
+    re-registered or the instance reloaded, and the refusal is not counted as a crash.
+    """
+
+    instance_id: str
+    model: str
+    shard: str
+    why: str
+    at: float
+
+
 Event = (
     StateChanged
     | ProcessStarted
@@ -128,4 +167,6 @@ Event = (
     | ExposureDetected
     | ImpostorDetected
     | DeepHealthFailed
+    | InstanceCrashed
+    | ModelTampered
 )

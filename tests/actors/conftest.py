@@ -3,7 +3,8 @@
 Ollama (``ollama_support``): ``fake``, a fake daemon for the MockClock rig, and
 ``registry_file``, a registry naming the Ollama tag. Stateful supervision
 (``stateful_support``): ``inline_threads`` and ``make_config``. Managed llama.cpp
-(``managed_support``): ``lab``, where one test's managed servers run. The support modules
+(``managed_support``): ``lab``, where one test's managed servers run. Pins at every spawn
+(``pin_support``): ``pin_lab``, a model the test may tamper with. The support modules
 are imported as ``actors.<name>`` (``tests/`` is on ``sys.path``), the name mypy knows them
 by with ``explicit_package_bases``.
 """
@@ -21,6 +22,7 @@ import trio.testing
 
 from actors.managed_support import HELPER, Lab
 from actors.ollama_support import NAME, TAG
+from actors.pin_support import PinLab
 from actors.stateful_support import POLICY, READINESS_S
 from inferactors import InferConfig, InferFlavor, ManagedConfig, ModelRegistry
 from inferactors.testing._fake_ollama import FakeOllama
@@ -99,3 +101,12 @@ def lab(registry_path: Path, server_dir: Path, unprivileged: Unprivileged) -> La
     program.write_text(f'#!/bin/sh\nexec {python} -I {helper} "$@"\n')
     program.chmod(0o755)
     return Lab(registry_path, server_dir / "state", unprivileged.run_as, program)
+
+
+# Pins checked at every spawn.
+
+
+@pytest.fixture
+def pin_lab(unprivileged: Unprivileged) -> PinLab:
+    """A model of this test's own (it may be tampered with), registered as ``tiny``."""
+    return PinLab.create(unprivileged)

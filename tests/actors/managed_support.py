@@ -35,6 +35,7 @@ from inferactors import (
     RestartPolicy,
     ServeArgs,
 )
+from inferactors._edges.state_lock import LOCK_NAME
 
 HELPER = Path(__file__).parents[1] / "helpers" / "runtime_server.py"
 
@@ -136,8 +137,11 @@ async def read_pid(path: Path) -> int:
 
 
 def names_in(directory: Path) -> list[str]:
-    """The entries of ``directory``; none when it does not exist."""
-    return sorted(path.name for path in directory.iterdir()) if directory.exists() else []
+    """The entries of ``directory`` but the supervisor's lock file (``_edges/state_lock``,
+    in every managed data root); none when it does not exist."""
+    if not directory.exists():
+        return []
+    return sorted(path.name for path in directory.iterdir() if path.name != LOCK_NAME)
 
 
 def gone(pid: int) -> bool:

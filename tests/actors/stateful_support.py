@@ -5,6 +5,7 @@ a `FakeFleet`. `TrioSide` runs its runtime in ``trio.run`` on a thread under a M
 whose time moves only while a command runs; `outcome_of`, `concurrently` and `expect` run
 commands and judge their answers. `Ledger` records what the operator did, and
 `check_restart_limits` checks the restart policy's limits over the event log (pure).
+`TrioSide.bugs` makes the probe reports raise on demand (a worker bug, issue 8).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import attrs
 import trio
 import trio.testing
 
+from actors.crash_support import BugSwitch
 from inferactors import (
     Event,
     GaveUp,
@@ -27,6 +29,7 @@ from inferactors import (
     InferConfig,
     InferenceSpec,
     InferFlavor,
+    InstanceCrashed,
     InstanceState,
     ProcessExited,
     ProcessStarted,
@@ -131,6 +134,25 @@ def check_restart_limits(events: Sequence[Event], commanded: set[int], resets: l
             assert count <= POLICY.max_restarts, event
 
 
+def check_crashes(events: Sequence[Event], now: float, grace_s: float) -> None:
+    """Assert that every `InstanceCrashed` names an injected bug, and that a server live at
+    a crash exited within ``grace_s`` of it (where that much time has passed)."""
+    live: int | None = None
+    for index, event in enumerate(events):
+        if isinstance(event, ProcessStarted):
+            live = event.pid
+        elif isinstance(event, ProcessExited) and event.pid == live:
+            live = None
+        elif isinstance(event, InstanceCrashed):
+            assert "injected" in event.message, f"a crash nobody injected: {event}"
+            deadline = event.at + grace_s + EPSILON_S
+            if live is None or now < deadline:
+                continue
+            stopped = [e for e in events[index:] if isinstance(e, ProcessExited) and e.pid == live]
+            assert stopped, f"server {live} outlived the crash at {event.at}"
+            assert stopped[0].at <= deadline, f"server {live} outlived the crash at {event.at}"
+
+
 @attrs.define
 class Ledger:
     """What the machine did, for the invariants.
@@ -169,11 +191,14 @@ async def collect(stream: trio.MemoryReceiveChannel[Event], events: list[Event])
 async def serve_side(
     config: InferConfig,
     fleet: FakeFleet,
+    bugs: BugSwitch,
     clock: trio.testing.MockClock,
     events: list[Event],
     handoff: queue.Queue[Live | None],
 ) -> None:
-    async with open_runtime(config, node_id="stateful", edges=fleet.edges()) as runtime:
+    edges = fleet.edges()
+    edges = attrs.evolve(edges, open_prober=bugs.factory(edges.open_prober))
+    async with open_runtime(config, node_id="stateful", edges=edges) as runtime:
         handle = await runtime.load(SPEC, SUPERVISION)
         stream = await runtime.subscribe(buffer=EVENT_BUFFER)
         closing = trio.Event()
@@ -195,6 +220,7 @@ class TrioSide:
     """
 
     fleet: FakeFleet
+    bugs: BugSwitch
     clock: trio.testing.MockClock
     thread: threading.Thread
     failures: list[BaseException]
@@ -204,13 +230,14 @@ class TrioSide:
     @classmethod
     def launch(cls, config: InferConfig) -> TrioSide:
         fleet, clock = FakeFleet(), trio.testing.MockClock(autojump_threshold=0)
+        bugs = BugSwitch()
         failures: list[BaseException] = []
         events: list[Event] = []
         handoff: queue.Queue[Live | None] = queue.Queue()
 
         def body() -> None:
             try:
-                trio.run(serve_side, config, fleet, clock, events, handoff, clock=clock)
+                trio.run(serve_side, config, fleet, bugs, clock, events, handoff, clock=clock)
             except BaseException as error:  # the machine's teardown reports it
                 failures.append(error)
             finally:
@@ -222,7 +249,7 @@ class TrioSide:
         if live is None:
             thread.join(LAUNCH_BOUND_S)
             raise AssertionError(f"the runtime did not start: {failures!r}")
-        return cls(fleet, clock, thread, failures, events, live)
+        return cls(fleet, bugs, clock, thread, failures, events, live)
 
     def run(self, job: Callable[[], Awaitable[T]]) -> T:
         """Run ``job`` in trio with time flowing, under a 600 s virtual deadline; then let

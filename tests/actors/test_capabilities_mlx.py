@@ -2,7 +2,10 @@
 checklist 35).
 
 No server is started: the serve programs here are only read (their ``#!`` line) and the
-interpreters they name are run as version probes, with a cleared environment. Stand-in
+interpreters they name are run as version probes, with a cleared environment and as the
+servers' ``run_as`` (``nobody`` when the suite runs as root; issue 8 item 7), so every
+program lives in a world-readable place and what a probe writes goes to a world-writable
+directory. Stand-in
 interpreters are small ``sh`` scripts that record their arguments, so a test can tell which
 interpreter was asked and how.
 """
@@ -10,6 +13,7 @@ interpreter was asked and how.
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import shlex
 import sys
 from importlib.util import find_spec
@@ -19,7 +23,17 @@ import pytest
 
 from inferactors import Capability, InferConfig, InferFlavor, ManagedConfig, open_runtime
 from inferactors._actors.capabilities import python_of
+from inferactors._edges.containment import SEARCH, access_problem, resolve_run_as
 from inferactors.testing import write_python_program
+
+RUN_AS = "nobody" if os.geteuid() == 0 else None
+
+
+@pytest.fixture
+def place(server_dir: Path) -> Path:
+    """A world-readable directory the probes' user can reach (``tmp_path`` is root's)."""
+    return server_dir
+
 
 needs_mlx = pytest.mark.skipif(
     find_spec("mlx_lm") is None,
@@ -35,14 +49,13 @@ def our_mlx() -> str:
 FORMATS = (Capability("format.mlx"), Capability("format.safetensors"))
 
 
-def managed(
-    tmp_path: Path, program: Path | None, probe: tuple[str, ...] | None = None
-) -> InferConfig:
+def managed(place: Path, program: Path | None, probe: tuple[str, ...] | None = None) -> InferConfig:
     settings = ManagedConfig(
-        registry=tmp_path / "models.json",
-        data_root=tmp_path / "state",
+        registry=place / "models.json",
+        data_root=place / "state",
         serve_program=program,
         version_probe=probe,
+        run_as=RUN_AS,
     )
     return InferConfig.managing(InferFlavor.MLX_LM, settings)
 
@@ -69,6 +82,7 @@ def fake_python(directory: Path, *, prints: str, status: int = 0) -> tuple[Path,
     """An executable named ``python3`` that records its arguments (one per line), prints
     ``prints`` and exits with ``status``; returns it and its argument record."""
     directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o777)  # the probe runs as RUN_AS and writes its record here
     record = directory / "argv"
     script = (
         "#!/bin/sh\n"
@@ -80,18 +94,26 @@ def fake_python(directory: Path, *, prints: str, status: int = 0) -> tuple[Path,
 
 
 @needs_mlx
-async def test_the_installed_mlx_lm_server_reports_its_package_version(tmp_path: Path) -> None:
+async def test_the_installed_mlx_lm_server_reports_its_package_version(place: Path) -> None:
     """The console script pip wrote (``#!<venv>/bin/python``) names this environment's
-    interpreter, which knows mlx-lm's version."""
+    interpreter, which knows mlx-lm's version, when the probe's user may run it; as root,
+    the probe runs as ``nobody``, and a venv under ``/root`` claims nothing (no server of
+    it could run either)."""
     program = Path(sys.executable).parent / "mlx_lm.server"
-    assert python_of(program) is not None, program.read_text()[:200]
-    assert await probed(managed(tmp_path, program)) == (runtime_capability(our_mlx()), *FORMATS)
+    interpreter = python_of(program)
+    assert interpreter is not None, program.read_text()[:200]
+    found = await probed(managed(place, program))
+    user = resolve_run_as(RUN_AS) if RUN_AS else None
+    if user is None or access_problem(user, Path(interpreter[0]), SEARCH) is None:
+        assert found == (runtime_capability(our_mlx()), *FORMATS)
+    else:
+        assert found == ()
 
 
-async def test_the_python_named_by_the_shebang_is_the_one_asked(tmp_path: Path) -> None:
-    python, record = fake_python(tmp_path / "other-env", prints="mlx-lm 9.8.7")
-    program = write_program(tmp_path / "serve", f"#!{python} -s\nimport mlx_lm\n")
-    found = await probed(managed(tmp_path, program))
+async def test_the_python_named_by_the_shebang_is_the_one_asked(place: Path) -> None:
+    python, record = fake_python(place / "other-env", prints="mlx-lm 9.8.7")
+    program = write_program(place / "serve", f"#!{python} -s\nimport mlx_lm\n")
+    found = await probed(managed(place, program))
     assert found == (runtime_capability("mlx-lm 9.8.7"), *FORMATS)
     argv = record.read_text().splitlines()
     assert argv[:3] == ["-s", "-I", "-c"], argv
@@ -99,62 +121,62 @@ async def test_the_python_named_by_the_shebang_is_the_one_asked(tmp_path: Path) 
     assert "'mlx-lm'" in argv[3]
 
 
-async def test_an_interpreter_without_mlx_lm_claims_nothing(tmp_path: Path) -> None:
+async def test_an_interpreter_without_mlx_lm_claims_nothing(place: Path) -> None:
     """The shebang's Python cannot report mlx-lm's version (it is not installed there): the
     server could not run either, so nothing is claimed."""
-    python, record = fake_python(tmp_path / "bare", prints="no module", status=1)
-    program = write_program(tmp_path / "serve", f"#!{python}\n")
-    assert await probed(managed(tmp_path, program)) == ()
+    python, record = fake_python(place / "bare", prints="no module", status=1)
+    program = write_program(place / "serve", f"#!{python}\n")
+    assert await probed(managed(place, program)) == ()
     assert record.exists(), "the interpreter was not asked"
 
 
 @needs_mlx
 async def test_a_shell_wrapper_reports_the_version_of_our_own_environment(
-    tmp_path: Path,
+    place: Path,
 ) -> None:
     """A ``sh`` wrapper (what tests use to run mlx_lm.server as an unprivileged user) names
     no Python: the version comes from inferactors' own environment."""
     program = write_python_program(
-        tmp_path / "mlx_lm.server", entry="mlx_lm.server:main", python=sys.executable
+        place / "mlx_lm.server", entry="mlx_lm.server:main", python=sys.executable
     )
     assert program.read_text().startswith("#!/bin/sh\n")
-    assert await probed(managed(tmp_path, program)) == (runtime_capability(our_mlx()), *FORMATS)
+    assert await probed(managed(place, program)) == (runtime_capability(our_mlx()), *FORMATS)
 
 
-async def test_env_shebangs_are_followed_to_the_python_they_name(tmp_path: Path) -> None:
-    python, _ = fake_python(tmp_path / "bin", prints="x")
-    assert python_of(write_program(tmp_path / "a", "#!/usr/bin/env python3\n")) == (
+async def test_env_shebangs_are_followed_to_the_python_they_name(place: Path) -> None:
+    python, _ = fake_python(place / "bin", prints="x")
+    assert python_of(write_program(place / "a", "#!/usr/bin/env python3\n")) == (
         "/usr/bin/env",
         "python3",
     )
-    assert python_of(write_program(tmp_path / "b", f"#! {python}  -E \n")) == (str(python), "-E")
-    assert python_of(write_program(tmp_path / "c", "#!/usr/bin/env bash\n")) is None
-    assert python_of(write_program(tmp_path / "d", "#!/bin/sh\nexec python3\n")) is None
-    assert python_of(write_program(tmp_path / "e", "import sys  # no shebang\n")) is None
-    assert python_of(write_program(tmp_path / "f", "#!\n")) is None
-    (tmp_path / "elf").write_bytes(b"\x7fELF\x02\x01\x01" + bytes(600))
-    assert python_of(tmp_path / "elf") is None
-    assert python_of(tmp_path / "missing") is None
+    assert python_of(write_program(place / "b", f"#! {python}  -E \n")) == (str(python), "-E")
+    assert python_of(write_program(place / "c", "#!/usr/bin/env bash\n")) is None
+    assert python_of(write_program(place / "d", "#!/bin/sh\nexec python3\n")) is None
+    assert python_of(write_program(place / "e", "import sys  # no shebang\n")) is None
+    assert python_of(write_program(place / "f", "#!\n")) is None
+    (place / "elf").write_bytes(b"\x7fELF\x02\x01\x01" + bytes(600))
+    assert python_of(place / "elf") is None
+    assert python_of(place / "missing") is None
 
 
 @pytest.mark.parametrize("what", ["none", "missing", "not-executable", "directory"])
-async def test_a_program_that_cannot_run_claims_nothing(tmp_path: Path, what: str) -> None:
-    python, record = fake_python(tmp_path / "env", prints="mlx-lm 1.0")
-    program = write_program(tmp_path / "serve", f"#!{python}\n", mode=0o644)
+async def test_a_program_that_cannot_run_claims_nothing(place: Path, what: str) -> None:
+    python, record = fake_python(place / "env", prints="mlx-lm 1.0")
+    program = write_program(place / "serve", f"#!{python}\n", mode=0o644)
     chosen = {
         "none": None,
-        "missing": tmp_path / "missing",
+        "missing": place / "missing",
         "not-executable": program,
-        "directory": tmp_path,
+        "directory": place,
     }[what]
-    assert await probed(managed(tmp_path, chosen)) == ()
+    assert await probed(managed(place, chosen)) == ()
     assert not record.exists(), "a version was asked of a program that cannot run"
 
 
-async def test_a_configured_version_probe_wins_over_the_shebang(tmp_path: Path) -> None:
-    python, record = fake_python(tmp_path / "env", prints="mlx-lm 1.0")
-    program = write_program(tmp_path / "serve", f"#!{python}\n")
+async def test_a_configured_version_probe_wins_over_the_shebang(place: Path) -> None:
+    python, record = fake_python(place / "env", prints="mlx-lm 1.0")
+    program = write_program(place / "serve", f"#!{python}\n")
     probe = ("/bin/sh", "-c", "echo 'custom 4.5'")
-    found = await probed(managed(tmp_path, program, probe))
+    found = await probed(managed(place, program, probe))
     assert found == (runtime_capability("custom 4.5"), *FORMATS)
     assert not record.exists(), "the shebang's interpreter was asked despite a probe"

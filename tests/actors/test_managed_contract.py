@@ -67,7 +67,9 @@ async def test_a_real_llama_server_through_the_whole_contract(
         assert (evidence.runtime, evidence.instance_id) == ("infer.llamacpp", handle.instance_id)
         assert evidence.exit_code == 0 or evidence.signal == signal.SIGTERM
         assert not evidence.killed_after_grace
-        assert evidence.args[:2] == ("-m", str(await trio.Path(tiny_gguf).resolve()))
+        planned = str(await trio.Path(tiny_gguf).resolve())  # served from its verified fd
+        assert (evidence.args[0], evidence.args[2:4]) == ("-m", ("--alias", planned))
+        assert evidence.args[1].startswith("/proc/self/fd/")
         await wait_gone(evidence.pid)
         with pytest.raises(InvalidState, match="not running"):
             await runtime.stop(handle)

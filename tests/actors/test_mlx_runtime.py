@@ -211,8 +211,10 @@ async def test_managed_mlx_runs_after_one_token_answers_deep_health_and_stops_cl
 
         evidence = await runtime.stop(handle, 5.0)
         stopped = await runtime.status(handle)
-    served, port = str(tiny_mlx), str(free_port)
-    assert evidence.args == ("--model", served, "--host", "127.0.0.1", "--port", port, *DEBUG)
+    port = str(free_port)  # the verified root directory's descriptor is served
+    assert evidence.args[0] == "--model"
+    assert evidence.args[1].startswith("/proc/self/fd/")
+    assert evidence.args[2:] == ("--host", "127.0.0.1", "--port", port, *DEBUG)
     assert (evidence.exit_code, evidence.signal) == (None, signal.SIGTERM)
     assert not evidence.killed_after_grace
     assert not group_alive(pid)

@@ -10,6 +10,7 @@ version probes are real processes.
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
@@ -46,18 +47,30 @@ def recording(status: int, seen: list[httpx.Request]) -> httpx.MockTransport:
     return httpx.MockTransport(handle)
 
 
+RUN_AS = "nobody" if os.geteuid() == 0 else None
+"""Version probes run as the servers' ``run_as`` (issue 8 item 7): as root, ``nobody``."""
+
+
 def managed(tmp_path: Path, program: Path | None, probe: tuple[str, ...] | None) -> InferConfig:
     settings = ManagedConfig(
         registry=tmp_path / "models.json",
         data_root=tmp_path / "state",
         serve_program=program,
         version_probe=probe,
+        run_as=RUN_AS,
     )
     return InferConfig.managing(InferFlavor.LLAMACPP, settings)
 
 
 def shell(script: str) -> tuple[str, ...]:
     return ("/bin/sh", "-c", script)
+
+
+@pytest.fixture
+def tmp_path(server_dir: Path) -> Path:
+    """A world-readable directory (pytest's own ``tmp_path`` is root's, mode 0700), so the
+    probes' user can run the programs written here."""
+    return server_dir
 
 
 @pytest.fixture
@@ -154,7 +167,9 @@ async def test_managed_capabilities_need_an_executable_server_program(
         "directory": program.parent,
     }[what]
     await trio.Path(program).chmod(0o644)
-    ran = tmp_path / "ran"
+    (tmp_path / "out").mkdir(mode=0o777)
+    (tmp_path / "out").chmod(0o777)
+    ran = tmp_path / "out" / "ran"
     probe = shell(f"touch {shlex.quote(str(ran))}; echo v1")
     async with open_runtime(managed(tmp_path, chosen, probe)) as runtime:
         assert await runtime.probe_capabilities() == ()

@@ -42,9 +42,10 @@ class SlowSpawns:
         cwd: Path,
         env: Mapping[str, str],
         run_as: RunAs | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> ChildProcess:
         await trio.sleep(self.delay_s)
-        return await self.inner(argv, cwd=cwd, env=env, run_as=run_as)
+        return await self.inner(argv, cwd=cwd, env=env, run_as=run_as, pass_fds=pass_fds)
 
 
 async def runtime_death(config: InferConfig, edges: Edges, scenario: Scenario) -> object:

@@ -5,7 +5,8 @@ HTTP and net, all inside trio) under ``MockClock(autojump_threshold=0)``. Rules 
 operator's commands (start, stop, restart, reset_restarts, status, deep health, and starts
 and stops that race each other), let virtual time pass, and inject faults: crashes (an exit
 code or a signal), failing spawns, a foreign program on the port, slow loading, hanging
-completions, a server deaf to SIGTERM. After every step the invariants hold:
+completions, a server deaf to SIGTERM, and a worker that raises (probe reports raise
+ValueError, RecursionError or KeyError: issue 8). After every step the invariants hold:
 
 * never two live processes for the instance; never a spawn while the port is taken;
 * no restart after an operator stop, until the next start or restart command;
@@ -16,7 +17,11 @@ completions, a server deaf to SIGTERM. After every step the invariants hold:
   budget is always restarted;
 * every command is answered, with a value or an `InferactorsError`, within 600 virtual
   seconds (a stop within its grace plus 0.5 s, FC-11); two racing starts spawn at most one
-  server; ``status`` never raises and never contradicts the processes.
+  server; ``status`` never raises and never contradicts the processes (it is Unknown only
+  when its own probe met the injected bug, and then says so);
+* a worker's exception crashes the instance alone: the event names the injected bug, and a
+  server live at the crash is gone within the crash stop's grace (then restarted under the
+  policy above, which already counts it).
 
 A state machine is synchronous, so the runtime runs in ``trio.run`` on a thread
 (`TrioSide`). Virtual time moves only while a rule runs; between rules the clock is frozen,
@@ -50,6 +55,7 @@ from actors.stateful_support import (
     Job,
     Ledger,
     TrioSide,
+    check_crashes,
     check_restart_limits,
     concurrently,
     expect,
@@ -66,6 +72,7 @@ from inferactors import (
     RestartScheduled,
     RunEvidence,
 )
+from inferactors._actors.instance import CRASH_GRACE_S
 from inferactors.testing import FakeChild, FakeFleet
 
 T = TypeVar("T")
@@ -83,6 +90,7 @@ FAULTS = st.one_of(
     st.tuples(st.just("ignore_term"), st.booleans()),
 )
 REACTIONS = st.sampled_from(["nothing", "stop", "start", "restart", "reset_restarts"])
+BUGS = st.sampled_from([ValueError, RecursionError, KeyError])
 ENDINGS = st.one_of(
     st.tuples(st.sampled_from([0, 1, 2, 134]), st.none()),
     st.tuples(st.none(), st.sampled_from([6, 9, 11, 15])),
@@ -105,6 +113,7 @@ class OneInstance(RuleBasedStateMachine):
         super().__init__()
         self.side = TrioSide.launch(config)
         self.ledger = Ledger()
+        self.raised_before = 0  # bugs met before the last command
         runtime, handle = self.side.live.runtime, self.side.live.handle
         self.runtime, self.handle = runtime, handle
         self.start_job: Job = lambda: runtime.start(handle)
@@ -121,6 +130,8 @@ class OneInstance(RuleBasedStateMachine):
         """Run ``jobs`` together: their outcomes, the servers spawned meanwhile, and the
         virtual seconds until the last answer."""
 
+        self.raised_before = self.side.peek(lambda: len(self.side.bugs.raised))
+
         async def run() -> tuple[list[object], list[FakeChild], float]:
             before, began = len(self.fleet.children), trio.current_time()
             outcomes = await concurrently(jobs)
@@ -134,7 +145,11 @@ class OneInstance(RuleBasedStateMachine):
 
     def _running_again(self) -> None:
         self.ledger.halted_at = None
-        assert len(self.side.peek(lambda: self.fleet.live)) == 1
+        live, raised = self.side.peek(lambda: (self.fleet.live, len(self.side.bugs.raised)))
+        if raised > self.raised_before:  # the new server's first probe met the bug: stopped
+            assert len(live) <= 1, f"two live servers: {live}"
+        else:
+            assert len(live) == 1, f"not running after a start: {live}"
 
     def _halted(self) -> None:
         count, live = self.side.peek(lambda: (len(self.fleet.children), self.fleet.live))
@@ -221,7 +236,9 @@ class OneInstance(RuleBasedStateMachine):
 
         status, pids = self.side.run(look)
         assert isinstance(status, InstanceStatus)
-        assert status.state is not InstanceState.UNKNOWN, status
+        if status.state is InstanceState.UNKNOWN:  # its probe met the bug: said, not raised
+            assert "crashed in worker probe_for" in (status.detail or ""), status
+            return
         if status.state is InstanceState.LOADED:
             assert not pids, f"Loaded although a server was spawned: {status}"
         if status.state is InstanceState.RUNNING:
@@ -335,6 +352,13 @@ class OneInstance(RuleBasedStateMachine):
 
         self._fault(change)
 
+    @rule(bug=BUGS, times=st.integers(1, 3), then_s=DURATIONS)
+    def worker_raises(self, bug: type[Exception], times: int, then_s: float) -> None:
+        """The next ``times`` probe reports raise ``bug`` (a worker bug injected through the
+        edges): whichever worker meets it crashes the instance alone; then ``then_s`` pass."""
+        self._fault(lambda fleet: self.side.bugs.arm(PORT, lambda: bug("injected"), times))
+        self.advance_time(then_s)
+
     # Invariants.
 
     @invariant()
@@ -349,6 +373,11 @@ class OneInstance(RuleBasedStateMachine):
         halted, occupied = self.ledger.halted_at, self.ledger.occupied_at
         assert halted is None or count == halted, "restarted after an operator stop"
         assert occupied is None or count == occupied, "spawned over an occupied port"
+
+    @invariant()
+    def crashes_stay_inside_and_stop_the_server(self) -> None:
+        events, now = self.side.peek(lambda: (list(self.side.events), trio.current_time()))
+        check_crashes(events, now, CRASH_GRACE_S)
 
     @invariant()
     def restarts_within_the_policy(self) -> None:

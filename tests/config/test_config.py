@@ -77,7 +77,7 @@ def test_bad_restart_policies_name_the_field(policy: RestartPolicy, field: str) 
 
 def test_managed_defaults() -> None:
     config = managed()
-    assert config.env_passthrough == ("HOME", "PATH")
+    assert config.env_passthrough == ()  # HOME and PATH are the server's own (issue 8)
     assert config.keep_alive == "30m"
     assert config.restart == RestartPolicy()
     assert config.serve_program is None

@@ -1,10 +1,14 @@
-"""The README's examples run as shown."""
+"""The README's examples run as shown, and every run file under examples/ loads."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from inferactors import load_run_config
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -29,3 +33,9 @@ def test_all_flavors_reach_running_and_pass_deep_health(
             if len(line.split()) > 1
         ), role
     assert "3 of 3 instances passed deep health" in out
+
+
+@pytest.mark.parametrize("run_file", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.name)
+def test_every_example_run_file_loads(run_file: Path) -> None:
+    config = load_run_config(run_file)
+    assert config.instances, f"{run_file.name} declares no instance"

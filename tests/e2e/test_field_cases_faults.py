@@ -295,9 +295,10 @@ async def test_fc12_a_forking_wrapper_is_stopped_with_its_whole_tree(
         tree = await wait_members(leader, 3)  # sh, the fake, the child the fake forked
         before = trio.current_time()
         evidence = await runtime.stop(handle, 2.0)
-        # sh dies of SIGTERM; its death takes down the group at once, the fake ignoring SIGTERM
-        assert trio.current_time() - before < 2.0
-        assert (evidence.signal, evidence.killed_after_grace) == (signal.SIGTERM, False)
+        # sh dies of SIGTERM at once, but the grace is the group's (issue 8 item 8): the fake,
+        # ignoring SIGTERM, gets the whole 2 s and only then the SIGKILL
+        assert 2.0 <= trio.current_time() - before < 4.0
+        assert (evidence.signal, evidence.killed_after_grace) == (signal.SIGTERM, True)
         for pid in tree:
             assert not _alive(pid), f"{pid} of the wrapper's tree survived the stop"
         await _group_reaped(leader)  # ESRCH once init has reaped the orphaned zombies

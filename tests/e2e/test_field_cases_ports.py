@@ -192,9 +192,9 @@ async def test_fc14_an_occupied_port_is_refused_fast_at_admit_load_and_start(
         handle = await runtime.load(chat(free_port))  # the port was free then
         async with foreign_server(free_port, model=tiny_gguf) as foreign:
             before = trio.current_time()
-            with pytest.raises(AdmissionRefused, match="already listening"):
+            with pytest.raises(AdmissionRefused, match="already holds port"):
                 await runtime.admit(chat(free_port))
-            with pytest.raises(AdmissionRefused, match="already listening"):
+            with pytest.raises(AdmissionRefused, match="already holds port"):
                 await runtime.load(chat(free_port, role="other"))
             with pytest.raises(BackendError, match="already taken"):
                 await runtime.start(handle)

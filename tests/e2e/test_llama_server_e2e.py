@@ -80,7 +80,9 @@ async def test_managed_llama_server_runs_answers_one_token_and_stops_clean(
         assert evidence.runtime == "infer.llamacpp"
         assert evidence.exit_code == 0 or evidence.signal is not None
         assert evidence.args[0] == "-m"
-        assert evidence.args[1].endswith("tiny.gguf")
+        assert evidence.args[1].startswith("/proc/self/fd/")  # the verified descriptor
+        assert evidence.args[2] == "--alias"
+        assert evidence.args[3].endswith("tiny.gguf")  # it lists the model as before
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
         assert not group_alive(pid)
         stopped = await runtime.status(handle)

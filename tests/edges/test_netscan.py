@@ -216,7 +216,8 @@ async def test_reachable_on_counts_answering_and_silent_loopback_listeners() -> 
             for sock in held:
                 sock.close()
     # A loopback listener whose accept queue is full is still a listener: reachable (see
-    # _netcheck.port_in_use); the refused address is not. The silent one took about 300 ms.
+    # _netcheck.accepts_connections); the refused address is not. The silent one took
+    # about 300 ms.
     assert found == ("127.0.0.3", "127.0.0.2")
     assert 0.25 <= elapsed_s < 5.0
 

@@ -60,6 +60,9 @@ class FakeChild:
             self.die(-signum)
         return True
 
+    def group_alive(self) -> bool:
+        return False  # a leader alone: the forking wrapper is tests/edges/test_fork_wrapper_stop
+
     def die(self, returncode: int) -> None:
         if self.exited.is_set():
             return
@@ -72,7 +75,12 @@ class FakeChild:
 
 def opener(child: FakeChild, seen: dict[str, object] | None = None) -> OpenProcess:
     async def open_fake(
-        argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], run_as: RunAs | None
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        run_as: RunAs | None,
+        pass_fds: Sequence[int] = (),
     ) -> FakeChild:
         await trio.lowlevel.checkpoint()
         if seen is not None:

@@ -5,8 +5,8 @@ the argv inferactors builds. What it does is chosen by the environment variable
 ``RUNTIME_SERVER`` (set through ``ManagedConfig.env``), a comma-separated list of:
 
 * ``serve``: answer HTTP on H:P: ``GET /health`` 200, ``GET /v1/models`` listing the
-  model file's name, ``POST /v1/chat/completions`` one token; anything else 404.
-  Each request is printed to stdout as ``METHOD PATH``;
+  model file's name (``--alias``'s, when given), ``POST /v1/chat/completions`` one token;
+  anything else 404. Each request is printed to stdout as ``METHOD PATH``;
 * ``silent``: never listen (a server still loading, or one that never binds);
 * ``exit=CODE@SECONDS``: exit with status CODE after SECONDS;
 * ``ignore-term``: ignore SIGTERM (inherited by a forked child);
@@ -98,7 +98,7 @@ def main(argv: list[str]) -> None:
             os._exit(0)
         _write("child", child)
     if "serve" in modes:
-        model = Path(_arg(argv, "-m")).name
+        model = Path(_arg(argv, "--alias" if "--alias" in argv else "-m")).name
         _serve(_arg(argv, "--host"), int(_arg(argv, "--port")), model)
     for mode in modes:
         if mode.startswith("exit="):

@@ -28,6 +28,10 @@ class CountingHasher:
         self.hashed.append(path.name)
         return Blake3Hasher().hash_file(path, on_progress=on_progress)
 
+    def hash_fd(self, fd: int, *, path: Path, on_progress: ProgressFn | None = None) -> str:
+        self.hashed.append(path.name)
+        return Blake3Hasher().hash_fd(fd, path=path, on_progress=on_progress)
+
     def take(self) -> list[str]:
         hashed, self.hashed = sorted(self.hashed), []
         return hashed

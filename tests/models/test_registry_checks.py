@@ -235,9 +235,9 @@ def test_verify_reports_each_model_and_clears_a_refusal(
 def test_concurrent_first_resolves_hash_each_file_once(hf_dir: Path) -> None:
     @attrs.define
     class SlowHasher(CountingHasher):
-        def hash_file(self, path: Path, *, on_progress: ProgressFn | None = None) -> str:
+        def hash_fd(self, fd: int, *, path: Path, on_progress: ProgressFn | None = None) -> str:
             time.sleep(0.01)  # widen the window in which two checks could overlap
-            return super().hash_file(path, on_progress=on_progress)
+            return super().hash_fd(fd, path=path, on_progress=on_progress)
 
     hasher = SlowHasher()
     registry = ModelRegistry.in_memory(hasher=hasher)

@@ -56,7 +56,7 @@ def launch(
         program=PROGRAM,
         cwd=CWD,
         env=(),
-        passthrough=("HOME", "PATH"),
+        passthrough=(),  # the default: nothing of the supervisor's (issue 8)
         parent_env=parent_env or {},
     )
 
@@ -235,9 +235,10 @@ def test_owned_flags_appear_once_and_extra_args_come_last(
 # ---- environment (checklist 43) ------------------------------------------------------------
 
 
-def test_env_is_cleared_and_path_defaults() -> None:
-    built = launch(llama_spec(), parent_env={"SECRET": "x", "LD_PRELOAD": "/evil.so"})
-    assert built.env == (("PATH", DEFAULT_PATH),)
+def test_env_is_cleared_and_path_and_home_are_the_servers_own() -> None:
+    parent = {"SECRET": "x", "LD_PRELOAD": "/evil.so", "HOME": "/root", "PATH": "/root/bin"}
+    built = launch(llama_spec(), parent_env=parent)
+    assert built.env == (("PATH", DEFAULT_PATH), ("HOME", str(built.cwd)))
     assert DEFAULT_PATH == "/usr/local/bin:/usr/bin:/bin"
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import attrs
 import trio
 
+from .._config.binding import spec_host
 from .._config.config import ControlMode, InferConfig, ManagedConfig
 from .._config.spec import InferenceSpec
 from .._edges.containment import resolve_run_as
@@ -49,7 +50,7 @@ async def make_plan(
         config: the runtime's config (flavor, mode, ports, timeouts).
         registry: the model registry; required when managed.
         open_prober: the HTTP edge.
-        port_check: the occupied-port check (a TCP connect).
+        port_check: the occupied-port check (a bind on the host's footprint).
         euid: the supervisor's effective uid (default ``os.geteuid()``): as root, a managed
             server needs ``run_as`` (checklist item 45).
         instance_dir: where a managed server will run (its cwd); not created here.
@@ -153,10 +154,9 @@ async def _plan_process(
         draft = await _resolve(registry, spec.serve.draft_model)
         check_format(spec.runtime, draft)
     program = _serve_program(managed)
-    ip, port = str(spec.bind_ip()), spec.port()
-    if await port_check(ip, port):
+    if await port_check(spec_host(spec), spec.port()):
         raise AdmissionRefused(
-            f"something is already listening on {spec.base_url()}; "
+            f"something already holds port {spec.port()} on {spec_host(spec)}; "
             "adopt it instead of managing over it"
         )
     launch = build_launch(

@@ -8,25 +8,28 @@ characters) is the version. mlx-lm's version is its package version (issue 4, it
 asked of the Python the serve program's ``#!`` line names, else read from our own
 environment. An adopted runtime claims only a server that answers Up or Loading on
 ``127.0.0.1`` at the probe port (a 500 or a dead port claims nothing).
+
+Every probe program runs as the servers' ``run_as`` with their containment
+(``_edges/version_probe.py``, issue 8 item 7); as root without ``run_as`` nothing is run
+and nothing is claimed, since no server could be started either.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import os
-import subprocess
 from pathlib import Path
 
 import attrs
 import trio
 
 from .._config.config import InferConfig, ManagedConfig
+from .._edges.containment import resolve_run_as
 from .._edges.probe import ProberFactory, probe_once
+from .._edges.version_probe import VERSION_PROBE_TIMEOUT_S, run_version_probe
+from .._errors import InvalidConfig
 from .._flavor import InferFlavor
 from .._policy.probe_parse import Loading, Up
-
-VERSION_PROBE_TIMEOUT_S = 5.0
-DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 MLX_PACKAGE = "mlx-lm"
 """The distribution whose version a managed mlx-lm runtime reports (``mlx-lm 0.32.2``)."""
@@ -81,13 +84,13 @@ async def _managed_version(flavor: InferFlavor, managed: ManagedConfig) -> tuple
     if argv is None and flavor is InferFlavor.LLAMACPP:
         argv = (str(program), "--version")
     if argv is None and flavor is InferFlavor.MLX_LM:
-        return await _mlx_version(program)
+        return await _mlx_version(program, managed)
     if argv is None:
         return True, None
-    return await _run_version_probe(argv)
+    return await _run_version_probe(argv, managed)
 
 
-async def _mlx_version(program: Path) -> tuple[bool, str | None]:
+async def _mlx_version(program: Path, managed: ManagedConfig) -> tuple[bool, str | None]:
     """mlx-lm's package version as ``"mlx-lm 0.32.2"`` (issue 4, item 4; checklist 35).
 
     A serve program whose ``#!`` line names a Python (``#!/venv/bin/python3``, or
@@ -98,7 +101,7 @@ async def _mlx_version(program: Path) -> tuple[bool, str | None]:
     """
     interpreter = await trio.to_thread.run_sync(python_of, program)
     if interpreter is not None:
-        return await _run_version_probe((*interpreter, "-I", "-c", _MLX_VERSION_CODE))
+        return await _run_version_probe((*interpreter, "-I", "-c", _MLX_VERSION_CODE), managed)
     try:
         version = await trio.to_thread.run_sync(importlib.metadata.version, MLX_PACKAGE)
     except importlib.metadata.PackageNotFoundError:
@@ -128,27 +131,13 @@ def python_of(program: Path) -> tuple[str, ...] | None:
     return tuple(words) if Path(named).name.startswith("python") else None
 
 
-async def _run_version_probe(argv: tuple[str, ...]) -> tuple[bool, str | None]:
-    with trio.move_on_after(VERSION_PROBE_TIMEOUT_S):
-        try:
-            result = await trio.run_process(
-                list(argv),
-                env={"PATH": DEFAULT_PATH},
-                stdin=subprocess.DEVNULL,
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-            )
-        except OSError:
-            return False, None
-        if result.returncode != 0:
-            return False, None
-        return True, _first_line(result.stdout) or _first_line(result.stderr)
-    return False, None
-
-
-def _first_line(output: bytes) -> str | None:
-    for line in output.decode(errors="replace").splitlines():
-        if line.strip():
-            return line.strip()[:120]
-    return None
+async def _run_version_probe(
+    argv: tuple[str, ...], managed: ManagedConfig
+) -> tuple[bool, str | None]:
+    """Run ``argv`` as the servers' ``run_as`` with their containment (issue 8 item 7)."""
+    try:
+        run_as = resolve_run_as(managed.run_as) if managed.run_as else None
+    except InvalidConfig:
+        return False, None
+    timeout_s = VERSION_PROBE_TIMEOUT_S
+    return await run_version_probe(argv, run_as=run_as, euid=os.geteuid(), timeout_s=timeout_s)

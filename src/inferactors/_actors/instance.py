@@ -15,12 +15,20 @@ Shape (style.md, "Actors"; llama-swap's single-writer process state machine):
   and reacting to what they report is `InstanceWatch` (``instance_watch``).
 
 This module holds the actor itself: the loop's dispatch, the commands (start, stop,
-status, shutdown), the start and exit of a process, and the teardown.
+status, shutdown), the start and exit of a process, a crash, and the teardown.
+
+A crash (an exception nobody foresaw in the loop or a worker; ``mailbox``) resets this
+instance alone: `InstanceCrashed` is emitted, the watching workers are cancelled and their
+callers answered with the crash, and a managed server is stopped with reason ``error``
+(gracefully, `CRASH_GRACE_S`), so the supervisor restarts it under its restart policy; a
+start under way is aborted once it has spawned. An adopted server is never signalled: the
+supervisor restarts the watching. A stop already under way keeps its reason.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, assert_never
 
@@ -32,9 +40,10 @@ from .._edges.bundle import Edges
 from .._edges.capture import RunEvidence
 from .._edges.process import ManagedProcess
 from .._errors import InvalidState, UnknownInstance, Unsupported
-from .._events import Event, ProcessExited, ProcessStarted, StopReason
+from .._events import Event, ModelTampered, ProcessExited, ProcessStarted, StopReason
+from .._models.registry import ModelRegistry
 from .._policy.admission import Plan
-from .._status import InstanceStatus
+from .._status import InstanceState, InstanceStatus
 from .instance_book import InstanceBook
 from .instance_msgs import (
     INTERNAL_TYPES,
@@ -52,7 +61,7 @@ from .instance_msgs import (
 )
 from .instance_watch import InstanceWatch
 from .instance_work import InstanceWork
-from .mailbox import Mailbox
+from .mailbox import Crash, Mailbox
 from .messages import (
     Annotate,
     DeepHealth,
@@ -70,6 +79,9 @@ from .messages import (
 
 EMERGENCY_GRACE_S = 5.0
 """Grace for a server still running when the actor is torn down without an unload."""
+
+CRASH_GRACE_S = 3.0
+"""Grace for a server stopped because its instance crashed (as for a health kill)."""
 
 
 @attrs.define(eq=False)
@@ -90,6 +102,7 @@ class InstanceActor:
     _watch: InstanceWatch
     _stop_waiters: dict[ManagedProcess, list[ReplyTo[RunEvidence]]] = attrs.Factory(dict)
     _after_start: list[Stop] = attrs.Factory(list)
+    _crash_while_starting: Crash | None = None
     _closing: bool = False
 
     @classmethod
@@ -103,10 +116,12 @@ class InstanceActor:
         instance_dir: Path | None,
         edges: Edges,
         events: trio.MemorySendChannel[Event],
+        registry: ModelRegistry | None = None,
     ) -> InstanceActor:
-        """A new actor in state Loaded; nothing runs until `serve` is started."""
+        """A new actor in state Loaded; nothing runs until `serve` is started. ``registry``
+        checks the model's pins at every spawn (None: a bare actor pins nothing)."""
         box = Mailbox.create(instance_id, events)
-        work = InstanceWork(plan, config, edges, box.inbox)
+        work = InstanceWork(plan, config, edges, box.inbox, registry)
         book = InstanceBook(managed=plan.mode is ControlMode.MANAGED)
         watch = InstanceWatch(instance_id, plan, box, work, book)
         return cls(instance_id, runtime_id, plan, instance_dir, box, work, book, watch)
@@ -130,7 +145,7 @@ class InstanceActor:
         `UnknownInstance`.
         """
         try:
-            await self._box.run(self._dispatch)
+            await self._box.run(self._dispatch, self._on_crash)
         finally:
             await self._teardown()
 
@@ -157,9 +172,9 @@ class InstanceActor:
             case GetStatus():
                 self._on_status(command)
             case GetHealth():
-                self._soon(self._work.health, command.reply)
+                self._soon(self._work.health, self._book.process, command.reply)
             case DeepHealth():
-                self._soon(self._work.deep_health, command.reply)
+                self._soon(self._work.deep_health, self._book.process, command.reply)
             case Annotate():
                 self._book.supervision, self._book.restarts = command.supervision, command.restarts
                 answer(command.reply, None)
@@ -188,6 +203,7 @@ class InstanceActor:
             case WatchdogResult():
                 self._watch.on_watchdog(message)
             case Confirmed():
+                self._book.wanted = True  # watched: a crash restarts the watching
                 self._watch.watch_adopted()
                 answer(message.reply, None)
             case ShutdownDone():
@@ -200,6 +216,9 @@ class InstanceActor:
 
     def _on_start(self, reply: ReplyTo[None], *, restart: bool) -> None:
         book = self._book
+        if not self.managed and restart and not book.wanted:
+            refuse(reply, InvalidState(f"{self.instance_id} is not being watched"))
+            return
         if not self.managed:
             self._soon(self._work.confirm_adopted, reply)
             return
@@ -219,7 +238,8 @@ class InstanceActor:
             refuse(reply, InvalidState(f"{self.instance_id} was stopped by the operator"))
             return
         book.starting = True
-        self._soon(self._work.spawn, self._box.nursery, reply)
+        failed = partial(SpawnFailed, reply=reply)  # if the spawn worker itself crashes
+        self._box.finish(self._work.spawn, self._box.nursery, reply, book.tampered, fallback=failed)
 
     def _on_stop(self, command: Stop) -> None:
         book = self._book
@@ -253,7 +273,15 @@ class InstanceActor:
         process = self._book.process
         if process is not None and self._book.stop_reason is None:
             self._book.stop_reason = StopReason.UNLOAD
-        self._soon(self._work.shutdown, process, command.grace_s, self.instance_dir, command.reply)
+        done = partial(_shutdown_done, command.reply)  # if the shutdown worker itself crashes
+        self._box.finish(
+            self._work.shutdown,
+            process,
+            command.grace_s,
+            self.instance_dir,
+            command.reply,
+            fallback=done,
+        )
 
     # Results posted by workers.
 
@@ -264,7 +292,14 @@ class InstanceActor:
         self._emit(ProcessStarted(self.instance_id, process.pid, args, process.started_at))
         self._watch.start_process_tasks(process)
         aborted, self._after_start = self._after_start, []
-        if aborted:
+        crash, self._crash_while_starting = self._crash_while_starting, None
+        if crash is not None:
+            why = f"the start of {self.instance_id} was aborted by a crash ({crash.describe()})"
+            refuse(message.reply, InvalidState(why))
+            for stop in aborted:
+                self._on_stop(stop)
+            self._stop_for_crash(crash)
+        elif aborted:
             refuse(
                 message.reply,
                 InvalidState(f"the start of {self.instance_id} was aborted by a stop"),
@@ -276,6 +311,11 @@ class InstanceActor:
 
     def _on_spawn_failed(self, message: SpawnFailed) -> None:
         self._book.starting = False
+        self._crash_while_starting = None  # nothing runs: nothing to stop
+        if message.hold is not None and message.hold != self._book.tampered:
+            self._book.tampered = hold = message.hold  # held down; never counted (supervisor)
+            error, now = hold.error, trio.current_time()
+            self._emit(ModelTampered(self.instance_id, error.model, error.shard, error.why, now))
         refuse(message.reply, message.error)
         for stop in self._after_start:
             refuse(stop.reply, InvalidState(f"{self.instance_id} is not running"))
@@ -298,6 +338,30 @@ class InstanceActor:
         full = attrs.evolve(evidence, runtime=self.runtime_id, instance_id=self.instance_id)
         for reply in self._stop_waiters.pop(process, []):
             answer(reply, full)
+
+    # A crash (the mailbox cancelled the watching workers and answered their callers).
+
+    def _on_crash(self, crash: Crash) -> None:
+        self._emit(crash.event(self.instance_id))
+        self._watch.forget_tasks()
+        if self._closing:
+            return  # the unload under way finishes the job
+        if not self.managed:  # never signalled; the next probe says how it is
+            detail = f"crashed ({crash.describe()})"
+            self._book.mapped = InstanceStatus(InstanceState.DEGRADED, detail)
+        if self._book.starting:
+            self._crash_while_starting = crash  # stopped once spawned (`_on_spawned`)
+        else:
+            self._stop_for_crash(crash)
+        self._report()
+
+    def _stop_for_crash(self, crash: Crash) -> None:
+        book = self._book
+        if book.process is None or book.stop_reason is not None:
+            return  # nothing runs, or a stop is under way: its reason stands
+        detail = f"crashed ({crash.describe()}); stopping its server"
+        book.mapped = InstanceStatus(InstanceState.DEGRADED, detail)
+        self._watch.stop_process(StopReason.ERROR, CRASH_GRACE_S)
 
     # Helpers.
 
@@ -329,3 +393,7 @@ class InstanceActor:
         for stop in self._after_start:
             refuse(stop.reply, gone)
         self._box.drain()
+
+
+def _shutdown_done(reply: ReplyTo[None], _error: object) -> ShutdownDone:
+    return ShutdownDone(reply)

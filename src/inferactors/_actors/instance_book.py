@@ -4,7 +4,8 @@
 only writer. The status rules follow seed-behaviour.md section 4 (``status``) and add what
 issue 3 asks for: the stop reason apart from the exit status (FC-22), the supervisor's
 note, loading progress (time since spawn and the last probe), an exposure stop that holds
-until reload (checklist 59), an impostor on our port (FC-14) and a failing watchdog.
+until reload (checklist 59), an impostor on our port (FC-14) and a failing watchdog; and
+issue 8's hold after a spawn refused for a tampered model (stop reason ``tampered``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .._events import StopReason
 from .._policy.probe_parse import Loading, ServerReport, Unhealthy, Unreachable, Up
 from .._policy.status import map_report
 from .._status import InstanceState, InstanceStatus
+from .instance_pin import PinHold
 
 UNHEALTHY_KILL_AFTER_S = 3.0
 """How long a ready managed server may stay unhealthy (every probe) before it is killed."""
@@ -28,6 +30,7 @@ _REASON_WORDS = {
     StopReason.HEALTH_KILL: "killed: deep health failed",
     StopReason.UNLOAD: "stopped for unload",
     StopReason.SHUTDOWN: "stopped: the runtime shut down",
+    StopReason.ERROR: "stopped: the instance crashed (see its InstanceCrashed event)",
 }
 
 
@@ -58,6 +61,7 @@ class InstanceBook:
     last: RunEvidence | None = None
     last_reason: StopReason | None = None
     exposed: str | None = None
+    tampered: PinHold | None = None
     mapped: InstanceStatus = InstanceStatus(InstanceState.LOADED)  # noqa: RUF009  (frozen)
     last_probe: str | None = None
     supervision: str | None = None
@@ -123,6 +127,7 @@ class InstanceBook:
     def spawned(self, process: ManagedProcess) -> None:
         """A new process runs: forget everything about the previous one."""
         self.process = process
+        self.tampered = None  # its model passed its pins
         self.starting = False
         self.wanted = True
         self.stop_reason = None
@@ -152,6 +157,12 @@ class InstanceBook:
             return InstanceStatus(
                 InstanceState.EXITED, f"stopped: {self.exposed}", stop_reason="exposure"
             )
+        if self.tampered is not None:
+            held = (
+                f"not started: model {self.tampered.error.model}: {self.tampered.error.why}; "
+                "held until the model is re-registered or the instance reloaded"
+            )
+            return InstanceStatus(InstanceState.EXITED, held, stop_reason="tampered")
         if self.last is None:
             return InstanceStatus(InstanceState.LOADED)
         reason = self.last_reason

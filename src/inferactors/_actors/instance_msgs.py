@@ -10,6 +10,7 @@ from .._errors import InferactorsError
 from .._policy.exposure import Exposure
 from .._policy.probe_parse import ServerReport
 from .._status import InstanceStatus
+from .instance_pin import PinHold
 from .messages import ReplyTo
 
 
@@ -23,10 +24,12 @@ class Spawned:
 
 @attrs.frozen
 class SpawnFailed:
-    """The server process could not be started (port taken, exec failed)."""
+    """The server process could not be started (port taken, exec failed); ``hold`` is set
+    when its model failed its pins (tampered): the instance is then held down."""
 
     error: InferactorsError
     reply: ReplyTo[None]
+    hold: PinHold | None = None
 
 
 @attrs.frozen

@@ -57,7 +57,7 @@ class InstanceWatch:
         """Watch a process that just started: its exit, probes, exposure and readiness."""
         self.cancel_process_tasks()
         group = self._process_tasks = ScopeGroup()
-        self._box.soon(self._work.watch_exit, process)
+        self._box.finish(self._work.watch_exit, process)
         self._box.soon(self._work.monitor, process, group.new())
         self._box.soon(self._work.exposure_watch, process, group.new())
         timeout = self.plan.supervision.readiness_timeout_s
@@ -70,10 +70,19 @@ class InstanceWatch:
             self._process_tasks.cancel()
             self._process_tasks = None
 
+    def forget_tasks(self) -> None:
+        """The actor crashed: the mailbox cancelled the watching tasks; a restart (a new
+        process, or a new watch of an adopted server) starts them afresh."""
+        self.cancel_process_tasks()
+        if self._watch_tasks is not None:
+            self._watch_tasks.cancel()
+            self._watch_tasks = None
+
     def watch_adopted(self) -> None:
         """Start probing an adopted server, once."""
         if self._watch_tasks is None:
             self._watch_tasks = ScopeGroup()
+            self._book.ready_once = False  # its watchdog starts with this watch
             self._box.soon(self._work.monitor, None, self._watch_tasks.new())
 
     def stop_process(self, reason: StopReason, grace_s: float) -> None:
@@ -83,7 +92,7 @@ class InstanceWatch:
         if book.process is None or book.stop_reason is not None:
             return
         book.stop_reason = reason
-        self._box.soon(self._work.stop, book.process, grace_s)
+        self._box.finish(self._work.stop, book.process, grace_s)
 
     # What the tasks report.
 

@@ -14,19 +14,23 @@ from pathlib import Path
 import attrs
 import trio
 
+from .._config.binding import spec_host
 from .._config.config import InferConfig, Watchdog
 from .._edges.bundle import Edges
 from .._edges.netscan import NetScanner
 from .._edges.probe import Prober, ProberFactory, probe_once
 from .._edges.process import ManagedProcess
-from .._errors import BackendError, InferactorsError
+from .._errors import BackendError, DeepHealthTimeout, InferactorsError
 from .._flavor import InferFlavor
+from .._models.registry import ModelRegistry
 from .._policy.admission import Plan
 from .._policy.exposure import Exposure
+from .._policy.launch import Launch
 from .._policy.matching import same_model
 from .._policy.probe_parse import CompletionResult, ServerReport, Unreachable, Up
 from .._policy.status import map_report
 from .._status import InstanceState, InstanceStatus
+from .identity import ensure_ours, listener_owner
 from .instance_msgs import (
     Confirmed,
     Exited,
@@ -40,6 +44,7 @@ from .instance_msgs import (
     Stopped,
     WatchdogResult,
 )
+from .instance_pin import PinHold, pin_spawn
 from .messages import ReplyTo, answer, refuse
 
 FIRST_PROBE_S = 0.01
@@ -51,6 +56,9 @@ STARTUP_PROBE_CAP_S = 0.1
 RUNNING_PROBE_S = 1.0
 """Delay between probes of a server that is up."""
 
+RECORD_REFRESH_S = 1.0
+"""Delay between refreshes of a running server's record (its process group's members)."""
+
 EXPOSURE_CHECK_S = 0.2
 """Delay between exposure scans of a running managed server: with a scan (~6 ms) and the
 3 s-grace stop's first signal, a listener on 0.0.0.0 is stopped within 250 ms (issue 3)."""
@@ -58,12 +66,14 @@ EXPOSURE_CHECK_S = 0.2
 
 @attrs.frozen
 class InstanceWork:
-    """The I/O of one instance; ``post`` is the actor's inbox."""
+    """The I/O of one instance; ``post`` is the actor's inbox; ``registry`` checks the
+    model's pins at every spawn (None: nothing is pinned, for a bare actor)."""
 
     plan: Plan
     config: InferConfig
     edges: Edges
     post: trio.MemorySendChannel[object]
+    registry: ModelRegistry | None = None
 
     @property
     def open_prober(self) -> ProberFactory:
@@ -85,20 +95,21 @@ class InstanceWork:
 
     # Process lifecycle.
 
-    async def spawn(self, nursery: trio.Nursery, reply: ReplyTo[None]) -> None:
-        """Start the managed server unless its port is taken (checklist items 47, 54)."""
+    async def spawn(
+        self, nursery: trio.Nursery, reply: ReplyTo[None], held: PinHold | None = None
+    ) -> None:
+        """Start the managed server unless its model fails its pins (checked at every spawn,
+        issue 8; ``held``: the instance's hold, see `instance_pin`) or its port is taken
+        (checklist items 47, 54). The server opens the verified descriptors."""
         launch = self.plan.launch
         assert launch is not None, "spawn is only for managed process plans"
-        spec = self.plan.spec
         try:
-            if await self.edges.port_in_use(str(spec.bind_ip()), spec.port()):
-                raise BackendError(
-                    f"{spec.base_url()} is already taken by something else; not starting over it"
-                )
-            files, run_as = self.plan.weight_files, self.plan.run_as
-            await self.edges.containment.prepare(launch, run_as, files)
-            spawn = self.edges.open_process
-            process = await ManagedProcess.spawn(nursery, launch, open_process=spawn, run_as=run_as)
+            pinned = await pin_spawn(self.edges.file_work, self.registry, self.plan, held)
+            if isinstance(pinned, PinHold):
+                await self._post(SpawnFailed(pinned.error, reply, pinned))
+                return
+            with pinned:
+                process = await self._start(nursery, pinned.launch)
         except InferactorsError as error:
             await self._post(SpawnFailed(error, reply))
             return
@@ -106,8 +117,21 @@ class InstanceWork:
             failed = BackendError(f"cannot start {launch.program}: {error}")
             await self._post(SpawnFailed(failed, reply))
             return
-        await self._record(process)
-        await self._post(Spawned(process, reply))
+        try:
+            await self._record(process)
+        finally:  # even when recording raises: the actor must know the process to stop it
+            await self._post(Spawned(process, reply))
+
+    async def _start(self, nursery: trio.Nursery, launch: Launch) -> ManagedProcess:
+        spec = self.plan.spec
+        if await self.edges.port_in_use(spec_host(spec), spec.port()):
+            raise BackendError(
+                f"{spec.base_url()} is already taken by something else; not starting over it"
+            )
+        files, run_as = self.plan.weight_files, self.plan.run_as
+        await self.edges.containment.prepare(launch, run_as, files)
+        spawn = self.edges.open_process
+        return await ManagedProcess.spawn(nursery, launch, open_process=spawn, run_as=run_as)
 
     async def _record(self, process: ManagedProcess) -> None:
         """Write ``server.json`` so a later life can reap this server if we die (FC-13)."""
@@ -202,14 +226,24 @@ class InstanceWork:
         return ""
 
     async def exposure_watch(self, process: ManagedProcess, scope: trio.CancelScope) -> None:
-        """Scan the server every `EXPOSURE_CHECK_S` until it is found exposed or cancelled."""
+        """Scan the server every `EXPOSURE_CHECK_S` until it is found exposed or cancelled;
+        every `RECORD_REFRESH_S`, bring its record's group members up to date (issue 8
+        item 8: a forking wrapper's server is found again after a supervisor SIGKILL)."""
+        refresh_at = trio.current_time()
         with scope:
             while True:
                 exposure = await self._scan(process)
                 if exposure is not None:
                     await self._post(ExposureFound(process, exposure))
                     return
+                if trio.current_time() >= refresh_at and process.running:
+                    refresh_at = trio.current_time() + RECORD_REFRESH_S
+                    await self._refresh_record(process)
                 await trio.sleep(EXPOSURE_CHECK_S)
+
+    async def _refresh_record(self, process: ManagedProcess) -> None:
+        if self.plan.launch is not None:
+            await self.edges.containment.refresh(self.plan.launch, process.pid)
 
     async def _adopted_exposure(
         self, process: ManagedProcess | None, report: ServerReport
@@ -232,15 +266,7 @@ class InstanceWork:
     ) -> tuple[bool | None, int | None]:
         if process is None or not isinstance(report.health, Up):
             return None, None
-        spec = self.plan.spec
-        host, port = str(spec.bind_ip()), spec.port()
-        ours = await self.net.tree_owner(process.pid, host, port)
-        if ours is not None:
-            return True, ours  # our own tree holds the exact binding: the kernel routes to it
-        owner = await self.net.port_owner(host, port)
-        if owner is None:
-            return True, None  # the table does not say (no permission): nothing contradicts us
-        return self.net.owned_by(owner, process.pgid), owner
+        return await listener_owner(self.net, self.plan.spec, process)
 
     async def confirm_adopted(self, reply: ReplyTo[None]) -> None:
         """An adopted start only checks that the server answers (checklist item 21)."""
@@ -258,13 +284,21 @@ class InstanceWork:
 
     # Health.
 
-    async def health(self, reply: ReplyTo[ServerReport]) -> None:
-        """Answer one probe report."""
+    async def health(self, process: ManagedProcess | None, reply: ReplyTo[ServerReport]) -> None:
+        """Answer one probe report; a managed server that is not running is not probed, so
+        nothing goes to whoever holds its port now (issue 8 item 6)."""
+        if self.plan.launch is not None and (process is None or not process.running):
+            answer(reply, ServerReport(Unreachable("the server is not running; nothing was sent")))
+            return
         answer(reply, await self._probe())
 
-    async def deep_health(self, reply: ReplyTo[CompletionResult]) -> None:
-        """Ask the server for one real token (checklist item 62; FC-07, FC-09)."""
+    async def deep_health(
+        self, process: ManagedProcess | None, reply: ReplyTo[CompletionResult]
+    ) -> None:
+        """Ask the server for one real token (checklist item 62; FC-07, FC-09), once its
+        port is proven to be ``process``'s (`ensure_ours`): nothing goes to an impostor."""
         try:
+            await self.ensure_ours(process)
             result = await self.one_token(self.config.deep_timeout_s)
         except InferactorsError as error:
             refuse(reply, error)
@@ -280,13 +314,20 @@ class InstanceWork:
                 await trio.sleep(watchdog.interval_s)
                 why: str | None = None
                 try:
+                    await self.ensure_ours(process)
                     await self.one_token(watchdog.timeout_s)
                 except InferactorsError as error:
                     why = str(error)
                 await self._post(WatchdogResult(process, why))
 
+    async def ensure_ours(self, process: ManagedProcess | None) -> None:
+        """`identity.ensure_ours` for a managed server; an adopted one is not ours to check."""
+        if self.plan.launch is not None:
+            await ensure_ours(self.net, self.plan.spec, process)
+
     async def one_token(self, timeout_s: float) -> CompletionResult:
-        """One real token with a fresh client and a ``timeout_s`` deadline.
+        """One real token with a fresh client and ONE ``timeout_s`` deadline for the whole
+        call: the probe that finds the server up and the completion together.
 
         Raises:
             DeepHealthTimeout: no answer in time.
@@ -294,7 +335,9 @@ class InstanceWork:
         """
         prober = self.open_prober(self.plan.spec.base_url(), timeout_s)
         try:
-            return await self._one_token(prober)
+            with trio.move_on_after(timeout_s):
+                return await self._one_token(prober)
+            raise DeepHealthTimeout(f"deep health: no complete answer within {timeout_s:g} s")
         finally:
             with trio.move_on_after(1.0, shield=True):
                 await prober.aclose()

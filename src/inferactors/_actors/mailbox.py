@@ -4,6 +4,11 @@ outlet, and the groups of cancel scopes that end a process's tasks together.
 An actor owns one `Mailbox` and gives it a synchronous handler: `Mailbox.run` feeds the
 handler one message at a time, never concurrently, so the handler is the only writer of
 the actor's state (design/actors.md).
+
+"Let it crash" (OTP) lives here too: an ``Exception`` raised by the handler or by a worker
+is caught at this boundary and becomes a `Crash` of this actor alone; the actor's crash
+handler resets it, and nothing above it (supervisor, runtime, sibling actors) sees the
+exception. `trio.Cancelled`, `KeyboardInterrupt` and `SystemExit` are never caught.
 """
 
 from __future__ import annotations
@@ -14,13 +19,57 @@ from typing import Any
 import attrs
 import trio
 
-from .._errors import BackendError, UnknownInstance
-from .._events import Event, StateChanged
+from .._errors import BackendError, InferactorsError, UnknownInstance
+from .._events import Event, InstanceCrashed, StateChanged
 from .._status import InstanceState, InstanceStatus
-from .messages import refuse
+from .messages import ReplyTo, refuse
 
 INBOX_SIZE = 64
 """Commands and internal results waiting for the loop; the loop never blocks, so this is ample."""
+
+CRASH_MESSAGE_CHARS = 200
+"""Longest exception message a `Crash` (and its `InstanceCrashed` event) carries."""
+
+
+@attrs.frozen
+class Crash:
+    """An exception nobody foresaw inside one actor: its type, message and where it arose."""
+
+    error_type: str
+    message: str
+    where: str
+
+    @classmethod
+    def of(cls, error: BaseException, where: str) -> Crash:
+        """Name ``error`` (the first leaf of an exception group) by its type and its message
+        on one line, cut to `CRASH_MESSAGE_CHARS` characters."""
+        leaf, others = _first_leaf(error)
+        text = " ".join(_text_of(leaf).split())
+        if others:
+            text = f"{text} (and {others} more exceptions)"
+        if len(text) > CRASH_MESSAGE_CHARS:
+            text = text[: CRASH_MESSAGE_CHARS - 3] + "..."
+        return cls(type(leaf).__name__, text, where)
+
+    def describe(self) -> str:
+        """``"ValueError: bad value"`` (the type alone when there is no message)."""
+        return f"{self.error_type}: {self.message}" if self.message else self.error_type
+
+    def error(self, name: str) -> BackendError:
+        """What a caller of the crashed actor ``name`` is answered with."""
+        return BackendError(f"{name} crashed in {self.where} ({self.describe()})")
+
+    def event(self, name: str) -> InstanceCrashed:
+        """The `InstanceCrashed` event of the actor ``name``, stamped now."""
+        now = trio.current_time()
+        return InstanceCrashed(name, self.error_type, self.message, self.where, now)
+
+
+@attrs.frozen
+class _WorkerCrashed:
+    """Posted by a worker that raised; the loop resets the actor when it takes it."""
+
+    crash: Crash
 
 
 @attrs.define(eq=False)
@@ -32,6 +81,7 @@ class Mailbox:
     inbox: trio.MemorySendChannel[object]
     _receive: trio.MemoryReceiveChannel[object]
     _nursery: trio.Nursery | None = None
+    _workers: dict[trio.CancelScope, tuple[ReplyTo[Any], ...]] = attrs.Factory(dict)
     _reported: InstanceStatus = InstanceStatus(InstanceState.LOADED)  # noqa: RUF009  (frozen)
 
     @classmethod
@@ -40,13 +90,37 @@ class Mailbox:
         send, receive = trio.open_memory_channel[object](INBOX_SIZE)
         return cls(name, events, send, receive)
 
-    async def run(self, handle: Callable[[object], None]) -> None:
+    async def run(self, handle: Callable[[object], None], crashed: Callable[[Crash], None]) -> None:
         """Feed every message to ``handle`` until `close` is called or the task is cancelled;
-        the workers started with `soon` run inside and end with it."""
+        the workers started with `soon` and `finish` run inside and end with it.
+
+        An ``Exception`` from ``handle`` or from a worker crashes this actor only: the
+        message's caller and the callers of every `soon` worker are answered with a
+        `BackendError` naming the crash, those workers are cancelled (`finish` workers go
+        on), and ``crashed`` (called in the loop, like ``handle``) resets the actor. The
+        loop then goes on with the next message.
+        """
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             async for message in self._receive:
-                handle(message)
+                if isinstance(message, _WorkerCrashed):
+                    self._crash(message.crash, crashed)
+                    continue
+                try:
+                    handle(message)
+                except Exception as error:  # let it crash: this actor, not the runtime
+                    crash = Crash.of(error, f"its loop, handling {type(message).__name__}")
+                    _refuse_reply(message, crash.error(self.name))
+                    self._crash(crash, crashed)
+
+    def _crash(self, crash: Crash, crashed: Callable[[Crash], None]) -> None:
+        error = crash.error(self.name)
+        workers, self._workers = self._workers, {}
+        for scope, replies in workers.items():
+            scope.cancel()
+            for reply in replies:
+                refuse(reply, error)
+        crashed(crash)
 
     @property
     def nursery(self) -> trio.Nursery:
@@ -61,10 +135,60 @@ class Mailbox:
         return self._nursery
 
     def soon(self, job: Callable[..., Awaitable[Any]], *args: object) -> None:
-        """Start ``job(*args)`` as a worker of this actor. If the worker ends without
-        finishing (the actor was unloaded or cancelled), every reply channel among ``args``
-        is closed, so its caller learns at once that no answer will come."""
-        self.nursery.start_soon(_closing_replies_on_failure, job, args)
+        """Start ``job(*args)`` as a worker of this actor that a crash of the actor cancels
+        (probes, watches, health checks: work that changes nothing outside).
+
+        If the worker ends without finishing (the actor was unloaded or cancelled), every
+        reply channel among ``args`` is closed, so its caller learns at once that no answer
+        will come; if it raises an ``Exception``, its callers get a `BackendError` naming
+        it and the actor crashes (see `run`).
+        """
+        scope = trio.CancelScope()
+        self._workers[scope] = _replies_in(args)
+        self.nursery.start_soon(self._worker, job, args, scope)
+
+    def finish(
+        self,
+        job: Callable[..., Awaitable[Any]],
+        *args: object,
+        fallback: Callable[[BackendError], object] | None = None,
+    ) -> None:
+        """Start ``job(*args)`` as a worker that a crash of the actor lets finish: it changes
+        the world (spawns, stops, unloads, awaits an exit) and posts what it did, which
+        the reset actor still needs. Otherwise as `soon`; if it raises, ``fallback`` (when
+        given) makes the result it never posted from the error its callers got, and that is
+        posted before the crash."""
+        self.nursery.start_soon(self._worker, job, args, trio.CancelScope(), fallback)
+
+    async def _worker(
+        self,
+        job: Callable[..., Awaitable[Any]],
+        args: tuple[object, ...],
+        scope: trio.CancelScope,
+        fallback: Callable[[BackendError], object] | None = None,
+    ) -> None:
+        try:
+            with scope:
+                await job(*args)
+        except Exception as error:  # let it crash: this actor, not the runtime
+            crash = Crash.of(error, _job_name(job, args))
+            for reply in _replies_in(args):
+                refuse(reply, crash.error(self.name))
+            if fallback is not None:
+                await self._post(fallback(crash.error(self.name)))
+            await self._post(_WorkerCrashed(crash))
+        except BaseException:
+            for reply in _replies_in(args):
+                reply.close()
+            raise
+        finally:
+            self._workers.pop(scope, None)
+
+    async def _post(self, message: object) -> None:
+        try:
+            await self.inbox.send(message)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass  # the actor is ending anyway
 
     def close(self) -> None:
         """End `run`: the loop stops and every worker is cancelled."""
@@ -86,28 +210,48 @@ class Mailbox:
             now = trio.current_time()
             self.emit(StateChanged(self.name, old.state, status.state, status.detail, now))
 
-    def drain(self) -> None:
-        """Answer every command still queued with `UnknownInstance` (nobody waits forever)."""
+    def drain(self, error: InferactorsError | None = None) -> None:
+        """Answer every command still queued with ``error`` (default `UnknownInstance`),
+        then close the inbox, so nobody waits forever and later commands fail at once."""
+        gone = error or UnknownInstance(f"{self.name} is no longer loaded")
         while True:
             try:
                 message = self._receive.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                return
-            reply = getattr(message, "reply", None)
-            if isinstance(reply, trio.MemorySendChannel):
-                refuse(reply, UnknownInstance(f"{self.name} is no longer loaded"))
+                break
+            _refuse_reply(message, gone)
+        self._receive.close()
 
 
-async def _closing_replies_on_failure(
-    job: Callable[..., Awaitable[Any]], args: tuple[object, ...]
-) -> None:
+def _refuse_reply(message: object, error: InferactorsError) -> None:
+    reply = getattr(message, "reply", None)
+    if isinstance(reply, trio.MemorySendChannel):
+        refuse(reply, error)
+
+
+def _replies_in(args: tuple[object, ...]) -> tuple[ReplyTo[Any], ...]:
+    return tuple(arg for arg in args if isinstance(arg, trio.MemorySendChannel))
+
+
+def _job_name(job: Callable[..., Awaitable[Any]], args: tuple[object, ...]) -> str:
+    if job is scoped and len(args) > 1 and callable(args[1]):
+        job = args[1]  # scoped(scope, job, ...): the job is what ran
+    return f"worker {getattr(job, '__name__', type(job).__name__)}"
+
+
+def _first_leaf(error: BaseException) -> tuple[BaseException, int]:
+    others = 0
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        others += len(error.exceptions) - 1
+        error = error.exceptions[0]
+    return error, others
+
+
+def _text_of(error: BaseException) -> str:
     try:
-        await job(*args)
-    except BaseException:
-        for arg in args:
-            if isinstance(arg, trio.MemorySendChannel):
-                arg.close()
-        raise
+        return str(error)
+    except Exception:  # a __str__ that raises must not crash the crash report
+        return "<unprintable>"
 
 
 @attrs.define

@@ -22,11 +22,17 @@ issue 4 says more, the issue wins):
   model unloaded by someone else as such; neither is ever silently re-pinned (FC-20).
 - There is no process: `Restart` is refused, stop returns empty evidence, and the daemon is
   never started or stopped.
+- A crash (an exception nobody foresaw in the loop or a worker; ``mailbox``) is reported as
+  `InstanceCrashed`; the requests under way are cancelled and their callers answered with
+  the crash, and the instance stops as on a stop: the one unload we owe is sent (and
+  polled, `CRASH_UNLOAD_S`), a model someone else loaded is left alone. Like any Ollama
+  instance it is not restarted; a new start loads again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, assert_never
 
@@ -39,7 +45,7 @@ from .._errors import BackendError, InvalidState, UnknownInstance
 from .._events import Event
 from .._policy.admission import Plan
 from .._policy.ollama_parse import ExpiryWatch, LoadedModel
-from .mailbox import Mailbox
+from .mailbox import Crash, Mailbox
 from .messages import (
     Annotate,
     DeepHealth,
@@ -79,6 +85,9 @@ WATCH_INTERVAL_S = 2.0
 EMERGENCY_UNLOAD_S = 3.0
 """Bound on the unload a torn-down actor still owes."""
 
+CRASH_UNLOAD_S = 5.0
+"""How long the unload owed after a crash polls ``/api/ps`` for the model to go (FC-21)."""
+
 
 @attrs.define(eq=False)
 class OllamaActor:
@@ -96,6 +105,7 @@ class OllamaActor:
     _load_scope: trio.CancelScope | None = None
     _watch_scope: trio.CancelScope | None = None
     _stop_waiters: list[ReplyTo[RunEvidence]] = attrs.Factory(list)
+    _crash_note: str | None = None
     _closing: bool = False
 
     @classmethod
@@ -155,7 +165,7 @@ class OllamaActor:
         (shielded, bounded by `EMERGENCY_UNLOAD_S`) and queued commands are answered with
         `UnknownInstance`."""
         try:
-            await self._box.run(self._dispatch)
+            await self._box.run(self._dispatch, self._on_crash)
         finally:
             await self._teardown()
 
@@ -247,7 +257,7 @@ class OllamaActor:
         self._cancel_tasks()
         if book.begin_stop():
             self._stop_waiters.append(command.reply)
-            self._soon(self._work.unload, command.grace_s)
+            self._unload(command.grace_s)
             return
         answer(command.reply, self._evidence())
 
@@ -255,7 +265,8 @@ class OllamaActor:
         self._closing = True
         self._cancel_tasks()
         owed = self._book.begin_stop() if self._book.wanted else False
-        self._soon(self._work.close, owed, self.instance_dir, command.reply)
+        closed = partial(_closed, command.reply)  # if the close worker itself crashes
+        self._box.finish(self._work.close, owed, self.instance_dir, command.reply, fallback=closed)
 
     # Results posted by workers.
 
@@ -317,14 +328,15 @@ class OllamaActor:
         book = self._book
         book.phase = Phase.STOPPED
         waiters, self._stop_waiters = self._stop_waiters, []
+        crashed, self._crash_note = self._crash_note, None
         if message.error is not None:
             book.resident = None
-            book.stop_note = f"stopped; the unload failed: {message.error}"
+            book.stop_note = f"{crashed or 'stopped'}; the unload failed: {message.error}"
             for reply in waiters:
                 refuse(reply, BackendError(f"{self.instance_id}: {message.error}"))
             return
         book.resident = not message.gone
-        book.stop_note = "stopped on request; model unloaded"
+        book.stop_note = f"{crashed or 'stopped on request'}; model unloaded"
         if not message.gone:
             book.lingering = (
                 f"model {book.tag} still resident {message.deadline_s:g} s after our unload; "
@@ -333,7 +345,28 @@ class OllamaActor:
         for reply in waiters:
             answer(reply, self._evidence())
 
+    # A crash (the mailbox cancelled the requests under way and answered their callers).
+
+    def _on_crash(self, crash: Crash) -> None:
+        self._emit(crash.event(self.instance_id))
+        self._load_scope = self._watch_scope = None  # cancelled with the other workers
+        book = self._book
+        if not self._closing and book.phase is not Phase.STOPPING and book.wanted:
+            note = f"crashed ({crash.describe()})"
+            if book.begin_stop():
+                self._crash_note = note
+                self._unload(CRASH_UNLOAD_S)
+            elif book.owner is Owner.THEIRS:
+                book.stop_note = f"{note}; the model stays resident (loaded by someone else)"
+            else:
+                book.stop_note = note
+        self._report()
+
     # Helpers.
+
+    def _unload(self, deadline_s: float) -> None:
+        failed = partial(Unloaded, False, deadline_s)  # if the unload worker itself crashes
+        self._box.finish(self._work.unload, deadline_s, fallback=failed)
 
     def _start_watch(self) -> None:
         self._watch_scope = trio.CancelScope()
@@ -366,3 +399,7 @@ class OllamaActor:
         for waiter in waiters:
             refuse(waiter, UnknownInstance(f"{self.instance_id} is no longer loaded"))
         self._box.drain()
+
+
+def _closed(reply: ReplyTo[None], _error: object) -> Closed:
+    return Closed(reply)

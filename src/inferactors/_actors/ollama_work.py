@@ -22,8 +22,8 @@ import attrs
 import trio
 
 from .._edges.ollama_client import OllamaApi, OllamaClient
-from .._edges.probe import ProbeFailure
-from .._errors import BackendError, InferactorsError
+from .._edges.probe import ProbeFailure, failure_health
+from .._errors import BackendError, DeepHealthTimeout, InferactorsError
 from .._policy.ollama_parse import LoadedModel, same_tag
 from .._policy.probe_parse import CompletionResult, Health, ServerReport, Unhealthy, Unreachable, Up
 from .._status import InstanceStatus
@@ -138,27 +138,28 @@ def entry_for(resident: tuple[LoadedModel, ...], tag: str) -> LoadedModel | None
     return None
 
 
-async def survey(api: OllamaApi) -> Survey:
-    """Look at the daemon with GETs only: ``/api/version``, ``/api/tags``, ``/api/ps``.
+async def survey(api: OllamaApi, timeout_s: float) -> Survey:
+    """Look at the daemon with GETs only: ``/api/version``, ``/api/tags``, ``/api/ps``, all
+    three within ONE deadline of ``timeout_s`` float seconds from the call.
 
     Never raises for a daemon fault: no reply is Unreachable, a bad version reply Unhealthy,
-    and an unreadable list is None (unknown, which is not "empty").
+    and an unreadable list, or one the deadline cut off, is None (unknown, not "empty").
     """
-    try:
-        version = await api.version()
-    except ProbeFailure as failure:
-        health: Health = (
-            Unhealthy(failure.why) if failure.kind == "too-large" else Unreachable(failure.why)
-        )
-        return Survey(health)
-    except BackendError as error:
-        return Survey(Unhealthy(str(error)))
-    pulled: tuple[str, ...] | None = None
-    try:
-        pulled = tuple(model.name for model in await api.tags())
-    except BackendError:
-        pass  # unknown: the status does not claim "not pulled" from an unreadable list
-    return Survey(Up(), pulled, await _ps_or_none(api), version)
+    found = Survey(Unreachable(f"GET /api/version: no complete reply within {timeout_s:g} s"))
+    with trio.move_on_after(timeout_s):
+        try:
+            version = await api.version()
+        except ProbeFailure as failure:
+            return Survey(failure_health(failure))
+        except BackendError as error:
+            return Survey(Unhealthy(str(error)))
+        found = Survey(Up(), version=version)
+        try:
+            found = attrs.evolve(found, pulled=tuple(model.name for model in await api.tags()))
+        except BackendError:
+            pass  # unknown: the status does not claim "not pulled" from an unreadable list
+        found = attrs.evolve(found, resident=await _ps_or_none(api))
+    return found
 
 
 async def _ps_or_none(api: OllamaApi) -> tuple[LoadedModel, ...] | None:
@@ -297,30 +298,36 @@ class OllamaWork:
     async def survey_for(self, reply: ReplyTo[InstanceStatus] | None) -> None:
         """Survey the daemon and post it, for a status request (GETs only)."""
         async with self._client() as api:
-            found = await survey(api)
+            found = await survey(api, self.probe_timeout_s)
         await self._post(Surveyed(found, reply))
 
     async def health(self, reply: ReplyTo[ServerReport]) -> None:
-        """Answer one report of the daemon."""
+        """Answer one report of the daemon, within ``probe_timeout_s`` in all (`survey`)."""
         async with self._client() as api:
-            found = await survey(api)
+            found = await survey(api, self.probe_timeout_s)
         answer(reply, found.report())
+
+    async def _one_token(self, api: OllamaApi) -> CompletionResult:
+        with trio.move_on_after(self.deep_timeout_s):
+            if await api.resident(self.tag) is None:
+                raise BackendError(
+                    f"deep health: model {self.tag} is not resident in ollama; start the "
+                    "instance first (a completion would load it outside inferactors)"
+                )
+            return await api.tiny_completion(self.tag)
+        raise DeepHealthTimeout(f"deep health: no complete answer within {self.deep_timeout_s:g} s")
 
     async def deep_health(self, reply: ReplyTo[CompletionResult]) -> None:
         """One real token, asked by the model's TAG (the original asked by registry name, a
-        bug; seed-behaviour.md section 5), with ``deep_timeout_s``.
+        bug; seed-behaviour.md section 5), with ONE deadline of ``deep_timeout_s`` for the
+        residency check and the completion together (`DeepHealthTimeout` when it passes).
 
         Refused with `BackendError` when the model is not resident: a completion would make
         Ollama load it with its default keep_alive, outside our ownership.
         """
         async with self._client(self.deep_timeout_s) as api:
             try:
-                if await api.resident(self.tag) is None:
-                    raise BackendError(
-                        f"deep health: model {self.tag} is not resident in ollama; start the "
-                        "instance first (a completion would load it outside inferactors)"
-                    )
-                result = await api.tiny_completion(self.tag)
+                result = await self._one_token(api)
             except ProbeFailure as failure:
                 refuse(reply, BackendError(f"deep health: {failure.why}"))
                 return

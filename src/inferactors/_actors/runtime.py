@@ -151,9 +151,10 @@ class InferRuntime:
 
         ``supervision`` sets this instance's restart policy, readiness deadline and
         deep-health watchdog; unset fields come from the runtime's `ManagedConfig`. The
-        instance is Loaded; nothing is started. Raises what `admit` raises, plus
-        `InvalidState` for an id already loaded or an ip:port a managed instance uses, and
-        `BackendError` when the instance directory cannot be made.
+        instance is Loaded; nothing is started. An adopted or Ollama spec is admitted by one
+        probe of its server, bounded as a whole by ``config.probe_timeout_s``. Raises what
+        `admit` raises, plus `InvalidState` for an id already loaded or an ip:port a managed
+        instance uses, and `BackendError` when the instance directory cannot be made.
         """
         iid = instance_id(spec, self.control_mode, self.node_id)
         directory = self._instance_dir(iid)
@@ -171,7 +172,8 @@ class InferRuntime:
         return InstanceHandle(self.id, iid, spec.role)
 
     async def start(self, handle: InstanceHandle) -> None:
-        """Start a managed server (returns once spawned), or confirm an adopted one answers.
+        """Start a managed server (returns once spawned), or confirm an adopted one answers
+        (one probe, bounded as a whole by ``config.probe_timeout_s``).
 
         Raises:
             InvalidState: already running, or stopped for exposure until reloaded.
@@ -215,7 +217,9 @@ class InferRuntime:
         await call(self._supervisor, partial(Unload, handle.instance_id))
 
     async def status(self, handle: InstanceHandle) -> InstanceStatus:
-        """The instance's status; never raises (an unknown handle is Unknown)."""
+        """The instance's status; never raises (an unknown handle is Unknown). One probe, all
+        its requests within one deadline of ``config.probe_timeout_s`` float seconds (a reply
+        not complete by then counts as none), plus local socket-table reads when managed."""
         try:
             return await self._route(handle, GetStatus)
         except InferactorsError as error:
@@ -244,15 +248,17 @@ class InferRuntime:
         raise Unsupported(f"{self.id} has no console run ({handle.instance_id})")
 
     async def health(self, handle: InstanceHandle) -> ServerReport:
-        """One probe report of the instance's server."""
+        """One probe report of the instance's server: all its requests within one deadline of
+        ``config.probe_timeout_s`` float seconds (what is late is unreachable or left empty)."""
         return await self._route(handle, GetHealth)
 
     async def deep_health(self, handle: InstanceHandle) -> CompletionResult:
-        """Ask the server for one real token, with ``config.deep_timeout_s``.
+        """Ask the server for one real token: the probe that finds it up (Ollama: ``/api/ps``)
+        and the completion within ONE deadline of ``config.deep_timeout_s`` float seconds.
 
         Raises:
             DeepHealthTimeout: no answer in time.
-            BackendError: the server is down, or the completion failed.
+            BackendError: the server is down (or an impostor holds it), or the call failed.
         """
         return await self._route(handle, DeepHealth)
 
@@ -346,6 +352,7 @@ class InferRuntime:
                 instance_dir=directory,
                 edges=self._edges,
                 events=self._events,
+                registry=self._registry,
             )
         await call(self._supervisor, partial(Load, actor))
 

@@ -20,6 +20,7 @@ from .._edges.bundle import Edges
 from .._edges.orphan_record import ReapedOrphan
 from .._edges.orphans import reap_orphans
 from .._edges.probe import ProberFactory
+from .._edges.state_lock import StateLock, acquire_state_lock
 from .._models.registry import ModelRegistry
 from .runtime import DEFAULT_STOP_GRACE_S, InferRuntime
 from .supervisor import Supervisor
@@ -39,29 +40,42 @@ async def open_runtime(
 ) -> AsyncIterator[InferRuntime]:
     """Run a runtime for the duration of an ``async with`` block.
 
-    Start-up checks the config and ``node_id``, opens the model registry, and reaps the
-    servers an earlier life left in ``data_root`` (`InferRuntime.reaped_orphans`). On exit
-    every running managed server is stopped (SIGTERM, ``stop_grace_s`` seconds, SIGKILL),
-    even when the block raised or was cancelled; adopted servers are left alone. ``edges``
-    swaps the I/O edges (`Edges`); ``open_prober`` alone replaces just the HTTP edge.
+    Start-up checks the config and ``node_id``, takes the lock of a managed runtime's
+    ``data_root`` (one state directory, one supervisor: another process holding it is
+    refused at once; runtimes of one process share it; released on exit), opens the model
+    registry, and reaps the servers an earlier life left in ``data_root``
+    (`InferRuntime.reaped_orphans`). On exit every running managed server is stopped
+    (SIGTERM, ``stop_grace_s`` seconds, SIGKILL), even when the block raised or was
+    cancelled; adopted servers are left alone. ``edges`` swaps the I/O edges (`Edges`);
+    ``open_prober`` alone replaces just the HTTP edge.
 
     Raises:
         InvalidConfig: the config or ``node_id`` is malformed, or the registry file is.
+        InvalidState: another supervisor process holds ``data_root``; the message names
+            its pid.
+        BackendError: ``data_root`` or its lock file cannot be made.
         Whatever the block raises, unwrapped (not inside an exception group).
     """
-    runtime, supervisor = await _prepare(config, node_id, _edges(edges, open_prober))
-    scope = trio.CancelScope(shield=True)
+    config.validate()
+    check_node_id(node_id)
+    lock = await _lock_state(config)
     try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(_shielded, scope, supervisor.serve)
-            try:
-                yield runtime
-            finally:
-                with trio.move_on_after(stop_grace_s + CLEANUP_MARGIN_S, shield=True):
-                    await runtime.stop_all(stop_grace_s)
-                scope.cancel()
-    except BaseExceptionGroup as group:
-        raise _single(group) from None
+        runtime, supervisor = await _prepare(config, node_id, _edges(edges, open_prober))
+        scope = trio.CancelScope(shield=True)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(_shielded, scope, supervisor.serve)
+                try:
+                    yield runtime
+                finally:
+                    with trio.move_on_after(stop_grace_s + CLEANUP_MARGIN_S, shield=True):
+                        await runtime.stop_all(stop_grace_s)
+                    scope.cancel()
+        except BaseExceptionGroup as group:
+            raise _single(group) from None
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 async def serve_runtime(
@@ -85,6 +99,12 @@ async def serve_runtime(
     ) as runtime:
         task_status.started(runtime)
         await trio.sleep_forever()
+
+
+async def _lock_state(config: InferConfig) -> StateLock | None:
+    if config.managed is None:
+        return None
+    return await trio.to_thread.run_sync(acquire_state_lock, config.managed.data_root)
 
 
 async def _prepare(

@@ -6,6 +6,12 @@ both), refuses a second instance on an ip:port that a managed instance uses (che
 out to subscribers. Events from instance actors reach it through its own inbox (`Notify`),
 so it decides about a crash the moment the exit is observed, with no caller's poll
 (FC-10). Every handler is synchronous; restarts wait in their own tasks.
+
+A crash stays inside its instance (OTP's one_for_one): an instance actor contains the
+exceptions of its loop and workers itself (``mailbox``); a managed server it stops reports
+reason ``error`` and is restarted like a crash, and an adopted instance's `InstanceCrashed`
+restarts its watching under the same policy. An actor that dies all the same is published
+as crashed and forgotten, never taking the supervisor with it.
 """
 
 from __future__ import annotations
@@ -19,10 +25,11 @@ import attrs
 import trio
 
 from .._config.config import ControlMode
-from .._errors import BackendError, InferactorsError, InvalidState, UnknownInstance
+from .._errors import BackendError, InferactorsError, InvalidState, PinMismatch, UnknownInstance
 from .._events import (
     Event,
     GaveUp,
+    InstanceCrashed,
     ProcessExited,
     RestartFailed,
     RestartScheduled,
@@ -33,6 +40,7 @@ from .._policy.admission import Plan
 from .._policy.restart import GiveUp, NoRestart, RestartBudget
 from .._policy.restart import Restart as RestartDecision
 from .._status import InstanceState
+from .mailbox import Crash
 from .messages import (
     Annotate,
     ListInstances,
@@ -174,8 +182,21 @@ class Supervisor:
             return
         self._actors[actor.instance_id] = actor
         self._budgets[actor.instance_id] = RestartBudget(actor.plan.restart_policy)
-        self._nursery_or_fail().start_soon(actor.serve)
+        self._nursery_or_fail().start_soon(self._serve_actor, actor)
         answer(command.reply, None)
+
+    async def _serve_actor(self, actor: Actor) -> None:
+        """Run ``actor``. If it dies of an exception it could not contain, only it goes: the
+        crash is published and its id forgotten (it may be loaded again); the supervisor
+        and the other instances go on."""
+        try:
+            await actor.serve()
+        except Exception as error:  # the last net of "let it crash": never the runtime
+            self._publish(Crash.of(error, "the actor").event(actor.instance_id))
+            if self._actors.get(actor.instance_id) is actor:  # sync: one writer at a time
+                del self._actors[actor.instance_id]
+                self._budgets.pop(actor.instance_id, None)
+                self._cancel_pending(actor.instance_id)
 
     def _port_clash(self, actor: Actor) -> str | None:
         spec = actor.plan.spec
@@ -240,6 +261,8 @@ class Supervisor:
             self._budgets[event.instance_id] = budget
         elif isinstance(event, ProcessExited):
             self._decide(event.instance_id, event.reason, event.exit_code, event.signal)
+        elif isinstance(event, InstanceCrashed) and self._adopted(event.instance_id):
+            self._decide(event.instance_id, StopReason.ERROR, None, None)  # watch it again
 
     def _decide(
         self, iid: str, reason: StopReason, exit_code: int | None, signal: int | None
@@ -292,9 +315,16 @@ class Supervisor:
         if isinstance(done.error, InvalidState | UnknownInstance):
             self._annotate(done.instance_id, None)  # stopped or unloaded meanwhile
             return
+        if isinstance(done.error, PinMismatch):  # held down by its actor: not a crash (issue 8)
+            self._annotate(done.instance_id, None)
+            return
         now = trio.current_time()
         self._publish(RestartFailed(done.instance_id, done.attempt, str(done.error), now))
         self._decide(done.instance_id, StopReason.CRASH, None, None)
+
+    def _adopted(self, iid: str) -> bool:
+        actor = self._actors.get(iid)
+        return actor is not None and actor.plan.mode is ControlMode.ADOPTED
 
     def _cancel_pending(self, iid: str) -> None:
         scope = self._pending.pop(iid, None)

@@ -29,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         trio.run(_serve_forever, config, args.port)
-    except KeyboardInterrupt:
+    except* KeyboardInterrupt:  # Ctrl-C, bare or wrapped by the nursery: a clean stop
         pass
     return 0
 

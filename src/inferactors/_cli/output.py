@@ -14,6 +14,8 @@ from .._events import (
     ExposureDetected,
     GaveUp,
     ImpostorDetected,
+    InstanceCrashed,
+    ModelTampered,
     ProcessExited,
     ProcessStarted,
     RestartFailed,
@@ -54,6 +56,14 @@ def describe_event(event: Event) -> str:
         case DeepHealthFailed():
             count = f"{event.consecutive} in a row"
             return f"{event.instance_id}  deep health failed ({count}): {event.why}"
+        case InstanceCrashed():
+            what = f"{event.error_type}: {event.message}" if event.message else event.error_type
+            return f"{event.instance_id}  CRASHED in {event.where}: {what}"
+        case ModelTampered():
+            return (
+                f"{event.instance_id}  TAMPERED: model {event.model}, {event.why}; "
+                "not started, held until the model is re-registered or the instance reloaded"
+            )
     raise AssertionError(f"unknown event {event!r}")
 
 

@@ -19,8 +19,10 @@ import attrs
 from .._errors import InvalidConfig
 from .._flavor import InferFlavor
 
-DEFAULT_PASSTHROUGH = ("HOME", "PATH")
-"""Environment variables handed from the supervisor to a managed server by default."""
+DEFAULT_PASSTHROUGH: tuple[str, ...] = ()
+"""Environment variables handed from the supervisor to a managed server by default: none.
+A server gets its own instance directory as HOME and a minimal PATH (``_policy/launch.py``),
+never the supervisor's (root's, perhaps; issue 8 item 7); name them to pass them on."""
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _USER_NAME = re.compile(r"[a-z_][a-z0-9_.-]*\$?")

@@ -6,11 +6,17 @@ path, e.g. ``$.instances[0].serve.port: expected int, got string``; a syntax err
 line. Structured specs and run files are then ``validate()``d. Source: style.md (one
 converter, transform_error-style paths); seed-behaviour.md section 1 (unknown keys refused;
 empty and default fields skipped when serializing).
+
+Hostile text is refused the same way, never with a traceback: JSON goes through the one safe
+parser (`inferactors._safe_json.parse_json`: depth, duplicate keys, huge integers), and
+parsed TOML through its `check_tree`; a TOML nesting bomb that exhausts the parser's recursion,
+or an integer past Python's 4,300-digit limit, is caught and refused too.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -18,6 +24,7 @@ from typing import Any
 import attrs
 
 from .._errors import InvalidConfig
+from .._safe_json import MAX_DEPTH, MAX_INT_DIGITS, check_tree, parse_json
 from .convert_hooks import converter, describe_error
 from .runfile import RunConfig
 from .spec import InferenceSpec
@@ -70,16 +77,11 @@ def spec_from_json(text: str) -> InferenceSpec:
     """Parse a spec from a JSON object.
 
     Raises:
-        InvalidConfig: a JSON syntax error (with line and column), a duplicate key, or as
+        InvalidConfig: a JSON syntax error (with line and column), a duplicate key, nesting
+            over 64 levels, an integer over 100 digits (see `inferactors._safe_json`), or as
             `spec_from_dict`.
     """
-    try:
-        data = json.loads(text, object_pairs_hook=_refuse_duplicates)
-    except json.JSONDecodeError as error:
-        raise InvalidConfig(
-            f"JSON syntax error at line {error.lineno}, column {error.colno}: {error.msg}"
-        ) from None
-    return spec_from_dict(data)
+    return spec_from_dict(parse_json(text))
 
 
 def spec_to_json(spec: InferenceSpec) -> str:
@@ -125,22 +127,46 @@ def load_run_config(path: Path) -> RunConfig:
 
 
 def _parse_toml(text: str, source: str) -> dict[str, Any]:
+    """TOML text as data, checked by `check_tree` (depth, huge integers).
+
+    Raises:
+        InvalidConfig: a syntax error (line and column), nesting too deep for the parser
+            or over 64 levels, or an integer over 100 digits (naming its path).
+    """
     try:
-        return tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         message = str(error).replace(
             "(at end of document)", f"(at end of document, after line {len(text.splitlines())})"
         )
         raise InvalidConfig(f"{source}TOML syntax error: {message}") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise InvalidConfig(
+            f"{source}TOML nested too deep (arrays or inline tables over {MAX_DEPTH} levels)"
+        ) from None
+    except ValueError:  # int() of a literal past Python's 4,300-digit limit
+        raise InvalidConfig(f"{source}{_huge_integer(text)}") from None
+    try:
+        check_tree(data)
+    except InvalidConfig as error:
+        raise InvalidConfig(f"{source}{error}") from None
+    return data
 
 
-def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise InvalidConfig(f"JSON object has the key {json.dumps(key)} twice")
-        result[key] = value
-    return result
+_LONG_DIGITS = re.compile(rf"[0-9][0-9_]{{{MAX_INT_DIGITS},}}")
+
+
+def _huge_integer(text: str) -> str:
+    """Why tomllib refused an integer, naming its path when it can be found: every run of
+    more than 100 digits is cut to 101 and the copy parsed only to locate the integer."""
+    located = _LONG_DIGITS.sub("1" + "0" * MAX_INT_DIGITS, text)
+    try:
+        check_tree(tomllib.loads(located))
+    except InvalidConfig as error:
+        return str(error)
+    except (ValueError, RecursionError):
+        pass  # the copy does not parse either: say what we know without a path
+    return f"TOML has an integer of more than {MAX_INT_DIGITS} digits"
 
 
 def _resolve_paths(config: RunConfig, base_dir: Path) -> RunConfig:

@@ -7,12 +7,14 @@ All durations are float seconds. The run file is inferactors' own (no seed count
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
 
 from .._errors import InvalidConfig
 from .._flavor import InferFlavor
+from .binding import hosts_collide, spec_host
 from .config import (
     DEFAULT_PASSTHROUGH,
     ControlMode,
@@ -104,8 +106,9 @@ class RunConfig:
         """Check the whole run file; messages name the path (``$.instances[1].serve.host``).
 
         Besides each spec's own rules: node_id is a plain token (1-64 chars), timeouts are
-        positive, and a managed instance names a model, has a ``[managed]`` section and,
-        except on Ollama, a serve program for its flavor.
+        positive, a managed instance names a model, has a ``[managed]`` section and,
+        except on Ollama, a serve program for its flavor, and no two instances share an
+        ip:port (`check_endpoints`).
 
         Raises:
             InvalidConfig: the first problem found.
@@ -120,6 +123,7 @@ class RunConfig:
             self.managed.validate()
         for index, instance in enumerate(self.instances):
             self._check_instance(f"$.instances[{index}]", instance)
+        check_endpoints(self.instances)
 
     def _check_instance(self, path: str, instance: RunInstance) -> None:
         try:
@@ -139,3 +143,26 @@ class RunConfig:
                 f'{path}: $.managed.serve_programs has no "{flavor.id}" entry for this '
                 "managed instance"
             )
+
+
+def check_endpoints(instances: Sequence[RunInstance]) -> None:
+    """Refuse two instances on one ip:port, whatever their flavors and modes (issue 8 item 10).
+
+    Ports are the specs' (the flavor's default when unset); addresses collide as
+    `_binding.hosts_collide` says (``localhost`` and ``::1`` take both loopback families).
+
+    Raises:
+        InvalidConfig: ``$.instances[1].serve.port: 8080 on 127.0.0.1 is already used by
+            $.instances[0]`` (with the other's address added when it differs).
+    """
+    seen: list[tuple[int, str, int]] = []
+    for index, instance in enumerate(instances):
+        host, port = spec_host(instance.spec), instance.spec.port()
+        for other, other_host, other_port in seen:
+            if port == other_port and hosts_collide(host, other_host):
+                where = "" if other_host == host else f" (on {other_host})"
+                raise InvalidConfig(
+                    f"$.instances[{index}].serve.port: {port} on {host} is already used by "
+                    f"$.instances[{other}]{where}"
+                )
+        seen.append((index, host, port))

@@ -14,23 +14,39 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import attrs
 import httpx
 import trio
 
+from .._errors import BackendError
 from .._policy.launch import Launch
 from .._policy.privilege import RunAs
 from .containment import check_reachable, prepare_instance_dir
 from .netcheck import port_in_use
 from .netscan import NetScanner, SystemNetScanner
-from .orphan_record import remove_record, write_record
+from .orphan_record import refresh_record, remove_record, write_record
 from .probe import ProbeClient, Prober, ProberFactory
 from .process import OpenProcess, open_child_process
 
+T = TypeVar("T")
+
 PortCheck = Callable[[str, int], Awaitable[bool]]
-"""``await check(host, port)``: whether something accepts TCP connections there."""
+"""``await check(host, port)``: whether a server binding there would find the port taken."""
+
+
+class FileWork(Protocol):
+    """Runs blocking file work (checking a model's pins, which may re-hash gigabytes) off
+    the event loop and returns its result: `in_worker_thread` is the real one."""
+
+    async def __call__(self, work: Callable[[], T]) -> T: ...
+
+
+async def in_worker_thread(work: Callable[[], T]) -> T:
+    """Run ``work`` in a trio worker thread. Cancelling waits for ``work`` to finish (a
+    re-hash reads the whole file, about 1 s per GB here), so nothing it opened leaks."""
+    return await trio.to_thread.run_sync(work)
 
 
 class Containment(Protocol):
@@ -55,6 +71,11 @@ class Containment(Protocol):
         """Write the server's ``server.json`` so a later life can reap it (FC-13)."""
         ...
 
+    async def refresh(self, launch: Launch, pid: int) -> None:
+        """Bring that record's group members up to date while the server runs, so a
+        forking wrapper's server is found again after a supervisor SIGKILL (issue 8)."""
+        ...
+
     async def forget(self, launch: Launch, pid: int) -> None:
         """Remove that record once the server was reaped."""
         ...
@@ -77,6 +98,12 @@ class SystemContainment:
             await trio.to_thread.run_sync(write_record, launch.cwd, pid, port, argv)
         except OSError:
             pass  # the server runs; only the safety net for a later life is missing
+
+    async def refresh(self, launch: Launch, pid: int) -> None:
+        try:
+            await trio.to_thread.run_sync(refresh_record, launch.cwd, pid)
+        except (OSError, BackendError):
+            pass  # as for `record`: only the safety net is missing
 
     async def forget(self, launch: Launch, pid: int) -> None:
         await trio.to_thread.run_sync(partial(remove_record, launch.cwd, pid=pid))
@@ -107,9 +134,11 @@ class Edges:
         open_prober: opens an HTTP prober for a base URL and a timeout in seconds.
         net: socket tables, listener owners and exposure connects.
         open_process: starts a server process (own session, piped output).
-        port_in_use: the TCP-connect check of an occupied port.
+        port_in_use: the occupied-port check (a bind on the host's footprint).
         random: values in [0, 1) for restart jitter.
         containment: users and permissions (root refusal, run_as reachability).
+        file_work: where blocking file work runs (a worker thread; the fakes run it inline
+            so that MockClock time does not leap while a thread works).
     """
 
     open_prober: ProberFactory = attrs.field(factory=http_prober_factory)
@@ -118,3 +147,4 @@ class Edges:
     port_in_use: PortCheck = port_in_use
     random: Callable[[], float] = random.random
     containment: Containment = attrs.field(factory=SystemContainment)
+    file_work: FileWork = in_worker_thread

@@ -1,19 +1,68 @@
-"""Is a TCP port taken? A bare connect, never HTTP.
+"""Is a TCP port taken? A bind, as the server would do it; and a bare connect, never HTTP.
 
-Source: seed-behaviour.md checklist item 37 (the occupied-port check uses "a TCP connect
-only") and section 3 "Timeouts" (port connects: 300 ms). FC-14: a foreign listener on our port
-must be found before launch.
+`port_in_use` is the occupied-port check before a launch (issue 8 item 6; FC-14: a foreign
+socket on our port must be found before launch). It binds, because only a bind answers the
+question the server will ask: a connect misses a socket that is bound but not listening
+(the server's own bind then fails), and a connect that times out on loopback says nothing
+at all. The footprint of a host (both loopback families for ``localhost`` and ``::1``) is
+`_config.binding.bind_footprint`, the rule the run file's validation uses too.
+
+`accepts_connections` is the exposure check's TCP connect (seed-behaviour.md section 3,
+"Timeouts": port connects 300 ms; checklist item 37): it asks whether a listener answers on
+an address, which only a connect can tell.
 """
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import socket
 
 import trio
 
+from .._config.binding import bind_footprint
+from .._config.spec import IPAddress
 
-async def port_in_use(host: str, port: int, *, timeout_s: float = 0.3) -> bool:
-    """Whether something accepts TCP connections on ``host:port``.
+
+async def port_in_use(host: str, port: int) -> bool:
+    """Whether a server told to bind ``host:port`` would find the port taken.
+
+    Binds a fresh TCP socket to every address of ``host``'s footprint (``localhost`` and
+    ``::1``: 127.0.0.1 and ::1) with ``SO_REUSEADDR`` set, as llama-server and
+    mlx_lm.server set it, and closes it at once: no listen, no packet. True when any of
+    those binds fails with ``EADDRINUSE``: a listener, a wildcard listener covering the
+    address, or a socket bound without ``SO_REUSEADDR``, listening or not. Any other
+    failure is not "in use": an address this host does not have (``EADDRNOTAVAIL``, no
+    IPv6) has no listener, and a port we may not bind (``EACCES``) is the spawn's to
+    report. Takes microseconds; never waits.
+
+    Raises:
+        ValueError: ``host`` is neither ``localhost`` nor an IP address.
+    """
+    await trio.lowlevel.checkpoint()
+    return any(_bind_fails(ip, port) for ip in bind_footprint(host))
+
+
+def _bind_fails(ip: IPAddress, port: int) -> bool:
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    try:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError:
+        return False  # this host has no such family: nothing can listen there
+    with sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            # "::" takes both families, as a dual-stack server does; "::1" only itself.
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, int(not ip.is_unspecified))
+        try:
+            sock.bind((str(ip), port))
+        except OSError as error:
+            return error.errno == errno.EADDRINUSE
+    return False
+
+
+async def accepts_connections(host: str, port: int, *, timeout_s: float = 0.3) -> bool:
+    """Whether something accepts TCP connections on ``host:port`` (the exposure connect).
 
     Opens a TCP connection under ``trio.move_on_after(timeout_s)`` and closes it at once
     without sending a byte. True only if the connect succeeds; a refusal, any other OSError or

@@ -43,7 +43,7 @@ from .._policy.exposure import (
     owner_pid,
     parse_address,
 )
-from .netcheck import port_in_use
+from .netcheck import accepts_connections
 
 LAN_ADDRESSES_ENV = "INFERACTORS_LAN_ADDRESSES"
 """Environment variable that overrides the connect check's target addresses (comma-separated)."""
@@ -55,7 +55,7 @@ _INET_FAMILIES = (socket.AF_INET, socket.AF_INET6)
 
 
 class Connect(Protocol):
-    """A TCP connect check, as `_netcheck.port_in_use`: True if ``host:port`` accepted."""
+    """A TCP connect check, as `_netcheck.accepts_connections`: True if ``host:port`` accepted."""
 
     async def __call__(self, host: str, port: int, *, timeout_s: float) -> bool: ...
 
@@ -164,7 +164,7 @@ async def reachable_on(
     addresses: Iterable[str],
     *,
     timeout_s: float = CONNECT_TIMEOUT_S,
-    connect: Connect = port_in_use,
+    connect: Connect = accepts_connections,
 ) -> tuple[str, ...]:
     """The addresses on which ``port`` accepts a TCP connection, in the order given.
 
@@ -195,7 +195,7 @@ async def scan(
     port: int,
     *,
     timeout_s: float = CONNECT_TIMEOUT_S,
-    connect: Connect = port_in_use,
+    connect: Connect = accepts_connections,
 ) -> Exposure | None:
     """Whether the server rooted at ``pid`` and serving on ``port`` is reachable beyond loopback.
 

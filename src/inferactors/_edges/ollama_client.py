@@ -6,8 +6,13 @@ Two layers (style.md "Layers"):
   `parse_tags`, `parse_ps`, `parse_expiry` and `ExpiryWatch`; no I/O; they live in
   `_ollama_parse.py`;
 - `OllamaClient`, the I/O edge (this module), on two `ProbeClient` s (one for ordinary
-  requests, one with the long load timeout), so it shares their httpx settings, 1 MiB body
-  cap and failure mapping. The runtime sees it through the `OllamaApi` protocol.
+  requests, one with the long load timeout), so it shares their httpx settings, identity
+  encoding (any other refused unread), 1 MiB body cap, failure mapping and replies read by
+  the one safe JSON parser (`inferactors._safe_json`). The runtime sees it through the
+  `OllamaApi` protocol.
+
+Deadlines: each method makes one request under one deadline (``timeout_s``, the load
+``load_timeout_s``), except `OllamaClient.wait_gone`, whose polls all share ``deadline_s``.
 
 It only ever uses ``GET /api/version``, ``GET /api/tags``, ``GET /api/ps``,
 ``POST /api/generate`` and ``POST /v1/chat/completions``: never ``/api/pull``,
@@ -18,7 +23,7 @@ Errors::
 
     BackendError (inferactors._errors)
     ├── ProbeFailure        (inferactors._edges.probe) no usable reply: refused, reset,
-    │                       timeout, > 1 MiB
+    │                       timeout, > 1 MiB, compressed
     └── OllamaLoadTimeout   (inferactors._policy.ollama_parse) a load did not finish: the
                             runner timed out (FC-19) or our load request ran out of
                             ``load_timeout_s``
@@ -72,7 +77,9 @@ class OllamaClient:
     """HTTP client for one Ollama daemon; open it with `OllamaClient.open`.
 
     Same httpx settings as `ProbeClient` (no redirects, proxy variables ignored, no idle
-    pooled connections, at most 1 MiB of a body). Usable as ``async with``.
+    pooled connections, identity encoding only, at most 1 MiB of a body). Every method but
+    `wait_gone` is one request under one deadline of ``timeout_s`` float seconds (the load:
+    ``load_timeout_s``). Usable as ``async with``.
     """
 
     base_url: str
@@ -94,7 +101,7 @@ class OllamaClient:
 
         Args:
             base_url: the daemon's root URL.
-            timeout_s: float seconds bounding each request but the load, body included.
+            timeout_s: float seconds bounding each call but the load, body included.
             load_timeout_s: float seconds the load request may stay open; at least the
                 model's load budget, since closing it aborts the load (FC-18).
             transport: an httpx transport instead of the network (``httpx.MockTransport``).
@@ -115,7 +122,7 @@ class OllamaClient:
         await self.aclose()
 
     async def version(self) -> str:
-        """``GET /api/version`` -> ``version`` (``"0.5.1"``).
+        """``GET /api/version`` -> ``version`` (``"0.5.1"``), within ``timeout_s``.
 
         Raises:
             ProbeFailure: no usable reply. BackendError: non-200, or no ``version`` string.
@@ -127,15 +134,18 @@ class OllamaClient:
         return version
 
     async def tags(self) -> tuple[OllamaModel, ...]:
-        """``GET /api/tags``: the pulled models (see `parse_tags` for errors)."""
+        """``GET /api/tags``: the pulled models, within ``timeout_s`` (see `parse_tags` for
+        errors; no usable reply is `ProbeFailure`)."""
         return parse_tags(await self._get_ok("/api/tags"))
 
     async def ps(self) -> tuple[LoadedModel, ...]:
-        """``GET /api/ps``: the resident models (see `parse_ps` for errors)."""
+        """``GET /api/ps``: the resident models, within ``timeout_s`` (see `parse_ps` for
+        errors; no usable reply is `ProbeFailure`)."""
         return parse_ps(await self._get_ok("/api/ps"))
 
     async def resident(self, tag: str) -> LoadedModel | None:
-        """The ``/api/ps`` entry whose ``name`` or ``model`` is ``tag`` (`same_tag`), or None.
+        """The ``/api/ps`` entry whose ``name`` or ``model`` is ``tag`` (`same_tag`), or None;
+        one request, within ``timeout_s``.
 
         Unlike the original (which read any error as "not resident"), errors propagate, so a
         caller never mistakes an unreadable ``/api/ps`` for a free model.
@@ -166,8 +176,9 @@ class OllamaClient:
         check_load_reply(status, body)
 
     async def unload(self, tag: str) -> None:
-        """Ask Ollama to unload ``tag``: ``POST /api/generate {"model": tag, "keep_alive": 0}``.
-        Ollama answers at once; the model may stay in ``/api/ps`` a while (use `wait_gone`).
+        """Ask Ollama to unload ``tag``: ``POST /api/generate {"model": tag, "keep_alive": 0}``,
+        within ``timeout_s``. Ollama answers at once; the model may stay in ``/api/ps`` a
+        while (use `wait_gone`).
 
         Raises:
             ProbeFailure: no usable reply.
@@ -179,7 +190,8 @@ class OllamaClient:
 
     async def wait_gone(self, tag: str, *, deadline_s: float, interval_s: float = 0.1) -> bool:
         """Poll ``/api/ps`` every ``interval_s`` float seconds until ``tag`` is not listed
-        (FC-21); give up after ``deadline_s`` float seconds (trio time, from now).
+        (FC-21); give up after ``deadline_s`` float seconds (trio time, from now). The
+        deadline bounds the whole call, polls in flight included.
 
         A failed poll counts as "still listed", so an unreachable daemon never reads as gone.
 
@@ -200,7 +212,8 @@ class OllamaClient:
     async def tiny_completion(self, tag: str) -> CompletionResult:
         """One token through ``POST /v1/chat/completions`` with ``model`` = the Ollama tag
         (not the registry name, the original's bug; seed-behaviour.md section 5) and no
-        keep_alive field, so the model's keep_alive and our ownership stay unchanged.
+        keep_alive field, so the model's keep_alive and our ownership stay unchanged. One
+        request, within ``timeout_s``.
 
         Raises:
             DeepHealthTimeout, BackendError: as `ProbeClient.tiny_completion`.

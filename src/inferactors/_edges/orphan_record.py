@@ -3,7 +3,9 @@
 The record I/O of the orphan reaper (``_orphans.py``; issue 3 item 7, FC-13). When a managed
 server starts, `write_record` writes ``server.json`` into its instance directory: pid, pgid,
 the process's start (psutil ``create_time``, with the boot it belongs to), port, argv, and
-the supervisor's own pid and start. `remove_record` deletes it once the process is reaped;
+the supervisor's own pid and start, and the group's members with their starts, which
+`refresh_record` keeps up to date while the server runs (a forking wrapper's server joins
+the group after the spawn). `remove_record` deletes it once the process is reaped;
 `find_orphans` and `scan_records` read every ``data_root/*/server.json``. Also here: the
 values of the reaper's report (`OrphanOutcome`, `ReapedOrphan`), since a record that cannot
 be believed is reported as IGNORED as soon as it is read.
@@ -55,6 +57,9 @@ class OrphanRecord:
         argv: The program and its arguments.
         supervisor_pid: The pid of the supervisor that started the server.
         supervisor_create_time: That supervisor's psutil ``create_time`` (epoch seconds).
+        members: ``(pid, create_time)`` of every live process of the group when last
+            refreshed (`refresh_record`): what proves a group whose leader is gone (a
+            forking wrapper's server) to be this server's (issue 8 item 8).
     """
 
     path: Path
@@ -67,11 +72,13 @@ class OrphanRecord:
     argv: tuple[str, ...]
     supervisor_pid: int
     supervisor_create_time: float
+    members: tuple[tuple[int, float], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The record as written to disk (every field but ``path``, plus a schema tag)."""
         fields = attrs.asdict(self, filter=lambda field, _: field.name != "path")
-        return {"schema": RECORD_SCHEMA, **fields, "argv": list(self.argv)}
+        members = [[pid, created] for pid, created in self.members]
+        return {"schema": RECORD_SCHEMA, **fields, "argv": list(self.argv), "members": members}
 
     @classmethod
     def from_json(cls, path: Path, data: object) -> OrphanRecord:
@@ -96,7 +103,27 @@ class OrphanRecord:
             argv=tuple(argv),
             supervisor_pid=_int(data, "supervisor_pid"),
             supervisor_create_time=_float(data, "supervisor_create_time"),
+            members=_members(data.get("members", [])),
         )
+
+
+def _members(raw: object) -> tuple[tuple[int, float], ...]:
+    """``[[pid, create_time], ...]`` as pairs (a record from before issue 8 has none)."""
+    if not isinstance(raw, list):
+        raise ValueError("members must be a list of [pid, create_time] pairs")
+    return tuple(_member(item) for item in raw)
+
+
+def _member(item: object) -> tuple[int, float]:
+    if isinstance(item, list) and len(item) == 2:
+        pid, created = item
+        if _is_number(pid) and isinstance(pid, int) and _is_number(created):
+            return pid, float(created)
+    raise ValueError("members must be a list of [pid, create_time] pairs")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _int(data: dict[str, Any], name: str) -> int:
@@ -184,8 +211,53 @@ def write_record(
         supervisor_pid=me.pid,
         supervisor_create_time=me.create_time,
     )
+    record = attrs.evolve(record, members=_group_members(table, server.pgid, server.boot_time))
     _write_atomically(record.path, json.dumps(record.to_json(), indent=2).encode())
     return record
+
+
+def refresh_record(instance_dir: Path, process_pid: int) -> OrphanRecord | None:
+    """Bring the group members of ``instance_dir/server.json`` up to date (issue 8 item 8).
+
+    Only a trusted record that names ``process_pid`` is touched, and only while that pid is
+    still the recorded process (same start, not a zombie): a record is never created here,
+    nor pointed at a process that reused the pid. An unchanged record is not rewritten, so
+    calling this every second costs a read of the process table (about 1 ms). Blocking.
+
+    Returns:
+        The record as it now stands, or None when there is nothing to refresh.
+
+    Raises:
+        BackendError: the record could not be rewritten.
+    """
+    found = _read_trusted(instance_dir / RECORD_NAME)
+    if not isinstance(found, OrphanRecord) or found.pid != process_pid:
+        return None
+    table = SystemProcessTable()
+    server = table.identify(process_pid)
+    if server is None or server.zombie:
+        return None
+    if not server.started_as(found.create_time, found.boot_time):
+        return None
+    members = _group_members(table, found.pgid, found.boot_time)
+    if members == found.members:
+        return found
+    refreshed = attrs.evolve(found, members=members)
+    _write_atomically(refreshed.path, json.dumps(refreshed.to_json(), indent=2).encode())
+    return refreshed
+
+
+def _group_members(
+    table: SystemProcessTable, pgid: int, boot_time: float
+) -> tuple[tuple[int, float], ...]:
+    """``(pid, create_time)`` of the group's live processes, each start expressed against
+    ``boot_time`` (the record's), so `ProcessStart.started_as` holds across a clock step."""
+    members = []
+    for pid in table.live_members(pgid):
+        process = table.identify(pid)
+        if process is not None and process.pgid == pgid and not process.zombie:
+            members.append((pid, process.create_time - process.boot_time + boot_time))
+    return tuple(sorted(members))
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

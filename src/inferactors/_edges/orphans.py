@@ -14,7 +14,9 @@ of a forking wrapper (the signal is not inherited across fork), a server that cl
 
 Identity (``_proctable.py``): a process is "the same" only when the boot and its start are
 the same as recorded; a recycled pid is never signalled. When the leader is gone but members
-of its group live on, they are reported and left alone: the group cannot be proven ours.
+of its group live on (a forking wrapper's server, issue 8 item 8), the group is ours only
+if one of them is a member the record lists with the same start (the runtime refreshes the
+list every second, ``refresh_record``); otherwise they are reported and left alone.
 
 All functions are synchronous (the runtime runs them in a thread at start-up); the process
 table and the clock sit behind `ProcessTable`, so tests can swap them.
@@ -96,12 +98,31 @@ def _why_not_running(record: OrphanRecord, table: ProcessTable) -> tuple[OrphanO
     members = table.live_members(record.pgid)
     if not members:
         return OrphanOutcome.STALE, f"server {record.pid} has exited"
-    if leader is None:
+    if leader is None and _recorded_member(record, members, table) is None:
         listed = ", ".join(map(str, members))
         return OrphanOutcome.ALIVE, (
             f"its leader {record.pid} is gone but process group {record.pgid} still holds "
             f"{listed}; not signalled, since the group cannot be proven to be the server's"
         )
+    return None
+
+
+def _recorded_member(
+    record: OrphanRecord, members: tuple[int, ...], table: ProcessTable
+) -> int | None:
+    """A live member of the group that the record lists with the same start, or None.
+
+    One is enough: while any process of a group lives, its id cannot be handed to a new
+    group, so a recorded member still in it proves the group is the one we started.
+    """
+    recorded = dict(record.members)
+    for pid in members:
+        if pid not in recorded:
+            continue
+        process = table.identify(pid)
+        started = process is not None and process.started_as(recorded[pid], record.boot_time)
+        if started and process is not None and process.pgid == record.pgid:
+            return pid
     return None
 
 

@@ -9,10 +9,17 @@ Two layers (style.md "Layers"):
 - `ProbeClient`, the one I/O edge (this module), on an injectable httpx transport so tests
   use ``httpx.MockTransport``. The runtime sees it through the `Prober` protocol.
 
+Bounds: every request asks for ``Accept-Encoding: identity`` and a reply with any other
+``Content-Encoding`` is refused unread (a gzip, deflate, br or zstd body is never decoded,
+so a compression bomb allocates nothing); at most 1 MiB of a body is read, raw; and each
+public call has ONE deadline, ``timeout_s`` from its start, for all of its requests
+(`ProbeClient.report` makes up to three).
+
 Errors::
 
     BackendError (inferactors._errors)
-    ├── ProbeFailure       a request could not complete: transport error, timeout, body over 1 MiB
+    ├── ProbeFailure       a request could not complete: transport error, timeout, body over
+    │                      1 MiB or in a content encoding we did not ask for
     └── DeepHealthTimeout  the one-token completion did not finish within the client's timeout
 
 Source: seed-behaviour.md section 3 (Probing) and server-apis.md sections 1 to 3.
@@ -53,20 +60,30 @@ MAX_BODY_BYTES = 1024 * 1024
 """Largest response body a probe reads: 1 MiB (seed-behaviour.md section 3)."""
 
 
-FailureKind: TypeAlias = Literal["transport", "timeout", "too-large"]
+IDENTITY_HEADERS = {"Accept-Encoding": "identity"}
+"""Sent with every request: a body we read is never compressed (a bomb cannot inflate)."""
+
+FailureKind: TypeAlias = Literal["transport", "timeout", "too-large", "encoded"]
 
 
 class ProbeFailure(BackendError):
     """A probe request got no usable reply; ``why`` names the request and the cause.
 
     ``kind`` is ``"transport"`` (refused, reset, protocol error), ``"timeout"`` (no complete
-    reply within the client's timeout) or ``"too-large"`` (body over 1 MiB).
+    reply within the call's deadline), ``"too-large"`` (body over 1 MiB) or ``"encoded"``
+    (a ``Content-Encoding`` other than identity, refused before its body is read).
     """
 
     def __init__(self, why: str, *, kind: FailureKind = "transport") -> None:
         super().__init__(why)
         self.why = why
         self.kind: FailureKind = kind
+
+    @property
+    def answered(self) -> bool:
+        """Whether the server did answer, only unusably (too large or encoded): unhealthy
+        rather than unreachable."""
+        return self.kind in ("too-large", "encoded")
 
 
 class Prober(Protocol):
@@ -87,9 +104,10 @@ class ProbeClient:
     """HTTP client for one server's probes; open it with `ProbeClient.open`.
 
     Never follows redirects, ignores proxy environment variables, keeps no idle pooled
-    connections, reads at most 1 MiB of a body, and bounds each request, body included, by
-    ``timeout_s`` (seed-behaviour.md section 3, ``ServerClient::new``). Usable as
-    ``async with``; closing is idempotent.
+    connections, asks for identity encoding and refuses any other, reads at most 1 MiB of a
+    body, and bounds each public call, all its requests and bodies included, by one
+    deadline ``timeout_s`` after the call starts (seed-behaviour.md section 3,
+    ``ServerClient::new``). Usable as ``async with``; closing is idempotent.
     """
 
     base_url: str
@@ -109,7 +127,7 @@ class ProbeClient:
         Args:
             base_url: the server's root URL; request paths are joined to it.
             timeout_s: float seconds: connect, read and write timeout, and the deadline of each
-                whole request including its body.
+                whole public call (every request it makes, bodies included).
             transport: an httpx transport to use instead of the network (tests pass
                 ``httpx.MockTransport``).
         """
@@ -119,6 +137,7 @@ class ProbeClient:
             follow_redirects=False,
             trust_env=False,
             timeout=httpx.Timeout(timeout_s),
+            headers=IDENTITY_HEADERS,
             limits=httpx.Limits(max_keepalive_connections=0),
             verify=_shared_ssl_context(),
         )
@@ -134,21 +153,30 @@ class ProbeClient:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    async def get(self, path: str) -> tuple[int, bytes]:
+    async def get(self, path: str, *, deadline: float | None = None) -> tuple[int, bytes]:
         """``GET path``; return ``(status, body)``.
 
-        Raises:
-            ProbeFailure: transport error, timeout, or a body over 1 MiB.
-        """
-        return await self._exchange("GET", path, None)
+        Args:
+            path: the request path.
+            deadline: trio time by which the reply must be complete; default ``timeout_s``
+                from now.
 
-    async def post_json(self, path: str, body: Mapping[str, object]) -> tuple[int, bytes]:
+        Raises:
+            ProbeFailure: transport error, timeout, a body over 1 MiB or encoded.
+        """
+        return await self._exchange("GET", path, None, deadline)
+
+    async def post_json(
+        self, path: str, body: Mapping[str, object], *, deadline: float | None = None
+    ) -> tuple[int, bytes]:
         """``POST path`` with ``body`` as JSON (with Content-Length); return ``(status, body)``.
 
+        ``deadline`` is as in `get`.
+
         Raises:
-            ProbeFailure: transport error, timeout, or a body over 1 MiB.
+            ProbeFailure: transport error, timeout, a body over 1 MiB or encoded.
         """
-        return await self._exchange("POST", path, body)
+        return await self._exchange("POST", path, body, deadline)
 
     async def report(self, flavor: InferFlavor) -> ServerReport:
         """Probe the server as ``flavor`` speaks (seed-behaviour.md section 3).
@@ -157,13 +185,17 @@ class ProbeClient:
         when `Up`, the ids of ``/v1/models``. Ollama: ``GET /api/version``, then, only when
         `Up`, ``/api/tags`` into ``models`` and ``/api/ps`` into ``loaded``. A failed list
         request leaves its field empty. Never raises for a server fault: transport errors and
-        timeouts become `Unreachable`, a body over 1 MiB `Unhealthy`.
+        timeouts become `Unreachable`, a body over 1 MiB or encoded `Unhealthy`.
+
+        One deadline, ``timeout_s`` from the call, bounds every request it makes: a server
+        that trickles each reply just under the timeout still costs at most ``timeout_s``.
         """
+        deadline = trio.current_time() + self.timeout_s
         match flavor:
             case InferFlavor.LLAMACPP | InferFlavor.MLX_LM:
-                return await self._report_openai()
+                return await self._report_openai(deadline)
             case InferFlavor.OLLAMA:
-                return await self._report_ollama()
+                return await self._report_ollama(deadline)
             case _:
                 assert_never(flavor)
 
@@ -207,57 +239,59 @@ class ProbeClient:
         text, finish_reason = parse_completion(status, body)
         return CompletionResult(text, trio.current_time() - started, finish_reason)
 
-    async def _report_openai(self) -> ServerReport:
+    async def _report_openai(self, deadline: float) -> ServerReport:
         started = trio.current_time()
-        health, models_body = await self._openai_health()
+        health, models_body = await self._openai_health(deadline)
         latency_s = trio.current_time() - started
         if not isinstance(health, Up):
             return ServerReport(health, latency_s=latency_s)
         if models_body is None:
-            models = await self._ids("/v1/models")
+            models = await self._ids("/v1/models", deadline)
         else:
             models = parse_model_ids(models_body)
         return ServerReport(health, models=models, latency_s=latency_s)
 
-    async def _openai_health(self) -> tuple[Health, bytes | None]:
+    async def _openai_health(self, deadline: float) -> tuple[Health, bytes | None]:
         """Health, plus the ``/v1/models`` body when the 404 fallback already fetched it."""
         try:
-            status, body = await self.get("/health")
+            status, body = await self.get("/health", deadline=deadline)
             health = classify_health(status, body)
             if health is not None:
                 return health, None
-            status, body = await self.get("/v1/models")
+            status, body = await self.get("/v1/models", deadline=deadline)
         except ProbeFailure as exc:
-            return _failure_health(exc), None
+            return failure_health(exc), None
         return classify_models_status(status), body
 
-    async def _report_ollama(self) -> ServerReport:
+    async def _report_ollama(self, deadline: float) -> ServerReport:
         started = trio.current_time()
         try:
-            status, body = await self.get("/api/version")
+            status, body = await self.get("/api/version", deadline=deadline)
         except ProbeFailure as exc:
-            return ServerReport(_failure_health(exc), latency_s=trio.current_time() - started)
+            return ServerReport(failure_health(exc), latency_s=trio.current_time() - started)
         latency_s = trio.current_time() - started
         health = classify_ollama_version(status)
         if not isinstance(health, Up):
             return ServerReport(health, latency_s=latency_s)
-        models = await self._ids("/api/tags")
-        loaded = await self._ids("/api/ps")
+        models = await self._ids("/api/tags", deadline)
+        loaded = await self._ids("/api/ps", deadline)
         return ServerReport(health, models, loaded, parse_ollama_version(body), latency_s)
 
-    async def _ids(self, path: str) -> tuple[str, ...]:
+    async def _ids(self, path: str, deadline: float) -> tuple[str, ...]:
         try:
-            status, body = await self.get(path)
+            status, body = await self.get(path, deadline=deadline)
         except ProbeFailure:
             return ()
         return parse_model_ids(body) if status == 200 else ()
 
     async def _exchange(
-        self, method: str, path: str, body: Mapping[str, object] | None
+        self, method: str, path: str, body: Mapping[str, object] | None, deadline: float | None
     ) -> tuple[int, bytes]:
         request = f"{method} {path}"
+        if deadline is None:
+            deadline = trio.current_time() + self.timeout_s
         try:
-            with trio.fail_after(self.timeout_s):
+            with trio.fail_at(deadline):
                 async with self._client.stream(method, path, json=body) as response:
                     return response.status_code, await _read_capped(response, request)
         except (trio.TooSlowError, httpx.TimeoutException) as exc:
@@ -267,20 +301,30 @@ class ProbeClient:
             raise ProbeFailure(f"{request}: {_describe(exc)}") from exc
 
 
-def _failure_health(exc: ProbeFailure) -> Health:
-    return Unhealthy(exc.why) if exc.kind == "too-large" else Unreachable(exc.why)
+def failure_health(exc: ProbeFailure) -> Health:
+    """What a failed health request says: `Unhealthy` when the server answered unusably
+    (`ProbeFailure.answered`), else `Unreachable`; ``why`` is the failure's."""
+    return Unhealthy(exc.why) if exc.answered else Unreachable(exc.why)
 
 
 async def _read_capped(response: httpx.Response, request: str) -> bytes:
-    """Read the body chunk by chunk; stop as soon as it passes `MAX_BODY_BYTES`.
+    """Read the raw body chunk by chunk; stop as soon as it passes `MAX_BODY_BYTES`.
 
-    A declared Content-Length over the cap fails before any byte is read. A body cut short
-    leaves httpx's nested stream generators unfinished: trio closes them itself, with a
-    ResourceWarning (httpx 0.28, encode/httpx#3686), which is harmless.
+    A ``Content-Encoding`` other than identity is refused before any byte is read (we asked
+    for identity; decoding would let a small compressed body inflate in memory, since
+    httpx's decoders have no output limit), so the bytes httpx yields are the bytes received,
+    never inflated. A declared Content-Length over the cap fails before any byte is read.
+    A body cut short leaves httpx's nested stream generators unfinished: trio closes them
+    itself, with a ResourceWarning (httpx 0.28, encode/httpx#3686), which is harmless.
     """
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    if encoding not in ("", "identity"):
+        shown = encoding[:40]
+        why = f"{request}: reply is {shown}-encoded; we asked for identity (refused unread)"
+        raise ProbeFailure(why, kind="encoded")
     too_large = ProbeFailure(f"{request}: response too large (over 1 MiB)", kind="too-large")
     declared = response.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+    if declared.isdigit() and (len(declared) > 9 or int(declared) > MAX_BODY_BYTES):
         raise too_large
     chunks: list[bytes] = []
     size = 0
@@ -306,7 +350,7 @@ def _shared_ssl_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-ProberFactory: TypeAlias = Callable[[str, float], "Prober"]
+ProberFactory: TypeAlias = Callable[[str, float], Prober]
 """Opens a prober for a base URL with a timeout in seconds (the HTTP edge, swappable)."""
 
 

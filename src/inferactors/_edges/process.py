@@ -12,7 +12,11 @@ section 4 ("Supervised") and checklist items 43-44, 48, 52 and 61:
   server behind (FC-13). That child setup, and why the fork happens in the trio thread, is
   in ``_spawn.py``;
 - stopping is llama-swap's numbered kill steps: 1. SIGTERM the group, 2. wait the grace,
-  3. SIGKILL the group, 4. wait for the exit (FC-05, FC-11);
+  3. SIGKILL the group, 4. wait for the exit (FC-05, FC-11). The grace is the whole
+  group's (issue 8 item 8): a wrapper that forks without exec dies of the SIGTERM at once
+  while its server is still shutting down, so after the leader's exit the stop waits for
+  the rest of the group until the grace is spent, and only then sends SIGKILL. The leader
+  stays unreaped (a zombie) meanwhile, which keeps the group id ours;
 - when the leader exits on its own its group is killed at once, so no grandchild outlives
   it (checklist item 52), and if the nursery that runs the process's tasks is cancelled, the
   group is killed and reaped (item 61).
@@ -51,6 +55,9 @@ REAP_BOUND_S = 5.0
 _SETTLE_BOUND_S = REAP_BOUND_S + OUTPUT_DRAIN_S + 1.0
 
 _READ_CHUNK_BYTES = 65536
+
+GROUP_POLL_S = 0.02
+"""How often a stop whose leader has exited looks whether the rest of its group is gone (s)."""
 
 
 class LaunchLike(Protocol):
@@ -93,6 +100,8 @@ class ManagedProcess:
     _returncode: int | None = None
     _exited_at: float | None = None
     _killed_after_grace: bool = False
+    _group_outlived_grace: bool = False
+    _stop_deadline: float | None = None
     _evidence: RunEvidence | None = None
 
     @classmethod
@@ -109,7 +118,8 @@ class ManagedProcess:
         Args:
             nursery: Runs the exit watcher and the output pump until the process is gone.
             launch: Program, args, working directory and the *whole* environment (nothing
-                is inherited from ours).
+                is inherited from ours), and, when it has ``pass_fds``, the descriptors the
+                server inherits (the verified model files, still open in the caller).
             open_process: The spawn function; tests and higher layers may inject a fake.
             run_as: Run the server as this user (issue 3 item 6, checklist item 45); None
                 keeps ours. Refusing root without it is `require_unprivileged`'s job, and
@@ -123,7 +133,9 @@ class ManagedProcess:
         """
         argv = (str(launch.program), *launch.args)
         try:
-            child = await open_process(argv, cwd=launch.cwd, env=dict(launch.env), run_as=run_as)
+            child = await open_process(
+                argv, cwd=launch.cwd, env=dict(launch.env), run_as=run_as, **_passed(launch)
+            )
         except (OSError, subprocess.SubprocessError) as error:
             raise BackendError(f"cannot start {launch.program}: {error}") from error
         process = cls(child, launch.args, trio.current_time())
@@ -170,20 +182,27 @@ class ManagedProcess:
     async def terminate(self, grace_s: float) -> RunEvidence:
         """Stop the process: SIGTERM the group, wait ``grace_s``, SIGKILL the group, reap.
 
+        The grace is the group's: when the leader exits first (a wrapper that forked its
+        server), the rest of the group gets what is left of ``grace_s`` before the SIGKILL.
+
         Safe to call after the process exited, or twice: it then signals nothing and returns
         the evidence. If the task is cancelled during the grace period, the group is SIGKILLed
         at once and reaped (shielded, bounded by `REAP_BOUND_S` + `OUTPUT_DRAIN_S` + 1 s)
         before `trio.Cancelled` propagates.
 
         Args:
-            grace_s: Seconds the leader gets to exit after SIGTERM (0: kill at once).
+            grace_s: Seconds the group gets to exit after SIGTERM (0: kill at once).
 
         Returns:
-            The evidence; ``killed_after_grace`` is True when SIGKILL was needed. Its exit
-            status is unknown only if the leader could not be reaped within the bound.
+            The evidence; ``killed_after_grace`` is True when SIGKILL was needed (for the
+            leader or the rest of its group). Its exit status is unknown only if the leader
+            could not be reaped within the bound.
         """
         try:
             if self.running:
+                deadline = trio.current_time() + grace_s
+                if self._stop_deadline is None or deadline < self._stop_deadline:
+                    self._stop_deadline = deadline
                 self._signal_group(signal.SIGTERM)
                 with trio.move_on_after(grace_s):
                     await self._exited.wait()
@@ -204,9 +223,11 @@ class ManagedProcess:
             self._child.signal_group(signum)
 
     async def _kill_and_settle(self) -> None:
-        """SIGKILL a leader that is still alive, then wait (shielded, bounded) for the end."""
+        """SIGKILL a group that is still alive, then wait (shielded, bounded) for the end."""
         if self.running:
             self._killed_after_grace = True
+            if self._exited_at is not None and self._child.group_alive():
+                self._group_outlived_grace = True  # the leader went; its server did not
             self._signal_group(signal.SIGKILL)
         with trio.move_on_after(_SETTLE_BOUND_S, shield=True):
             await self._finished.wait()
@@ -216,10 +237,28 @@ class ManagedProcess:
         try:
             await self._child.wait_exiting()
             self._exited_at = trio.current_time()
+            await self._wait_for_group()
         finally:
             with trio.move_on_after(_SETTLE_BOUND_S, shield=True):
                 await self._settle()
             self._finish()
+
+    async def _wait_for_group(self) -> None:
+        """During a stop, let the rest of the group finish within the stop's grace.
+
+        Polls every `GROUP_POLL_S` until no live process is left in the group or the
+        grace is spent; the leader is not reaped meanwhile, so its group id cannot be
+        reused. Without a stop (the leader exited on its own) it returns at once, and the
+        group is SIGKILLed (checklist item 52).
+        """
+        if self._stop_deadline is None:
+            return
+        with trio.move_on_at(self._stop_deadline):
+            while self._child.group_alive():  # noqa: ASYNC110  no event tells of /proc
+                await trio.sleep(GROUP_POLL_S)
+            return
+        if self._child.group_alive():  # the grace is spent: `_settle` SIGKILLs the rest
+            self._killed_after_grace = self._group_outlived_grace = True
 
     async def _settle(self) -> None:
         """Kill the group, reap the leader, give the pipes `OUTPUT_DRAIN_S` to reach EOF."""
@@ -261,11 +300,13 @@ class ManagedProcess:
         )
 
     def _kill_was_needed(self) -> bool:
-        """True when a stop sent SIGKILL and the leader did die of it (or was never reaped).
+        """True when a stop sent SIGKILL and the leader did die of it (or was never reaped),
+        or the rest of its group was still alive when the grace was spent.
 
         A leader that exited between the end of the grace and the SIGKILL was not killed.
         """
-        return self._killed_after_grace and self._returncode in (None, -signal.SIGKILL)
+        leader_killed = self._returncode in (None, -signal.SIGKILL)
+        return self._killed_after_grace and (leader_killed or self._group_outlived_grace)
 
     async def _pump_output(self) -> None:
         """Read stdout and stderr into their captures until EOF or until cancelled."""
@@ -279,6 +320,13 @@ class ManagedProcess:
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(self._child.stdout)
                 await trio.aclose_forcefully(self._child.stderr)
+
+
+def _passed(launch: LaunchLike) -> dict[str, tuple[int, ...]]:
+    """``pass_fds`` for the opener only when the launch has some (see `OpenProcess`); a
+    `LaunchLike` need not have the attribute (`Launch` has)."""
+    fds: tuple[int, ...] = getattr(launch, "pass_fds", ())
+    return {"pass_fds": fds} if fds else {}
 
 
 async def _read_stream(stream: trio.abc.ReceiveStream, capture: OutputCapture) -> None:

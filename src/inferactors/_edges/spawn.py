@@ -14,7 +14,10 @@ section 4, "Supervised"; checklist items 44, 45; issue 3 items 6 and 7):
    leave a server holding memory and the port (FC-13). It comes *after* the user switch
    because the kernel clears the parent-death signal whenever the effective uid or gid
    changes (prctl(2)); set first, it would silently be lost for every ``run_as`` server;
-4. if the parent died before the signal was armed, the child exits at once.
+4. on Linux, ``PR_SET_NO_NEW_PRIVS`` = 1 (issue 8 item 7): from the exec on, nothing the
+   server or its children run can gain privileges (setuid and setgid bits and file
+   capabilities are ignored); it is inherited across fork and exec and cannot be unset;
+5. if the parent died before the signal was armed, the child exits at once.
 
 The child also starts a new session, so its process group id equals its pid and every signal
 goes to the whole group (FC-12: a wrapper that forks cannot hide a grandchild).
@@ -44,8 +47,10 @@ import attrs
 import trio
 
 from .._policy.privilege import RunAs
+from .proctable import SystemProcessTable
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NO_NEW_PRIVS = 38
 _ZERO_ARGS = (ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
 CHILD_RLIMITS: tuple[tuple[str, int], ...] = (
     ("RLIMIT_CORE", 0),
@@ -77,18 +82,31 @@ class ChildProcess(Protocol):
         """Send ``signum`` to the child's process group; False when the group is gone."""
         ...
 
+    def group_alive(self) -> bool:
+        """Whether a live (not zombie) process is left in the child's group: after the
+        leader exited, a forking wrapper's server may still be shutting down."""
+        ...
+
 
 class OpenProcess(Protocol):
     """The spawn function: starts ``argv`` and returns the child (`open_child_process`).
 
     It must start the child in its own session, with stdin on ``/dev/null``, stdout and
     stderr piped, exactly ``env`` as environment, ``cwd`` as working directory, and as the
-    user ``run_as`` when one is given. It raises `OSError` or `subprocess.SubprocessError`
-    when the program cannot be started.
+    user ``run_as`` when one is given. ``pass_fds`` (given only when not empty, so an opener
+    written without it still serves launches that pass nothing) stay open in the child at
+    the same numbers; every other descriptor of ours is closed. It raises `OSError` or
+    `subprocess.SubprocessError` when the program cannot be started.
     """
 
     async def __call__(
-        self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], run_as: RunAs | None
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        run_as: RunAs | None,
+        pass_fds: Sequence[int] = (),
     ) -> ChildProcess: ...
 
 
@@ -136,9 +154,18 @@ class PosixChild:
             return True
         return True
 
+    def group_alive(self) -> bool:
+        """Reads the process table (``/proc``, about 1 ms with 100 processes)."""
+        return bool(SystemProcessTable().live_members(self._popen.pid))
+
 
 async def open_child_process(
-    argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], run_as: RunAs | None = None
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    run_as: RunAs | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> PosixChild:
     """Start ``argv`` as the leader of a new session, the real `OpenProcess`.
 
@@ -150,6 +177,8 @@ async def open_child_process(
         cwd: The working directory (entered before the user switch).
         env: The whole environment of the child.
         run_as: The user to run as (checklist item 45); None keeps our own user.
+        pass_fds: Descriptors the child inherits at the same numbers (the verified model
+            files it is told to open as ``/proc/self/fd/N``); all others are closed.
 
     Raises:
         PermissionError: ``run_as`` names another user and we are not root.
@@ -163,7 +192,7 @@ async def open_child_process(
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
     try:
-        popen = _fork_exec(argv, cwd, env, (out_write, err_write), setup)
+        popen = _fork_exec(argv, cwd, env, (out_write, err_write), setup, pass_fds)
     except BaseException:
         os.close(out_read)
         os.close(err_read)
@@ -182,6 +211,7 @@ def _fork_exec(
     env: Mapping[str, str],
     out_err: tuple[int, int],
     setup: Callable[[], None],
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen[bytes]:
     """Fork and exec in this thread (so the parent-death signal follows this thread)."""
     return subprocess.Popen(
@@ -192,6 +222,7 @@ def _fork_exec(
         stdout=out_err[0],
         stderr=out_err[1],
         close_fds=True,
+        pass_fds=tuple(pass_fds),
         start_new_session=True,
         preexec_fn=setup,
     )
@@ -278,6 +309,7 @@ def _child_setup(parent_pid: int, run_as: RunAs | None = None) -> Callable[[], N
     switch = plan_switch(run_as, os.geteuid(), os.getegid())
     prctl = _prctl()
     pdeathsig_args = (_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), *_ZERO_ARGS)
+    no_new_privs_args = (_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), *_ZERO_ARGS)
 
     def setup() -> None:
         for which, value in limits:
@@ -290,6 +322,8 @@ def _child_setup(parent_pid: int, run_as: RunAs | None = None) -> Callable[[], N
             return
         if prctl(*pdeathsig_args) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if prctl(*no_new_privs_args) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
         if os.getppid() != parent_pid:
             os._exit(1)
 

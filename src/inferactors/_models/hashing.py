@@ -1,8 +1,9 @@
-"""The model registry's file-system edge: hash, scan and check model files in place.
+"""The model registry's file-system edge: hash and scan model files in place.
 
 `FileHasher` is the Protocol everything hashes through; `Blake3Hasher` is the real one, and
 tests swap in a counting wrapper to see which files a lazy check re-hashed. Files are read in
 1 MiB chunks, so memory stays flat whatever the model size, and nothing is ever copied.
+Checking a pinned file (from a descriptor opened beneath the model root) is ``pinning.py``.
 Source: seed-behaviour.md section 6 (adoption "hashes files in place (streaming BLAKE3) and
 never copies them"; ``scan_file`` and ``scan_dir``; "every file resolves inside the root (or
 its HF ``blobs/``)").
@@ -11,7 +12,6 @@ its HF ``blobs/``)").
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +22,7 @@ import blake3
 
 from .._errors import InvalidConfig
 from .._flavor import ModelFormat
+from .._safe_json import parse_json
 from .manifest import ModelFile, ModelManifest
 from .manifest_io import WEIGHT_SUFFIXES, choose_format, classify_file
 
@@ -44,6 +45,15 @@ class FileHasher(Protocol):
         """
         ...
 
+    def hash_fd(self, fd: int, *, path: Path, on_progress: ProgressFn | None = None) -> str:
+        """Return the hex BLAKE3 digest of the open file ``fd`` (read from offset 0 with
+        ``pread``, so its offset is left alone); ``path`` only names it for ``on_progress``.
+
+        Raises:
+            OSError: the descriptor cannot be read.
+        """
+        ...
+
 
 @attrs.frozen
 class Blake3Hasher:
@@ -54,6 +64,10 @@ class Blake3Hasher:
     def hash_file(self, path: Path, *, on_progress: ProgressFn | None = None) -> str:
         """Return the hex BLAKE3 digest of ``path``; see `FileHasher.hash_file`."""
         return blake3_file(path, on_progress=on_progress, chunk_size=self.chunk_size)
+
+    def hash_fd(self, fd: int, *, path: Path, on_progress: ProgressFn | None = None) -> str:
+        """Return the hex BLAKE3 digest of ``fd``; see `FileHasher.hash_fd`."""
+        return blake3_fd(fd, path=path, on_progress=on_progress, chunk_size=self.chunk_size)
 
 
 def blake3_file(
@@ -87,6 +101,39 @@ def blake3_file(
     return hasher.hexdigest()
 
 
+def blake3_fd(
+    fd: int, *, path: Path, on_progress: ProgressFn | None = None, chunk_size: int = CHUNK_SIZE
+) -> str:
+    """Hash the open file ``fd`` with BLAKE3, ``chunk_size`` bytes per ``pread`` into one
+    reused buffer (so memory stays flat and the descriptor's offset is untouched).
+
+    Args:
+        fd: a descriptor open for reading; it stays open.
+        path: how ``on_progress`` names the file.
+        on_progress: as for `blake3_file`; the total is the size when hashing began.
+        chunk_size: bytes per read, 1 MiB by default.
+
+    Returns:
+        The digest as 64 lower-case hex characters.
+
+    Raises:
+        OSError: the descriptor cannot be read.
+    """
+    hasher = blake3.blake3()
+    buffer = bytearray(chunk_size)
+    view = memoryview(buffer)
+    total = os.fstat(fd).st_size
+    done = 0
+    if on_progress is not None and total == 0:
+        on_progress(path, 0, 0)
+    while count := os.preadv(fd, [buffer], done):
+        hasher.update(view[:count])
+        done += count
+        if on_progress is not None:
+            on_progress(path, done, total)
+    return hasher.hexdigest()
+
+
 @attrs.frozen
 class FileStamp:
     """What a lazy check compares; a file is re-hashed when any field changed."""
@@ -110,6 +157,8 @@ class CheckFailure:
 
     reason: str
     sticky: bool
+    file: str = ""
+    """The pinned file's relative path, or empty when the failure is not one file's."""
 
 
 def allowed_bases(real_root: Path) -> tuple[Path, ...]:
@@ -118,53 +167,6 @@ def allowed_bases(real_root: Path) -> tuple[Path, ...]:
     if real_root.parent.name == "snapshots":
         return (real_root, real_root.parent.parent / "blobs")
     return (real_root,)
-
-
-def check_pinned_file(
-    real_root: Path,
-    label: str,
-    file: ModelFile,
-    *,
-    known: FileStamp | None,
-    hasher: FileHasher,
-    on_progress: ProgressFn | None = None,
-) -> FileStamp | CheckFailure:
-    """Check one pinned file under ``real_root`` against its size and digest.
-
-    Args:
-        real_root: the model root with symlinks resolved.
-        label: how messages name the file, for example ``"shard tiny.gguf"``.
-        file: the pinned path (relative), size and digest.
-        known: the stamp from the last passing check; when the file's stamp still equals it,
-            the file is not re-hashed (a lazy check). None forces a hash (a full check).
-        hasher: the hasher to use.
-        on_progress: passed to the hasher.
-
-    Returns:
-        The file's stamp when it passed, else a `CheckFailure` whose reason starts with
-        ``label``: missing, outside the root, resized, or BLAKE3 differs.
-    """
-    try:
-        real = (real_root / file.path).resolve(strict=True)
-        st = real.stat()
-    except (OSError, RuntimeError):
-        return CheckFailure(f"{label}: missing under {real_root}", sticky=False)
-    if not any(real.is_relative_to(base) for base in allowed_bases(real_root)):
-        return CheckFailure(f"{label}: resolves to {real}, outside the model root", sticky=True)
-    if st.st_size != file.size:
-        reason = f"{label}: size is {st.st_size} bytes, the registry pins {file.size} (resized)"
-        return CheckFailure(reason, sticky=True)
-    stamp = FileStamp.of(st)
-    if known == stamp:
-        return stamp
-    try:
-        digest = hasher.hash_file(real, on_progress=on_progress)
-    except OSError as error:
-        return CheckFailure(f"{label}: unreadable: {error.strerror}", sticky=False)
-    if digest != file.blake3:
-        reason = f"{label}: BLAKE3 differs from the registry (tampered or replaced)"
-        return CheckFailure(reason, sticky=True)
-    return stamp
 
 
 def scan_model(
@@ -242,7 +244,7 @@ def _hash_files(
 def _says_mlx(root: Path, shards: list[str], tokenizer: list[str]) -> bool:
     if "config.json" in tokenizer:
         with contextlib.suppress(OSError, ValueError):
-            config = json.loads((root / "config.json").read_text(encoding="utf-8"))
+            config = parse_json((root / "config.json").read_text(encoding="utf-8"))
             if isinstance(config, dict) and "quantization" in config:
                 return True
     first = next((s for s in shards if s.lower().endswith(".safetensors")), None)
@@ -255,7 +257,7 @@ def safetensors_format(path: Path) -> object:
     with contextlib.suppress(OSError, ValueError), path.open("rb") as handle:
         length = int.from_bytes(handle.read(8), "little")
         if length <= 16 << 20:
-            header = json.loads(handle.read(length))
+            header = parse_json(handle.read(length))
             metadata = header.get("__metadata__") if isinstance(header, dict) else None
             return metadata.get("format") if isinstance(metadata, dict) else None
     return None

@@ -9,6 +9,8 @@ where a manifest is::
 
 Unknown keys are refused. Every error is an `InvalidConfig` whose message names the field as a
 JSON path, for example ``$.models[2].shards[0].blake3: expected 64 lower-case hex characters``.
+The text is read by the one safe parser (`inferactors._safe_json.parse_json`), so nesting
+bombs, duplicate keys and huge integers are refused the same way, naming line or path.
 Source: seed-behaviour.md section 6 (manifest body: token names, 1 to 255 shards sorted by
 path, relative paths, 64 lower-hex BLAKE3), with names up to 128 characters (checklist item 5)
 and no signature envelope.
@@ -24,6 +26,7 @@ from typing import Any
 
 from .._errors import InvalidConfig
 from .._flavor import ModelFormat
+from .._safe_json import NotJson, parse_json
 from .manifest import ModelFile, ModelManifest, ModelSource
 
 REGISTRY_SCHEMA = "inferactors.model-registry.v1"
@@ -113,16 +116,15 @@ def registry_from_text(text: str, *, origin: str) -> tuple[ModelManifest, ...]:
 
     Raises:
         InvalidConfig: ``"<origin>: $.models[2].shards[0].blake3: expected ..."``; also for
-            text that is not JSON, a wrong ``schema`` and duplicate names.
+            text that is not JSON, a wrong ``schema`` and duplicate names, nesting over 64
+            levels, a key twice in one object and an integer over 100 digits.
     """
     try:
-        obj = json.loads(text)
-    except ValueError as error:
-        raise InvalidConfig(f"{origin}: not valid JSON: {error}") from error
-    try:
-        return _registry_from_json(obj)
+        return _registry_from_json(parse_json(text))
+    except NotJson as error:
+        raise InvalidConfig(f"{origin}: not valid JSON: {error}") from None
     except InvalidConfig as error:
-        raise InvalidConfig(f"{origin}: {error}") from error
+        raise InvalidConfig(f"{origin}: {error}") from None
 
 
 def _registry_from_json(obj: object) -> tuple[ModelManifest, ...]:

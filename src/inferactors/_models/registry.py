@@ -12,9 +12,13 @@ Checks (source: seed-behaviour.md section 6, "Registry"):
   (the seed compares size and mtime; ctime and inode also catch a file swapped for one with
   a forged mtime).
 - A resized file, a digest mismatch or a path that resolves outside the root refuses the
-  model, and the refusal is sticky: every later resolve is a full check until one passes.
+  model (`PinMismatch`), and the refusal is sticky: every later resolve is a full check until
+  one passes.
 - A missing file or root makes the model not ready without that stickiness (a disk that is
   not mounted yet is not tampering).
+- Every check opens the files beneath the root without following links out of it and checks
+  the open descriptors (``pinning.py``); `ModelRegistry.pin` returns those descriptors open,
+  so a spawn hands the server the very bytes that were verified (``design/pinning.md``).
 
 All I/O here is synchronous; async callers run it in a thread (``trio.to_thread.run_sync``).
 A registry object may be shared by threads: checks of one model are serialised, and updates
@@ -28,25 +32,18 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
 import attrs
 
-from .._errors import BackendError, InvalidConfig, ModelNotReady, UnknownModel
+from .._errors import BackendError, InvalidConfig, ModelNotReady, PinMismatch, UnknownModel
 from .._flavor import ModelFormat
-from .hashing import (
-    Blake3Hasher,
-    CheckFailure,
-    FileHasher,
-    FileStamp,
-    ProgressFn,
-    check_pinned_file,
-    scan_model,
-)
-from .manifest import ModelFile, ModelManifest, ModelSource, ResolvedModel
+from .hashing import Blake3Hasher, CheckFailure, FileHasher, FileStamp, ProgressFn, scan_model
+from .manifest import ModelManifest, ModelSource, ResolvedModel
 from .manifest_io import check_manifest, check_model_name, registry_to_text
+from .pinning import PinnedModel, open_and_check
 from .registry_file import file_lock, read_registry, registry_stamp, write_atomic
 
 __all__ = ["ModelCheck", "ModelRegistry"]
@@ -204,13 +201,30 @@ class ModelRegistry:
         Raises:
             UnknownModel: no model has that name.
             ModelNotReady: ``"model tiny is not ready: shard tiny.gguf: BLAKE3 differs ..."``
-                for a missing, resized, tampered or escaping file.
+                for a missing, resized, tampered or escaping file (`PinMismatch` for the last
+                three).
         """
         manifest = self.get(name)
-        failure = self._check(manifest, force_full=False, on_progress=on_progress)
-        if failure is not None:
-            raise ModelNotReady(f"model {name} is not ready: {failure.reason}")
+        self.pin(manifest, on_progress=on_progress).close()
         return _resolved(manifest)
+
+    def pin(self, manifest: ModelManifest, *, on_progress: ProgressFn | None = None) -> PinnedModel:
+        """Check ``manifest``'s files as `resolve` does and return their descriptors, open.
+
+        Each file is opened beneath the model root (never through a link that leads out of
+        it) and checked from its descriptor: the cheap stat check, and a full BLAKE3 re-hash
+        when the stamp differs from the one recorded at its last full hash. The caller owns
+        the result and must `PinnedModel.close` it. Blocking; a re-hash reads every byte
+        (about 1 s per GB here), so async callers run it in a thread.
+
+        Raises:
+            PinMismatch: a file is resized, differs or resolves outside the root (tampered).
+            ModelNotReady: a file or the root is missing or unreadable.
+        """
+        result = self._check(manifest, force_full=False, on_progress=on_progress)
+        if isinstance(result, CheckFailure):
+            raise _refusal(manifest.name, result)
+        return result
 
     def verify(
         self, name: str | None = None, *, on_progress: ProgressFn | None = None
@@ -225,50 +239,32 @@ class ModelRegistry:
         manifests = [self.get(name)] if name is not None else builtins.list(self.list())
         checks = []
         for manifest in manifests:
-            failure = self._check(manifest, force_full=True, on_progress=on_progress)
-            reason = _ok_reason(manifest) if failure is None else failure.reason
-            checks.append(ModelCheck(manifest.name, failure is None, reason))
+            result = self._check(manifest, force_full=True, on_progress=on_progress)
+            if isinstance(result, CheckFailure):
+                checks.append(ModelCheck(manifest.name, False, result.reason))
+            else:
+                result.close()
+                checks.append(ModelCheck(manifest.name, True, _ok_reason(manifest)))
         return checks
 
     def _check(
         self, manifest: ModelManifest, *, force_full: bool, on_progress: ProgressFn | None
-    ) -> CheckFailure | None:
-        """Full when forced, for a manifest never checked here, or one refused (sticky)."""
+    ) -> PinnedModel | CheckFailure:
+        """Full when forced, for a manifest never checked here, or one refused (sticky).
+        On success the caller owns the open descriptors."""
         with self._lock:
             state = self._states.setdefault(manifest, _ModelState())
         with state.lock:
             full = force_full or not state.full_done or state.refused is not None
-            failure = self._check_files(manifest, state, full=full, on_progress=on_progress)
-            if failure is None and full:
-                state.full_done, state.refused = True, None
-            elif failure is not None and failure.sticky:
-                state.refused = failure.reason
-        return failure
-
-    def _check_files(
-        self,
-        manifest: ModelManifest,
-        state: _ModelState,
-        *,
-        full: bool,
-        on_progress: ProgressFn | None,
-    ) -> CheckFailure | None:
-        if manifest.format is ModelFormat.OLLAMA:
-            return None
-        try:
-            real_root = Path(manifest.root).resolve(strict=True)
-        except (OSError, RuntimeError):
-            return CheckFailure(f"root {manifest.root} is missing", sticky=False)
-        for label, file in _pinned(manifest):
-            known = None if full else state.stamps.get(file.path)
-            result = check_pinned_file(
-                real_root, label, file, known=known, hasher=self._hasher, on_progress=on_progress
+            result = open_and_check(
+                manifest, state.stamps, full=full, hasher=self._hasher, on_progress=on_progress
             )
-            if isinstance(result, CheckFailure):
-                state.stamps.pop(file.path, None)
-                return result
-            state.stamps[file.path] = result
-        return None
+            if isinstance(result, PinnedModel):
+                if full:
+                    state.full_done, state.refused = True, None
+            elif result.sticky:
+                state.refused = result.reason
+        return result
 
     def _current(self) -> dict[str, ModelManifest]:
         with self._lock:
@@ -305,9 +301,11 @@ def _insert(models: dict[str, ModelManifest], manifest: ModelManifest) -> None:
     models[manifest.name] = manifest
 
 
-def _pinned(manifest: ModelManifest) -> Iterator[tuple[str, ModelFile]]:
-    yield from ((f"shard {f.path}", f) for f in manifest.shards)
-    yield from ((f"tokenizer file {f.path}", f) for f in manifest.tokenizer)
+def _refusal(name: str, failure: CheckFailure) -> ModelNotReady:
+    message = f"model {name} is not ready: {failure.reason}"
+    if failure.sticky:
+        return PinMismatch(message, name, failure.file, failure.reason)
+    return ModelNotReady(message)
 
 
 def _resolved(manifest: ModelManifest) -> ResolvedModel:

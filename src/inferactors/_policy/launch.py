@@ -38,6 +38,8 @@ class Launch:
         cwd: Working directory (the instance directory).
         env: The complete environment, in order, as ``(name, value)`` pairs.
         private_dirs: Directories to create for the server (mlx-lm's Hugging Face cache).
+        pass_fds: Descriptors the server inherits at the same numbers (the verified model
+            files, named in ``args`` as ``/proc/self/fd/N``; see `pin_launch`).
     """
 
     program: Path
@@ -46,6 +48,7 @@ class Launch:
     env: tuple[tuple[str, str], ...]
     private_dirs: tuple[Path, ...] = ()
     """Directories under ``cwd`` that must exist, owned by the server's user, before it starts."""
+    pass_fds: tuple[int, ...] = ()
 
     @property
     def argv(self) -> tuple[str, ...]:
@@ -91,7 +94,8 @@ def build_launch(
     *extra_args`` (mlx_lm.server has no context-size or KV-cache flag, so ``serve.ctx`` and
     ``serve.kv_quant`` are not passed to it). An IPv6 host is passed without brackets.
 
-    The environment starts empty, gets ``PATH=/usr/local/bin:/usr/bin:/bin``, then ``env``,
+    The environment starts empty, gets ``PATH=/usr/local/bin:/usr/bin:/bin`` and
+    ``HOME=cwd`` (the instance directory, never the supervisor's home), then ``env``,
     then each ``passthrough`` name set in ``parent_env`` (so a caller's PATH wins); names
     starting with ``LLAMA_ARG_`` are dropped from every source.
 
@@ -124,7 +128,7 @@ def build_launch(
             raise Unsupported(f"{spec.runtime.id} is not a process inferactors starts")
         case unreachable:
             assert_never(unreachable)
-    environment = launch_env(env, passthrough, parent_env)
+    environment = launch_env(env, passthrough, parent_env, home=cwd)
     if spec.runtime is InferFlavor.MLX_LM:
         return _offline_mlx(Launch(program, (*args, *spec.serve.extra_args), cwd, environment))
     return Launch(program, (*args, *spec.serve.extra_args), cwd, environment)
@@ -142,13 +146,21 @@ def _offline_mlx(launch: Launch) -> Launch:
 
 
 def launch_env(
-    env: Sequence[tuple[str, str]], passthrough: Sequence[str], parent_env: Mapping[str, str]
+    env: Sequence[tuple[str, str]],
+    passthrough: Sequence[str],
+    parent_env: Mapping[str, str],
+    *,
+    home: Path | None = None,
 ) -> tuple[tuple[str, str], ...]:
-    """The cleared environment of a server: default PATH, then ``env``, then each
-    ``passthrough`` name present in ``parent_env``; ``LLAMA_ARG_*`` names are dropped.
-    Later sources replace earlier values. Source: checklist item 43, server-apis.md section 1.
+    """The cleared environment of a server: default PATH and ``HOME=home`` (when given),
+    then ``env``, then each ``passthrough`` name present in ``parent_env``; ``LLAMA_ARG_*``
+    names are dropped. Later sources replace earlier values, so the supervisor's own PATH
+    and HOME (root's, perhaps) reach a server only when the config names them. Sources:
+    checklist item 43, server-apis.md section 1, issue 8 item 7.
     """
     result = {"PATH": DEFAULT_PATH}
+    if home is not None:
+        result["HOME"] = str(home)
     result.update(env)
     result.update((name, parent_env[name]) for name in passthrough if name in parent_env)
     return tuple(

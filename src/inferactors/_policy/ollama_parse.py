@@ -16,7 +16,6 @@ Source: seed-behaviour.md section 5, server-apis.md section 3, FC-19, FC-20.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from datetime import datetime
@@ -25,6 +24,7 @@ from typing import Literal, TypeAlias
 import attrs
 
 from .._errors import BackendError, InvalidConfig
+from .._safe_json import NotJson, parse_json
 
 RUNNER_TIMEOUT_TEXT = "timed out waiting for llama runner to start"
 """Ollama's error text when its runner did not start within OLLAMA_LOAD_TIMEOUT (FC-19)."""
@@ -241,15 +241,21 @@ def _with_tag(name: str) -> str:
 
 
 def json_object(body: bytes, path: str) -> dict[str, object]:
-    """The JSON object of Ollama's reply to ``GET path``.
+    """The JSON object of Ollama's reply to ``GET path``, read by
+    `inferactors._safe_json.parse_json` (nesting, duplicate keys and huge integers refused).
 
     Raises:
-        BackendError: the body is not JSON or not an object; the message names ``path``.
+        BackendError: the body is not JSON or not an object; the message names ``path``
+            and the first 200 characters, or the parser's refusal with its JSON path
+            (``"ollama GET /api/ps: reply is not JSON: $.models[0].size: an integer of
+            5000 digits (at most 100)"``).
     """
     try:
-        document = json.loads(body)
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
-        raise BackendError(f"ollama GET {path}: reply is not JSON: {snippet(body)}") from exc
+        document = parse_json(body)
+    except NotJson:
+        raise BackendError(f"ollama GET {path}: reply is not JSON: {snippet(body)}") from None
+    except InvalidConfig as exc:
+        raise BackendError(f"ollama GET {path}: reply is not JSON: {exc}") from None
     if not isinstance(document, dict):
         raise BackendError(f"ollama GET {path}: reply is not a JSON object: {snippet(body)}")
     return document

@@ -6,17 +6,21 @@ a body into one (`classify_health`, `classify_models_status`, `classify_ollama_v
 `parse_model_ids`, `parse_ollama_version`, `completion_body`, `parse_completion`). No I/O,
 tested without an event loop; the HTTP edge that uses them is `_probe.ProbeClient`.
 
+Every body is read through `inferactors._safe_json.parse_json` (`reply_object`): a reply
+nested too deep, with a duplicate key or a huge integer is a bad reply (`BackendError`, or
+"nothing" for the lenient readers), never a RecursionError or ValueError.
+
 Source: seed-behaviour.md section 3 (Probing) and server-apis.md sections 1 to 3.
 """
 
 from __future__ import annotations
 
-import json
 from typing import TypeAlias
 
 import attrs
 
-from .._errors import BackendError
+from .._errors import BackendError, InvalidConfig
+from .._safe_json import parse_json
 from .matching import lists
 
 _SNIPPET_CHARS = 200
@@ -170,9 +174,10 @@ def parse_completion(status: int, body: bytes) -> tuple[str, str | None]:
     """
     if status != 200:
         raise BackendError(f"deep health: completion returned HTTP {status}: {_snippet(body)}")
-    document = json_object(body)
-    if document is None:
-        raise BackendError(f"deep health: completion body is not a JSON object: {_snippet(body)}")
+    try:
+        document = reply_object(body)
+    except BackendError as error:
+        raise BackendError(f"deep health: completion {error}") from None
     choice = _first_choice(document)
     message = choice.get("message")
     if not isinstance(message, dict):
@@ -195,12 +200,29 @@ def _unavailable(body: bytes) -> Health | None:
 
 
 def json_object(body: bytes) -> dict[str, object] | None:
-    """The JSON object ``body`` holds, or None when it is not JSON, not UTF-8 or not an object."""
+    """The JSON object ``body`` holds, or None when it is a bad reply (see `reply_object`)."""
     try:
-        document = json.loads(body)
-    except ValueError:  # JSONDecodeError and UnicodeDecodeError both derive from it
+        return reply_object(body)
+    except BackendError:
         return None
-    return document if isinstance(document, dict) else None
+
+
+def reply_object(body: bytes) -> dict[str, object]:
+    """The JSON object of a server's reply, read by `inferactors._safe_json.parse_json`.
+
+    Raises:
+        BackendError: ``"body is not a JSON object: <why>"``, where why is the parser's
+            refusal (not UTF-8, a syntax error, nesting over 64 levels, a duplicate key, an
+            integer over 100 digits, each with its line or JSON path) or the first 200
+            characters of a body that is JSON but not an object.
+    """
+    try:
+        document = parse_json(body)
+    except InvalidConfig as error:
+        raise BackendError(f"body is not a JSON object: {error}") from None
+    if not isinstance(document, dict):
+        raise BackendError(f"body is not a JSON object: {_snippet(body)}")
+    return document
 
 
 def _field_of_each(entries: object, field: str) -> tuple[str, ...]:

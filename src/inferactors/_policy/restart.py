@@ -26,7 +26,9 @@ from .._events import StopReason
 _NEVER_RESTARTED = frozenset(
     {StopReason.REQUESTED, StopReason.UNLOAD, StopReason.SHUTDOWN, StopReason.EXPOSURE}
 )
-_ALWAYS_ABNORMAL = frozenset({StopReason.READINESS_TIMEOUT, StopReason.HEALTH_KILL})
+_ALWAYS_ABNORMAL = frozenset(
+    {StopReason.READINESS_TIMEOUT, StopReason.HEALTH_KILL, StopReason.ERROR}
+)
 
 
 @attrs.frozen

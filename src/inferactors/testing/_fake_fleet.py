@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import signal as signals
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import attrs
 import httpx
@@ -23,6 +24,8 @@ from .._edges.bundle import Edges, http_prober_factory
 from .._policy.exposure import Exposure
 from .._policy.launch import Launch
 from .._policy.privilege import RunAs
+
+T = TypeVar("T")
 
 _FIRST_FAKE_PID = 900_000
 
@@ -97,6 +100,9 @@ class FakeChild:
         assert self.returncode is not None, "reaped before it exited"
         return self.returncode
 
+    def group_alive(self) -> bool:
+        return False  # a fake server is a leader alone: nothing outlives it
+
     def signal_group(self, signum: int) -> bool:
         if not self.alive:
             return False
@@ -142,6 +148,7 @@ class FakeFleet:
             port_in_use=self._port_in_use,
             random=lambda: jitter,
             containment=_FakeContainment(),
+            file_work=_inline,
         )
 
     @property
@@ -161,6 +168,7 @@ class FakeFleet:
         cwd: Path,
         env: Mapping[str, str],
         run_as: RunAs | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> FakeChild:
         await trio.lowlevel.checkpoint()
         if self.spawn_fails:
@@ -229,6 +237,9 @@ class _FakeContainment:
     async def record(self, launch: Launch, pid: int, port: int) -> None:
         await trio.lowlevel.checkpoint()
 
+    async def refresh(self, launch: Launch, pid: int) -> None:
+        await trio.lowlevel.checkpoint()
+
     async def forget(self, launch: Launch, pid: int) -> None:
         await trio.lowlevel.checkpoint()
 
@@ -263,4 +274,14 @@ def _port_of(argv: Sequence[str]) -> int:
 
 def _model_of(child: FakeChild) -> str:
     argv = list(child.argv)
-    return Path(argv[argv.index("-m") + 1]).name if "-m" in argv else "model"
+    for flag in ("--alias", "-m"):  # llama-server lists its alias, else its -m path
+        if flag in argv:
+            return Path(argv[argv.index(flag) + 1]).name
+    return "model"
+
+
+async def _inline(work: Callable[[], T]) -> T:
+    """`Edges.file_work` run in the trio thread: MockClock time cannot leap meanwhile (the
+    fleet's model files are tiny)."""
+    await trio.lowlevel.checkpoint()
+    return work()

@@ -1,0 +1,51 @@
+"""Is the listener on a managed server's port still ours? (FC-14; issue 8 item 6.)
+
+The instance's workers (``instance_work``) ask before they trust a reply (the monitor's
+identity check) and before they send anything that matters (`ensure_ours`, right before
+each deep health and each watchdog token), so nothing goes to whoever holds the port after
+our server is gone.
+"""
+
+from __future__ import annotations
+
+from .._config.spec import InferenceSpec
+from .._edges.netscan import NetScanner
+from .._edges.process import ManagedProcess
+from .._errors import BackendError
+
+
+async def listener_owner(
+    net: NetScanner, spec: InferenceSpec, process: ManagedProcess
+) -> tuple[bool, int | None]:
+    """Whether the listener on ``spec``'s port belongs to ``process``'s group, and its pid.
+
+    Our own tree holding the exact binding settles it (the kernel routes to it); else the
+    socket table's owner must be in our group. A table that names nobody (no permission to
+    see) contradicts nothing: ``(True, None)``. Costs 10-30 ms (psutil reads).
+    """
+    host, port = str(spec.bind_ip()), spec.port()
+    ours = await net.tree_owner(process.pid, host, port)
+    if ours is not None:
+        return True, ours
+    owner = await net.port_owner(host, port)
+    if owner is None:
+        return True, None
+    return net.owned_by(owner, process.pgid), owner
+
+
+async def ensure_ours(net: NetScanner, spec: InferenceSpec, process: ManagedProcess | None) -> None:
+    """Refuse to send a managed server anything unless ``process`` runs and owns its port.
+
+    Raises:
+        BackendError: the server is not running, or an impostor holds its port (the
+            message names its pid); in both cases nothing was sent.
+    """
+    where = spec.base_url()
+    if process is None or not process.running:
+        raise BackendError(f"deep health: the server is not running; nothing sent to {where}")
+    ours, owner = await listener_owner(net, spec, process)
+    if not ours:
+        raise BackendError(
+            f"deep health refused: an impostor (process {owner}) holds {where}, not our "
+            f"server (process group {process.pgid}); nothing was sent"
+        )

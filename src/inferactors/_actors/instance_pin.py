@@ -1,0 +1,131 @@
+"""The pin check at every spawn (issue 8, items 4 and 5).
+
+Before each spawn of a managed server (first start, start after stop, supervised restart,
+and the first start after a reload), `pin_for_spawn` asks the registry to check the plan's
+model (and draft) from descriptors opened beneath the model root (`ModelRegistry.pin`: the
+cheap stat check, a full BLAKE3 re-hash when the stamp changed) and turns the launch into
+one that hands the server those very descriptors (`pin_launch`). It blocks (a re-hash reads
+every byte), so the spawn worker runs it through ``Edges.file_work``, a worker thread.
+
+A tampered file gives a `PinHold`: the spawn is refused with `PinMismatch`, and the instance
+is held down until the registry's manifest of that model changes (the model was
+re-registered) or the instance is reloaded (a new actor). While held, a start is refused
+again without reading the model.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from types import TracebackType
+
+import attrs
+
+from .._edges.bundle import FileWork
+from .._errors import PinMismatch
+from .._models.manifest import ModelManifest
+from .._models.pinning import PinnedModel
+from .._models.registry import ModelRegistry
+from .._policy.admission import Plan
+from .._policy.launch import Launch
+from .._policy.pin_launch import PinnedFds, pin_launch
+
+
+@attrs.frozen
+class PinHold:
+    """Why an instance is held down: ``manifest``'s files failed their pins (``error``)."""
+
+    manifest: ModelManifest
+    error: PinMismatch
+
+    def still_holds(self, current: ModelManifest) -> bool:
+        """Whether ``current`` (the registry's entry now) is the manifest that failed."""
+        return current == self.manifest
+
+
+@attrs.define(eq=False)
+class PinnedLaunch:
+    """A launch that names verified descriptors, and those descriptors, open.
+
+    Close it once the server has been spawned (the child keeps its own copies) or the spawn
+    failed; as a context manager it closes itself.
+    """
+
+    launch: Launch
+    models: tuple[PinnedModel, ...]
+
+    def close(self) -> None:
+        """Close every descriptor (safe to call twice)."""
+        for model in self.models:
+            model.close()
+
+    def __enter__(self) -> PinnedLaunch:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+async def pin_spawn(
+    file_work: FileWork, registry: ModelRegistry | None, plan: Plan, held: PinHold | None
+) -> PinnedLaunch | PinHold:
+    """`pin_for_spawn` through ``file_work`` (a worker thread: a re-hash may take seconds);
+    the launch as planned when there is no registry (a bare actor, nothing to pin)."""
+    launch = plan.launch
+    assert launch is not None, "only managed process plans are pinned"
+    if registry is None:
+        return PinnedLaunch(launch, ())
+    return await file_work(partial(pin_for_spawn, registry, plan, held))
+
+
+def pin_for_spawn(
+    registry: ModelRegistry, plan: Plan, held: PinHold | None
+) -> PinnedLaunch | PinHold:
+    """Check the plan's model and draft and pin them into its launch (blocking).
+
+    Args:
+        registry: the runtime's registry (its recorded stamps make the check cheap).
+        plan: a managed process plan (``launch`` and ``model`` set).
+        held: the instance's hold, if any: while the registry still has that manifest, the
+            hold is returned again and nothing is read.
+
+    Returns:
+        The pinned launch (the caller closes it), or the hold that refuses the spawn.
+
+    Raises:
+        UnknownModel: the model was removed from the registry.
+        ModelNotReady: a file or the root is missing or unreadable (not tampering).
+    """
+    launch, model = plan.launch, plan.model
+    assert launch is not None, "only managed process plans are pinned"
+    assert model is not None, "a managed process plan has a model"
+    names = (model.name,) if plan.draft is None else (model.name, plan.draft.name)
+    pinned = PinnedLaunch(launch, ())
+    try:
+        for name in names:
+            manifest = registry.get(name)
+            if held is not None and held.still_holds(manifest):
+                pinned.close()
+                return held
+            try:
+                pinned.models += (registry.pin(manifest),)
+            except PinMismatch as error:
+                pinned.close()
+                return PinHold(manifest, error)
+        fds = [_numbers(one) for one in pinned.models]
+        draft = fds[1] if len(fds) > 1 else None
+        pinned.launch = pin_launch(launch, plan.spec.runtime, fds[0], draft)
+    except BaseException:
+        pinned.close()
+        raise
+    return pinned
+
+
+def _numbers(model: PinnedModel) -> PinnedFds:
+    assert model.root_fd is not None, "a served model has a root directory"
+    shards = tuple(zip((s.path for s in model.manifest.shards), model.shard_fds(), strict=True))
+    return PinnedFds(model.root_fd, shards)

@@ -1,0 +1,73 @@
+"""Which addresses a server's bind takes, and when two binds collide (pure).
+
+One rule serves the run file's validation (two instances on one ip:port are refused,
+issue 8 item 10) and the occupied-port check before a launch (``_edges/netcheck.py``,
+item 6), so the two can never disagree:
+
+- ``localhost`` and ``::1`` take both loopback families, ``127.0.0.1`` and ``::1``: a client
+  that says "localhost" reaches either (``/etc/hosts`` lists both), so a foreign listener on
+  the other family would receive our traffic;
+- any other address takes itself;
+- ``0.0.0.0`` covers every IPv4 address and ``::`` every address of both families (Linux
+  binds ``::`` dual-stack unless ``IPV6_V6ONLY`` is set), so they collide with anything of
+  the families they cover.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from .spec import InferenceSpec, IPAddress
+
+LOOPBACK_PAIR: tuple[IPAddress, IPAddress] = (
+    ipaddress.IPv4Address("127.0.0.1"),
+    ipaddress.IPv6Address("::1"),
+)
+"""The two addresses ``localhost`` stands for."""
+
+
+def bind_footprint(host: str) -> tuple[IPAddress, ...]:
+    """The addresses a server told to bind ``host`` must find free (see the module notes).
+
+    Raises:
+        ValueError: ``host`` is neither ``localhost`` nor an IP address.
+    """
+    if host == "localhost":
+        return LOOPBACK_PAIR
+    ip = ipaddress.ip_address(host)
+    if ip == LOOPBACK_PAIR[1]:
+        return LOOPBACK_PAIR
+    return (ip,)
+
+
+def addresses_collide(first: IPAddress, second: IPAddress) -> bool:
+    """Whether binds of one port on ``first`` and on ``second`` take the same sockets: the
+    same address, or a wildcard covering the other (``::`` covers IPv4 too)."""
+    if first == second:
+        return True
+    for wildcard, other in ((first, second), (second, first)):
+        if wildcard.is_unspecified and (wildcard.version == 6 or other.version == 4):
+            return True
+    return False
+
+
+def hosts_collide(first: str, second: str) -> bool:
+    """Whether servers on ``first`` and ``second`` (one port) would collide.
+
+    Raises:
+        ValueError: either is neither ``localhost`` nor an IP address.
+    """
+    return any(
+        addresses_collide(a, b) for a in bind_footprint(first) for b in bind_footprint(second)
+    )
+
+
+def spec_host(spec: InferenceSpec) -> str:
+    """The host whose footprint ``spec``'s server takes: ``localhost`` when ``serve.host``
+    says so (the server is given 127.0.0.1, but clients of "localhost" reach ::1 too), else
+    `InferenceSpec.bind_ip` as text.
+
+    Raises:
+        InvalidConfig: as `InferenceSpec.bind_ip`.
+    """
+    return "localhost" if spec.serve.host == "localhost" else str(spec.bind_ip())
