@@ -128,7 +128,7 @@ async def one_window(space: Workspace, server: Path, model: Path) -> float:
             launch = pin_launch(
                 Launch(server, args, model.parent, (("PATH", "/usr/bin:/bin"),)),
                 InferFlavor.LLAMACPP,
-                PinnedFds(pinned.root_fd, shards),
+                PinnedFds(shards),
             )
             async with trio.open_nursery() as nursery:
                 process = await ManagedProcess.spawn(nursery, launch, run_as=run_as)

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import attrs
 
-VOCABULARY = frozenset({"_errors", "_events", "_flavor", "_safe_json", "_status"})
+VOCABULARY = frozenset(
+    {"_errors", "_events", "_flavor", "_safe_json", "_status", "_untrusted_file"}
+)
 """Top-level modules every layer may import: the shared vocabulary."""
 
 _BELOW_EDGES = frozenset({"vocabulary", "config", "models", "policy"})

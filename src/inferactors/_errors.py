@@ -110,3 +110,32 @@ class PinMismatch(ModelNotReady):
         self.model = model
         self.shard = shard
         self.why = why
+
+
+SHOWN_CHARS = 200
+"""How much of a value from input an error message echoes (`shown`)."""
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` for an error message, cut to about ``limit`` characters with the
+    original length: ``'aaaa...'... (52428800 characters)``. Input can be megabytes long;
+    a message that echoes it must stay one short line (issue 8 item 3)."""
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]!r}... ({len(value)} characters)"
+    text = repr(value)
+    return f"{text[:limit]}... ({len(text)} characters)" if len(text) > limit else text
+
+
+def cut(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` unchanged when short, else its first ``limit`` characters and its length:
+    ``aaaa... (52428800 characters)`` (for messages that quote input their own way)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def one_line(message: str, limit: int = 1000) -> str:
+    """``message`` as one printable line of at most about ``limit`` characters (newlines
+    shown as ``\\n``, the rest cut with its length said), for a command's error line."""
+    text = message.replace("\r", "\\r").replace("\n", "\\n")
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... (message cut: {len(text)} characters)"

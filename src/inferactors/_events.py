@@ -42,7 +42,8 @@ class StateChanged:
 
 @attrs.frozen
 class ProcessStarted:
-    """A managed server's process was spawned."""
+    """A managed server's process was spawned; ``args`` are its arguments as executed (the
+    model named through its verified descriptors, ``-m /proc/self/fd/N --alias ...``)."""
 
     instance_id: str
     pid: int
@@ -52,7 +53,9 @@ class ProcessStarted:
 
 @attrs.frozen
 class ProcessExited:
-    """A managed server's process ended: exit code or signal, and why (``reason``)."""
+    """A managed server's process ended: exit code or signal, and why (``reason``);
+    ``survivors``: descendants that had left its process group and outlived even the
+    SIGKILL (issue 8 item 8), so the stop was not clean."""
 
     instance_id: str
     pid: int
@@ -60,6 +63,7 @@ class ProcessExited:
     signal: int | None
     reason: StopReason
     at: float
+    survivors: tuple[int, ...] = ()
 
 
 @attrs.frozen

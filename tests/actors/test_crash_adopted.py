@@ -5,7 +5,8 @@ own nursery). A bug injected through the edges, a parser that raises and nesting
 ``/health``, ``/v1/models`` and a completion each crash (or degrade) that instance alone:
 the event names the real exception, an adopted server is never signalled, its watching is
 restarted under the default restart policy (2 s, then Running again, counted), a sibling
-keeps Running untouched and the facade keeps answering.
+keeps Running untouched and the facade keeps answering. A bomb either crashes the instance
+(RecursionError) or, with the probe's JSON depth limit, is a bad reply; both pass.
 """
 
 from __future__ import annotations
@@ -170,7 +171,8 @@ async def test_a_nesting_bomb_in_a_probe_reply_never_ends_the_runtime(path: str)
             started = crashed
         assert started is None or "RecursionError" in str(started)
         status = await runtime.status(target)  # and so does this one, when it answers
-        assert status.state is not InstanceState.RUNNING, status
+        if path == "/health":  # an unreadable model list only informs matching
+            assert status.state is not InstanceState.RUNNING, status
         assert f"GET {path}" in server.seen
         _only_recursion_errors(recorder, target)
         await assert_untouched(runtime, recorder, sibling)

@@ -6,7 +6,8 @@ server's process group is stopped gracefully (SIGTERM) and gone, and the supervi
 restarts it under its policy, counted in its budget, while a sibling keeps Running with the
 same pid and the facade keeps answering. Nesting bombs from a real server on every endpoint
 we read (``/health``, ``/v1/models``, the first token's completion) never end the runtime:
-the instance is Degraded, or crashed (naming RecursionError) and restarted.
+the instance crashes (naming RecursionError) and restarts, or takes the reply as a bad one
+(Degraded; an unreadable model list only informs matching, so that one may stay Running).
 """
 
 from __future__ import annotations
@@ -80,7 +81,12 @@ async def test_a_worker_bug_crashes_only_its_managed_instance_which_restarts(
         scheduled = await recorder.until(lambda e: isinstance(e, RestartScheduled))
         assert isinstance(scheduled, RestartScheduled)
         assert (scheduled.instance_id, scheduled.attempt) == (target.instance_id, 1)
-        await recorder.until(lambda e: isinstance(e, ProcessStarted) and e.pid != old)
+        await recorder.until(
+            lambda e: (
+                isinstance(e, ProcessStarted)
+                and (e.instance_id, e.pid != old) == (target.instance_id, True)
+            )
+        )
         await ready(runtime, target)
         status = await runtime.status(target)
         assert status.pid not in (None, old)
@@ -136,7 +142,8 @@ async def test_a_nesting_bomb_from_a_managed_server_never_ends_the_runtime(
         await _after_a_bomb(lab.data_root / target.instance_id / "requests")
 
         status = await runtime.status(target)
-        assert status.state is not InstanceState.RUNNING, status
+        if path != "/v1/models":  # an unreadable list only informs matching (parse_model_ids)
+            assert status.state is not InstanceState.RUNNING, status
         crashes = [e for e in recorder.of(target.instance_id) if isinstance(e, InstanceCrashed)]
         assert all(crash.error_type == "RecursionError" for crash in crashes), crashes
         if crashes:  # crashed rather than refused as a bad reply: its server was stopped

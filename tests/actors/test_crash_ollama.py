@@ -82,6 +82,12 @@ async def buggy_rig(fake: FakeOllama) -> AsyncIterator[tuple[Rig, BuggyLine]]:
         nursery.cancel_scope.cancel()
 
 
+async def until(rig: Rig, state: InstanceState, detail: str | None = None) -> None:
+    """`Rig.until` within 600 virtual seconds."""
+    with trio.fail_after(600):
+        await rig.until(state, detail)
+
+
 def crashes(rig: Rig) -> list[InstanceCrashed]:
     rig.changes()  # reads what is queued
     return [event for event in rig.seen if isinstance(event, InstanceCrashed)]
@@ -92,9 +98,9 @@ async def test_a_crash_in_the_ownership_watch_unloads_our_model_once(
 ) -> None:
     async with buggy_rig(fake) as (rig, line):
         await rig.start()
-        await rig.until(InstanceState.RUNNING)
+        await until(rig, InstanceState.RUNNING)
         line.bug_path = "/api/ps"  # the watch's next look
-        await rig.until(InstanceState.LOADED, "crashed (ValueError: a bug reading /api/ps)")
+        await until(rig, InstanceState.LOADED, "crashed (ValueError: a bug reading /api/ps)")
         [crash] = crashes(rig)
         assert (crash.where, crash.message) == ("worker watch", "a bug reading /api/ps")
         status = await rig.status()
@@ -103,7 +109,7 @@ async def test_a_crash_in_the_ownership_watch_unloads_our_model_once(
         assert len(unloads(fake)) == 1
         assert not [event for event in rig.seen if isinstance(event, RestartScheduled)]
         await rig.start()  # a new start loads again
-        await rig.until(InstanceState.RUNNING)
+        await until(rig, InstanceState.RUNNING)
         assert len(loads(fake)) == 2
 
 
@@ -113,12 +119,12 @@ async def test_a_crash_while_loading_cancels_the_load_and_sends_the_unload_owed(
     slow(fake, load_delay_s=60.0)
     async with buggy_rig(fake) as (rig, line):
         await rig.start()
-        await rig.until(InstanceState.DEGRADED, "loading model")
+        await until(rig, InstanceState.DEGRADED, "loading model")
         await trio.sleep(1.0)
         line.bug_path = "/api/version"  # the status request's survey
         with pytest.raises(BackendError, match=r"crashed in worker survey_for \(ValueError"):
             await rig.status()
-        await rig.until(InstanceState.LOADED, "crashed (ValueError")
+        await until(rig, InstanceState.LOADED, "crashed (ValueError")
         assert len(loads(fake)) == 1
         assert len(unloads(fake)) == 1
         assert fake.resident() == ("other:7b",)
@@ -130,9 +136,9 @@ async def test_a_crash_leaves_a_model_someone_else_loaded_alone(
     fake = FakeOllama.create(FakeOllamaConfig(models=("tiny",), preloaded=("tiny",)))
     async with buggy_rig(fake) as (rig, line):
         await rig.start()
-        await rig.until(InstanceState.RUNNING)
+        await until(rig, InstanceState.RUNNING)
         line.bug_path = "/api/ps"
-        await rig.until(InstanceState.LOADED, "crashed (ValueError")
+        await until(rig, InstanceState.LOADED, "crashed (ValueError")
         status = await rig.status()
         assert status.detail == (
             "crashed (ValueError: a bug reading /api/ps); the model stays resident "

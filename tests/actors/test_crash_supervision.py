@@ -2,11 +2,12 @@
 
 The runtime runs for real (actors, supervisor, monitor, policy); its edges are
 `inferactors.testing.FakeFleet`'s, with the probe wrapped by `BugSwitch` so a report raises
-on demand (a worker bug injected through the edges). Covered: a crash while a start is
-under way aborts it once spawned and stops the new server; a crash during an operator's
-stop keeps that stop's reason (no restart); a crash of an idle instance restarts nothing;
-repeated crashes follow the backoff schedule and spend the budget; a bug in the actor's
-loop itself is contained the same way.
+on demand (a worker bug injected through the edges), or a book method raises once (a bug in
+the actor's loop; a managed server that is not running is never probed). Covered: a crash
+while a start is under way aborts it once spawned and stops the new server; a crash during
+an operator's stop keeps that stop's reason (no restart); a crash of an idle instance
+restarts nothing; repeated crashes follow the backoff schedule and spend the budget; a bug
+in the loop while the server runs is contained like a worker's.
 """
 
 from __future__ import annotations
@@ -110,8 +111,22 @@ def boom() -> Exception:
     return ValueError("boom")
 
 
+def raise_once(monkeypatch: pytest.MonkeyPatch, name: str, error: Exception) -> None:
+    """The next call of ``InstanceBook.<name>`` raises ``error``: a bug in the actor's loop
+    (a managed server that is not running is never probed, so no edge is asked then)."""
+    real = getattr(instance_book.InstanceBook, name)
+    armed = [error]
+
+    def patched(book: instance_book.InstanceBook, *args: object) -> object:
+        if armed:
+            raise armed.pop()
+        return real(book, *args)
+
+    monkeypatch.setattr(instance_book.InstanceBook, name, patched)
+
+
 async def test_a_crash_while_starting_aborts_the_start_and_stops_the_new_server(
-    rig: Rig, autojump_clock: trio.testing.MockClock
+    rig: Rig, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     handle = await rig.runtime.load(SPEC)
     rig.slow_spawn = True
@@ -128,9 +143,11 @@ async def test_a_crash_while_starting_aborts_the_start_and_stops_the_new_server(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(start)
         await trio.sleep(SPAWN_S / 2)
-        rig.bugs.arm(PORT, boom)
-        with pytest.raises(BackendError, match=r"crashed in worker health \(ValueError: boom\)"):
-            await rig.runtime.health(handle)
+        raise_once(monkeypatch, "idle_status", boom())
+        status = await rig.runtime.status(handle)  # answered, never raised
+        assert status.state is InstanceState.UNKNOWN
+        said = "crashed in its loop, handling GetStatus (ValueError: boom)"
+        assert said in (status.detail or "")
     [refused] = outcome
     assert (
         str(refused)
@@ -182,14 +199,15 @@ async def test_a_crash_during_an_operator_stop_keeps_the_stop_and_restarts_nothi
 
 
 async def test_a_crash_of_an_idle_managed_instance_restarts_nothing(
-    rig: Rig, autojump_clock: trio.testing.MockClock
+    rig: Rig, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     handle = await rig.runtime.load(SPEC)
-    rig.bugs.arm(PORT, lambda: KeyError("slot"))
-    with pytest.raises(BackendError, match=r"KeyError: 'slot'"):
-        await rig.runtime.health(handle)
+    raise_once(monkeypatch, "idle_status", KeyError("slot"))
+    status = await rig.runtime.status(handle)
+    assert status.state is InstanceState.UNKNOWN
+    assert "KeyError: 'slot'" in (status.detail or "")
     crash = await rig.recorder.crash_of(handle.instance_id)
-    assert (crash.error_type, crash.where) == ("KeyError", "worker health")
+    assert (crash.error_type, crash.where) == ("KeyError", "its loop, handling GetStatus")
     await trio.sleep(60)
     assert rig.events(RestartScheduled) == []
     assert rig.fleet.children == []

@@ -242,7 +242,8 @@ async def test_the_config_cannot_put_a_managed_mlx_server_online(
         (pid,) = started(seen)
         assert_offline_and_private(pid, server_dir / "state" / handle.instance_id, run_as)
         report = await runtime.health(handle)
-        assert report.models == (str(weights),)
+        view = server_dir / "state" / handle.instance_id / "pinned" / "model" / weights.name
+        assert report.models == (str(view),)  # its view of the pinned files (pinning.md)
         await runtime.stop(handle, 5.0)
     assert not shared.exists()
     assert not any("not listed" in (e.detail or "") for e in seen if isinstance(e, StateChanged))

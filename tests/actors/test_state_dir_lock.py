@@ -1,5 +1,5 @@
 """Tests of issue 8 item 9, one state directory, one supervisor: `open_runtime` takes an
-``flock`` on ``data_root/supervisor.lock`` (``_edges/state_lock.py``), so a second
+``flock`` on the ``data_root`` directory (``_edges/state_lock.py``), so a second
 supervisor process is refused at once, naming the running one's pid; the lock goes with
 its holder, however it ends; runtimes of one process share it (the CLI opens one per flavor).
 """
@@ -78,6 +78,26 @@ async def test_a_second_supervisor_is_refused_at_once_naming_the_running_ones_pi
         f"(pid {running.pid}); one state directory has one supervisor"
     )
     assert took_s < 1.0
+
+
+async def test_deleting_the_pid_file_does_not_let_a_second_supervisor_in(tmp_path: Path) -> None:
+    """The directory itself is locked: a second process that finds no ``supervisor.lock``
+    (a hostile tester unlinked it) is still refused, and the holder's pid is written again
+    by the next supervisor only once the holder is gone."""
+    data_root = tmp_path / "state"
+    with other_supervisor(data_root) as running:
+        (data_root / LOCK_NAME).unlink()
+        status, said = await trio.to_thread.run_sync(second_supervisor_says, data_root)
+        assert (status, said) == (3, f"refused: data_root {data_root.resolve()} is in use by "
+                                     "another supervisor (its pid is unknown); one state "
+                                     "directory has one supervisor")  # fmt: skip
+        (data_root / LOCK_NAME).write_text("4242\n")  # a forged pid file: no lock either
+        status, _ = await trio.to_thread.run_sync(second_supervisor_says, data_root)
+        assert status == 3
+        running.kill()
+        running.wait()
+    async with open_runtime(config(data_root)):
+        assert (data_root / LOCK_NAME).read_text() == f"{os.getpid()}\n"
 
 
 async def test_the_lock_of_a_sigkilled_supervisor_does_not_block(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 naming the file and where, on one line, never a RecursionError or ValueError traceback.
 
 TOML nesting bombs (arrays and inline tables 100,000 deep, which tomllib recurses into),
-tables nested past 64 levels by dotted keys (which it does not), integers of 5,000 digits
+tables nested past 64 levels by dotted keys (refused on the text, before tomllib, which
+would take minutes: tests/config/test_run_file_bounds.py), integers of 5,000 digits
 (past Python's conversion limit) and of 150 (below it); JSON specs with bombs, duplicate
 keys and huge integers.
 """
@@ -48,21 +49,21 @@ def refused(text: str) -> str:
 )
 def test_a_nesting_bomb_is_refused_not_a_recursion_error(bomb: str) -> None:
     assert refused(bomb) == (
-        "run.toml: TOML nested too deep (arrays or inline tables over 64 levels)"
+        "run.toml: TOML nested too deep (over 64 levels of tables, arrays or dotted keys) at line 1"
     )
 
 
-def test_tables_nested_past_64_levels_by_dotted_keys_are_refused_naming_the_path() -> None:
-    text = "[" + ".".join(["t"] * 10_000) + "]\nx = 1\n"
+def test_tables_nested_past_64_levels_by_dotted_keys_are_refused_naming_the_line() -> None:
+    text = "x = 1\n[" + ".".join(["t"] * 10_000) + "]\nx = 1\n"
     assert refused(text) == (
-        "run.toml: $.t.t.t.t.t.t.t.t...(64 steps): nested deeper than 64 levels"
+        "run.toml: TOML nested too deep (over 64 levels of tables, arrays or dotted keys) at line 2"
     )
 
 
 @pytest.mark.parametrize("depth", [62, 63, 64, 200])
 def test_nesting_is_judged_at_64_levels_counting_the_top_level_table(depth: int) -> None:
     message = refused(f"a = {'[' * depth}1{']' * depth}")
-    assert ("nested deeper than 64 levels" in message) is (depth + 1 > 64), message
+    assert ("nested" in message) is (depth + 1 > 64), message
 
 
 @pytest.mark.parametrize("digits", [150, 5000, 100_000])

@@ -22,10 +22,11 @@ from edges.process_support import PATH_ENV, linux_only
 from inferactors import InferFlavor, PinMismatch
 from inferactors._edges.containment import resolve_run_as
 from inferactors._edges.process import ManagedProcess, open_child_process
+from inferactors._models.pinned_view import build_views
 from inferactors._models.pinning import OutsideRoot, PinnedModel, open_beneath
 from inferactors._models.registry import ModelRegistry
 from inferactors._policy.launch import Launch
-from inferactors._policy.pin_launch import PinnedFds, pin_launch
+from inferactors._policy.pin_launch import FD_DIR, PinnedFds, pin_launch
 from inferactors._policy.privilege import RunAs
 from inferactors.testing import write_tiny_gguf
 from inferactors.testing._tiny_models import (
@@ -208,15 +209,29 @@ async def serve_pinned(
     port: int,
 ) -> tuple[str, int]:
     """Start the real llama-server on the pinned model as the unprivileged user, wait for
-    one token; return the argv's model path and the server's uid."""
-    assert pinned.root_fd is not None
+    one token; return the argv's model path and the server's uid. A split model is served
+    through its view (``build_views``) in a fresh instance directory."""
     shards = tuple(zip((s.path for s in pinned.manifest.shards), pinned.shard_fds(), strict=True))
     planned_args = ("-m", str(planned), "--host", "127.0.0.1", "--port", str(port))
+    fds = PinnedFds(shards)
+    views: tuple[int, ...] = ()
+    if len(shards) > 1:
+        instance = unprivileged.directory(f"instance-{port}")
+        views = build_views(instance, [("model", "split", pinned.fds)], fd_dir=FD_DIR)
+        fds = PinnedFds(shards, views[0], tuple(pinned.fds.values()))
     launch = pin_launch(
-        Launch(llama_server, planned_args, planned.parent, PATH_ENV),
-        InferFlavor.LLAMACPP,
-        PinnedFds(pinned.root_fd, shards),
+        Launch(llama_server, planned_args, planned.parent, PATH_ENV), InferFlavor.LLAMACPP, fds
     )
+    try:
+        return await _serve(launch, unprivileged, pinned, port)
+    finally:
+        for view in views:
+            os.close(view)
+
+
+async def _serve(
+    launch: Launch, unprivileged: Unprivileged, pinned: PinnedModel, port: int
+) -> tuple[str, int]:
     async with trio.open_nursery() as nursery:
         process = await ManagedProcess.spawn(nursery, launch, run_as=run_as_user(unprivileged))
         try:
@@ -227,7 +242,8 @@ async def serve_pinned(
             await process.terminate(5.0)
     assert token.strip() in _WORDS
     inodes = {int(line.split()[4]) for line in maps.splitlines() if len(line.split()) > 5}
-    assert os.fstat(pinned.shard_fds()[0]).st_ino in inodes  # it mapped the verified inode
+    verified = {os.fstat(fd).st_ino for fd in pinned.shard_fds()}
+    assert verified <= inodes  # it mapped every verified inode
     return launch.args[1], uid
 
 
@@ -274,13 +290,16 @@ def write_split_tiny_gguf(directory: Path) -> list[Path]:
     return sorted(directory.glob("tiny-*-of-*.gguf"))
 
 
-async def test_a_split_model_is_served_through_its_verified_directory(
+async def test_a_split_model_is_served_through_its_view_of_verified_files(
     llama_server: Path, unprivileged: Unprivileged, free_port: int
 ) -> None:
+    """The second split renamed over with garbage after the check: llama.cpp opens it by
+    name beside the first, in the view, which links to the verified descriptor."""
     directory = unprivileged.directory("split")
     splits = write_split_tiny_gguf(directory)
     assert [p.name for p in splits] == ["tiny-00001-of-00002.gguf", "tiny-00002-of-00002.gguf"]
     registry = ModelRegistry.in_memory()
     with registry.pin(registry.add(directory, name="split")) as pinned:
+        swap_in_garbage(splits[1])  # served by name from the model's directory: a failed load
         served, _uid = await serve_pinned(llama_server, unprivileged, pinned, splits[0], free_port)
-        assert served == f"/proc/self/fd/{pinned.root_fd}/tiny-00001-of-00002.gguf"
+        assert re.fullmatch(r"/proc/self/fd/\d+/tiny-00001-of-00002\.gguf", served)

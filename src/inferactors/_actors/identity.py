@@ -20,17 +20,22 @@ async def listener_owner(
     """Whether the listener on ``spec``'s port belongs to ``process``'s group, and its pid.
 
     Our own tree holding the exact binding settles it (the kernel routes to it); else the
-    socket table's owner must be in our group. A table that names nobody (no permission to
-    see) contradicts nothing: ``(True, None)``. Costs 10-30 ms (psutil reads).
+    socket table's owner must be in our group, or be a descendant that left it (a ``setsid``
+    wrapper's server, issue 8 item 8). A descendant outside the group is ours for identity,
+    but it is tracked by pid from then on (`ManagedProcess.track_descendants`, so a stop
+    reaches it) and the status says so. A table that names nobody (no permission to see)
+    contradicts nothing: ``(True, None)``. Costs 10-30 ms (psutil reads).
     """
     host, port = str(spec.bind_ip()), spec.port()
     ours = await net.tree_owner(process.pid, host, port)
     if ours is not None:
+        if not net.owned_by(ours, process.pgid):
+            process.track_descendants()
         return True, ours
     owner = await net.port_owner(host, port)
     if owner is None:
         return True, None
-    return net.owned_by(owner, process.pgid), owner
+    return net.owned_by(owner, process.pgid) or owner in process.escaped, owner
 
 
 async def ensure_ours(net: NetScanner, spec: InferenceSpec, process: ManagedProcess | None) -> None:

@@ -273,22 +273,16 @@ class InstanceActor:
         process = self._book.process
         if process is not None and self._book.stop_reason is None:
             self._book.stop_reason = StopReason.UNLOAD
-        done = partial(_shutdown_done, command.reply)  # if the shutdown worker itself crashes
-        self._box.finish(
-            self._work.shutdown,
-            process,
-            command.grace_s,
-            self.instance_dir,
-            command.reply,
-            fallback=done,
-        )
+        done = ShutdownDone(command.reply)  # if the shutdown worker itself crashes
+        work, grace_s, reply = self._work.shutdown, command.grace_s, command.reply
+        self._box.finish(work, process, grace_s, self.instance_dir, reply, fallback=lambda _: done)
 
     # Results posted by workers.
 
     def _on_spawned(self, message: Spawned) -> None:
         process = message.process
         self._book.spawned(process)
-        args = self.plan.launch.args if self.plan.launch else ()
+        args = process.args  # as executed: the pinned launch, not the plan's
         self._emit(ProcessStarted(self.instance_id, process.pid, args, process.started_at))
         self._watch.start_process_tasks(process)
         aborted, self._after_start = self._after_start, []
@@ -330,7 +324,13 @@ class InstanceActor:
         )
         now = trio.current_time()
         event = ProcessExited(
-            self.instance_id, evidence.pid, evidence.exit_code, evidence.signal, reason, now
+            self.instance_id,
+            evidence.pid,
+            evidence.exit_code,
+            evidence.signal,
+            reason,
+            now,
+            survivors=evidence.survivors,
         )
         self._emit(event)
 
@@ -393,7 +393,3 @@ class InstanceActor:
         for stop in self._after_start:
             refuse(stop.reply, gone)
         self._box.drain()
-
-
-def _shutdown_done(reply: ReplyTo[None], _error: object) -> ShutdownDone:
-    return ShutdownDone(reply)

@@ -167,6 +167,9 @@ class InstanceBook:
             return InstanceStatus(InstanceState.LOADED)
         reason = self.last_reason
         detail = _REASON_WORDS.get(reason, "server process exited") if reason else None
+        if self.last.survivors:  # never a clean stop while something of ours still runs
+            pids = ", ".join(map(str, self.last.survivors))
+            detail = f"{detail or 'exited'}; but process {pids} (outside its group) survived"
         return InstanceStatus(
             InstanceState.EXITED,
             detail,
@@ -180,6 +183,7 @@ class InstanceBook:
         if self.process is not None:
             base = self._live_overrides(base)
             base = attrs.evolve(base, pid=self.process.pid, uptime_s=now - self.process.started_at)
+            base = _flag_escaped(base, self.process.escaped)
         elif self.health_failed is not None and not self.managed:
             base = InstanceStatus(InstanceState.DEGRADED, self.health_failed)
         elif self.exposed is not None and not self.managed:
@@ -209,3 +213,12 @@ class InstanceBook:
         """Whether the live server counts as ready: up, listed, ours, and it answered a token."""
         running = InstanceState.RUNNING
         return self.mapped.state is running and self._live_overrides(self.mapped).state is running
+
+
+def _flag_escaped(status: InstanceStatus, escaped: tuple[int, ...]) -> InstanceStatus:
+    """Say so in the detail when the server left its process group (issue 8 item 8)."""
+    if not escaped:
+        return status
+    pids = ", ".join(map(str, escaped))
+    note = f"server left its process group; inferactors tracks it by pid ({pids})"
+    return attrs.evolve(status, detail=f"{status.detail}; {note}" if status.detail else note)

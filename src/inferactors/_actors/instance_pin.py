@@ -4,8 +4,10 @@ Before each spawn of a managed server (first start, start after stop, supervised
 and the first start after a reload), `pin_for_spawn` asks the registry to check the plan's
 model (and draft) from descriptors opened beneath the model root (`ModelRegistry.pin`: the
 cheap stat check, a full BLAKE3 re-hash when the stamp changed) and turns the launch into
-one that hands the server those very descriptors (`pin_launch`). It blocks (a re-hash reads
-every byte), so the spawn worker runs it through ``Edges.file_work``, a worker thread.
+one that hands the server those very descriptors (`pin_launch`); a model the server reads
+as a directory is handed a view of its pinned files only (`build_views`), built afresh in
+the instance directory. It blocks (a re-hash reads every byte), so the spawn worker runs it
+through ``Edges.file_work``, a worker thread.
 
 A tampered file gives a `PinHold`: the spawn is refused with `PinMismatch`, and the instance
 is held down until the registry's manifest of that model changes (the model was
@@ -15,7 +17,9 @@ again without reading the model.
 
 from __future__ import annotations
 
+import os
 from functools import partial
+from pathlib import Path
 from types import TracebackType
 
 import attrs
@@ -23,11 +27,19 @@ import attrs
 from .._edges.bundle import FileWork
 from .._errors import PinMismatch
 from .._models.manifest import ModelManifest
+from .._models.pinned_view import build_views
 from .._models.pinning import PinnedModel
 from .._models.registry import ModelRegistry
 from .._policy.admission import Plan
 from .._policy.launch import Launch
-from .._policy.pin_launch import PinnedFds, pin_launch
+from .._policy.pin_launch import (
+    FD_DIR,
+    VIEWS,
+    PinnedFds,
+    pin_launch,
+    served_as_directory,
+    view_path,
+)
 
 
 @attrs.frozen
@@ -44,7 +56,8 @@ class PinHold:
 
 @attrs.define(eq=False)
 class PinnedLaunch:
-    """A launch that names verified descriptors, and those descriptors, open.
+    """A launch that names verified descriptors, and those descriptors (and the views that
+    link to them, ``views``), open.
 
     Close it once the server has been spawned (the child keeps its own copies) or the spawn
     failed; as a context manager it closes itself.
@@ -52,11 +65,15 @@ class PinnedLaunch:
 
     launch: Launch
     models: tuple[PinnedModel, ...]
+    views: tuple[int, ...] = ()
 
     def close(self) -> None:
         """Close every descriptor (safe to call twice)."""
         for model in self.models:
             model.close()
+        views, self.views = self.views, ()
+        for fd in views:
+            os.close(fd)
 
     def __enter__(self) -> PinnedLaunch:
         return self
@@ -116,7 +133,7 @@ def pin_for_spawn(
             except PinMismatch as error:
                 pinned.close()
                 return PinHold(manifest, error)
-        fds = [_numbers(one) for one in pinned.models]
+        fds = _with_views(pinned, launch, plan)
         draft = fds[1] if len(fds) > 1 else None
         pinned.launch = pin_launch(launch, plan.spec.runtime, fds[0], draft)
     except BaseException:
@@ -125,7 +142,28 @@ def pin_for_spawn(
     return pinned
 
 
-def _numbers(model: PinnedModel) -> PinnedFds:
-    assert model.root_fd is not None, "a served model has a root directory"
-    shards = tuple(zip((s.path for s in model.manifest.shards), model.shard_fds(), strict=True))
-    return PinnedFds(model.root_fd, shards)
+def _with_views(pinned: PinnedLaunch, launch: Launch, plan: Plan) -> list[PinnedFds]:
+    """Each model's descriptors as numbers; a model read as a directory also gets its view
+    (``pinned/model/<root name>``, ``pinned/draft/<root name>`` in the instance directory),
+    whose descriptor ``pinned`` then holds."""
+    flavor = plan.spec.runtime
+    viewed = [
+        (slot, model)
+        for slot, model in zip(("model", "draft"), pinned.models, strict=False)
+        if served_as_directory(flavor, len(model.manifest.shards))
+    ]
+    if viewed:
+        cwd = launch.cwd
+        slots = [
+            (slot, view_path(cwd, slot, Path(m.manifest.root).name).name, dict(m.fds))
+            for slot, m in viewed
+        ]
+        pinned.views = build_views(cwd, slots, fd_dir=FD_DIR, base=VIEWS)
+    view_of = {id(model): fd for (_slot, model), fd in zip(viewed, pinned.views, strict=True)}
+    numbers = []
+    for model in pinned.models:
+        shards = tuple(zip((s.path for s in model.manifest.shards), model.shard_fds(), strict=True))
+        view = view_of.get(id(model))
+        linked = tuple(model.fds.values()) if view is not None else ()
+        numbers.append(PinnedFds(shards, view, linked))
+    return numbers

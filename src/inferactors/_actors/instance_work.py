@@ -110,6 +110,7 @@ class InstanceWork:
                 return
             with pinned:
                 process = await self._start(nursery, pinned.launch)
+            executed = pinned.launch
         except InferactorsError as error:
             await self._post(SpawnFailed(error, reply))
             return
@@ -118,7 +119,7 @@ class InstanceWork:
             await self._post(SpawnFailed(failed, reply))
             return
         try:
-            await self._record(process)
+            await self._record(process, executed)
         finally:  # even when recording raises: the actor must know the process to stop it
             await self._post(Spawned(process, reply))
 
@@ -133,10 +134,10 @@ class InstanceWork:
         spawn = self.edges.open_process
         return await ManagedProcess.spawn(nursery, launch, open_process=spawn, run_as=run_as)
 
-    async def _record(self, process: ManagedProcess) -> None:
-        """Write ``server.json`` so a later life can reap this server if we die (FC-13)."""
-        assert self.plan.launch is not None
-        await self.edges.containment.record(self.plan.launch, process.pid, self.plan.spec.port())
+    async def _record(self, process: ManagedProcess, launch: Launch) -> None:
+        """Write ``server.json`` (with the argv executed, ``launch``) so a later life can reap
+        this server if we die (FC-13)."""
+        await self.edges.containment.record(launch, process.pid, self.plan.spec.port())
 
     async def watch_exit(self, process: ManagedProcess) -> None:
         """Await the process's exit and report it the moment it happens; then drop its
@@ -238,6 +239,7 @@ class InstanceWork:
                     return
                 if trio.current_time() >= refresh_at and process.running:
                     refresh_at = trio.current_time() + RECORD_REFRESH_S
+                    process.track_descendants()  # a `setsid` wrapper's server: by pid
                     await self._refresh_record(process)
                 await trio.sleep(EXPOSURE_CHECK_S)
 

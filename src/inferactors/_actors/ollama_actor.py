@@ -23,10 +23,9 @@ issue 4 says more, the issue wins):
 - There is no process: `Restart` is refused, stop returns empty evidence, and the daemon is
   never started or stopped.
 - A crash (an exception nobody foresaw in the loop or a worker; ``mailbox``) is reported as
-  `InstanceCrashed`; the requests under way are cancelled and their callers answered with
-  the crash, and the instance stops as on a stop: the one unload we owe is sent (and
-  polled, `CRASH_UNLOAD_S`), a model someone else loaded is left alone. Like any Ollama
-  instance it is not restarted; a new start loads again.
+  `InstanceCrashed`, the requests under way are cancelled and answered with it, and the
+  instance stops as on a stop (the one unload we owe is sent; someone else's model is left
+  alone). Like any Ollama instance it is not restarted; a new start loads again.
 """
 
 from __future__ import annotations
@@ -63,6 +62,7 @@ from .messages import (
 from .ollama_book import OllamaBook, Owner, Phase, load_failure, ollama_status, ollama_tag_of
 from .ollama_work import (
     OLLAMA_INTERNAL_TYPES,
+    SHUTDOWN_GONE_S,
     Checked,
     Closed,
     Loaded,
@@ -84,9 +84,6 @@ WATCH_INTERVAL_S = 2.0
 
 EMERGENCY_UNLOAD_S = 3.0
 """Bound on the unload a torn-down actor still owes."""
-
-CRASH_UNLOAD_S = 5.0
-"""How long the unload owed after a crash polls ``/api/ps`` for the model to go (FC-21)."""
 
 
 @attrs.define(eq=False)
@@ -265,8 +262,10 @@ class OllamaActor:
         self._closing = True
         self._cancel_tasks()
         owed = self._book.begin_stop() if self._book.wanted else False
-        closed = partial(_closed, command.reply)  # if the close worker itself crashes
-        self._box.finish(self._work.close, owed, self.instance_dir, command.reply, fallback=closed)
+        closed = Closed(command.reply)  # if the close worker itself crashes
+        self._box.finish(
+            self._work.close, owed, self.instance_dir, command.reply, fallback=lambda _: closed
+        )
 
     # Results posted by workers.
 
@@ -355,11 +354,10 @@ class OllamaActor:
             note = f"crashed ({crash.describe()})"
             if book.begin_stop():
                 self._crash_note = note
-                self._unload(CRASH_UNLOAD_S)
-            elif book.owner is Owner.THEIRS:
-                book.stop_note = f"{note}; the model stays resident (loaded by someone else)"
+                self._unload(SHUTDOWN_GONE_S)  # as an unload of the instance
             else:
-                book.stop_note = note
+                kept = "; the model stays resident (loaded by someone else)"
+                book.stop_note = note + (kept if book.owner is Owner.THEIRS else "")
         self._report()
 
     # Helpers.
@@ -399,7 +397,3 @@ class OllamaActor:
         for waiter in waiters:
             refuse(waiter, UnknownInstance(f"{self.instance_id} is no longer loaded"))
         self._box.drain()
-
-
-def _closed(reply: ReplyTo[None], _error: object) -> Closed:
-    return Closed(reply)

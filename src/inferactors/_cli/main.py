@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from .._edges.llama_build import ensure_llama_server
-from .._errors import InferactorsError
+from .._errors import InferactorsError, one_line
 from .demo import add_demo_command
 from .models import register_models_commands
 from .run import add_run_command
@@ -42,7 +42,7 @@ def _llama_server(args: argparse.Namespace) -> int:
     try:
         print(ensure_llama_server())
     except InferactorsError as error:
-        print(f"inferactors llama-server: {error}", file=sys.stderr)
+        print(one_line(f"inferactors llama-server: {error}"), file=sys.stderr)
         return 1
     return 0
 

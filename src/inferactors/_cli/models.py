@@ -19,7 +19,7 @@ from typing import TextIO
 
 import attrs
 
-from .._errors import InferactorsError, InvalidConfig, UnknownModel
+from .._errors import InferactorsError, InvalidConfig, UnknownModel, one_line
 from .._flavor import ModelFormat
 from .._models.manifest import ModelManifest, ModelSource
 from .._models.registry import ModelRegistry
@@ -173,7 +173,7 @@ def _with_registry(args: argparse.Namespace, run: Callable[[ModelRegistry], int]
 
 
 def _fail(error: Exception, code: int) -> int:
-    print(f"inferactors: error: {error}", file=sys.stderr)
+    print(one_line(f"inferactors: error: {error}"), file=sys.stderr)
     return code
 
 

@@ -21,7 +21,7 @@ from .._actors.serving import open_runtime
 from .._config.config import ControlMode
 from .._config.convert import load_run_config
 from .._config.runfile import RunConfig, RunInstance
-from .._errors import InferactorsError
+from .._errors import InferactorsError, one_line
 from .._events import Event
 from .._flavor import InferFlavor
 from .._status import InstanceState
@@ -45,7 +45,7 @@ def run_config(args: argparse.Namespace) -> int:
         config = load_run_config(args.config)
         return trio.run(_supervise, config)
     except InferactorsError as error:
-        print(f"inferactors run: {error}", file=sys.stderr)
+        print(one_line(f"inferactors run: {error}"), file=sys.stderr)
         return 2 if error.code == "invalid-config" else 1
 
 
@@ -98,7 +98,10 @@ async def _load_and_start(
             await runtime.start(handle)
         except InferactorsError as error:
             failures += 1
-            print(f"{stamp()}  {entry.spec.role}: not started: {error.code}: {error}", flush=True)
+            print(
+                one_line(f"{stamp()}  {entry.spec.role}: not started: {error.code}: {error}"),
+                flush=True,
+            )
             continue
         print(f"{stamp()}  {handle.instance_id}: started ({runtime.id})", flush=True)
         nursery.start_soon(_first_deep_health, runtime, handle)

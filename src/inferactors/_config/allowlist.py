@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 
-from .._errors import InvalidConfig
+from .._errors import InvalidConfig, cut
 from .._flavor import InferFlavor
 
 MAX_EXTRA_ARGS = 32
@@ -144,4 +144,4 @@ def is_plain_value(value: str) -> bool:
 
 
 def _quote(text: str) -> str:
-    return json.dumps(text)
+    return json.dumps(cut(text))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import attrs
 
-from .._errors import InvalidConfig
+from .._errors import InvalidConfig, cut, shown
 from .._flavor import InferFlavor
 
 DEFAULT_PASSTHROUGH: tuple[str, ...] = ()
@@ -285,7 +285,7 @@ def check_env(field: str, env: Sequence[tuple[str, str]]) -> None:
     for index, (name, value) in enumerate(env):
         _check_env_name(f"{field}[{index}]", name)
         if "\x00" in value:
-            raise InvalidConfig(f"{field}[{index}] ({name}) must not contain NUL")
+            raise InvalidConfig(f"{field}[{index}] ({cut(name)}) must not contain NUL")
 
 
 def check_env_names(field: str, names: Sequence[str]) -> None:
@@ -297,7 +297,7 @@ def check_env_names(field: str, names: Sequence[str]) -> None:
 
 def _check_env_name(field: str, name: str) -> None:
     if not _ENV_NAME.fullmatch(name):
-        raise InvalidConfig(f"{field} {name!r} is not a valid environment variable name")
+        raise InvalidConfig(f"{field} {shown(name)} is not a valid environment variable name")
     if name.startswith("LLAMA_ARG_"):
         raise InvalidConfig(
             f"{field} {name}: LLAMA_ARG_* variables are read by llama-server as flags; "
@@ -316,7 +316,7 @@ def check_run_as(field: str, run_as: str | None) -> None:
             raise InvalidConfig(f"{field} must not be root (uid or gid 0)")
         return
     if not _USER_NAME.fullmatch(run_as) or len(run_as) > 32:
-        raise InvalidConfig(f"{field} {run_as!r} is neither a user name nor uid[:gid]")
+        raise InvalidConfig(f"{field} {shown(run_as)} is neither a user name nor uid[:gid]")
     if run_as == "root":
         raise InvalidConfig(f"{field} must not be root")
 
@@ -331,7 +331,7 @@ def check_keep_alive(field: str, keep_alive: str | int) -> None:
         return
     if not _GO_DURATION.fullmatch(keep_alive):
         raise InvalidConfig(
-            f'{field} "{keep_alive}" is not a duration such as "30m" or "1h" (a bare number '
+            f'{field} "{cut(keep_alive)}" is not a duration such as "30m" or "1h" (a bare number '
             "string needs a unit; give seconds as an integer)"
         )
 

@@ -9,8 +9,11 @@ empty and default fields skipped when serializing).
 
 Hostile text is refused the same way, never with a traceback: JSON goes through the one safe
 parser (`inferactors._safe_json.parse_json`: depth, duplicate keys, huge integers), and
-parsed TOML through its `check_tree`; a TOML nesting bomb that exhausts the parser's recursion,
-or an integer past Python's 4,300-digit limit, is caught and refused too.
+parsed TOML through its `check_tree`, after `toml_depth.check_toml_depth` has scanned the
+text for nesting (tables, dotted keys, arrays) past 64 levels; a nesting bomb that still
+exhausts the parser's recursion, or an integer past Python's 4,300-digit limit, is caught
+and refused too. The file itself is read by `inferactors._untrusted_file.read_capped`:
+a regular file of at most 1 MiB.
 """
 
 from __future__ import annotations
@@ -25,9 +28,14 @@ import attrs
 
 from .._errors import InvalidConfig
 from .._safe_json import MAX_DEPTH, MAX_INT_DIGITS, check_tree, parse_json
+from .._untrusted_file import MiB, read_capped_text
 from .convert_hooks import converter, describe_error
 from .runfile import RunConfig
 from .spec import InferenceSpec
+from .toml_depth import check_toml_depth
+
+MAX_RUN_FILE_BYTES = 1 * MiB
+"""The largest run file read (a real one is a few KiB); larger, a FIFO or a device is refused."""
 
 
 def _structure_or_refuse(data: object, cl: type[Any], source: str) -> Any:
@@ -116,12 +124,13 @@ def load_run_config(path: Path) -> RunConfig:
     """Read and validate the run file at ``path`` (see `run_config_from_toml`).
 
     Raises:
-        InvalidConfig: the file cannot be read, or as `run_config_from_toml`; the message
-            starts with the file's path.
+        InvalidConfig: the file cannot be read, is not a regular file or is over 1 MiB
+            (`inferactors._untrusted_file.read_capped`), or as `run_config_from_toml`; the
+            message starts with the file's path.
     """
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
+        text = read_capped_text(path, MAX_RUN_FILE_BYTES, "run file")
+    except OSError as error:
         raise InvalidConfig(f"{path}: cannot read the run file: {error}") from None
     return run_config_from_toml(text, path.parent, f"{path}: ")
 
@@ -133,6 +142,10 @@ def _parse_toml(text: str, source: str) -> dict[str, Any]:
         InvalidConfig: a syntax error (line and column), nesting too deep for the parser
             or over 64 levels, or an integer over 100 digits (naming its path).
     """
+    try:
+        check_toml_depth(text)  # before tomllib: deep dotted keys cost it super-linear time
+    except InvalidConfig as error:
+        raise InvalidConfig(f"{source}{error}") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:

@@ -31,6 +31,7 @@ from cattrs.errors import (
 from cattrs.gen import make_dict_structure_fn
 from cattrs.preconf.tomllib import make_converter
 
+from .._errors import cut
 from .._flavor import InferFlavor
 from .config import ControlMode, Supervision
 from .runfile import RunInstance
@@ -95,7 +96,7 @@ def _structure_enum(obj: object, cl: type[enum.Enum]) -> enum.Enum:
         for member in cl:
             if member.value == obj:
                 return member
-    shown = json.dumps(obj) if isinstance(obj, str) else _kind(obj)
+    shown = json.dumps(cut(obj)) if isinstance(obj, str) else _kind(obj)
     raise _BadValue(f"expected one of {', '.join(json.dumps(c) for c in choices)}, got {shown}")
 
 
@@ -267,13 +268,16 @@ _install()
 # ---- error messages ---------------------------------------------------------------------
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SHOWN_KEY_CHARS = 40
 
 
 def _key_path(path: str, key: object) -> str:
     if isinstance(key, int):
         return f"{path}[{key}]"
     text = str(key)
-    return f"{path}.{text}" if _IDENTIFIER.fullmatch(text) else f"{path}[{json.dumps(text)}]"
+    if _IDENTIFIER.fullmatch(text) and len(text) <= _SHOWN_KEY_CHARS:
+        return f"{path}.{text}"
+    return f"{path}[{json.dumps(cut(text, _SHOWN_KEY_CHARS))}]"
 
 
 def describe_error(error: BaseException, path: str = "$") -> list[str]:
@@ -299,4 +303,4 @@ def _describe_leaf(error: BaseException, path: str) -> str:
         return f"{path}: required key missing"
     if isinstance(error, _BadValue):
         return f"{path}: {error}"
-    return f"{path}: invalid value ({error})"
+    return f"{path}: invalid value ({cut(str(error))})"

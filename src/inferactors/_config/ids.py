@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import blake3
 
-from .._errors import InvalidConfig
+from .._errors import InvalidConfig, shown
 from .config import ControlMode
 from .spec import InferenceSpec, valid_token
 
@@ -21,7 +21,7 @@ def check_node_id(node_id: str) -> str:
         InvalidConfig: it is not (checklist item 28).
     """
     if not valid_token(node_id, 64):
-        raise InvalidConfig(f"node id must be a plain token (1-64 chars), got {node_id!r}")
+        raise InvalidConfig(f"node id must be a plain token (1-64 chars), got {shown(node_id)}")
     return node_id
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import attrs
 
-from .._errors import InvalidConfig
+from .._errors import InvalidConfig, shown
 from .._flavor import InferFlavor
 from .binding import hosts_collide, spec_host
 from .config import (
@@ -115,7 +115,7 @@ class RunConfig:
         """
         if not valid_token(self.node_id, 64):
             raise InvalidConfig(
-                f"$.node_id must be a plain token (1-64 chars), got {self.node_id!r}"
+                f"$.node_id must be a plain token (1-64 chars), got {shown(self.node_id)}"
             )
         check_positive("$.probe_timeout_s", self.probe_timeout_s)
         check_positive("$.deep_timeout_s", self.deep_timeout_s)

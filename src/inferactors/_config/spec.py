@@ -14,7 +14,7 @@ import re
 
 import attrs
 
-from .._errors import InvalidConfig
+from .._errors import InvalidConfig, cut, shown
 from .._flavor import InferFlavor
 from .allowlist import check_extra_args
 
@@ -117,9 +117,9 @@ class InferenceSpec:
         try:
             ip = ipaddress.ip_address(host)
         except ValueError:
-            raise InvalidConfig(f'serve.host "{host}" is not an IP address') from None
+            raise InvalidConfig(f'serve.host "{cut(host)}" is not an IP address') from None
         if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id is not None:
-            raise InvalidConfig(f'serve.host "{host}" must not carry an IPv6 scope')
+            raise InvalidConfig(f'serve.host "{cut(host)}" must not carry an IPv6 scope')
         if not ip.is_loopback:
             raise InvalidConfig(
                 f"serve.host {host} is not loopback: inferactors binds inference servers to "
@@ -179,14 +179,14 @@ class InferenceSpec:
         for index, exclude in enumerate(self.excludes):
             _check_token(f"excludes[{index}]", exclude, 64)
         if self.api != OPENAI_V1:
-            raise InvalidConfig(f'api "{self.api}" is not supported; use "{OPENAI_V1}"')
+            raise InvalidConfig(f'api "{cut(self.api)}" is not supported; use "{OPENAI_V1}"')
 
 
 def _check_token(field: str, value: str | None, max_len: int) -> None:
     if value is not None and not valid_token(value, max_len):
         raise InvalidConfig(
             f"{field} must be a plain token (1-{max_len} chars: letters, digits and ._+:-, "
-            f"starting with a letter or digit), got {value!r}"
+            f"starting with a letter or digit), got {shown(value)}"
         )
 
 
@@ -203,7 +203,7 @@ def _check_kv_quant(kv_quant: str | None) -> None:
     if not valid_token(kv_quant, 16) or ":" in kv_quant or "+" in kv_quant:
         raise InvalidConfig(
             f"serve.kv_quant must be a plain token of at most 16 chars without ':' or '+' "
-            f"(e.g. q8_0), got {kv_quant!r}"
+            f"(e.g. q8_0), got {shown(kv_quant)}"
         )
 
 

@@ -134,6 +134,9 @@ class RunEvidence:
             alive after its grace period (FC-05, FC-11), or because the stop was cancelled.
         output_eof: False when a pipe was still open 2 s after the exit: something that left
             the process group kept the server's stdout or stderr open.
+        escaped: Descendants that had left the process group (a ``setsid`` wrapper's
+            server), tracked by pid and stopped with the group (issue 8 item 8).
+        survivors: Those of them still alive after the SIGKILL: the stop was not clean.
     """
 
     args: tuple[str, ...]
@@ -152,6 +155,8 @@ class RunEvidence:
     instance_id: str = ""
     killed_after_grace: bool = False
     output_eof: bool = True
+    escaped: tuple[int, ...] = ()
+    survivors: tuple[int, ...] = ()
 
     @classmethod
     def empty(cls, *, runtime: str = "", instance_id: str = "") -> RunEvidence:
@@ -184,6 +189,8 @@ class RunEvidence:
         stdout: OutputCapture,
         stderr: OutputCapture,
         killed_after_grace: bool = False,
+        escaped: tuple[int, ...] = (),
+        survivors: tuple[int, ...] = (),
     ) -> RunEvidence:
         """Evidence from a run's returncode (None: never reaped) and its two captures."""
         exit_code, signum = (None, None) if returncode is None else describe_exit(returncode)
@@ -202,6 +209,8 @@ class RunEvidence:
             stderr_tail=stderr.tail_text,
             killed_after_grace=killed_after_grace,
             output_eof=stdout.eof and stderr.eof,
+            escaped=escaped,
+            survivors=survivors,
         )
 
     def owned_by(self, runtime: str, instance_id: str) -> RunEvidence:
@@ -221,7 +230,10 @@ class RunEvidence:
             text = f"exited with status {self.exit_code}"
         else:
             text = "exit status unknown"
-        return f"{text} after the grace period" if self.killed_after_grace else text
+        text = f"{text} after the grace period" if self.killed_after_grace else text
+        if self.survivors:
+            text += f"; but {', '.join(map(str, self.survivors))} outside its group survived"
+        return text
 
     def audit(self) -> dict[str, Any]:
         """A summary for audit logs, without any output content.
@@ -245,6 +257,8 @@ class RunEvidence:
             "truncated": self.truncated,
             "killed_after_grace": self.killed_after_grace,
             "output_eof": self.output_eof,
+            "escaped": list(self.escaped),
+            "survivors": list(self.survivors),
             "stdout_blake3": blake3.blake3(self.stdout).hexdigest(),
             "stderr_blake3": blake3.blake3(self.stderr).hexdigest(),
         }

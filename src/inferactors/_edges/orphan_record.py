@@ -33,6 +33,7 @@ from typing import Any
 import attrs
 
 from .._errors import BackendError
+from .escapees import scan_escaped
 from .proctable import SystemProcessTable
 
 RECORD_NAME = "server.json"
@@ -60,6 +61,9 @@ class OrphanRecord:
         members: ``(pid, create_time)`` of every live process of the group when last
             refreshed (`refresh_record`): what proves a group whose leader is gone (a
             forking wrapper's server) to be this server's (issue 8 item 8).
+        escaped: ``(pid, create_time)`` of the descendants that left the group (a
+            ``setsid`` wrapper's server), refreshed alongside: the reaper stops each one
+            that is still the recorded process (issue 8 item 8).
     """
 
     path: Path
@@ -73,12 +77,15 @@ class OrphanRecord:
     supervisor_pid: int
     supervisor_create_time: float
     members: tuple[tuple[int, float], ...] = ()
+    escaped: tuple[tuple[int, float], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The record as written to disk (every field but ``path``, plus a schema tag)."""
         fields = attrs.asdict(self, filter=lambda field, _: field.name != "path")
         members = [[pid, created] for pid, created in self.members]
-        return {"schema": RECORD_SCHEMA, **fields, "argv": list(self.argv), "members": members}
+        escaped = [[pid, created] for pid, created in self.escaped]
+        listed = {"members": members, "escaped": escaped}
+        return {"schema": RECORD_SCHEMA, **fields, "argv": list(self.argv), **listed}
 
     @classmethod
     def from_json(cls, path: Path, data: object) -> OrphanRecord:
@@ -104,6 +111,7 @@ class OrphanRecord:
             supervisor_pid=_int(data, "supervisor_pid"),
             supervisor_create_time=_float(data, "supervisor_create_time"),
             members=_members(data.get("members", [])),
+            escaped=_members(data.get("escaped", [])),
         )
 
 
@@ -240,9 +248,10 @@ def refresh_record(instance_dir: Path, process_pid: int) -> OrphanRecord | None:
     if not server.started_as(found.create_time, found.boot_time):
         return None
     members = _group_members(table, found.pgid, found.boot_time)
-    if members == found.members:
+    escaped = scan_escaped(table, found.pid, found.pgid, found.escaped, found.boot_time)
+    if members == found.members and escaped == found.escaped:
         return found
-    refreshed = attrs.evolve(found, members=members)
+    refreshed = attrs.evolve(found, members=members, escaped=escaped)
     _write_atomically(refreshed.path, json.dumps(refreshed.to_json(), indent=2).encode())
     return refreshed
 

@@ -17,6 +17,9 @@ the same as recorded; a recycled pid is never signalled. When the leader is gone
 of its group live on (a forking wrapper's server, issue 8 item 8), the group is ours only
 if one of them is a member the record lists with the same start (the runtime refreshes the
 list every second, ``refresh_record``); otherwise they are reported and left alone.
+Descendants that left the group (a ``setsid`` wrapper's server) are recorded by pid and
+start too, and each one that is still the recorded process is stopped with the group,
+through a pidfd opened before its start was checked (never a reused pid).
 
 All functions are synchronous (the runtime runs them in a thread at start-up); the process
 table and the clock sit behind `ProcessTable`, so tests can swap them.
@@ -28,6 +31,7 @@ import os
 import signal
 from pathlib import Path
 
+from .escapees import close_all, live, open_recorded, signal_all
 from .orphan_record import OrphanOutcome, OrphanRecord, ReapedOrphan, scan_records
 from .proctable import ProcessStart, ProcessTable, SystemProcessTable
 
@@ -77,15 +81,24 @@ def _reap_one(record: OrphanRecord, table: ProcessTable, grace_s: float) -> Reap
         return ReapedOrphan(record.path, record.pid, record.port, outcome, detail)
 
     gone = _why_not_running(record, table)
-    if gone is not None:
-        return report(*gone)
-    owner = _live_supervisor(record, table)
-    if owner is not None:
-        return report(OrphanOutcome.ALIVE, owner)
-    ended_by = _stop_group(table, record.pgid, grace_s)
+    same_boot = record.boot_id == table.boot_id()
+    escaped = open_recorded(table, record.escaped, record.boot_time) if same_boot else {}
+    try:
+        if gone is not None and not escaped:
+            return report(*gone)
+        owner = _live_supervisor(record, table)
+        if owner is not None:
+            return report(OrphanOutcome.ALIVE, owner)
+        pgid = record.pgid if gone is None else None
+        ended_by = _stop_group(table, pgid, grace_s, escaped)
+    finally:
+        close_all(escaped)
+    what = f"group {record.pgid}" if gone is None else "its escaped descendants"
     if ended_by is None:
-        return report(OrphanOutcome.ALIVE, f"group {record.pgid} survived SIGKILL")
-    return report(OrphanOutcome.KILLED, f"orphaned; group {record.pgid} ended by {ended_by}")
+        return report(OrphanOutcome.ALIVE, f"{what} survived SIGKILL")
+    if gone is not None and gone[0] is OrphanOutcome.ALIVE:  # the group stays unproven
+        return report(OrphanOutcome.ALIVE, f"{gone[1]}; {what} ended by {ended_by}")
+    return report(OrphanOutcome.KILLED, f"orphaned; {what} ended by {ended_by}")
 
 
 def _why_not_running(record: OrphanRecord, table: ProcessTable) -> tuple[OrphanOutcome, str] | None:
@@ -143,20 +156,25 @@ def _live_supervisor(record: OrphanRecord, table: ProcessTable) -> str | None:
     return f"its supervisor, process {supervisor.pid}, is still running"
 
 
-def _stop_group(table: ProcessTable, pgid: int, grace_s: float) -> str | None:
-    """SIGTERM, grace, SIGKILL, bounded wait; the signal that ended it, or None if it lives."""
-    table.signal_group(pgid, signal.SIGTERM)
-    if _wait_empty(table, pgid, grace_s):
-        return "SIGTERM"
-    table.signal_group(pgid, signal.SIGKILL)
-    if _wait_empty(table, pgid, KILL_BOUND_S):
-        return f"SIGKILL after {grace_s:g} s"
+def _stop_group(
+    table: ProcessTable, pgid: int | None, grace_s: float, escaped: dict[int, int]
+) -> str | None:
+    """SIGTERM, grace, SIGKILL, bounded wait, for the group (when ``pgid`` is given) and
+    the recorded escapees (pidfds); the signal that ended them, or None if any lives."""
+    for signum, bound in ((signal.SIGTERM, grace_s), (signal.SIGKILL, KILL_BOUND_S)):
+        if pgid is not None:
+            table.signal_group(pgid, signum)
+        signal_all(escaped, signum)
+        if _wait_empty(table, pgid, bound, escaped):
+            return "SIGTERM" if signum == signal.SIGTERM else f"SIGKILL after {grace_s:g} s"
     return None
 
 
-def _wait_empty(table: ProcessTable, pgid: int, timeout_s: float) -> bool:
+def _wait_empty(
+    table: ProcessTable, pgid: int | None, timeout_s: float, escaped: dict[int, int]
+) -> bool:
     deadline = table.monotonic() + timeout_s
-    while table.live_members(pgid):
+    while (pgid is not None and table.live_members(pgid)) or live(escaped):
         remaining = deadline - table.monotonic()
         if remaining <= 0:
             return False

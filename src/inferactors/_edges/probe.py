@@ -51,6 +51,7 @@ from .._policy.probe_parse import (
     classify_ollama_version,
     completion_body,
     json_object,
+    model_list_problem,
     parse_completion,
     parse_model_ids,
     parse_ollama_version,
@@ -184,8 +185,10 @@ class ProbeClient:
         llama.cpp and mlx-lm: ``GET /health`` (404 falls back to ``GET /v1/models``), then, only
         when `Up`, the ids of ``/v1/models``. Ollama: ``GET /api/version``, then, only when
         `Up`, ``/api/tags`` into ``models`` and ``/api/ps`` into ``loaded``. A failed list
-        request leaves its field empty. Never raises for a server fault: transport errors and
-        timeouts become `Unreachable`, a body over 1 MiB or encoded `Unhealthy`.
+        request leaves its field empty; a model list that could not be read (failed, late,
+        malformed) says why in ``models_problem``. Never raises for a server fault:
+        transport errors and timeouts become `Unreachable`, a body over 1 MiB or encoded
+        `Unhealthy`.
 
         One deadline, ``timeout_s`` from the call, bounds every request it makes: a server
         that trickles each reply just under the timeout still costs at most ``timeout_s``.
@@ -246,10 +249,11 @@ class ProbeClient:
         if not isinstance(health, Up):
             return ServerReport(health, latency_s=latency_s)
         if models_body is None:
-            models = await self._ids("/v1/models", deadline)
+            models, problem = await self._ids("/v1/models", deadline)
         else:
             models = parse_model_ids(models_body)
-        return ServerReport(health, models=models, latency_s=latency_s)
+            problem = model_list_problem("/v1/models", 200, models_body)
+        return ServerReport(health, models=models, latency_s=latency_s, models_problem=problem)
 
     async def _openai_health(self, deadline: float) -> tuple[Health, bytes | None]:
         """Health, plus the ``/v1/models`` body when the 404 fallback already fetched it."""
@@ -273,16 +277,20 @@ class ProbeClient:
         health = classify_ollama_version(status)
         if not isinstance(health, Up):
             return ServerReport(health, latency_s=latency_s)
-        models = await self._ids("/api/tags", deadline)
-        loaded = await self._ids("/api/ps", deadline)
-        return ServerReport(health, models, loaded, parse_ollama_version(body), latency_s)
+        models, problem = await self._ids("/api/tags", deadline)
+        loaded, _ = await self._ids("/api/ps", deadline)
+        version = parse_ollama_version(body)
+        return ServerReport(health, models, loaded, version, latency_s, problem)
 
-    async def _ids(self, path: str, deadline: float) -> tuple[str, ...]:
+    async def _ids(self, path: str, deadline: float) -> tuple[tuple[str, ...], str | None]:
+        """The ids a list endpoint names, and why it could not be read (`model_list_problem`;
+        a request that failed or timed out is unreadable too)."""
         try:
             status, body = await self.get(path, deadline=deadline)
-        except ProbeFailure:
-            return ()
-        return parse_model_ids(body) if status == 200 else ()
+        except ProbeFailure as exc:
+            return (), f"model list unreadable: {exc.why}"
+        ids = parse_model_ids(body) if status == 200 else ()
+        return ids, model_list_problem(path, status, body)
 
     async def _exchange(
         self, method: str, path: str, body: Mapping[str, object] | None, deadline: float | None

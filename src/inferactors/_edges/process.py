@@ -16,7 +16,8 @@ section 4 ("Supervised") and checklist items 43-44, 48, 52 and 61:
   group's (issue 8 item 8): a wrapper that forks without exec dies of the SIGTERM at once
   while its server is still shutting down, so after the leader's exit the stop waits for
   the rest of the group until the grace is spent, and only then sends SIGKILL. The leader
-  stays unreaped (a zombie) meanwhile, which keeps the group id ours;
+  stays unreaped (a zombie) meanwhile, which keeps the group id ours. Descendants that
+  left the group (``setsid``) are tracked by pidfd and share its steps (``escapees.py``);
 - when the leader exits on its own its group is killed at once, so no grandchild outlives
   it (checklist item 52), and if the nursery that runs the process's tasks is cancelled, the
   group is killed and reaped (item 61).
@@ -28,6 +29,7 @@ cannot leave a process behind, bounded so a process stuck in the kernel cannot h
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -39,6 +41,7 @@ import trio
 from .._errors import BackendError
 from .._policy.privilege import RunAs
 from .capture import OutputCapture, RunEvidence
+from .escapees import Escapees
 from .spawn import CHILD_RLIMITS as CHILD_RLIMITS
 from .spawn import ChildProcess as ChildProcess
 from .spawn import OpenProcess as OpenProcess
@@ -103,6 +106,9 @@ class ManagedProcess:
     _group_outlived_grace: bool = False
     _stop_deadline: float | None = None
     _evidence: RunEvidence | None = None
+    _escapees: Escapees | None = None
+    _escaped: frozenset[int] = frozenset()
+    _survivors: tuple[int, ...] = ()
 
     @classmethod
     async def spawn(
@@ -139,9 +145,16 @@ class ManagedProcess:
         except (OSError, subprocess.SubprocessError) as error:
             raise BackendError(f"cannot start {launch.program}: {error}") from error
         process = cls(child, launch.args, trio.current_time())
+        if isinstance(child, PosixChild) and hasattr(os, "pidfd_open"):
+            process._escapees = Escapees(child.pid, child.pid)
         nursery.start_soon(process._watch_exit, name=f"inferactors exit watcher {child.pid}")
         nursery.start_soon(process._pump_output, name=f"inferactors output {child.pid}")
         return process
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        """The arguments it was started with (after the program), as executed."""
+        return self._args
 
     @property
     def pid(self) -> int:
@@ -152,6 +165,20 @@ class ManagedProcess:
     def pgid(self) -> int:
         """The process group id; equal to `pid`, since the leader starts a new session."""
         return self._child.pid
+
+    @property
+    def escaped(self) -> tuple[int, ...]:
+        """The live descendants tracked outside our group (see `track_descendants`)."""
+        return () if self._escapees is None else self._escapees.alive()
+
+    def track_descendants(self) -> tuple[int, ...]:
+        """Track (pidfds) the descendants that left our group; return the live ones. On each
+        record refresh, identity check and stop; about 2 ms (a walk of ``/proc``)."""
+        if self._escapees is None or not self.running:
+            return self.escaped
+        found = self._escapees.track()
+        self._escaped = self._escaped | set(found)
+        return found
 
     @property
     def started_at(self) -> float:
@@ -203,7 +230,9 @@ class ManagedProcess:
                 deadline = trio.current_time() + grace_s
                 if self._stop_deadline is None or deadline < self._stop_deadline:
                     self._stop_deadline = deadline
+                self.track_descendants()
                 self._signal_group(signal.SIGTERM)
+                self._signal_escapees(signal.SIGTERM)
                 with trio.move_on_after(grace_s):
                     await self._exited.wait()
         finally:
@@ -213,6 +242,15 @@ class ManagedProcess:
     def kill_group_now(self) -> None:
         """SIGKILL the whole group at once, best effort; for emergency teardown (sync)."""
         self._signal_group(signal.SIGKILL)
+        self._signal_escapees(signal.SIGKILL)
+
+    def _signal_escapees(self, signum: int) -> None:
+        """Through their pidfds: never a reused pid."""
+        if self._escapees is not None:
+            self._escapees.signal(signum)
+
+    def _anything_alive(self) -> bool:
+        return self._child.group_alive() or bool(self.escaped)
 
     def _signal_group(self, signum: int) -> None:
         """Signal the group while its leader is unreaped, so the group id is surely ours.
@@ -226,9 +264,10 @@ class ManagedProcess:
         """SIGKILL a group that is still alive, then wait (shielded, bounded) for the end."""
         if self.running:
             self._killed_after_grace = True
-            if self._exited_at is not None and self._child.group_alive():
+            if self._exited_at is not None and self._anything_alive():
                 self._group_outlived_grace = True  # the leader went; its server did not
             self._signal_group(signal.SIGKILL)
+            self._signal_escapees(signal.SIGKILL)
         with trio.move_on_after(_SETTLE_BOUND_S, shield=True):
             await self._finished.wait()
 
@@ -254,28 +293,44 @@ class ManagedProcess:
         if self._stop_deadline is None:
             return
         with trio.move_on_at(self._stop_deadline):
-            while self._child.group_alive():  # noqa: ASYNC110  no event tells of /proc
+            while self._anything_alive():  # noqa: ASYNC110  no event tells of /proc
                 await trio.sleep(GROUP_POLL_S)
             return
-        if self._child.group_alive():  # the grace is spent: `_settle` SIGKILLs the rest
+        if self._anything_alive():  # the grace is spent: `_settle` SIGKILLs the rest
             self._killed_after_grace = self._group_outlived_grace = True
 
     async def _settle(self) -> None:
         """Kill the group, reap the leader, give the pipes `OUTPUT_DRAIN_S` to reach EOF."""
         if self._exited_at is None:  # the nursery was cancelled while the leader ran
             self._child.signal_group(signal.SIGKILL)
+            self._signal_escapees(signal.SIGKILL)
             with trio.move_on_after(REAP_BOUND_S):
                 await self._child.wait_exiting()
                 self._exited_at = trio.current_time()
             if self._exited_at is None:
                 return
         self._child.signal_group(signal.SIGKILL)  # the leader is gone: its group goes too
+        self._signal_escapees(signal.SIGKILL)  # and so does whatever left the group
+        with trio.move_on_after(REAP_BOUND_S):  # the zombie leader keeps the group id ours
+            while self._child.group_alive():  # noqa: ASYNC110  no event tells of /proc
+                await trio.sleep(GROUP_POLL_S)
         self._returncode = self._child.reap()
         self._exited.set()
+        await self._wait_escapees()
         with trio.move_on_after(OUTPUT_DRAIN_S):
             await self._output_done.wait()
         self._output_scope.cancel()
         await self._output_done.wait()
+
+    async def _wait_escapees(self) -> None:
+        """Give SIGKILLed escapees `REAP_BOUND_S` to go; the rest are the survivors."""
+        if self._escapees is None:
+            return
+        with trio.move_on_after(REAP_BOUND_S):
+            while self._escapees.alive():  # noqa: ASYNC110  a pidfd each; polling is simpler
+                await trio.sleep(GROUP_POLL_S)
+        self._survivors = self._escapees.alive()
+        self._escapees.close()
 
     def _finish(self) -> None:
         """Build the evidence once and wake every waiter (also after a failed settle)."""
@@ -297,6 +352,8 @@ class ManagedProcess:
             stdout=self._stdout,
             stderr=self._stderr,
             killed_after_grace=self._kill_was_needed(),
+            escaped=tuple(sorted(self._escaped)),
+            survivors=self._survivors,
         )
 
     def _kill_was_needed(self) -> bool:

@@ -1,10 +1,13 @@
-"""One state directory, one supervisor: an exclusive lock on ``data_root/supervisor.lock``.
+"""One state directory, one supervisor: an exclusive lock on the ``data_root`` directory.
 
 Issue 8 item 9. Two supervisors on one ``data_root`` would each reap the other's servers
-as orphans and write over each other's instance directories. The lock is ``flock(2)``: the
-kernel drops it when its holder's descriptor closes, however the holder ends (SIGKILL
-included), so a stale lock file from a dead process never blocks, and no pid is guessed.
-The file holds the holder's pid, for the refusal's message only.
+as orphans and write over each other's instance directories. The lock is ``flock(2)`` on
+the directory's own descriptor: the kernel drops it when its holder's descriptor closes,
+however the holder ends (SIGKILL included), so nothing stale ever blocks. It is the
+directory, not a file in it, that is locked: a lock file could be unlinked and a second
+supervisor would lock a new file of the same name (issue 8 item 9, found by a hostile
+tester). ``data_root/supervisor.lock`` holds the holder's pid, for the refusal's message
+only; deleting it loses the pid, not the lock.
 
 Within one process the lock is shared: the CLI opens one runtime per flavor and mode, all
 on the same ``data_root``, and they are one supervisor (one process, one orphan reaper that
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import threading
 import time
 from pathlib import Path
@@ -71,7 +75,8 @@ def acquire_state_lock(data_root: Path) -> StateLock:
     Raises:
         InvalidState: another process holds it: ``"data_root /x is in use by another
             supervisor (pid 1234); one state directory has one supervisor"``.
-        BackendError: the directory or the lock file cannot be made or opened.
+        BackendError: the directory cannot be made, opened or locked, or the pid file
+            cannot be written.
     """
     try:
         data_root.mkdir(parents=True, exist_ok=True)
@@ -87,40 +92,62 @@ def acquire_state_lock(data_root: Path) -> StateLock:
 
 
 def _lock(data_root: Path) -> int:
-    path = data_root / LOCK_NAME
+    """Lock the directory itself (its own descriptor: a path cannot be swapped under it),
+    then write our pid into `LOCK_NAME` for the messages of those refused."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = os.open(data_root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as error:
-        raise BackendError(f"cannot open the lock file {path}: {error}") from error
+        raise BackendError(f"cannot open data_root {data_root}: {error}") from error
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = _holder(fd)
         os.close(fd)
         raise InvalidState(
-            f"data_root {data_root} is in use by another supervisor ({holder}); "
+            f"data_root {data_root} is in use by another supervisor ({_holder(data_root)}); "
             "one state directory has one supervisor"
         ) from None
     except OSError as error:
         os.close(fd)
-        raise BackendError(f"cannot lock {path}: {error}") from error
+        raise BackendError(f"cannot lock {data_root}: {error}") from error
+    path = data_root / LOCK_NAME
     try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        pid_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            os.ftruncate(pid_fd, 0)
+            os.pwrite(pid_fd, f"{os.getpid()}\n".encode(), 0)
+        finally:
+            os.close(pid_fd)
     except OSError as error:
         os.close(fd)
         raise BackendError(f"cannot write our pid into {path}: {error}") from error
     return fd
 
 
-def _holder(fd: int) -> str:
-    """``"pid 1234"`` from the lock file, or why not. The holder writes its pid right
-    after it locks, so an empty file is read again for up to `_PID_WAIT_S` (blocking)."""
+def _holder(data_root: Path) -> str:
+    """``"pid 1234"`` from `LOCK_NAME`, or why not. The holder writes its pid right after it
+    locks, so an empty or missing file is read again for up to `_PID_WAIT_S` (blocking)."""
+    path = data_root / LOCK_NAME
     deadline = time.monotonic() + _PID_WAIT_S
     while True:
-        text = os.pread(fd, _MAX_PID_BYTES, 0).decode(errors="replace").strip()
+        text = _read_pid_file(path)
         if text.isdigit():
             return f"pid {text}"
         if time.monotonic() >= deadline:
-            return "its pid is not written yet"
+            return "its pid is not written yet" if text == "" else "its pid is unknown"
         time.sleep(0.005)
+
+
+def _read_pid_file(path: Path) -> str:
+    """The stripped text of the pid file ("" when empty), "?" when it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return "?"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "?"
+        return os.pread(fd, _MAX_PID_BYTES, 0).decode(errors="replace").strip()
+    except OSError:
+        return "?"
+    finally:
+        os.close(fd)

@@ -23,6 +23,7 @@ import blake3
 from .._errors import InvalidConfig
 from .._flavor import ModelFormat
 from .._safe_json import parse_json
+from .._untrusted_file import MiB, read_capped
 from .manifest import ModelFile, ModelManifest
 from .manifest_io import WEIGHT_SUFFIXES, choose_format, classify_file
 
@@ -244,7 +245,7 @@ def _hash_files(
 def _says_mlx(root: Path, shards: list[str], tokenizer: list[str]) -> bool:
     if "config.json" in tokenizer:
         with contextlib.suppress(OSError, ValueError):
-            config = parse_json((root / "config.json").read_text(encoding="utf-8"))
+            config = parse_json(read_capped(root / "config.json", 16 * MiB, "config.json"))
             if isinstance(config, dict) and "quantization" in config:
                 return True
     first = next((s for s in shards if s.lower().endswith(".safetensors")), None)

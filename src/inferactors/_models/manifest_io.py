@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
-from .._errors import InvalidConfig
+from .._errors import InvalidConfig, shown
 from .._flavor import ModelFormat
 from .._safe_json import NotJson, parse_json
 from .manifest import ModelFile, ModelManifest, ModelSource
@@ -51,7 +51,7 @@ def check_model_name(name: object, *, where: str = "name") -> str:
     """
     if not isinstance(name, str) or _NAME_RE.fullmatch(name) is None:
         raise InvalidConfig(
-            f"{where}: {name!r} is not a model name (1 to {MAX_NAME_CHARS} characters: "
+            f"{where}: {shown(name)} is not a model name (1 to {MAX_NAME_CHARS} characters: "
             "a letter or digit, then letters, digits and . _ + : -)"
         )
     return name
@@ -130,7 +130,7 @@ def registry_from_text(text: str, *, origin: str) -> tuple[ModelManifest, ...]:
 def _registry_from_json(obj: object) -> tuple[ModelManifest, ...]:
     body = _object(obj, "$", frozenset({"schema", "models"}), required=("schema", "models"))
     if body["schema"] != REGISTRY_SCHEMA:
-        raise InvalidConfig(f"$.schema: expected {REGISTRY_SCHEMA!r}, got {body['schema']!r}")
+        raise InvalidConfig(f"$.schema: expected {REGISTRY_SCHEMA!r}, got {shown(body['schema'])}")
     models = _list(body["models"], "$.models")
     manifests: list[ModelManifest] = []
     seen: set[str] = set()
@@ -154,7 +154,7 @@ def _object(
         raise InvalidConfig(f"{where}: expected an object, got {_kind(obj)}")
     for key in obj:
         if key not in allowed:
-            raise InvalidConfig(f"{where}.{key}: unknown key")
+            raise InvalidConfig(f"{where}.{key if len(key) <= 40 else shown(key, 40)}: unknown key")
     for key in required:
         if key not in obj:
             raise InvalidConfig(f"{where}.{key}: missing")
@@ -185,7 +185,7 @@ def _format(obj: object, where: str) -> ModelFormat:
     try:
         return ModelFormat(_str(obj, where))
     except ValueError:
-        raise InvalidConfig(f"{where}: {obj!r} is not one of {_FORMATS}") from None
+        raise InvalidConfig(f"{where}: {shown(obj)} is not one of {_FORMATS}") from None
 
 
 def _root(obj: object, where: str, fmt: ModelFormat) -> str:
@@ -195,7 +195,7 @@ def _root(obj: object, where: str, fmt: ModelFormat) -> str:
             raise InvalidConfig(f"{where}: must be empty for an ollama model (Ollama owns files)")
         return root
     if not PurePosixPath(root).is_absolute():
-        raise InvalidConfig(f"{where}: expected an absolute directory, got {root!r}")
+        raise InvalidConfig(f"{where}: expected an absolute directory, got {shown(root)}")
     return root
 
 
@@ -214,7 +214,7 @@ def _file(obj: object, where: str) -> ModelFile:
     body = _object(obj, where, _FILE_KEYS, required=tuple(sorted(_FILE_KEYS)))
     size = body["size"]
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-        raise InvalidConfig(f"{where}.size: expected a byte count >= 0, got {size!r}")
+        raise InvalidConfig(f"{where}.size: expected a byte count >= 0, got {shown(size)}")
     digest = _str(body["blake3"], f"{where}.blake3")
     if _HEX64_RE.fullmatch(digest) is None:
         raise InvalidConfig(f"{where}.blake3: expected 64 lower-case hex characters")
@@ -225,9 +225,11 @@ def _relative_path(obj: object, where: str) -> str:
     path = _str(obj, where)
     pure = PurePosixPath(path)
     if not path or pure.is_absolute() or ".." in pure.parts or "\\" in path:
-        raise InvalidConfig(f"{where}: {path!r} must be a relative path inside the model root")
+        raise InvalidConfig(f"{where}: {shown(path)} must be a relative path inside the model root")
     if pure.as_posix() != path or path == ".":
-        raise InvalidConfig(f"{where}: {path!r} is not a normalised path (try {pure.as_posix()!r})")
+        raise InvalidConfig(
+            f"{where}: {shown(path)} is not a normalised path (try {shown(pure.as_posix())})"
+        )
     return path
 
 
@@ -263,7 +265,7 @@ def _optional_tag(obj: object, where: str) -> str | None:
         return None
     tag = _str(obj, where)
     if _TAG_RE.fullmatch(tag) is None:
-        raise InvalidConfig(f"{where}: expected 1 to 256 characters, no spaces, got {tag!r}")
+        raise InvalidConfig(f"{where}: expected 1 to 256 characters, no spaces, got {shown(tag)}")
     return tag
 
 

@@ -38,7 +38,14 @@ from typing import NamedTuple
 
 import attrs
 
-from .._errors import BackendError, InvalidConfig, ModelNotReady, PinMismatch, UnknownModel
+from .._errors import (
+    BackendError,
+    InvalidConfig,
+    ModelNotReady,
+    PinMismatch,
+    UnknownModel,
+    shown,
+)
 from .._flavor import ModelFormat
 from .hashing import Blake3Hasher, CheckFailure, FileHasher, FileStamp, ProgressFn, scan_model
 from .manifest import ModelManifest, ModelSource, ResolvedModel
@@ -293,7 +300,7 @@ class ModelRegistry:
 
 def _refuse_taken(models: dict[str, ModelManifest], name: str) -> None:
     if name in models:
-        raise InvalidConfig(f"name: a model named {name!r} is already registered")
+        raise InvalidConfig(f"name: a model named {shown(name)} is already registered")
 
 
 def _insert(models: dict[str, ModelManifest], manifest: ModelManifest) -> None:
@@ -329,4 +336,4 @@ def _ok_reason(manifest: ModelManifest) -> str:
 
 
 def _unknown(name: str) -> ModelManifest:
-    raise UnknownModel(f"no registered model {name!r}")
+    raise UnknownModel(f"no registered model {shown(name)}")

@@ -17,10 +17,14 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from .._errors import BackendError, InvalidConfig
+from .._errors import BackendError
+from .._untrusted_file import MiB, read_capped_text
 from .hashing import FileStamp
 from .manifest import ModelManifest
 from .manifest_io import registry_from_text
+
+MAX_REGISTRY_BYTES = 16 * MiB
+"""The largest registry file read (a manifest is well under 1 KiB per file it pins)."""
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -102,13 +106,13 @@ def read_registry(path: Path) -> tuple[ModelManifest, ...]:
     """The manifests in the registry file at ``path``.
 
     Raises:
-        InvalidConfig: the file is not UTF-8 or is malformed (see `registry_from_text`).
+        InvalidConfig: the file is not a regular file, is over 16 MiB or not UTF-8
+            (`inferactors._untrusted_file.read_capped`), or is malformed (see
+            `registry_from_text`).
         BackendError: the file cannot be read.
     """
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise InvalidConfig(f"{path}: not UTF-8 text: {error}") from error
+        text = read_capped_text(path, MAX_REGISTRY_BYTES, "registry")
     except OSError as error:
         raise BackendError(f"{path}: cannot read the registry: {error}") from error
     return registry_from_text(text, origin=str(path))

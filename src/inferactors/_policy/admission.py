@@ -18,6 +18,7 @@ from .._errors import AdmissionRefused
 from .._flavor import InferFlavor
 from .._models.manifest import ResolvedModel
 from .launch import Launch
+from .pin_launch import view_path
 from .privilege import RunAs
 
 
@@ -65,15 +66,20 @@ class Plan:
     def listed_names(self) -> tuple[str, ...]:
         """Names the server may list our model under; empty when any model will do.
 
-        A managed llama-server lists its ``-m`` path and mlx_lm.server its ``--model``
-        directory, whatever the registry calls the model, so those count as well as the
-        registry name; an adopted server must list the spec's model (checklist 24).
+        A managed llama-server lists its ``-m`` path (the ``--alias`` it is given) and
+        mlx_lm.server its ``--model`` directory resolved, which is the model's view in the
+        instance directory (``_models/pinned_view.py``), whatever the registry calls the
+        model, so those count as well as the registry name; an adopted server must list the
+        spec's model (checklist 24).
         """
         model = self.model
         if model is None:
             return (self.spec.model,) if self.spec.model else ()
         weights = model.shards[0] if model.shards and model.format.value == "gguf" else model.root
-        return (model.name, str(weights), weights.name)
+        names = (model.name, str(weights), weights.name)
+        if self.spec.runtime is InferFlavor.MLX_LM and self.launch is not None:
+            return (*names, str(view_path(self.launch.cwd, "model", model.root.name)))
+        return names
 
     @property
     def served_model(self) -> str | None:

@@ -1,5 +1,5 @@
-"""A launch that hands the server the model descriptors that were verified (pure; issue 8,
-item 5).
+"""A launch that hands the server the model descriptors that were verified, and nothing
+else (pure; issue 8, items 4 and 5).
 
 A path names whatever is there when it is opened; a descriptor names the file that was
 checked. So the spawn keeps the registry's verified descriptors open across exec, at the
@@ -7,19 +7,26 @@ same numbers (`Launch.pass_fds`), and names them in argv through the descriptor 
 (``/proc/self/fd`` on Linux): the server's own ``open`` of ``/proc/self/fd/N`` opens the
 very inode we hashed, whatever has been renamed, replaced or re-linked since.
 
+A server that reads a directory (mlx_lm.server globs ``model*.safetensors`` in it;
+llama.cpp opens a split model's other files by name beside the first) is never given the
+model's own directory, where a file added or renamed over after the check would be read.
+It gets a *view* (``_models/pinned_view.py``): a private directory, built at the spawn and
+held open, with one link per pinned file, at the same relative path, to
+``/proc/self/fd/N`` of that file's verified descriptor. ``/proc/self`` resolves in the
+process that opens it, so the server reaches exactly the inherited descriptors, and no
+other name exists there. The view itself is named through its own descriptor.
+
 - llama-server, one GGUF file: ``-m /proc/self/fd/F``, and ``--alias <the planned path>``
   so ``/v1/models`` lists the model under the same id as before (readiness matches on it).
-- llama-server, split GGUF (``x-00001-of-00003.gguf``): llama.cpp finds the other splits by
-  name beside the first, so the server gets the root directory's descriptor:
-  ``-m /proc/self/fd/D/x-00001-of-00003.gguf``. The same goes for ``-md`` (no alias).
-- mlx_lm.server, a model directory: ``--model /proc/self/fd/D``; it lists the path resolved,
-  which is the real root, as before.
-
-What a directory descriptor leaves open (an entry renamed over after the check) is stated
-and measured in ``design/pinning.md``.
+- llama-server, split GGUF (``x-00001-of-00003.gguf``): ``-m /proc/self/fd/V/x-00001-of-
+  00003.gguf`` (and the alias). The same goes for ``-md`` (no alias).
+- mlx_lm.server, a model directory: ``--model /proc/self/fd/V``; it lists the path resolved,
+  the view's, whose last component is the model root's name, as before.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import attrs
 
@@ -30,37 +37,61 @@ from .launch import Launch
 FD_DIR = "/proc/self/fd"
 """Where a process finds its own descriptors as paths (Linux; ``/dev/fd`` on BSD and macOS)."""
 
+VIEWS = "pinned"
+"""The views' directory, inside the instance directory."""
+
+
+def view_path(instance_dir: Path, slot: str, root_name: str) -> Path:
+    """Where the view of ``slot`` (``"model"`` or ``"draft"``) of a model whose root is
+    named ``root_name`` is built: the path mlx_lm.server lists its model under (it
+    resolves ``/proc/self/fd/V``), ending in the root's own name."""
+    return instance_dir / VIEWS / slot / (root_name or "model")
+
 
 @attrs.frozen
 class PinnedFds:
     """The descriptors of one verified model, as numbers.
 
     Attributes:
-        root_fd: the model root directory.
         shards: each shard's path relative to the root and its descriptor, in order.
+        view_fd: the model's view (module docstring), for a model served as a directory;
+            None for a one-file model, served from its own descriptor.
+        linked: every descriptor the view's links name (shards and tokenizer files).
     """
 
-    root_fd: int
     shards: tuple[tuple[str, int], ...]
+    view_fd: int | None = None
+    linked: tuple[int, ...] = ()
 
 
-def served_path(model: PinnedFds, *, directory: bool, fd_dir: str = FD_DIR) -> tuple[str, int]:
-    """The path the server opens for ``model`` and the descriptor it must inherit.
+def served_as_directory(flavor: InferFlavor, shard_count: int) -> bool:
+    """Whether a model of ``shard_count`` shards is read as a directory by ``flavor``'s
+    server (so it needs a view): mlx_lm.server always, llama-server for a split model."""
+    return flavor is InferFlavor.MLX_LM or shard_count > 1
 
-    A directory model, or one split over several files, is named through its root
-    directory's descriptor (``fd_dir/D`` or ``fd_dir/D/<first shard>``); a one-file model
-    through the file's own (``fd_dir/F``).
+
+def served_path(
+    model: PinnedFds, *, directory: bool, fd_dir: str = FD_DIR
+) -> tuple[str, tuple[int, ...]]:
+    """The path the server opens for ``model`` and the descriptors it must inherit.
+
+    A directory model, or one split over several files, is named through its view
+    (``fd_dir/V`` or ``fd_dir/V/<first shard>``) and inherits the view and every linked
+    descriptor; a one-file model is named through its own descriptor (``fd_dir/F``).
 
     Raises:
-        InvalidConfig: a file model without shards.
+        InvalidConfig: a model without shards, or one that needs a view and has none.
     """
-    if directory:
-        return f"{fd_dir}/{model.root_fd}", model.root_fd
     if not model.shards:
         raise InvalidConfig("a pinned model without shards cannot be served")
-    if len(model.shards) > 1:
-        return f"{fd_dir}/{model.root_fd}/{model.shards[0][0]}", model.root_fd
-    return f"{fd_dir}/{model.shards[0][1]}", model.shards[0][1]
+    if not directory and len(model.shards) == 1:
+        fd = model.shards[0][1]
+        return f"{fd_dir}/{fd}", (fd,)
+    if model.view_fd is None:
+        raise InvalidConfig("a model served as a directory needs its view of pinned files")
+    view = f"{fd_dir}/{model.view_fd}"
+    path = view if directory else f"{view}/{model.shards[0][0]}"
+    return path, (model.view_fd, *model.linked)
 
 
 def pin_launch(
@@ -78,7 +109,8 @@ def pin_launch(
     gets ``--alias <the replaced path>`` after ``-m`` so it lists the model as before.
 
     Raises:
-        InvalidConfig: the launch lacks the flag (it was not built by ``build_launch``).
+        InvalidConfig: the launch lacks the flag (it was not built by ``build_launch``), or
+            a model read as a directory has no view.
         Unsupported: the flavor is Ollama, which inferactors never starts.
     """
     match flavor:
@@ -91,12 +123,12 @@ def pin_launch(
         case _:
             raise Unsupported(f"{flavor.id} is not a process inferactors starts")
     args = list(launch.args)
-    for flag, (path, _fd) in paths.items():
+    for flag, (path, _fds) in paths.items():
         if flag not in args[:-1]:
             raise InvalidConfig(f"the launch has no {flag} to pin")
         at = args.index(flag) + 1
         planned, args[at] = args[at], path
         if flag == "-m":
             args[at + 1 : at + 1] = ["--alias", planned]
-    fds = tuple(sorted({fd for _path, fd in paths.values()}))
+    fds = tuple(sorted({fd for _path, some in paths.values() for fd in some}))
     return attrs.evolve(launch, args=tuple(args), pass_fds=fds)

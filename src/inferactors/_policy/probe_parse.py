@@ -3,8 +3,9 @@
 The pure layer of the probe (style.md "Layers"): values (`Up`, `Loading`, `Unhealthy`,
 `Unreachable`, `ServerReport`, `CompletionResult`) and functions that turn a status code and
 a body into one (`classify_health`, `classify_models_status`, `classify_ollama_version`,
-`parse_model_ids`, `parse_ollama_version`, `completion_body`, `parse_completion`). No I/O,
-tested without an event loop; the HTTP edge that uses them is `_probe.ProbeClient`.
+`parse_model_ids`, `model_list_problem`, `parse_ollama_version`, `completion_body`,
+`parse_completion`). No I/O, tested without an event loop; the HTTP edge that uses them is
+`_probe.ProbeClient`.
 
 Every body is read through `inferactors._safe_json.parse_json` (`reply_object`): a reply
 nested too deep, with a duplicate key or a huge integer is a bad reply (`BackendError`, or
@@ -64,6 +65,9 @@ class ServerReport:
         loaded: models resident in memory (Ollama ``/api/ps``); empty for other flavors.
         version: the server's version (Ollama ``/api/version``); None for other flavors.
         latency_s: seconds the health request (with its ``/v1/models`` fallback) took.
+        models_problem: why the model list could not be read (``"model list unreadable:
+            ..."``, see `model_list_problem`), or None: read, possibly empty, or no list
+            endpoint (404). A list nobody could read confirms no model (issue 8 item 9).
     """
 
     health: Health
@@ -71,6 +75,7 @@ class ServerReport:
     loaded: tuple[str, ...] = ()
     version: str | None = None
     latency_s: float = 0.0
+    models_problem: str | None = None
 
     def lists(self, wanted: str) -> bool:
         """Whether ``models`` names ``wanted`` (see `inferactors._policy.matching.same_model`)."""
@@ -134,6 +139,31 @@ def parse_model_ids(body: bytes) -> tuple[str, ...]:
         return ()
     ids = _field_of_each(document.get("data"), "id")
     return ids if ids else _field_of_each(document.get("models"), "name")
+
+
+def model_list_problem(path: str, status: int, body: bytes) -> str | None:
+    """Why the model list ``GET path`` answered cannot be read, or None when it can.
+
+    None for a 200 whose body is a JSON object with a ``data`` (OpenAI) or ``models``
+    (Ollama) list that is empty or names at least one model, and for a 404 (the server has
+    no list endpoint; nothing to confirm). Otherwise ``"model list unreadable: ..."`` in
+    the server's words: another status, a body that is not a JSON object (a nesting bomb,
+    a duplicate key, ...; `reply_object`), no such list, or entries none of which has a
+    string id. The lenient `parse_model_ids` still reads what it can.
+    """
+    if status == 404:
+        return None
+    if status != 200:
+        return f"model list unreadable: {path} returned HTTP {status}"
+    try:
+        document = reply_object(body)
+    except BackendError as error:
+        return f"model list unreadable: {path} {error}"
+    for key, field in (("data", "id"), ("models", "name")):
+        entries = document.get(key)
+        if isinstance(entries, list) and (not entries or _field_of_each(entries, field)):
+            return None
+    return f'model list unreadable: {path} lists no model with a string "id" or "name"'
 
 
 def parse_ollama_version(body: bytes) -> str | None:

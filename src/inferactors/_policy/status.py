@@ -20,7 +20,9 @@ def map_report(
 
     ``model`` is the name (or the names) the server should list our model under: the
     registry name, and when managed the weights path it was launched with; the spec's
-    model when adopted. ``alive`` says whether our process still runs (always True for
+    model when adopted. A server that is up but whose model list could not be read
+    (``report.models_problem``) is Degraded with that reason: our model is not confirmed.
+    ``alive`` says whether our process still runs (always True for
     adopted servers, whose liveness only the probe can tell).
     """
     health = report.health
@@ -32,6 +34,8 @@ def map_report(
         return _unreachable(health.why, alive=alive, adopted=adopted)
     assert isinstance(health, Up)
     names = (model,) if isinstance(model, str) else tuple(model or ())
+    if names and report.models_problem is not None and not report.models:
+        return InstanceStatus(InstanceState.DEGRADED, report.models_problem)
     if names and report.models and not any(lists(report.models, name) for name in names):
         detail = f"model {names[0]} is not listed by the server"
         return InstanceStatus(InstanceState.DEGRADED, detail)
@@ -47,6 +51,8 @@ def map_ollama_report(report: ServerReport, *, tag: str, adopted: bool) -> Insta
     health = report.health
     if not isinstance(health, Up):
         return map_report(report, model=None, alive=False, adopted=adopted)
+    if report.models_problem is not None and not report.models:
+        return InstanceStatus(InstanceState.DEGRADED, report.models_problem)
     if not report.lists(tag):
         return InstanceStatus(InstanceState.DEGRADED, f"model {tag} is not pulled")
     if report.resident(tag):

@@ -1,0 +1,170 @@
+"""Descendants of a managed server that left its process group (issue 8 item 8).
+
+A wrapper that runs ``setsid llama-server "$@" & wait`` (llama-swap #804) puts the real
+server in a session and process group of its own: a signal to our group never reaches
+it, and the parent-death signal is not inherited across fork. `Escapees` finds such
+descendants (psutil ``children(recursive=True)`` of the leader and of the escapees found
+so far, keeping those whose process group is not ours) and holds a pidfd for each, opened
+and *then* checked against the start time the scan saw: a pidfd names one process for
+good, so a signal sent through it can never reach a process that reused the pid.
+
+All methods are synchronous and cheap (one walk of ``/proc``, about 2 ms with 100
+processes); they run in the trio thread.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+
+import attrs
+import psutil
+
+from .proctable import ProcessTable, SystemProcessTable
+
+
+@attrs.define(eq=False)
+class Escapees:
+    """The tracked descendants of the process ``leader`` outside the group ``pgid``."""
+
+    leader: int
+    pgid: int
+    _fds: dict[int, int] = attrs.field(factory=dict)
+
+    def track(self) -> tuple[int, ...]:
+        """Scan for new escapees, forget the ones that exited; return the live ones."""
+        self._forget_exited()
+        for child in self._descendants():
+            if child.pid in self._fds:
+                continue
+            try:
+                if os.getpgid(child.pid) == self.pgid:
+                    continue
+                started = child.create_time()
+            except (psutil.NoSuchProcess, ProcessLookupError):
+                continue
+            self._adopt(child.pid, started)
+        return self.alive()
+
+    def alive(self) -> tuple[int, ...]:
+        """The tracked escapees that have not exited yet."""
+        return live(self._fds)
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to every live escapee, through its pidfd."""
+        signal_all(self._fds, signum)
+
+    def close(self) -> None:
+        """Close every pidfd (the processes are not touched)."""
+        close_all(self._fds)
+
+    def _descendants(self) -> list[psutil.Process]:
+        found: dict[int, psutil.Process] = {}
+        for root in (self.leader, *self._fds):
+            try:
+                for child in psutil.Process(root).children(recursive=True):
+                    found.setdefault(child.pid, child)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        return list(found.values())
+
+    def _adopt(self, pid: int, started: float) -> None:
+        """Open a pidfd for ``pid`` and keep it if ``pid`` is still the process seen."""
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            return
+        try:
+            same = psutil.Process(pid).create_time() == started
+        except psutil.NoSuchProcess:
+            same = False
+        if not same or _exited(fd):
+            os.close(fd)
+            return
+        self._fds[pid] = fd
+
+    def _forget_exited(self) -> None:
+        for pid, fd in list(self._fds.items()):
+            if _exited(fd):
+                os.close(fd)
+                del self._fds[pid]
+
+
+def _exited(fd: int) -> bool:
+    """A pidfd is readable once its process has exited (Linux 5.3)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+# The server record's side (``orphan_record.refresh_record``, ``orphans.reap_orphans``).
+
+
+def scan_escaped(
+    table: SystemProcessTable,
+    leader: int,
+    pgid: int,
+    known: tuple[tuple[int, float], ...],
+    boot_time: float,
+) -> tuple[tuple[int, float], ...]:
+    """``(pid, create_time)`` of the live descendants of ``leader`` outside group ``pgid``,
+    plus the ``known`` ones still alive with the same start (and their descendants); each
+    start expressed against ``boot_time`` (the record's). Blocking."""
+    kept: dict[int, float] = {}
+    for pid, created in known:
+        process = table.identify(pid)
+        if process is not None and not process.zombie and process.started_as(created, boot_time):
+            kept[pid] = created
+    for root in (leader, *kept):
+        try:
+            children = psutil.Process(root).children(recursive=True)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        for child in children:
+            process = table.identify(child.pid)
+            if process is None or process.zombie or process.pgid == pgid:
+                continue
+            kept.setdefault(child.pid, process.create_time - process.boot_time + boot_time)
+    return tuple(sorted(kept.items()))
+
+
+def open_recorded(
+    table: ProcessTable, escaped: tuple[tuple[int, float], ...], boot_time: float
+) -> dict[int, int]:
+    """A pidfd for each recorded escapee that is still the recorded process (same start,
+    checked after the pidfd was opened, so the pidfd names exactly that process)."""
+    fds: dict[int, int] = {}
+    if not hasattr(os, "pidfd_open"):
+        return fds  # no pidfds (not Linux): an escapee could not be signalled safely
+    for pid, created in escaped:
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            continue
+        process = table.identify(pid)
+        if process is None or process.zombie or not process.started_as(created, boot_time):
+            os.close(fd)
+            continue
+        fds[pid] = fd
+    return fds
+
+
+def live(fds: dict[int, int]) -> tuple[int, ...]:
+    """The pids among ``fds`` whose process has not exited."""
+    return tuple(sorted(pid for pid, fd in fds.items() if not _exited(fd)))
+
+
+def signal_all(fds: dict[int, int], signum: int) -> None:
+    """Send ``signum`` through every pidfd; a process already gone is not an error."""
+    for fd in fds.values():
+        try:
+            signal.pidfd_send_signal(fd, signum)
+        except (ProcessLookupError, PermissionError):
+            continue
+
+
+def close_all(fds: dict[int, int]) -> None:
+    for fd in fds.values():
+        os.close(fd)
+    fds.clear()
