@@ -133,7 +133,11 @@ def _quoted(key: str) -> str:
 
 def _check_depth(text: str) -> None:
     """Refuse nesting deeper than `MAX_DEPTH`: brackets are counted outside strings, in a
-    fast pass over the brackets alone; only a refusal pays for finding the position."""
+    fast pass over the brackets alone; only a refusal pays for finding the position. Text
+    with no more openers than `MAX_DEPTH` in all cannot nest deeper, so a short reply (a
+    health body, a small model list: most probes) skips the scan."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return
     depth = 0
     for bracket in _NOT_BRACKET.sub("", _STRING.sub("", text)):
         depth = depth + 1 if bracket in "[{" else depth - 1

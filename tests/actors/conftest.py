@@ -11,7 +11,6 @@ by with ``explicit_package_bases``.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -20,7 +19,7 @@ import pytest
 import trio
 import trio.testing
 
-from actors.managed_support import HELPER, Lab
+from actors.managed_support import HELPER, Lab, server_program
 from actors.ollama_support import NAME, TAG
 from actors.pin_support import PinLab
 from actors.stateful_support import POLICY, READINESS_S
@@ -95,11 +94,7 @@ def make_config(
 
 @pytest.fixture
 def lab(registry_path: Path, server_dir: Path, unprivileged: Unprivileged) -> Lab:
-    program = server_dir / "bin" / "fake-llama-server"
-    program.parent.mkdir(mode=0o755)
-    python, helper = shlex.quote(unprivileged.python), shlex.quote(str(HELPER))
-    program.write_text(f'#!/bin/sh\nexec {python} -I {helper} "$@"\n')
-    program.chmod(0o755)
+    program = server_program(unprivileged, server_dir / "bin" / "fake-llama-server", HELPER)
     return Lab(registry_path, server_dir / "state", unprivileged.run_as, program)
 
 

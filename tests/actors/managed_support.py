@@ -11,6 +11,7 @@ stream, wait for a pid file or a process to be gone, and hold a port (`listening
 
 from __future__ import annotations
 
+import shlex
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +37,7 @@ from inferactors import (
     ServeArgs,
 )
 from inferactors._edges.state_lock import LOCK_NAME
+from support import Unprivileged
 
 HELPER = Path(__file__).parents[1] / "helpers" / "runtime_server.py"
 
@@ -70,6 +72,16 @@ def chat(
     return InferenceSpec(
         role=role, runtime=InferFlavor.LLAMACPP, model=model, serve=ServeArgs(host=host, port=port)
     )
+
+
+def server_program(unprivileged: Unprivileged, program: Path, helper: Path) -> Path:
+    """Write ``program``, an executable that runs ``helper`` with an interpreter the
+    unprivileged account can use, and return it."""
+    program.parent.mkdir(mode=0o755)
+    python, script = shlex.quote(unprivileged.python), shlex.quote(str(helper))
+    program.write_text(f'#!/bin/sh\nexec {python} -I {script} "$@"\n')
+    program.chmod(0o755)
+    return program
 
 
 @attrs.frozen

@@ -180,6 +180,12 @@ class Rig:
     async def unload(self) -> None:
         await call(self.supervisor, partial(Unload, self.actor.instance_id))
 
+    async def start_running(self) -> StateChanged:
+        """`start`, then the change to Running within 60 (virtual) seconds."""
+        await self.start()
+        with trio.fail_after(60):
+            return await self.until(InstanceState.RUNNING)
+
     async def until(self, state: InstanceState, detail: str | None = None) -> StateChanged:
         """The next `StateChanged` to ``state`` whose detail starts with ``detail``."""
         while True:
@@ -231,9 +237,11 @@ async def rig(
     keep_alive: str | int = "30m",
     load_budget_s: float | None = None,
     watch_s: float = 2.0,
+    line: Line | None = None,
 ) -> AsyncIterator[Rig]:
-    """The actor for ``tiny-model`` (tag ``tiny:latest``), planned through `make_plan`."""
-    line = Line(fake)
+    """The actor for ``tiny-model`` (tag ``tiny:latest``), planned through `make_plan`,
+    talking to ``fake`` through ``line`` (default: a plain `Line`)."""
+    line = line or Line(fake)
     config = ollama_config(Path("unused.json"), Path("unused"), keep_alive)
     plan = await plan_for(line, config, load_budget_s=load_budget_s)
     supervisor = Supervisor.create()

@@ -1,6 +1,6 @@
 """What the pin-at-spawn tests share: `PinLab`, one test's own copy of the tiny model (so
-the test may tamper with it) with its registry, the fake server program and configs; the
-ways a model is tampered with; and an event log read with deadlines.
+the test may tamper with it) with its registry, the fake server program and configs; and
+the ways a model is tampered with. Events are read with ``e2e.field_support.Recorder``.
 
 Imported as ``actors.pin_support``; the ``pin_lab`` fixture is in this folder's conftest.
 """
@@ -10,13 +10,10 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import TypeVar
 
 import attrs
-import trio
 
 from inferactors import (
-    Event,
     InferConfig,
     InferenceSpec,
     InferFlavor,
@@ -27,8 +24,6 @@ from inferactors import (
 )
 from inferactors.testing import FakeServerFaults, write_fake_server_program, write_tiny_gguf
 from support import Unprivileged
-
-E = TypeVar("E")
 
 WAIT_S = 30.0
 """Deadline of one wait on a real process (the machine has 2 busy cores)."""
@@ -120,35 +115,3 @@ def link_outside_the_root(path: Path) -> None:
     shutil.copy2(path, outside)
     path.unlink()
     path.symlink_to(outside)
-
-
-# ---- events --------------------------------------------------------------------------------
-
-
-@attrs.define
-class EventLog:
-    """Every event of one runtime, in order; `next` waits with a deadline (real clock)."""
-
-    events: trio.MemoryReceiveChannel[Event]
-    seen: list[Event] = attrs.Factory(list)
-    _read: int = 0
-
-    async def next(self, kind: type[E], within_s: float = WAIT_S) -> E:
-        """The next event of ``kind`` after the last one returned."""
-        with trio.move_on_after(within_s):
-            while True:
-                while self._read < len(self.seen):
-                    event = self.seen[self._read]
-                    self._read += 1
-                    if isinstance(event, kind):
-                        return event
-                self.seen.append(await self.events.receive())
-        raise AssertionError(f"no {kind.__name__} within {within_s} s; seen: {self.seen}")
-
-    def of(self, kind: type[E]) -> list[E]:
-        """The events of ``kind`` delivered so far."""
-        while True:
-            try:
-                self.seen.append(self.events.receive_nowait())
-            except (trio.WouldBlock, trio.EndOfChannel):
-                return [event for event in self.seen if isinstance(event, kind)]

@@ -1,7 +1,7 @@
 """A crash inside one adopted instance stays inside it (issue 8, item 1; OTP's one_for_one).
 
-The adopted servers are `JsonServer`s on real loopback sockets (trio and h11, in the test's
-own nursery). A bug injected through the edges, a parser that raises and nesting bombs on
+The adopted servers are ``edges.hostile_server_support``'s loopback servers (trio and
+h11). A bug injected through the edges, a parser that raises and nesting bombs on
 ``/health``, ``/v1/models`` and a completion each crash (or degrade) that instance alone:
 the event names the real exception, an adopted server is never signalled, its watching is
 restarted under the default restart policy (2 s, then Running again, counted), a sibling
@@ -17,7 +17,8 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 
-from actors.crash_support import BugSwitch, JsonServer, Recorder, bombing, llama_replies
+from actors.crash_support import BugSwitch, Recorder, bombing, json_reply, llama_replies
+from edges.hostile_server_support import HostileServer, Reply, hostile_server
 from inferactors import (
     BackendError,
     Event,
@@ -48,12 +49,13 @@ def spec(port: int, role: str = "chat") -> InferenceSpec:
 
 @asynccontextmanager
 async def two_servers(
-    target_replies: dict[str, tuple[int, bytes]], open_prober: ProberFactory | None = None
-) -> AsyncIterator[tuple[InferRuntime, Recorder, JsonServer, InstanceHandle, InstanceHandle]]:
+    target_replies: dict[str, Reply], open_prober: ProberFactory | None = None
+) -> AsyncIterator[tuple[InferRuntime, Recorder, HostileServer, InstanceHandle, InstanceHandle]]:
     """A runtime adopting a target and a sibling server; the sibling is Running."""
-    async with trio.open_nursery() as servers:
-        target_server = await JsonServer.open(servers, target_replies)
-        sibling_server = await JsonServer.open(servers, llama_replies("tiny"))
+    async with (
+        hostile_server(target_replies) as target_server,
+        hostile_server(llama_replies("tiny")) as sibling_server,
+    ):
         config = InferConfig.adopted(InferFlavor.LLAMACPP, probe_timeout_s=5.0)
         async with open_runtime(config, open_prober=open_prober) as runtime:
             recorder = Recorder(await runtime.subscribe(4096))
@@ -63,7 +65,6 @@ async def two_servers(
             with trio.fail_after(WAIT_S):
                 await runtime.wait_state(sibling, InstanceState.RUNNING)
             yield runtime, recorder, target_server, target, sibling
-        servers.cancel_scope.cancel()
 
 
 async def assert_untouched(
@@ -97,11 +98,11 @@ async def test_a_worker_bug_crashes_only_its_adopted_instance_which_is_watched_a
         scheduled = await recorder.until(lambda e: isinstance(e, RestartScheduled))
         assert isinstance(scheduled, RestartScheduled)
         assert (scheduled.instance_id, scheduled.attempt) == (target.instance_id, 1)
-        asked = len(server.seen)
+        asked = len(server.requests)
         await recorder.until(_running_again(target.instance_id, crash.at))
         status = await runtime.status(target)
         assert (status.state, status.restarts) == (InstanceState.RUNNING, 1)
-        assert len(server.seen) > asked, "the adopted server is not watched again"
+        assert len(server.requests) > asked, "the adopted server is not watched again"
         await assert_untouched(runtime, recorder, sibling)
         assert set(await runtime.instances()) == {target, sibling}
 
@@ -149,7 +150,7 @@ async def test_a_parser_that_raises_crashes_only_the_instance_it_parses_for(
 
     monkeypatch.setattr(probe_module, "parse_model_ids", parse_or_raise)
     async with two_servers(llama_replies("tiny")) as (runtime, recorder, server, target, sibling):
-        server.replies["/v1/models"] = (200, b'{"data": [{"id": "poison"}]}')  # after load
+        server.replies["/v1/models"] = json_reply(b'{"data": [{"id": "poison"}]}')  # after load
         with pytest.raises(BackendError, match=r"TypeError: the parser met poison"):
             await runtime.start(target)
         crash = await recorder.crash_of(target.instance_id)
@@ -172,7 +173,7 @@ async def test_a_nesting_bomb_in_a_probe_reply_never_ends_the_runtime(path: str)
         assert started is None or "RecursionError" in str(started)
         status = await runtime.status(target)  # and so does this one, when it answers
         assert status.state is not InstanceState.RUNNING, status
-        assert f"GET {path}" in server.seen
+        assert f"GET {path}" in server.requests
         _only_recursion_errors(recorder, target)
         await assert_untouched(runtime, recorder, sibling)
         assert set(await runtime.instances()) == {target, sibling}
@@ -184,7 +185,7 @@ async def test_a_nesting_bomb_in_a_completion_never_ends_the_runtime() -> None:
         await runtime.start(target)
         with pytest.raises(BackendError):
             await runtime.deep_health(target)
-        assert "POST /v1/chat/completions" in server.seen
+        assert "POST /v1/chat/completions" in server.requests
         assert (await runtime.status(target)).state is not InstanceState.UNKNOWN
         _only_recursion_errors(recorder, target)
         await assert_untouched(runtime, recorder, sibling)

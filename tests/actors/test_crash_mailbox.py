@@ -156,6 +156,32 @@ async def test_a_crashing_handler_answers_its_message_and_the_loop_goes_on(
         assert log == [Crash("KeyError", "'field'", "its loop, handling Ask"), "after"]
 
 
+async def test_a_crash_is_announced_as_the_actors_event_before_it_is_reset(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    events, receive = trio.open_memory_channel[Event](16)
+    box = Mailbox.create("box", events)
+    log: list[object] = []
+
+    def handle(message: object) -> None:
+        raise KeyError("field")
+
+    def crashed(crash: Crash) -> None:
+        log.append(receive.receive_nowait())  # already announced when the reset runs
+        log.append(crash)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(box.run, handle, crashed)
+        box.inbox.send_nowait("boom")
+        await trio.testing.wait_all_tasks_blocked()
+        where = "its loop, handling str"
+        assert log == [
+            InstanceCrashed("box", "KeyError", "'field'", where, 0.0),
+            Crash("KeyError", "'field'", where),
+        ]
+        box.close()
+
+
 async def test_a_finish_worker_that_raises_posts_its_fallback_before_the_crash(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -24,9 +24,8 @@ from actors.crash_support import (
     BugSwitch,
     Recorder,
     another_port,
-    server_program,
 )
-from actors.managed_support import Lab, chat, ready, wait_gone
+from actors.managed_support import Lab, chat, ready, server_program, wait_gone
 from inferactors import (
     BackendError,
     Event,
@@ -129,7 +128,7 @@ async def test_a_caller_of_a_crashed_managed_worker_is_answered_with_the_crash(
 async def test_a_nesting_bomb_from_a_managed_server_never_ends_the_runtime(
     lab: Lab, free_port: int, unprivileged: Unprivileged, server_dir: Path, path: str
 ) -> None:
-    program = server_program(unprivileged, server_dir, BOMB_HELPER)
+    program = server_program(unprivileged, server_dir / "bomb-bin" / "bomb_server", BOMB_HELPER)
     config = lab.config(program, f"{path}@{free_port}")
     async with open_runtime(config) as runtime:
         recorder = Recorder(await runtime.subscribe(4096))

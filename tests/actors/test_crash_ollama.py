@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
-from pathlib import Path
 
 import attrs
 import httpx
@@ -26,15 +24,11 @@ from actors.ollama_support import (
     Line,
     Rig,
     loads,
-    ollama_config,
-    plan_for,
+    rig,
     slow,
     unloads,
 )
 from inferactors import BackendError, InstanceCrashed, InstanceState, RestartScheduled
-from inferactors._actors.messages import Load, Subscribe, call
-from inferactors._actors.ollama_actor import OllamaActor
-from inferactors._actors.supervisor import Supervisor
 from inferactors.testing._fake_ollama import FakeOllama
 from inferactors.testing._fake_ollama_api import FakeOllamaConfig
 
@@ -61,25 +55,8 @@ class BuggyLine(Line):
 async def buggy_rig(fake: FakeOllama) -> AsyncIterator[tuple[Rig, BuggyLine]]:
     """`actors.ollama_support.rig` on a `BuggyLine`."""
     line = BuggyLine(fake)
-    config = ollama_config(Path("unused.json"), Path("unused"))
-    plan = await plan_for(line, config)
-    supervisor = Supervisor.create()
-    async with trio.open_nursery() as nursery:
-        await nursery.start(supervisor.serve)
-        events = await call(supervisor.inbox, partial(Subscribe, 1024))
-        actor = OllamaActor.create(
-            instance_id="chat-0123abcd-crash",
-            runtime_id="infer.ollama",
-            plan=plan,
-            config=config,
-            instance_dir=None,
-            events=supervisor.events,
-            open_ollama=line.open,
-            watch_interval_s=2.0,
-        )
-        await call(supervisor.inbox, partial(Load, actor))
-        yield Rig(line, supervisor.inbox, actor, events), line
-        nursery.cancel_scope.cancel()
+    async with rig(fake, line=line) as buggy:
+        yield buggy, line
 
 
 async def until(rig: Rig, state: InstanceState, detail: str | None = None) -> None:

@@ -26,9 +26,7 @@ async def test_checklist_70_the_daemon_is_never_restarted_and_restart_is_refused
 ) -> None:
     """Ollama has no process of ours: a daemon gone is reported (Exited), never restarted."""
     async with rig(fake) as r:
-        await r.start()
-        with trio.fail_after(60):
-            await r.until(InstanceState.RUNNING)
+        await r.start_running()
         with pytest.raises(InvalidState, match="never restarted"):
             await r.route(partial(Restart, 1))
         r.line.down = True
@@ -52,9 +50,7 @@ async def test_deep_health_asks_by_tag_and_never_for_a_model_that_is_not_residen
         with pytest.raises(BackendError, match="is not resident"):
             await r.deep_health()
         assert [q for q in fake.requests if q.path == "/v1/chat/completions"] == []
-        await r.start()
-        with trio.fail_after(60):
-            await r.until(InstanceState.RUNNING)
+        await r.start_running()
         result = await r.deep_health()
         assert (result.text, result.finish_reason) == ("Hello", "length")
         report = await r.health()
@@ -72,9 +68,7 @@ async def test_fc20_a_foreign_keep_alive_is_reported_as_ownership_lost_never_re_
     autojump_clock: trio.testing.MockClock, fake: FakeOllama
 ) -> None:
     async with rig(fake, keep_alive=-1) as r:
-        await r.start()
-        with trio.fail_after(60):
-            await r.until(InstanceState.RUNNING)
+        await r.start_running()
         await trio.sleep(30.0)
         await r.deep_health()  # our own request moves expires_at: not a foreign change
         await trio.sleep(10.0)
@@ -98,9 +92,7 @@ async def test_fc20_a_model_unloaded_by_someone_else_is_reported_not_reloaded(
     autojump_clock: trio.testing.MockClock, fake: FakeOllama
 ) -> None:
     async with rig(fake) as r:
-        await r.start()
-        with trio.fail_after(60):
-            await r.until(InstanceState.RUNNING)
+        await r.start_running()
         async with httpx.AsyncClient(base_url="http://x", transport=fake.transport()) as other:
             await other.post("/api/generate", json={"model": "tiny", "keep_alive": 0})
         with trio.fail_after(10):

@@ -61,9 +61,7 @@ async def test_checklist_66_keep_alive_is_sent_as_configured(
     sent: str | int,
 ) -> None:
     async with rig(fake, keep_alive=keep_alive) as r:
-        await r.start()
-        with trio.fail_after(60):
-            await r.until(InstanceState.RUNNING)
+        await r.start_running()
     assert [request.json for request in loads(fake)] == [load_body(sent)]
     assert type(load_body(sent)["keep_alive"]) is type(sent)
 

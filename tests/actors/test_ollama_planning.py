@@ -28,7 +28,6 @@ from inferactors import (
     AdmissionRefused,
     InferenceSpec,
     InferFlavor,
-    InstanceState,
     ModelFormat,
     ModelRegistry,
     ModelSource,
@@ -92,9 +91,7 @@ async def test_checklist_64_the_tag_is_the_manifests_ollama_tag(
         assert r.actor.tag == TAG
         assert r.actor.plan.model is not None
         assert r.actor.plan.model.name == NAME
-        await r.start()
-        with trio.fail_after(60):
-            await r.until(InstanceState.RUNNING)
+        await r.start_running()
         assert TAG in fake.resident()
     assert [r.json for r in loads(fake)] == [load_body("30m")]
 

@@ -35,9 +35,7 @@ async def test_checklist_67_a_pre_resident_model_is_never_loaded_nor_unloaded(
 ) -> None:
     fake = FakeOllama.create(FakeOllamaConfig(models=(), preloaded=("tiny",)))
     async with rig(fake) as r:
-        await r.start()
-        with trio.fail_after(60):
-            running = await r.until(InstanceState.RUNNING)
+        running = await r.start_running()
         assert running.detail == (
             "model resident (loaded by someone else; inferactors never unloads it)"
         )
@@ -61,9 +59,7 @@ async def test_checklist_68_exactly_one_unload_at_stop(
     autojump_clock: trio.testing.MockClock, fake: FakeOllama
 ) -> None:
     async with rig(fake) as r:
-        await r.start()
-        with trio.fail_after(60):
-            await r.until(InstanceState.RUNNING)
+        await r.start_running()
         await r.stop()
         with pytest.raises(InvalidState, match="is not running"):
             await r.stop()
@@ -76,9 +72,7 @@ async def test_checklist_68_exactly_one_unload_at_unload(
     autojump_clock: trio.testing.MockClock, fake: FakeOllama
 ) -> None:
     async with rig(fake) as r:
-        await r.start()
-        with trio.fail_after(60):
-            await r.until(InstanceState.RUNNING)
+        await r.start_running()
         await r.unload()
         with pytest.raises(UnknownInstance):
             await r.status()
@@ -125,9 +119,7 @@ async def test_fc21_stop_polls_ps_until_a_lingering_model_is_gone(
 ) -> None:
     slow(fake, unload_linger_s=3.0)
     async with rig(fake) as r:
-        await r.start()
-        with trio.fail_after(60):
-            await r.until(InstanceState.RUNNING)
+        await r.start_running()
         fake.requests.clear()
         began = trio.current_time()
         await r.stop(grace_s=10.0)
@@ -145,9 +137,7 @@ async def test_fc21_a_model_lingering_past_the_deadline_is_reported_not_unloaded
 ) -> None:
     slow(fake, unload_linger_s=30.0)
     async with rig(fake) as r:
-        await r.start()
-        with trio.fail_after(60):
-            await r.until(InstanceState.RUNNING)
+        await r.start_running()
         began = trio.current_time()
         await r.stop(grace_s=2.0)
         assert trio.current_time() - began == pytest.approx(2.0, abs=0.2)
@@ -170,14 +160,10 @@ async def test_fc21_a_start_during_our_lingering_unload_waits_for_it_then_loads_
     """A model still in /api/ps because of our own unload is not "someone else's"."""
     slow(fake, unload_linger_s=5.0)
     async with rig(fake) as r:
-        await r.start()
-        with trio.fail_after(60):
-            await r.until(InstanceState.RUNNING)
+        await r.start_running()
         await r.stop(grace_s=1.0)
         assert (await r.status()).detail is not None
-        await r.start()
-        with trio.fail_after(60):
-            again = await r.until(InstanceState.RUNNING)
+        again = await r.start_running()
         assert again.detail == "model resident"  # ours, so it is unloaded at stop
         await r.stop()
     assert len(loads(fake)) == 2
@@ -189,8 +175,6 @@ async def test_an_unload_owed_is_sent_when_the_actor_is_torn_down(
     autojump_clock: trio.testing.MockClock, fake: FakeOllama
 ) -> None:
     async with rig(fake, keep_alive=-1) as r:
-        await r.start()
-        with trio.fail_after(60):
-            await r.until(InstanceState.RUNNING)
+        await r.start_running()
     assert len(unloads(fake)) == 1  # cancelled without a stop: the pin is not left behind
     assert TAG not in fake.resident()

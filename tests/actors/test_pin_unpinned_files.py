@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from actors.pin_support import WAIT_S, EventLog
+from actors.pin_support import WAIT_S
+from e2e.field_support import Recorder
 from edges.test_pinned_open import write_split_tiny_gguf
 from inferactors import (
     InferConfig,
@@ -102,7 +103,7 @@ async def test_an_extra_weights_file_added_after_registration_is_never_seen_by_m
     junk.chmod(0o644)
     cfg = config(lab, InferFlavor.MLX_LM, program, unprivileged.run_as)
     async with open_runtime(cfg) as runtime:
-        log = EventLog(await runtime.subscribe())
+        log = Recorder(await runtime.subscribe())
         handle = await runtime.load(spec(InferFlavor.MLX_LM, "tiny", free_port))
         await runtime.start(handle)
         with trio.fail_after(WAIT_S * 2):
@@ -129,7 +130,7 @@ async def test_a_split_gguf_is_served_through_a_view_of_its_pinned_splits_only(
     extra.write_text("{}")
     cfg = config(lab, InferFlavor.LLAMACPP, llama_server, unprivileged.run_as)
     async with open_runtime(cfg) as runtime:
-        log = EventLog(await runtime.subscribe())
+        log = Recorder(await runtime.subscribe())
         handle = await runtime.load(spec(InferFlavor.LLAMACPP, "split", free_port))
         await runtime.start(handle)
         with trio.fail_after(WAIT_S):

@@ -66,6 +66,19 @@ def test_nesting_is_judged_at_64_levels_counting_the_top_level_table(depth: int)
     assert ("nested" in message) is (depth + 1 > 64), message
 
 
+@pytest.mark.parametrize(("segments", "deep"), [(61, False), (62, True)])
+def test_depth_the_text_scan_cannot_see_is_refused_after_parsing(segments: int, deep: bool) -> None:
+    # A header extending an array of tables lands in its last element, a level the text
+    # scan does not count (it never counts more than the tree holds): check_tree judges it.
+    text = "[[a]]\n[" + ".".join(["a"] + ["b"] * segments) + "]\nx = 1\n"
+    expected = (
+        "$.a[0].b.b.b.b.b.b...(64 steps): nested deeper than 64 levels"
+        if deep
+        else "$.a: unknown key"
+    )
+    assert refused(text) == f"run.toml: {expected}"
+
+
 @pytest.mark.parametrize("digits", [150, 5000, 100_000])
 def test_a_huge_integer_is_refused_naming_its_path(digits: int) -> None:
     text = INSTANCE.format(port=5) + INSTANCE.format(port="9" * digits)

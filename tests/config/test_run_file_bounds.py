@@ -185,8 +185,9 @@ def test_a_900_kb_node_id_is_echoed_cut_with_its_length() -> None:
         'serve = {{ host = "{key}" }}\n',
         '[[instances]]\nmode = "adopted"\nrole = "r"\nruntime = "infer.llamacpp"\n'
         'serve = {{ extra_args = ["{key}"] }}\n',
+        '[managed]\nregistry = "r"\ndata_root = "d"\nenv_passthrough = ["LLAMA_ARG_{key}"]\n',
     ],
-    ids=["unknown-key", "enum", "host", "extra-args"],
+    ids=["unknown-key", "enum", "host", "extra-args", "llama-arg-env"],
 )
 def test_other_echoed_values_are_cut_too(line: str) -> None:
     message = refused(line.format(key="k" * 500_000))

@@ -48,11 +48,13 @@ class Reply:
 @attrs.define
 class HostileServer:
     """The running server: its ``port``, the request headers it received (``seen``, one dict
-    per request, names lower-case) and how many body bytes it got onto the wire per path."""
+    per request, names lower-case), its requests as ``"METHOD PATH"`` (``requests``) and how
+    many body bytes it got onto the wire per path. ``replies`` may be replaced while it runs."""
 
     replies: dict[str, Reply]
     port: int = 0
     seen: list[dict[str, str]] = attrs.Factory(list)
+    requests: list[str] = attrs.Factory(list)
     sent: dict[str, int] = attrs.Factory(dict)
 
     @property
@@ -67,6 +69,7 @@ class HostileServer:
                 return
             path = request.target.decode("ascii", "replace").split("?")[0]
             self.seen.append({k.decode().lower(): v.decode() for k, v in request.headers})
+            self.requests.append(f"{request.method.decode()} {path}")
             await self._answer(connection, stream, path)
         except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
             pass  # the client hung up (it refused the reply, or its deadline passed)

@@ -1,19 +1,34 @@
 """Arrange code for the tests of a forking wrapper's orphaned group
-(``test_fork_wrapper_stop``): a fake process table holding a group whose leader is gone,
-a record of such a group, and a wait for a real runtime to record the wrapper's server.
+(``test_fork_wrapper_stop``, ``test_setsid_escape``): a fake process table holding a group
+whose leader is gone, a record of such a group, a wait for a real runtime to record the
+wrapper's server, that runtime SIGKILLed, and the next runtime's reaping.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import attrs
+import trio
 
 from edges.orphans_support import PORT
-from inferactors._edges.orphan_record import RECORD_NAME, OrphanRecord, find_orphans
+from edges.process_support import HELPERS, PYTHON
+from inferactors import InferConfig, InferFlavor, ManagedConfig, open_runtime
+from inferactors._edges.orphan_record import (
+    RECORD_NAME,
+    OrphanRecord,
+    ReapedOrphan,
+    find_orphans,
+)
 from inferactors._edges.proctable import ProcessStart
+from support import Unprivileged
 
 
 @attrs.define
@@ -80,3 +95,45 @@ def wait_members(data_root: Path, timeout_s: float = 60.0) -> tuple[OrphanRecord
                 return record, others[0]
         time.sleep(0.05)
     raise AssertionError(f"no record under {data_root} listed the wrapper's server")
+
+
+async def sigkill_recording_runtime(
+    registry_path: Path,
+    program: Path,
+    port: int,
+    unprivileged: Unprivileged,
+    wait_found: Callable[[Path], tuple[OrphanRecord, int]],
+) -> tuple[int, OrphanRecord, int]:
+    """Run a real runtime (``helpers/fc_supervisor.py``, data root ``program``'s directory's
+    ``state``) managing ``program`` on ``port``; once ``wait_found`` sees its server in
+    the record, SIGKILL the runtime and reap the wrapper it left (the leader, dead of the
+    parent-death signal). Returns the leader's pid, the record and the server's pid."""
+    data_root = program.parent / "state"
+    argv = [PYTHON, str(HELPERS / "fc_supervisor.py"), str(registry_path), str(data_root)]
+    argv += [str(program), str(port), *([unprivileged.run_as] if unprivileged.run_as else [])]
+    start = partial(subprocess.Popen, argv, stdout=subprocess.PIPE, stderr=sys.stderr)
+    supervisor = await trio.to_thread.run_sync(start)
+    try:
+        assert supervisor.stdout is not None
+        leader = int(await trio.to_thread.run_sync(supervisor.stdout.readline))
+        record, server = await trio.to_thread.run_sync(wait_found, data_root)
+    finally:
+        supervisor.kill()
+        supervisor.wait()
+        if supervisor.stdout is not None:
+            supervisor.stdout.close()
+    await trio.to_thread.run_sync(os.waitpid, leader, 0)  # the wrapper died with it: reap
+    return leader, record, server
+
+
+async def reap_in_next_runtime(
+    registry_path: Path, program: Path, unprivileged: Unprivileged
+) -> ReapedOrphan:
+    """Open a runtime on `sigkill_recording_runtime`'s data root; its one reaped orphan."""
+    managed = ManagedConfig(
+        registry=registry_path, data_root=program.parent / "state", serve_program=program,
+        run_as=unprivileged.run_as,
+    )  # fmt: skip
+    async with open_runtime(InferConfig.managing(InferFlavor.LLAMACPP, managed)) as runtime:
+        [reaped] = runtime.reaped_orphans
+    return reaped

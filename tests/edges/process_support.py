@@ -30,6 +30,19 @@ linux = sys.platform.startswith("linux")
 linux_only = pytest.mark.skipif(not linux, reason="Linux only")
 _PR_SET_CHILD_SUBREAPER = 36
 
+GRACEFUL = (
+    "import signal, sys, time\n"
+    "def bye(*_):\n"
+    "    time.sleep(0.5)\n"
+    "    open('clean.tmp', 'w').close()\n"
+    "    __import__('os').rename('clean.tmp', 'clean')\n"
+    "    sys.exit(0)\n"
+    "signal.signal(signal.SIGTERM, bye)\n"
+    "open('ready', 'w').close()\n"
+    "time.sleep(600)\n"
+)
+"""A server that takes 0.5 s to shut down on SIGTERM, then writes ./clean and exits 0."""
+
 
 @attrs.frozen
 class Launch:

@@ -11,11 +11,7 @@ differs from the record's.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-from functools import partial
 from pathlib import Path
 
 import attrs
@@ -23,9 +19,21 @@ import pytest
 import trio
 import trio.testing
 
-from edges.orphan_wrapper_support import FakeTable, leaderless_record, wait_members
-from edges.process_support import HELPERS, PYTHON, linux_only, wait_for_file, wrapper_launch
-from inferactors import InferConfig, InferFlavor, ManagedConfig, open_runtime
+from edges.orphan_wrapper_support import (
+    FakeTable,
+    leaderless_record,
+    reap_in_next_runtime,
+    sigkill_recording_runtime,
+    wait_members,
+)
+from edges.process_support import (
+    GRACEFUL,
+    HELPERS,
+    PYTHON,
+    linux_only,
+    wait_for_file,
+    wrapper_launch,
+)
 from inferactors._edges.netcheck import port_in_use
 from inferactors._edges.orphan_record import OrphanOutcome
 from inferactors._edges.orphans import reap_orphans
@@ -34,19 +42,6 @@ from proc_checks import group_members, is_gone
 from support import Unprivileged
 
 pytestmark = [pytest.mark.usefixtures("no_leaked_processes"), linux_only]
-
-GRACEFUL = (
-    "import signal, sys, time\n"
-    "def bye(*_):\n"
-    "    time.sleep(0.5)\n"
-    "    open('clean.tmp', 'w').close()\n"
-    "    __import__('os').rename('clean.tmp', 'clean')\n"
-    "    sys.exit(0)\n"
-    "signal.signal(signal.SIGTERM, bye)\n"
-    "open('ready', 'w').close()\n"
-    "time.sleep(600)\n"
-)
-"""A server that takes 0.5 s to shut down on SIGTERM, then writes ./clean and exits 0."""
 
 
 async def test_the_group_gets_the_grace_after_the_wrapper_died(
@@ -190,29 +185,13 @@ async def test_after_a_supervisor_sigkill_the_next_runtime_reaps_the_wrapped_ser
     wrapper = HELPERS / "fork_wrapper.sh"
     program.write_text(f'#!/bin/sh\nexec /bin/sh {wrapper} wait server.pid {llama_server} "$@"\n')
     program.chmod(0o755)
-    data_root = server_dir / "state"
-    argv = [PYTHON, str(HELPERS / "fc_supervisor.py"), str(registry_path), str(data_root)]
-    argv += [str(program), str(free_port), *([unprivileged.run_as] if unprivileged.run_as else [])]
-    start = partial(subprocess.Popen, argv, stdout=subprocess.PIPE, stderr=sys.stderr)
-    supervisor = await trio.to_thread.run_sync(start)
-    try:
-        assert supervisor.stdout is not None
-        leader = int(await trio.to_thread.run_sync(supervisor.stdout.readline))
-        record, server = await trio.to_thread.run_sync(wait_members, data_root)
-    finally:
-        supervisor.kill()
-        supervisor.wait()
-        if supervisor.stdout is not None:
-            supervisor.stdout.close()
-    await trio.to_thread.run_sync(os.waitpid, leader, 0)  # the wrapper died with it: reap
+    found = await sigkill_recording_runtime(
+        registry_path, program, free_port, unprivileged, wait_members
+    )
+    leader, record, server = found
     assert not is_gone(server)
     assert group_members(record.pgid) == [server]
-    managed = ManagedConfig(
-        registry=registry_path, data_root=data_root, serve_program=program,
-        run_as=unprivileged.run_as,
-    )  # fmt: skip
-    async with open_runtime(InferConfig.managing(InferFlavor.LLAMACPP, managed)) as runtime:
-        [reaped] = runtime.reaped_orphans
+    reaped = await reap_in_next_runtime(registry_path, program, unprivileged)
     assert (reaped.pid, reaped.outcome) == (leader, OrphanOutcome.KILLED)
     assert reaped.detail == f"orphaned; group {record.pgid} ended by SIGTERM"
     assert is_gone(server)

@@ -38,6 +38,21 @@ def kill_and_wait(process: subprocess.Popen[bytes]) -> None:
     assert process.wait() == -signal.SIGKILL
 
 
+def sigkill_wrapper_supervisor(instance_dir: Path) -> tuple[OrphanRecord, int]:
+    """Start a recording supervisor of a forking wrapper (``fork_wrapper.sh wait``) over
+    ``sleep 600``, wait for its record and the grandchild's pid, SIGKILL the supervisor;
+    return the record and the grandchild."""
+    pid_file = instance_dir / "grandchild.pid"
+    wrapper = ["/bin/sh", str(HELPERS / "fork_wrapper.sh"), "wait", str(pid_file)]
+    supervisor = start_recording_supervisor(instance_dir, *wrapper, "/bin/sleep", "600")
+    try:
+        record = wait_for_record(instance_dir)
+        wait_until(pid_file.exists)
+        return record, int(pid_file.read_text())
+    finally:
+        kill_and_wait(supervisor)
+
+
 @linux_only
 def test_fc13_sigkilled_supervisor_no_server_outlives_it_and_the_record_is_stale(
     instance_dir: Path,
@@ -58,15 +73,7 @@ def test_fc13_sigkilled_supervisor_no_server_outlives_it_and_the_record_is_stale
 def test_fc12_fc13_a_wrapper_grandchild_outlives_the_death_signal_and_is_reaped(
     instance_dir: Path,
 ) -> None:
-    pid_file = instance_dir / "grandchild.pid"
-    wrapper = ["/bin/sh", str(HELPERS / "fork_wrapper.sh"), "wait", str(pid_file)]
-    supervisor = start_recording_supervisor(instance_dir, *wrapper, "/bin/sleep", "600")
-    try:
-        record = wait_for_record(instance_dir)
-        wait_until(pid_file.exists)
-        grandchild = int(pid_file.read_text())
-    finally:
-        kill_and_wait(supervisor)
+    record, grandchild = sigkill_wrapper_supervisor(instance_dir)
     wait_until(lambda: is_gone(record.pid), timeout_s=5.0)  # the wrapper got the signal ...
     time.sleep(0.1)
     assert not is_gone(grandchild)  # ... but the signal does not pass to a grandchild
@@ -79,15 +86,7 @@ def test_fc12_fc13_a_wrapper_grandchild_outlives_the_death_signal_and_is_reaped(
 def test_fc12_fc13_a_group_whose_leader_was_reaped_is_reported_not_signalled(
     instance_dir: Path,
 ) -> None:
-    pid_file = instance_dir / "grandchild.pid"
-    wrapper = ["/bin/sh", str(HELPERS / "fork_wrapper.sh"), "wait", str(pid_file)]
-    supervisor = start_recording_supervisor(instance_dir, *wrapper, "/bin/sleep", "600")
-    try:
-        record = wait_for_record(instance_dir)
-        wait_until(pid_file.exists)
-        grandchild = int(pid_file.read_text())
-    finally:
-        kill_and_wait(supervisor)
+    record, grandchild = sigkill_wrapper_supervisor(instance_dir)
     os.waitpid(record.pid, 0)  # as an init that reaps would: the leader's pid is free now
     # No member recorded (a record from before issue 8, or a fork after the last refresh;
     # the recorded members prove a group ours: tests/edges/test_fork_wrapper_stop.py).

@@ -15,7 +15,9 @@ from edges.probe_support import Fake, Route, closed_port, fail, hang, reply
 from inferactors._edges.probe import ProbeClient, Prober
 from inferactors._errors import BackendError
 from inferactors._flavor import InferFlavor
+from inferactors._policy import probe_parse
 from inferactors._policy.probe_parse import Loading, ServerReport, Unhealthy, Unreachable, Up
+from inferactors._safe_json import parse_json
 from policy.probe_replies_support import LLAMA_LOADING, LLAMA_MODELS, OLLAMA_PS, OLLAMA_TAGS
 
 
@@ -48,6 +50,43 @@ async def test_health_200_is_up_and_lists_models(flavor: InferFlavor) -> None:
     assert report.lists("Llama-3.2-1B-Instruct")
     assert (report.loaded, report.version) == ((), None)
     assert fake.paths == ["/health", "/v1/models"]
+
+
+@pytest.mark.parametrize(
+    ("flavor", "routes", "parses"),
+    [
+        (
+            InferFlavor.LLAMACPP,
+            {"/health": reply(200, {}), "/v1/models": reply(200, LLAMA_MODELS)},
+            1,
+        ),
+        (InferFlavor.LLAMACPP, {"/v1/models": reply(200, LLAMA_MODELS)}, 1),  # the 404 fallback
+        (
+            InferFlavor.OLLAMA,
+            {
+                "/api/version": reply(200, {"version": "0.5.1"}),
+                "/api/tags": reply(200, OLLAMA_TAGS),
+                "/api/ps": reply(200, OLLAMA_PS),
+            },
+            3,
+        ),
+    ],
+)
+async def test_a_healthy_report_parses_each_reply_once(
+    monkeypatch: pytest.MonkeyPatch, flavor: InferFlavor, routes: dict[str, Route], parses: int
+) -> None:
+    parsed: list[bytes] = []
+
+    def counting(text: str | bytes) -> object:
+        parsed.append(text if isinstance(text, bytes) else text.encode())
+        return parse_json(text)
+
+    monkeypatch.setattr(probe_parse, "parse_json", counting)
+    async with Fake(routes).client() as probe:
+        report = await probe.report(flavor)
+    assert (report.health, report.models_problem) == (Up(), None)
+    assert report.models
+    assert len(parsed) == parses == len(set(parsed))
 
 
 async def test_health_200_with_failing_model_list_is_up_with_no_models_and_says_why() -> None:

@@ -10,16 +10,14 @@ its group, and after a supervisor SIGKILL the next runtime reaps it from its rec
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
-from functools import partial
 from pathlib import Path
 
 import pytest
 import trio
 
-from edges.process_support import HELPERS, PYTHON, Launch, linux_only, wait_for_file
+from edges.orphan_wrapper_support import reap_in_next_runtime, sigkill_recording_runtime
+from edges.process_support import GRACEFUL, HELPERS, PYTHON, Launch, linux_only, wait_for_file
 from inferactors import (
     InferConfig,
     InferenceSpec,
@@ -39,19 +37,6 @@ from support import Unprivileged
 pytestmark = [pytest.mark.usefixtures("no_leaked_processes"), linux_only]
 
 WRAPPER = HELPERS / "setsid_wrapper.sh"
-
-GRACEFUL = (
-    "import signal, sys, time\n"
-    "def bye(*_):\n"
-    "    time.sleep(0.5)\n"
-    "    open('clean.tmp', 'w').close()\n"
-    "    __import__('os').rename('clean.tmp', 'clean')\n"
-    "    sys.exit(0)\n"
-    "signal.signal(signal.SIGTERM, bye)\n"
-    "open('ready', 'w').close()\n"
-    "time.sleep(600)\n"
-)
-"""A server that takes 0.5 s to shut down on SIGTERM, then writes ./clean and exits 0."""
 
 
 def setsid_launch(cwd: Path, *command: str) -> Launch:
@@ -171,29 +156,13 @@ async def test_after_a_supervisor_sigkill_the_next_runtime_reaps_the_escaped_ser
     free_port: int,
 ) -> None:
     program = wrapped_llama_server(server_dir, llama_server)
-    data_root = server_dir / "state"
-    argv = [PYTHON, str(HELPERS / "fc_supervisor.py"), str(registry_path), str(data_root)]
-    argv += [str(program), str(free_port), *([unprivileged.run_as] if unprivileged.run_as else [])]
-    start = partial(subprocess.Popen, argv, stdout=subprocess.PIPE, stderr=sys.stderr)
-    supervisor = await trio.to_thread.run_sync(start)
-    try:
-        assert supervisor.stdout is not None
-        leader = int(await trio.to_thread.run_sync(supervisor.stdout.readline))
-        record, server = await trio.to_thread.run_sync(wait_escaped, data_root)
-    finally:
-        supervisor.kill()
-        supervisor.wait()
-        if supervisor.stdout is not None:
-            supervisor.stdout.close()
-    await trio.to_thread.run_sync(os.waitpid, leader, 0)  # the wrapper died with it: reap
+    found = await sigkill_recording_runtime(
+        registry_path, program, free_port, unprivileged, wait_escaped
+    )
+    leader, record, server = found
     assert not is_gone(server), "the escaped server should have outlived its supervisor"
     assert os.getpgid(server) != record.pgid
-    managed = ManagedConfig(
-        registry=registry_path, data_root=data_root, serve_program=program,
-        run_as=unprivileged.run_as,
-    )  # fmt: skip
-    async with open_runtime(InferConfig.managing(InferFlavor.LLAMACPP, managed)) as runtime:
-        [reaped] = runtime.reaped_orphans
+    reaped = await reap_in_next_runtime(registry_path, program, unprivileged)
     assert (reaped.pid, reaped.outcome) == (leader, OrphanOutcome.KILLED)
     assert reaped.detail == "orphaned; its escaped descendants ended by SIGTERM"
     assert is_gone(server)

@@ -55,6 +55,23 @@ def test_each_registry_object_starts_with_a_full_check(
     assert hasher.take() == ["tiny.gguf", "tiny.gguf"]
 
 
+def test_the_recorded_stamps_survive_the_registry_file_changing_on_disk(
+    gguf_file: Path, hf_dir: Path, registry_path: Path, hasher: CountingHasher
+) -> None:
+    """Another process adding a model makes the registry re-read its file; the manifest
+    read again is the same, so its spawn check stays the cheap one (issue 8, item 4)."""
+    ModelRegistry.open(registry_path).add(gguf_file, name="tiny")
+    registry = ModelRegistry.open(registry_path, hasher=hasher)
+    registry.resolve("tiny")
+    assert hasher.take() == ["tiny.gguf"]
+
+    ModelRegistry.open(registry_path).add(hf_dir, name="hf")  # another process's change
+    registry.pin(registry.get("tiny")).close()
+
+    assert [m.name for m in registry.list()] == ["hf", "tiny"]  # the file was read again
+    assert hasher.take() == []
+
+
 TAMPERED = "model tiny is not ready: shard tiny.gguf: BLAKE3 differs from the registry"
 
 

@@ -6,9 +6,13 @@ An empty but valid list, and a server with no list endpoint (404), keep their ol
 
 from __future__ import annotations
 
-import pytest
+import json
 
-from inferactors._policy.probe_parse import ServerReport, Up, model_list_problem
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from inferactors._policy.probe_parse import ServerReport, Up, model_list_problem, parse_model_ids
 from inferactors._policy.status import map_ollama_report, map_report
 from inferactors._status import InstanceState
 
@@ -50,6 +54,24 @@ BOMB = b"[" * 100_000 + b"]" * 100_000
 )
 def test_model_list_problem(status: int, body: bytes, problem: str | None) -> None:
     assert model_list_problem("/v1/models", status, body) == problem
+
+
+_ID = st.text(max_size=3) | st.integers() | st.none()
+_ENTRY = st.fixed_dictionaries({}, optional={"id": _ID, "name": _ID}) | _ID
+_LIST = st.lists(_ENTRY, max_size=3) | _ID
+_LISTS = st.fixed_dictionaries({}, optional={"data": _LIST, "models": _LIST})
+
+
+@given(_LISTS)
+@example({"data": [{"id": "tiny"}]})
+@example({"data": "tiny", "models": [{"name": "q:latest"}]})
+@example({"data": [{"id": 7}], "models": [{"name": "q:latest"}]})
+def test_a_list_that_names_a_model_has_no_problem(document: dict[str, object]) -> None:
+    # The probe asks model_list_problem only when parse_model_ids found no id (one parse
+    # per healthy probe, _edges/probe.py _read_list); that is sound only while this holds.
+    body = json.dumps(document).encode()
+    if parse_model_ids(body):
+        assert model_list_problem("/v1/models", 200, body) is None
 
 
 UNREADABLE = "model list unreadable: GET /v1/models: no complete reply within 1 s"

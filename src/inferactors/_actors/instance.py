@@ -27,10 +27,9 @@ supervisor restarts the watching. A stop already under way keeps its reason.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, assert_never
+from typing import assert_never
 
 import attrs
 import trio
@@ -46,7 +45,6 @@ from .._policy.admission import Plan
 from .._status import InstanceState, InstanceStatus
 from .instance_book import InstanceBook
 from .instance_msgs import (
-    INTERNAL_TYPES,
     Confirmed,
     Exited,
     ExposureFound,
@@ -152,7 +150,7 @@ class InstanceActor:
     # The loop: every handler is synchronous.
 
     def _dispatch(self, message: object) -> None:
-        if isinstance(message, INTERNAL_TYPES):
+        if isinstance(message, Internal):
             self._apply(message)
         else:
             self._command(message)  # type: ignore[arg-type]  # only commands reach the inbox
@@ -172,9 +170,9 @@ class InstanceActor:
             case GetStatus():
                 self._on_status(command)
             case GetHealth():
-                self._soon(self._work.health, self._book.process, command.reply)
+                self._box.soon(self._work.health, self._book.process, command.reply)
             case DeepHealth():
-                self._soon(self._work.deep_health, self._book.process, command.reply)
+                self._box.soon(self._work.deep_health, self._book.process, command.reply)
             case Annotate():
                 self._book.supervision, self._book.restarts = command.supervision, command.restarts
                 answer(command.reply, None)
@@ -220,7 +218,7 @@ class InstanceActor:
             refuse(reply, InvalidState(f"{self.instance_id} is not being watched"))
             return
         if not self.managed:
-            self._soon(self._work.confirm_adopted, reply)
+            self._box.soon(self._work.confirm_adopted, reply)
             return
         if book.exposed is not None:
             refuse(
@@ -266,7 +264,7 @@ class InstanceActor:
         if self.managed and (self._book.process is None or self._book.starting):
             answer(command.reply, self._status())
             return
-        self._soon(self._work.probe_for, self._book.process, command.reply)
+        self._box.soon(self._work.probe_for, self._book.process, command.reply)
 
     def _on_shutdown(self, command: Shutdown) -> None:
         self._closing = True
@@ -283,7 +281,7 @@ class InstanceActor:
         process = message.process
         self._book.spawned(process)
         args = process.args  # as executed: the pinned launch, not the plan's
-        self._emit(ProcessStarted(self.instance_id, process.pid, args, process.started_at))
+        self._box.emit(ProcessStarted(self.instance_id, process.pid, args, process.started_at))
         self._watch.start_process_tasks(process)
         aborted, self._after_start = self._after_start, []
         crash, self._crash_while_starting = self._crash_while_starting, None
@@ -309,7 +307,9 @@ class InstanceActor:
         if message.hold is not None and message.hold != self._book.tampered:
             self._book.tampered = hold = message.hold  # held down; never counted (supervisor)
             error, now = hold.error, trio.current_time()
-            self._emit(ModelTampered(self.instance_id, error.model, error.shard, error.why, now))
+            self._box.emit(
+                ModelTampered(self.instance_id, error.model, error.shard, error.why, now)
+            )
         refuse(message.reply, message.error)
         for stop in self._after_start:
             refuse(stop.reply, InvalidState(f"{self.instance_id} is not running"))
@@ -332,17 +332,17 @@ class InstanceActor:
             now,
             survivors=evidence.survivors,
         )
-        self._emit(event)
+        self._box.emit(event)
 
     def _answer_stop(self, process: ManagedProcess, evidence: RunEvidence) -> None:
         full = attrs.evolve(evidence, runtime=self.runtime_id, instance_id=self.instance_id)
         for reply in self._stop_waiters.pop(process, []):
             answer(reply, full)
 
-    # A crash (the mailbox cancelled the watching workers and answered their callers).
+    # A crash (the mailbox emitted `InstanceCrashed`, cancelled the watching workers and
+    # answered their callers).
 
     def _on_crash(self, crash: Crash) -> None:
-        self._emit(crash.event(self.instance_id))
         self._watch.forget_tasks()
         if self._closing:
             return  # the unload under way finishes the job
@@ -371,12 +371,6 @@ class InstanceActor:
     def _report(self) -> None:
         self._box.report(self._status())
 
-    def _emit(self, event: Event) -> None:
-        self._box.emit(event)
-
-    def _soon(self, job: Callable[..., Awaitable[Any]], *args: object) -> None:
-        self._box.soon(job, *args)
-
     async def _teardown(self) -> None:
         process = self._book.process
         if process is not None and process.running:
@@ -384,7 +378,7 @@ class InstanceActor:
                 await process.terminate(EMERGENCY_GRACE_S)
             process.kill_group_now()
             now = trio.current_time()
-            self._emit(
+            self._box.emit(
                 ProcessExited(self.instance_id, process.pid, None, None, StopReason.SHUTDOWN, now)
             )
         gone = UnknownInstance(f"{self.instance_id} was unloaded before it answered")

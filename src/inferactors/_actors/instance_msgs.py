@@ -117,15 +117,3 @@ Internal = (
     | ReadinessExpired
     | WatchdogResult
 )
-INTERNAL_TYPES = (
-    Spawned,
-    SpawnFailed,
-    Exited,
-    Stopped,
-    Probed,
-    Confirmed,
-    ShutdownDone,
-    ExposureFound,
-    ReadinessExpired,
-    WatchdogResult,
-)

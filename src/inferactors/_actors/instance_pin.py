@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 from functools import partial
 from pathlib import Path
-from types import TracebackType
 
 import attrs
 
@@ -28,7 +27,7 @@ from .._edges.bundle import FileWork
 from .._errors import PinMismatch
 from .._models.manifest import ModelManifest
 from .._models.pinned_view import build_views
-from .._models.pinning import PinnedModel
+from .._models.pinning import ClosedOnExit, PinnedModel
 from .._models.registry import ModelRegistry
 from .._policy.admission import Plan
 from .._policy.launch import Launch
@@ -55,7 +54,7 @@ class PinHold:
 
 
 @attrs.define(eq=False)
-class PinnedLaunch:
+class PinnedLaunch(ClosedOnExit):
     """A launch that names verified descriptors, and those descriptors (and the views that
     link to them, ``views``), open.
 
@@ -74,17 +73,6 @@ class PinnedLaunch:
         views, self.views = self.views, ()
         for fd in views:
             os.close(fd)
-
-    def __enter__(self) -> PinnedLaunch:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 async def pin_spawn(

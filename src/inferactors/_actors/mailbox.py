@@ -97,8 +97,8 @@ class Mailbox:
         An ``Exception`` from ``handle`` or from a worker crashes this actor only: the
         message's caller and the callers of every `soon` worker are answered with a
         `BackendError` naming the crash, those workers are cancelled (`finish` workers go
-        on), and ``crashed`` (called in the loop, like ``handle``) resets the actor. The
-        loop then goes on with the next message.
+        on), `InstanceCrashed` is emitted, and ``crashed`` (called in the loop, like
+        ``handle``) resets the actor. The loop then goes on with the next message.
         """
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
@@ -120,6 +120,7 @@ class Mailbox:
             scope.cancel()
             for reply in replies:
                 refuse(reply, error)
+        self.emit(crash.event(self.name))
         crashed(crash)
 
     @property

@@ -30,10 +30,9 @@ issue 4 says more, the issue wins):
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, assert_never
+from typing import assert_never
 
 import attrs
 import trio
@@ -61,7 +60,6 @@ from .messages import (
 )
 from .ollama_book import OllamaBook, Owner, Phase, load_failure, ollama_status, ollama_tag_of
 from .ollama_work import (
-    OLLAMA_INTERNAL_TYPES,
     SHUTDOWN_GONE_S,
     Checked,
     Closed,
@@ -169,7 +167,7 @@ class OllamaActor:
     # The loop: every handler is synchronous.
 
     def _dispatch(self, message: object) -> None:
-        if isinstance(message, OLLAMA_INTERNAL_TYPES):
+        if isinstance(message, OllamaInternal):
             self._apply(message)
         else:
             self._command(message)  # type: ignore[arg-type]  # only commands reach the inbox
@@ -193,11 +191,11 @@ class OllamaActor:
             case Stop():
                 self._on_stop(command)
             case GetStatus():
-                self._soon(self._work.survey_for, command.reply)
+                self._box.soon(self._work.survey_for, command.reply)
             case GetHealth():
-                self._soon(self._work.health, command.reply)
+                self._box.soon(self._work.health, command.reply)
             case DeepHealth():
-                self._soon(self._work.deep_health, command.reply)
+                self._box.soon(self._work.deep_health, command.reply)
             case Annotate():
                 self._book.supervision, self._book.restarts = command.supervision, command.restarts
                 answer(command.reply, None)
@@ -240,7 +238,7 @@ class OllamaActor:
             return
         lingering = book.lingering is not None
         attempt = book.begin_start()
-        self._soon(self._work.check, attempt, lingering)
+        self._box.soon(self._work.check, attempt, lingering)
         answer(reply, None)
 
     def _on_stop(self, command: Stop) -> None:
@@ -291,7 +289,7 @@ class OllamaActor:
         book.lingering = None
         book.owner, book.phase, book.unload_owed = Owner.OURS, Phase.LOADING, True
         self._load_scope = trio.CancelScope()
-        self._soon(self._work.load, book.attempt, self._load_scope)
+        self._box.soon(self._work.load, book.attempt, self._load_scope)
 
     def _on_loaded(self, message: Loaded) -> None:
         book = self._book
@@ -344,10 +342,10 @@ class OllamaActor:
         for reply in waiters:
             answer(reply, self._evidence())
 
-    # A crash (the mailbox cancelled the requests under way and answered their callers).
+    # A crash (the mailbox emitted `InstanceCrashed`, cancelled the requests under way and
+    # answered their callers).
 
     def _on_crash(self, crash: Crash) -> None:
-        self._emit(crash.event(self.instance_id))
         self._load_scope = self._watch_scope = None  # cancelled with the other workers
         book = self._book
         if not self._closing and book.phase is not Phase.STOPPING and book.wanted:
@@ -368,7 +366,7 @@ class OllamaActor:
 
     def _start_watch(self) -> None:
         self._watch_scope = trio.CancelScope()
-        self._soon(self._work.watch, self._book.attempt, self._watch_scope)
+        self._box.soon(self._work.watch, self._book.attempt, self._watch_scope)
 
     def _cancel_tasks(self) -> None:
         for scope in (self._load_scope, self._watch_scope):
@@ -381,12 +379,6 @@ class OllamaActor:
 
     def _report(self) -> None:
         self._box.report(ollama_status(self._book))
-
-    def _emit(self, event: Event) -> None:
-        self._box.emit(event)
-
-    def _soon(self, job: Callable[..., Awaitable[Any]], *args: object) -> None:
-        self._box.soon(job, *args)
 
     async def _teardown(self) -> None:
         if self._book.unload_owed:

@@ -127,7 +127,6 @@ class Closed:
 
 
 OllamaInternal = Surveyed | Checked | Loaded | Watched | Unloaded | Closed
-OLLAMA_INTERNAL_TYPES = (Surveyed, Checked, Loaded, Watched, Unloaded, Closed)
 
 
 def entry_for(resident: tuple[LoadedModel, ...], tag: str) -> LoadedModel | None:

@@ -300,7 +300,7 @@ def _check_env_name(field: str, name: str) -> None:
         raise InvalidConfig(f"{field} {shown(name)} is not a valid environment variable name")
     if name.startswith("LLAMA_ARG_"):
         raise InvalidConfig(
-            f"{field} {name}: LLAMA_ARG_* variables are read by llama-server as flags; "
+            f"{field} {cut(name)}: LLAMA_ARG_* variables are read by llama-server as flags; "
             "use serve.extra_args instead"
         )
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+from collections.abc import Iterable
 
 import attrs
 import psutil
@@ -35,7 +36,7 @@ class Escapees:
     def track(self) -> tuple[int, ...]:
         """Scan for new escapees, forget the ones that exited; return the live ones."""
         self._forget_exited()
-        for child in self._descendants():
+        for child in descendants((self.leader, *self._fds)):
             if child.pid in self._fds:
                 continue
             try:
@@ -59,16 +60,6 @@ class Escapees:
         """Close every pidfd (the processes are not touched)."""
         close_all(self._fds)
 
-    def _descendants(self) -> list[psutil.Process]:
-        found: dict[int, psutil.Process] = {}
-        for root in (self.leader, *self._fds):
-            try:
-                for child in psutil.Process(root).children(recursive=True):
-                    found.setdefault(child.pid, child)
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-        return list(found.values())
-
     def _adopt(self, pid: int, started: float) -> None:
         """Open a pidfd for ``pid`` and keep it if ``pid`` is still the process seen."""
         try:
@@ -89,6 +80,19 @@ class Escapees:
             if _exited(fd):
                 os.close(fd)
                 del self._fds[pid]
+
+
+def descendants(roots: Iterable[int]) -> list[psutil.Process]:
+    """The descendants of any of ``roots`` (psutil ``children(recursive=True)``), each once;
+    a root that is gone or hidden from us has none."""
+    found: dict[int, psutil.Process] = {}
+    for root in roots:
+        try:
+            for child in psutil.Process(root).children(recursive=True):
+                found.setdefault(child.pid, child)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return list(found.values())
 
 
 def _exited(fd: int) -> bool:
@@ -116,16 +120,11 @@ def scan_escaped(
         process = table.identify(pid)
         if process is not None and not process.zombie and process.started_as(created, boot_time):
             kept[pid] = created
-    for root in (leader, *kept):
-        try:
-            children = psutil.Process(root).children(recursive=True)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+    for child in descendants((leader, *kept)):
+        process = table.identify(child.pid)
+        if process is None or process.zombie or process.pgid == pgid:
             continue
-        for child in children:
-            process = table.identify(child.pid)
-            if process is None or process.zombie or process.pgid == pgid:
-                continue
-            kept.setdefault(child.pid, process.create_time - process.boot_time + boot_time)
+        kept.setdefault(child.pid, process.create_time - process.boot_time + boot_time)
     return tuple(sorted(kept.items()))
 
 

@@ -251,8 +251,7 @@ class ProbeClient:
         if models_body is None:
             models, problem = await self._ids("/v1/models", deadline)
         else:
-            models = parse_model_ids(models_body)
-            problem = model_list_problem("/v1/models", 200, models_body)
+            models, problem = _read_list("/v1/models", 200, models_body)
         return ServerReport(health, models=models, latency_s=latency_s, models_problem=problem)
 
     async def _openai_health(self, deadline: float) -> tuple[Health, bytes | None]:
@@ -289,8 +288,7 @@ class ProbeClient:
             status, body = await self.get(path, deadline=deadline)
         except ProbeFailure as exc:
             return (), f"model list unreadable: {exc.why}"
-        ids = parse_model_ids(body) if status == 200 else ()
-        return ids, model_list_problem(path, status, body)
+        return _read_list(path, status, body)
 
     async def _exchange(
         self, method: str, path: str, body: Mapping[str, object] | None, deadline: float | None
@@ -313,6 +311,14 @@ def failure_health(exc: ProbeFailure) -> Health:
     """What a failed health request says: `Unhealthy` when the server answered unusably
     (`ProbeFailure.answered`), else `Unreachable`; ``why`` is the failure's."""
     return Unhealthy(exc.why) if exc.answered else Unreachable(exc.why)
+
+
+def _read_list(path: str, status: int, body: bytes) -> tuple[tuple[str, ...], str | None]:
+    """The ids of a list reply and why it is unreadable (`model_list_problem`). A list that
+    names a model is readable, so the body is parsed a second time only when no id came out
+    (rarely: an empty, failed or malformed list), never on a healthy probe."""
+    ids = parse_model_ids(body) if status == 200 else ()
+    return ids, None if ids else model_list_problem(path, status, body)
 
 
 async def _read_capped(response: httpx.Response, request: str) -> bytes:

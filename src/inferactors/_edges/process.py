@@ -232,7 +232,6 @@ class ManagedProcess:
                     self._stop_deadline = deadline
                 self.track_descendants()
                 self._signal_group(signal.SIGTERM)
-                self._signal_escapees(signal.SIGTERM)
                 with trio.move_on_after(grace_s):
                     await self._exited.wait()
         finally:
@@ -242,23 +241,20 @@ class ManagedProcess:
     def kill_group_now(self) -> None:
         """SIGKILL the whole group at once, best effort; for emergency teardown (sync)."""
         self._signal_group(signal.SIGKILL)
-        self._signal_escapees(signal.SIGKILL)
-
-    def _signal_escapees(self, signum: int) -> None:
-        """Through their pidfds: never a reused pid."""
-        if self._escapees is not None:
-            self._escapees.signal(signum)
 
     def _anything_alive(self) -> bool:
         return self._child.group_alive() or bool(self.escaped)
 
     def _signal_group(self, signum: int) -> None:
-        """Signal the group while its leader is unreaped, so the group id is surely ours.
+        """Signal the group while its leader is unreaped, so the group id is surely ours,
+        and the descendants that left it, through their pidfds (never a reused pid).
 
         After the reap the watcher has already SIGKILLed the group; nothing is left to do.
         """
         if self._returncode is None and not self._finished.is_set():
             self._child.signal_group(signum)
+        if self._escapees is not None:
+            self._escapees.signal(signum)
 
     async def _kill_and_settle(self) -> None:
         """SIGKILL a group that is still alive, then wait (shielded, bounded) for the end."""
@@ -267,7 +263,6 @@ class ManagedProcess:
             if self._exited_at is not None and self._anything_alive():
                 self._group_outlived_grace = True  # the leader went; its server did not
             self._signal_group(signal.SIGKILL)
-            self._signal_escapees(signal.SIGKILL)
         with trio.move_on_after(_SETTLE_BOUND_S, shield=True):
             await self._finished.wait()
 
@@ -302,15 +297,13 @@ class ManagedProcess:
     async def _settle(self) -> None:
         """Kill the group, reap the leader, give the pipes `OUTPUT_DRAIN_S` to reach EOF."""
         if self._exited_at is None:  # the nursery was cancelled while the leader ran
-            self._child.signal_group(signal.SIGKILL)
-            self._signal_escapees(signal.SIGKILL)
+            self._signal_group(signal.SIGKILL)
             with trio.move_on_after(REAP_BOUND_S):
                 await self._child.wait_exiting()
                 self._exited_at = trio.current_time()
             if self._exited_at is None:
                 return
-        self._child.signal_group(signal.SIGKILL)  # the leader is gone: its group goes too
-        self._signal_escapees(signal.SIGKILL)  # and so does whatever left the group
+        self._signal_group(signal.SIGKILL)  # the leader is gone: its group (and escapees) too
         with trio.move_on_after(REAP_BOUND_S):  # the zombie leader keeps the group id ours
             while self._child.group_alive():  # noqa: ASYNC110  no event tells of /proc
                 await trio.sleep(GROUP_POLL_S)

@@ -27,6 +27,7 @@ import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from types import TracebackType
+from typing import Self
 
 import attrs
 
@@ -45,8 +46,28 @@ class OutsideRoot(Exception):
     """A walk left the model root; the message says through which link or step."""
 
 
+class ClosedOnExit:
+    """A holder of descriptors that closes them (its `close`) on leaving a ``with`` block."""
+
+    __slots__ = ()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
 @attrs.define(eq=False)
-class PinnedModel:
+class PinnedModel(ClosedOnExit):
     """A checked model's open descriptors: its root directory and each pinned file.
 
     The descriptors are close-on-exec; a spawn that hands one to a server names it in
@@ -72,17 +93,6 @@ class PinnedModel:
             if fd is not None:
                 os.close(fd)
         self.root_fd, self.fds = None, {}
-
-    def __enter__(self) -> PinnedModel:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 @attrs.define(eq=False)
