@@ -156,6 +156,8 @@ async def test_ids_duplicates_and_address_clashes_of_managed_instances(
             await runtime.load(chat(free_port, role="other"))
         with pytest.raises(InvalidState, match="is already used by another instance"):
             await runtime.load(chat(free_port, role="other", host="localhost"))
+        with pytest.raises(InvalidState, match="is already used by another instance"):
+            await runtime.load(chat(free_port, role="other", host="::1"))  # the run file's rule
         elsewhere = await runtime.load(chat(free_port, role="other", host="127.0.0.2"))
         assert [h.instance_id for h in await runtime.instances()] == [
             first.instance_id,

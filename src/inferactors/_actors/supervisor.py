@@ -24,6 +24,7 @@ from typing import Protocol, assert_never
 import attrs
 import trio
 
+from .._config.binding import hosts_collide, spec_host
 from .._config.config import ControlMode
 from .._errors import BackendError, InferactorsError, InvalidState, PinMismatch, UnknownInstance
 from .._events import (
@@ -199,11 +200,17 @@ class Supervisor:
                 self._cancel_pending(actor.instance_id)
 
     def _port_clash(self, actor: Actor) -> str | None:
+        """Another instance whose server would take the same sockets, by the one rule of
+        `hosts_collide` (the run file's check uses it too), when either one is managed."""
         spec = actor.plan.spec
-        where = (spec.bind_ip(), spec.port())
         for other in self._actors.values():
             either_managed = ControlMode.MANAGED in (actor.plan.mode, other.plan.mode)
-            if either_managed and (other.plan.spec.bind_ip(), other.plan.spec.port()) == where:
+            theirs = other.plan.spec
+            if (
+                either_managed
+                and theirs.port() == spec.port()
+                and hosts_collide(spec_host(theirs), spec_host(spec))
+            ):
                 return (
                     f"{spec.base_url()} is already used by another instance ({other.instance_id})"
                 )
