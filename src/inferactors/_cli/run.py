@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 
+import attrs
 import trio
 
 from .._actors.runtime import InferRuntime, InstanceHandle
@@ -50,22 +51,34 @@ def run_config(args: argparse.Namespace) -> int:
 
 
 async def _supervise(config: RunConfig) -> int:
+    """Load and start every instance, concurrently (one slow server delays no other),
+    while Ctrl-C/SIGTERM is heard at once, even in the middle of start-up."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with AsyncExitStack() as stack:
             runtimes = await _open_runtimes(stack, config)
             async with trio.open_nursery() as nursery:
                 for runtime in runtimes.values():
                     nursery.start_soon(_print_events, await runtime.subscribe())
-                failures = await _load_and_start(runtimes, config.instances, nursery)
-                print(f"{stamp()}  supervising {len(config.instances)} instance(s); Ctrl-C stops")
+                startup = _Startup(len(config.instances))
+                nursery.start_soon(_load_and_start, runtimes, config.instances, nursery, startup)
                 async for signum in signals:
                     print(f"{stamp()}  {signal.Signals(signum).name}: stopping managed servers")
                     break
+                startup.scope.cancel()
                 for runtime in runtimes.values():
                     await runtime.stop_all(STOP_GRACE_S)
                 await trio.sleep(0.05)  # let the last events print
                 nursery.cancel_scope.cancel()
-    return 1 if failures else 0
+    return 1 if startup.failures else 0
+
+
+@attrs.define
+class _Startup:
+    """How start-up went: instances asked for, refused; its scope, cancelled by a signal."""
+
+    total: int
+    failures: int = 0
+    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
 
 
 async def _open_runtimes(
@@ -89,23 +102,32 @@ async def _load_and_start(
     runtimes: dict[tuple[InferFlavor, ControlMode], InferRuntime],
     instances: Sequence[RunInstance],
     nursery: trio.Nursery,
-) -> int:
-    failures = 0
-    for entry in instances:
-        runtime = runtimes[(entry.spec.runtime, entry.mode)]
-        try:
-            handle = await runtime.load(entry.spec, entry.supervision)
-            await runtime.start(handle)
-        except InferactorsError as error:
-            failures += 1
-            print(
-                one_line(f"{stamp()}  {entry.spec.role}: not started: {error.code}: {error}"),
-                flush=True,
-            )
-            continue
-        print(f"{stamp()}  {handle.instance_id}: started ({runtime.id})", flush=True)
-        nursery.start_soon(_first_deep_health, runtime, handle)
-    return failures
+    startup: _Startup,
+) -> None:
+    with startup.scope:
+        async with trio.open_nursery() as each:
+            for entry in instances:
+                runtime = runtimes[(entry.spec.runtime, entry.mode)]
+                each.start_soon(_load_one, runtime, entry, nursery, startup)
+        running = startup.total - startup.failures
+        print(f"{stamp()}  supervising {running} of {startup.total} instance(s); Ctrl-C stops")
+
+
+async def _load_one(
+    runtime: InferRuntime, entry: RunInstance, nursery: trio.Nursery, startup: _Startup
+) -> None:
+    try:
+        handle = await runtime.load(entry.spec, entry.supervision)
+        await runtime.start(handle)
+    except InferactorsError as error:
+        startup.failures += 1
+        print(
+            one_line(f"{stamp()}  {entry.spec.role}: not started: {error.code}: {error}"),
+            flush=True,
+        )
+        return
+    print(f"{stamp()}  {handle.instance_id}: started ({runtime.id})", flush=True)
+    nursery.start_soon(_first_deep_health, runtime, handle)
 
 
 async def _first_deep_health(runtime: InferRuntime, handle: InstanceHandle) -> None:
