@@ -1,4 +1,4 @@
-"""`InferRuntime`, the facade, and the ways to run it: `open_runtime` and `serve_runtime`.
+"""`InferRuntime`, the facade; `serving.py` runs it (`open_runtime`, `serve_runtime`).
 
 The facade holds no lock and no instance state: each method sends a command to the
 supervisor actor (which routes instance commands to the instance's actor) and awaits the
@@ -28,6 +28,7 @@ import attrs
 import trio
 
 from .._config.config import ControlMode, InferConfig, Supervision
+from .._config.convert import check_spec_types
 from .._config.ids import instance_id
 from .._config.spec import InferenceSpec
 from .._edges.bundle import Edges
@@ -156,6 +157,7 @@ class InferRuntime:
         `admit` raises, plus `InvalidState` for an id already loaded or an ip:port a managed
         instance uses, and `BackendError` when the instance directory cannot be made.
         """
+        check_spec_types(spec)  # before the id is derived from its fields
         iid = instance_id(spec, self.control_mode, self.node_id)
         directory = self._instance_dir(iid)
         plan = await self._plan(spec, directory)
@@ -209,12 +211,12 @@ class InferRuntime:
 
         Raises `UnknownInstance` when no such instance is loaded.
         """
-        await call(self._supervisor, partial(ResetRestarts, handle.instance_id))
+        await call(self._supervisor, partial(ResetRestarts, _id_of(handle)))
 
     async def unload(self, handle: InstanceHandle) -> None:
         """Forget the instance; a managed server is stopped (5 s grace) and its directory
         deleted. An adopted server is left untouched (checklist item 22)."""
-        await call(self._supervisor, partial(Unload, handle.instance_id))
+        await call(self._supervisor, partial(Unload, _id_of(handle)))
 
     async def status(self, handle: InstanceHandle) -> InstanceStatus:
         """The instance's status; never raises (an unknown handle is Unknown). One probe, all
@@ -233,19 +235,19 @@ class InferRuntime:
         """
         if self.control_mode is ControlMode.MANAGED:
             raise Unsupported(
-                f"{self.id} cannot re-adopt {handle.instance_id}: "
+                f"{self.id} cannot re-adopt {_id_of(handle)}: "
                 "a managed server's process is not recoverable"
             )
         plan = await self._plan(spec, None)
         try:
-            await self._install(handle.instance_id, plan, None)
+            await self._install(_id_of(handle), plan, None)
         except InvalidState:
             pass  # already registered under that id: nothing to do
-        return InstanceHandle(self.id, handle.instance_id, spec.role)
+        return InstanceHandle(self.id, _id_of(handle), spec.role)
 
     async def console(self, handle: InstanceHandle) -> NoReturn:
         """Always raises `Unsupported`: inference servers have no console run."""
-        raise Unsupported(f"{self.id} has no console run ({handle.instance_id})")
+        raise Unsupported(f"{self.id} has no console run ({_id_of(handle)})")
 
     async def health(self, handle: InstanceHandle) -> ServerReport:
         """One probe report of the instance's server: all its requests within one deadline of
@@ -295,8 +297,8 @@ class InferRuntime:
                 if status.state is state:
                     return status
                 if status.state is InstanceState.UNKNOWN:
-                    raise UnknownInstance(status.detail or handle.instance_id)
-                await _next_change(events, handle.instance_id)
+                    raise UnknownInstance(status.detail or _id_of(handle))
+                await _next_change(events, _id_of(handle))
 
     async def subscribe(self, buffer: int = 256) -> trio.MemoryReceiveChannel[Event]:
         """A stream of every event from now on; a subscriber that falls ``buffer`` events
@@ -361,7 +363,7 @@ class InferRuntime:
         return None if managed is None else managed.data_root / iid
 
     async def _plan_of(self, handle: InstanceHandle) -> Plan:
-        return await self._plan_of_id(handle.instance_id)
+        return await self._plan_of_id(_id_of(handle))
 
     async def _plan_of_id(self, iid: str) -> Plan:
         return await call(self._supervisor, partial(PlanOf, iid))
@@ -369,10 +371,8 @@ class InferRuntime:
     async def _route(
         self, handle: InstanceHandle, make: Callable[[ReplyTo[T]], InstanceCommand]
     ) -> T:
-        def routed(reply: ReplyTo[T]) -> Route:
-            return Route(handle.instance_id, make(reply))
-
-        return await call(self._supervisor, routed)
+        iid = _id_of(handle)
+        return await call(self._supervisor, lambda reply: Route(iid, make(reply)))
 
 
 def _grace(grace_s: float) -> float:
@@ -392,3 +392,9 @@ async def _make_dir(directory: Path) -> None:
         await trio.to_thread.run_sync(lambda: directory.mkdir(parents=True, exist_ok=True))
     except OSError as error:
         raise BackendError(f"cannot create the instance directory {directory}: {error}") from error
+
+
+def _id_of(handle: object) -> str:  # a caller's handle, refused in words if it is not one
+    if not isinstance(handle, InstanceHandle):
+        raise InvalidConfig(f"handle: expected an InstanceHandle, got {type(handle).__name__}")
+    return handle.instance_id

@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from .._errors import InvalidConfig
+from .._errors import InvalidConfig, cut
 from .._safe_json import MAX_DEPTH, MAX_INT_DIGITS, check_tree, parse_json
 from .._untrusted_file import MiB, read_capped_text
 from .convert_hooks import converter, describe_error
@@ -69,6 +69,24 @@ def spec_from_dict(data: object) -> InferenceSpec:
     """
     spec = _structure_or_refuse(data, InferenceSpec, "")
     return _validated_spec(spec, "")
+
+
+def check_spec_types(spec: InferenceSpec) -> None:
+    """Refuse a spec built in Python with a value of the wrong type (``port=True``,
+    ``port=8090.7``, ``ctx="4k"``) by the very rules a run file is held to: the spec goes
+    through the one converter and back, so both paths refuse the same values in the same
+    words.
+
+    Raises:
+        InvalidConfig: naming the path, e.g. ``$.serve.port: expected int, got bool``.
+    """
+    try:
+        data = converter.unstructure(spec)
+    except Exception as error:  # a value the converter cannot even read back
+        raise InvalidConfig(
+            f"$: not a valid spec: {type(error).__name__}: {cut(str(error))}"
+        ) from None
+    _structure_or_refuse(data, InferenceSpec, "")
 
 
 def spec_from_toml(text: str) -> InferenceSpec:

@@ -1,0 +1,56 @@
+"""What a caller passes in Python is held to the run file's rules: a spec with a value of
+the wrong type is refused at admission by the one converter's words, and a handle that is
+not one gets a typed answer (``status`` stays the call that never raises)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from inferactors import (
+    InferConfig,
+    InferenceSpec,
+    InferFlavor,
+    InstanceState,
+    InvalidConfig,
+    ServeArgs,
+    open_runtime,
+)
+
+BAD_SERVE = [
+    (ServeArgs(port=True), "$.serve.port: expected int, got bool"),
+    (ServeArgs(port=8090.7), "$.serve.port: expected int, got float"),  # type: ignore[arg-type]
+    (ServeArgs(ctx="4k"), "$.serve.ctx: expected int, got string"),  # type: ignore[arg-type]
+    (ServeArgs(host=5), "$.serve.host: expected string, got int"),  # type: ignore[arg-type]
+]
+
+
+@pytest.mark.parametrize(("serve", "words"), BAD_SERVE)
+async def test_a_mistyped_spec_is_refused_before_anything_is_probed(
+    serve: ServeArgs, words: str
+) -> None:
+    spec = InferenceSpec(role="chat", runtime=InferFlavor.LLAMACPP, model="tiny", serve=serve)
+    async with open_runtime(InferConfig.adopted(InferFlavor.LLAMACPP)) as runtime:
+        for call in (runtime.admit, runtime.load):
+            with pytest.raises(InvalidConfig) as refused:
+                await call(spec)
+            assert str(refused.value) == words
+
+
+async def test_a_spec_that_is_not_one_is_refused_in_words() -> None:
+    spec: Any = InferenceSpec(role="chat", runtime=InferFlavor.LLAMACPP, serve="8080")  # type: ignore[arg-type]
+    async with open_runtime(InferConfig.adopted(InferFlavor.LLAMACPP)) as runtime:
+        with pytest.raises(InvalidConfig, match=r"^\$: not a valid spec: AttributeError"):
+            await runtime.load(spec)
+
+
+@pytest.mark.parametrize("handle", [None, "chat", 42])
+async def test_a_handle_that_is_not_one_gets_a_typed_answer(handle: Any) -> None:
+    words = f"handle: expected an InstanceHandle, got {type(handle).__name__}"
+    async with open_runtime(InferConfig.adopted(InferFlavor.LLAMACPP)) as runtime:
+        status = await runtime.status(handle)
+        assert (status.state, status.detail) == (InstanceState.UNKNOWN, words)
+        for call in (runtime.start, runtime.stop, runtime.unload, runtime.health):
+            with pytest.raises(InvalidConfig, match=words):
+                await call(handle)
