@@ -22,6 +22,9 @@ class StopReason(enum.Enum):
     READINESS_TIMEOUT = "readiness timeout"
     HEALTH_KILL = "health kill"
     EXPOSURE = "exposure"
+    TAMPERED = "tampered"
+    """A verified model file changed while the server served it (an in-place write); the
+    server was stopped and is held down like a spawn refused for tampering."""
     UNLOAD = "unload"
     SHUTDOWN = "shutdown"
     ERROR = "error"
@@ -148,10 +151,12 @@ class InstanceCrashed:
 @attrs.frozen
 class ModelTampered:
     """A spawn was refused because a pinned model file no longer matches its pin (issue 8,
-    item 4): ``shard`` is the file's path relative to the model root, ``why`` what the check
-    found (resized, BLAKE3 differs, resolves outside the root). No process was started; the
-    instance is held down (status Exited, stop reason ``tampered``) until the model is
-    re-registered or the instance reloaded, and the refusal is not counted as a crash.
+    item 4), or a running server's verified file changed in place (``why``: "changed while
+    served: ..."; the server is stopped, stop reason ``tampered``): ``shard`` is the file's
+    path relative to the model root, ``why`` what the check found (resized, BLAKE3 differs,
+    resolves outside the root). No process is left running; the instance is held down
+    (status Exited, stop reason ``tampered``) until the model is re-registered or the
+    instance reloaded, and neither the refusal nor the stop is counted as a crash.
     """
 
     instance_id: str

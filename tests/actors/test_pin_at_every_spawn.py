@@ -138,21 +138,24 @@ async def test_a_supervised_restart_after_a_crash_is_refused_held_and_not_counte
     pin_lab: PinLab, free_port: int
 ) -> None:
     crashing = pin_lab.fake_program(FakeServerFaults(crash_after_s=1.0, exit_code=3))
-    config = pin_lab.config(crashing, restart=QUICK_RESTARTS)
+    slower = RestartPolicy(max_restarts=3, base_s=0.5, cap_s=0.5, jitter=0.0)
+    config = pin_lab.config(crashing, restart=slower)
     async with open_runtime(config) as runtime:
         log = Recorder(await runtime.subscribe())
         handle = await runtime.load(chat(free_port))
         await runtime.start(handle)
-        link_outside_the_root(pin_lab.model)  # the same bytes, somewhere else
 
         crash = await log.next(ProcessExited)
         assert (crash.reason, crash.exit_code) == (StopReason.CRASH, 3)
+        # Between the crash and the restart: done while it ran, the unlink would change the
+        # served inode's ctime and stop it as tampered (test_pin_while_running).
+        link_outside_the_root(pin_lab.model)  # the same bytes, somewhere else
         assert (await log.next(RestartScheduled)).attempt == 1
         tampered = await log.next(ModelTampered)
         assert tampered.shard == "tiny.gguf"
         assert "outside the model root" in tampered.why
 
-        await trio.sleep(1.0)  # ten restart delays: no loop starts
+        await trio.sleep(2.0)  # four restart delays: no loop starts
         assert len(log.of(RestartScheduled)) == 1
         assert log.of(RestartFailed) == []
         assert log.of(GaveUp) == []
@@ -244,16 +247,19 @@ async def test_the_real_llama_server_is_held_after_tampering_and_serves_once_re_
 async def test_the_real_llama_server_killed_after_tampering_is_not_restarted(
     pin_lab: PinLab, llama_program: Path, free_port: int
 ) -> None:
-    async with open_runtime(pin_lab.config(llama_program, restart=QUICK_RESTARTS)) as runtime:
+    # The byte goes in after the crash, inside the backoff: before it, the pin watch of the
+    # running server could stop it as tampered first, and this test is about the restart.
+    backoff = RestartPolicy(max_restarts=3, base_s=0.5, cap_s=0.5, jitter=0.0)
+    async with open_runtime(pin_lab.config(llama_program, restart=backoff)) as runtime:
         log = Recorder(await runtime.subscribe())
         handle = await runtime.load(chat(free_port))
         await runtime.start(handle)
         await running(runtime, handle)
         started = await log.next(ProcessStarted)
 
-        append_a_byte(pin_lab.model)
         os.kill(started.pid, signal.SIGKILL)
         assert (await log.next(ProcessExited)).reason is StopReason.CRASH
+        append_a_byte(pin_lab.model)
         assert (await log.next(RestartScheduled)).attempt == 1
         assert "(resized)" in (await log.next(ModelTampered)).why
 

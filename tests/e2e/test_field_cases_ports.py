@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 
+import psutil
 import pytest
 import trio
 
@@ -173,7 +174,10 @@ async def test_fc13_an_earlier_lifes_orphan_is_reaped_before_its_port_is_reused(
             assert "orphaned" in found.detail
             assert not (instance_dir / "server.json").exists()
             await assert_group_gone(orphan, within_s=0.1)  # before the runtime was handed out
-            assert not await port_in_use("127.0.0.1", free_port)
+            held = [
+                c for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == free_port
+            ]
+            assert not await port_in_use("127.0.0.1", free_port), held
             handle = await runtime.load(chat(free_port))  # its port is ours again
             await runtime.start(handle)
             await rec.state(InstanceState.RUNNING)

@@ -157,7 +157,7 @@ def test_a_leaderless_group_with_a_recorded_member_is_reaped(instance_dir: Path)
     table = FakeTable(member_start=1001.0)
     [report] = reap_orphans(instance_dir.parent, grace_s=3.0, table=table)
     assert report.outcome is OrphanOutcome.KILLED
-    assert table.signals == [(0.0, signal.SIGTERM)]
+    assert table.signals == [(0.0, signal.SIGTERM), (0.0, signal.SIGCONT)]
 
 
 @pytest.mark.parametrize("members", [[], [[501, 1001.5]], [[502, 1001.0]]])

@@ -27,7 +27,9 @@ class FakeTable:
     ignores: frozenset[int] = frozenset()
     now: float = 0.0
     alive: bool = True
+    stopped: bool = False  # by SIGSTOP: a SIGTERM waits until a SIGCONT lets it run
     signals: list[tuple[float, int]] = attrs.field(factory=list)
+    pending: bool = False
 
     def boot_id(self) -> str:
         return "boot-1"
@@ -40,7 +42,11 @@ class FakeTable:
 
     def signal_group(self, pgid: int, signum: int) -> None:
         self.signals.append((self.now, signum))
-        if signum not in self.ignores:
+        if signum == signal.SIGCONT:
+            self.stopped = False
+        elif signum not in self.ignores:
+            self.pending = True
+        if self.pending and (not self.stopped or signum == signal.SIGKILL):
             self.alive = False
 
     def monotonic(self) -> float:
@@ -74,15 +80,27 @@ def test_fake_sigterm_obeyed_sends_no_kill(instance_dir: Path) -> None:
     table = FakeTable()
     fake_record(instance_dir)
     [report] = reap_orphans(instance_dir.parent, grace_s=3.0, table=table)
-    assert table.signals == [(0.0, signal.SIGTERM)]
+    assert table.signals == [(0.0, signal.SIGTERM), (0.0, signal.SIGCONT)]
     assert report.outcome is OrphanOutcome.KILLED
+
+
+def test_fake_stopped_orphan_is_continued_and_ends_by_its_sigterm(instance_dir: Path) -> None:
+    table = FakeTable(stopped=True)
+    fake_record(instance_dir)
+    [report] = reap_orphans(instance_dir.parent, grace_s=3.0, table=table)
+    assert table.signals == [(0.0, signal.SIGTERM), (0.0, signal.SIGCONT)]
+    assert report.detail == "orphaned; group 500 ended by SIGTERM"
 
 
 def test_fake_sigterm_ignored_is_killed_exactly_after_the_grace(instance_dir: Path) -> None:
     table = FakeTable(ignores=frozenset({signal.SIGTERM}))
     fake_record(instance_dir)
     [report] = reap_orphans(instance_dir.parent, grace_s=3.0, table=table)
-    assert table.signals == [(0.0, signal.SIGTERM), (pytest.approx(3.0), signal.SIGKILL)]
+    assert table.signals == [
+        (0.0, signal.SIGTERM),
+        (0.0, signal.SIGCONT),
+        (pytest.approx(3.0), signal.SIGKILL),
+    ]
     assert report.detail == "orphaned; group 500 ended by SIGKILL after 3 s"
 
 

@@ -56,7 +56,7 @@ class FakeChild:
 
     def signal_group(self, signum: int) -> bool:
         self.signals.append((trio.current_time(), signum))
-        if signum not in self.ignores:
+        if signum not in self.ignores and signum != signal.SIGCONT:  # SIGCONT only resumes
             self.die(-signum)
         return True
 
@@ -121,6 +121,7 @@ async def test_kill_steps_term_grace_kill_at_exact_times(
     evidence = await process.terminate(grace_s=3.0)
     assert child.signals == [
         (10.0, signal.SIGTERM),
+        (10.0, signal.SIGCONT),  # at once after SIGTERM, as systemd: a stopped server runs
         (13.0, signal.SIGKILL),  # step 3: the grace ran out
         (13.0, signal.SIGKILL),  # the watcher's sweep of the group after the leader's exit
     ]
@@ -135,7 +136,11 @@ async def test_obeyed_sigterm_sends_no_kill_to_the_leader(
     child = FakeChild()
     process = await ManagedProcess.spawn(nursery, FAKE_LAUNCH, open_process=opener(child))
     evidence = await process.terminate(grace_s=3.0)
-    assert [signum for _, signum in child.signals] == [signal.SIGTERM, signal.SIGKILL]
+    assert [signum for _, signum in child.signals] == [
+        signal.SIGTERM,
+        signal.SIGCONT,
+        signal.SIGKILL,
+    ]
     assert evidence.signal == signal.SIGTERM
     assert not evidence.killed_after_grace
     assert evidence.elapsed_s == 0.0
@@ -178,7 +183,11 @@ async def test_cancelled_terminate_kills_at_once(
     with trio.move_on_after(1.0) as scope:
         await process.terminate(grace_s=30.0)
     assert scope.cancelled_caught
-    assert child.signals[:2] == [(0.0, signal.SIGTERM), (1.0, signal.SIGKILL)]
+    assert child.signals[:3] == [
+        (0.0, signal.SIGTERM),
+        (0.0, signal.SIGCONT),
+        (1.0, signal.SIGKILL),
+    ]
     assert not process.running
     assert (await process.wait_exited()).killed_after_grace
 

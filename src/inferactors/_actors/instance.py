@@ -49,6 +49,7 @@ from .instance_msgs import (
     Exited,
     ExposureFound,
     Internal,
+    PinChanged,
     Probed,
     ReadinessExpired,
     ShutdownDone,
@@ -196,6 +197,8 @@ class InstanceActor:
                 self._watch.on_probed(message)
             case ExposureFound():
                 self._watch.on_exposure(message.process, message.exposure.describe())
+            case PinChanged():
+                self._watch.on_pin_changed(message)
             case ReadinessExpired():
                 self._watch.on_readiness_expired(message)
             case WatchdogResult():
@@ -282,7 +285,7 @@ class InstanceActor:
         self._book.spawned(process)
         args = process.args  # as executed: the pinned launch, not the plan's
         self._box.emit(ProcessStarted(self.instance_id, process.pid, args, process.started_at))
-        self._watch.start_process_tasks(process)
+        self._watch.start_process_tasks(process, message.pins)
         aborted, self._after_start = self._after_start, []
         crash, self._crash_while_starting = self._crash_while_starting, None
         if crash is not None:

@@ -31,6 +31,7 @@ _REASON_WORDS = {
     StopReason.UNLOAD: "stopped for unload",
     StopReason.SHUTDOWN: "stopped: the runtime shut down",
     StopReason.ERROR: "stopped: the instance crashed (see its InstanceCrashed event)",
+    StopReason.TAMPERED: "stopped: a verified model file changed while served",
 }
 
 
@@ -73,6 +74,7 @@ class InstanceBook:
     health_failures: int = 0
     health_failed: str | None = None
     unhealthy_since: float | None = None
+    answered: bool = False
 
     def note_identity(self, owner_ok: bool | None, owner_pid: int | None, port: int) -> str | None:
         """Record whether our port's listener is ours; return the impostor detail the first
@@ -85,15 +87,28 @@ class InstanceBook:
         return None
 
     def note_report(
-        self, report: ServerReport, listed_names: tuple[str, ...], first_token: str | None
+        self,
+        report: ServerReport,
+        listed_names: tuple[str, ...],
+        first_token: str | None,
+        now: float,
+        stopped: bool = False,
     ) -> None:
-        """Record a probe report (and the first-token result, when it carries one)."""
+        """Record a probe report at trio time ``now`` (and the first-token result, when it
+        carries one); ``stopped``: our silent process is stopped by a signal."""
         self.last_probe = probe_words(report)
         if first_token is not None:
             self.first_token = first_token
+        if not isinstance(report.health, Unreachable):
+            self.answered = True
         alive = self.process is not None and self.process.running
         self.mapped = map_report(
-            report, model=listed_names, alive=alive or not self.managed, adopted=not self.managed
+            report,
+            model=listed_names,
+            alive=alive or not self.managed,
+            adopted=not self.managed,
+            answered=self.answered,
+            stopped=stopped,
         )
 
     def note_watchdog(self, why: str | None, failures: int) -> bool:
@@ -138,6 +153,7 @@ class InstanceBook:
         self.health_failures = 0
         self.health_failed = None
         self.unhealthy_since = None
+        self.answered = False
         self.last_probe = None
         self.mapped = InstanceStatus(InstanceState.DEGRADED, "starting: not listening yet")
 
@@ -158,8 +174,9 @@ class InstanceBook:
                 InstanceState.EXITED, f"stopped: {self.exposed}", stop_reason="exposure"
             )
         if self.tampered is not None:
+            how = "stopped" if self.last_reason is StopReason.TAMPERED else "not started"
             held = (
-                f"not started: model {self.tampered.error.model}: {self.tampered.error.why}; "
+                f"{how}: model {self.tampered.error.model}: {self.tampered.error.why}; "
                 "held until the model is re-registered or the instance reloaded"
             )
             return InstanceStatus(InstanceState.EXITED, held, stop_reason="tampered")

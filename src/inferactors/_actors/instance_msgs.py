@@ -10,16 +10,18 @@ from .._errors import InferactorsError
 from .._policy.exposure import Exposure
 from .._policy.probe_parse import ServerReport
 from .._status import InstanceStatus
-from .instance_pin import PinHold
+from .instance_pin import PinHold, PinnedLaunch
 from .messages import ReplyTo
 
 
 @attrs.frozen
 class Spawned:
-    """The server process started."""
+    """The server process started; ``pins`` are the verified descriptors it serves, open
+    until it is reaped (None: nothing pinned)."""
 
     process: ManagedProcess
     reply: ReplyTo[None]
+    pins: PinnedLaunch | None = None
 
 
 @attrs.frozen
@@ -65,6 +67,8 @@ class Probed:
     exposure: Exposure | None = None
     first_token: str | None = None
     """None: not asked; ``""``: one token came back; otherwise why the first token failed."""
+    stopped: bool = False
+    """True when a managed server that did not answer is stopped by a signal (SIGSTOP)."""
 
 
 @attrs.frozen
@@ -73,6 +77,14 @@ class ExposureFound:
 
     process: ManagedProcess
     exposure: Exposure
+
+
+@attrs.frozen
+class PinChanged:
+    """A verified model file changed while the server served it (`PinnedLaunch.changed`)."""
+
+    process: ManagedProcess
+    hold: PinHold
 
 
 @attrs.frozen
@@ -114,6 +126,7 @@ Internal = (
     | Confirmed
     | ShutdownDone
     | ExposureFound
+    | PinChanged
     | ReadinessExpired
     | WatchdogResult
 )

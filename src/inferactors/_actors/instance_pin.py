@@ -58,13 +58,28 @@ class PinnedLaunch(ClosedOnExit):
     """A launch that names verified descriptors, and those descriptors (and the views that
     link to them, ``views``), open.
 
-    Close it once the server has been spawned (the child keeps its own copies) or the spawn
-    failed; as a context manager it closes itself.
+    Kept open for the server's whole life, so `changed` can re-check the very inodes it
+    serves, and closed once it is reaped (or the spawn failed); as a context manager it
+    closes itself.
     """
 
     launch: Launch
     models: tuple[PinnedModel, ...]
     views: tuple[int, ...] = ()
+
+    def changed(self) -> PinHold | None:
+        """The hold for a model whose verified file changed since the check (an in-place
+        write to the inode the server maps), else None. ``fstat`` of each held descriptor
+        against its verified stamp (`PinnedModel.changed`): microseconds, no hashing."""
+        for model in self.models:
+            failure = model.changed()
+            if failure is not None:
+                name = model.manifest.name
+                message = f"model {name} is not ready: {failure.reason}"
+                return PinHold(
+                    model.manifest, PinMismatch(message, name, failure.file, failure.reason)
+                )
+        return None
 
     def close(self) -> None:
         """Close every descriptor (safe to call twice)."""

@@ -18,13 +18,20 @@ import attrs
 import trio
 
 from .._edges.process import ManagedProcess
-from .._events import DeepHealthFailed, ExposureDetected, ImpostorDetected, StopReason
+from .._events import (
+    DeepHealthFailed,
+    ExposureDetected,
+    ImpostorDetected,
+    ModelTampered,
+    StopReason,
+)
 from .._flavor import InferFlavor
 from .._policy.admission import Plan
 from .._policy.status import map_ollama_report
 from .._status import InstanceState, InstanceStatus
 from .instance_book import InstanceBook
-from .instance_msgs import Probed, ReadinessExpired, WatchdogResult
+from .instance_msgs import PinChanged, Probed, ReadinessExpired, WatchdogResult
+from .instance_pin import PinnedLaunch
 from .instance_work import InstanceWork
 from .mailbox import Mailbox, ScopeGroup, scoped
 from .messages import answer
@@ -34,6 +41,9 @@ EXPOSURE_GRACE_S = 3.0
 
 HEALTH_KILL_GRACE_S = 3.0
 """Grace for a server killed by the deep-health watchdog."""
+
+TAMPERED_GRACE_S = 3.0
+"""Grace for a server stopped because a verified model file changed while it served."""
 
 
 @attrs.define(eq=False)
@@ -53,13 +63,14 @@ class InstanceWatch:
 
     # The tasks.
 
-    def start_process_tasks(self, process: ManagedProcess) -> None:
-        """Watch a process that just started: its exit, probes, exposure and readiness."""
+    def start_process_tasks(self, process: ManagedProcess, pins: PinnedLaunch | None) -> None:
+        """Watch a process that just started: its exit, probes, exposure, the verified files
+        it serves (``pins``) and readiness."""
         self.cancel_process_tasks()
         group = self._process_tasks = ScopeGroup()
         self._box.finish(self._work.watch_exit, process)
         self._box.soon(self._work.monitor, process, group.new())
-        self._box.soon(self._work.exposure_watch, process, group.new())
+        self._box.soon(self._work.exposure_watch, process, group.new(), pins)
         timeout = self.plan.supervision.readiness_timeout_s
         if timeout is not None:
             self._box.soon(scoped, group.new(), self._work.readiness_timer, process, timeout)
@@ -119,6 +130,20 @@ class InstanceWatch:
         self._box.emit(ExposureDetected(self.instance_id, detail, trio.current_time()))
         self.stop_process(StopReason.EXPOSURE, EXPOSURE_GRACE_S)
 
+    def on_pin_changed(self, message: PinChanged) -> None:
+        """A verified file changed under the running server: what a tampered spawn does
+        (`ModelTampered`, held down until re-registration or reload), and the server is
+        stopped (stop reason ``tampered``: never restarted, never counted)."""
+        book = self._book
+        if message.process is not book.process or book.tampered is not None:
+            return
+        book.tampered = hold = message.hold
+        book.wanted = False
+        error = hold.error
+        now = trio.current_time()
+        self._box.emit(ModelTampered(self.instance_id, error.model, error.shard, error.why, now))
+        self.stop_process(StopReason.TAMPERED, TAMPERED_GRACE_S)
+
     def on_readiness_expired(self, message: ReadinessExpired) -> None:
         """Stop a process that was not ready in time."""
         if message.process is self._book.process and not self._book.ready_once:
@@ -149,7 +174,8 @@ class InstanceWatch:
         if impostor is not None:
             now = trio.current_time()
             self._box.emit(ImpostorDetected(self.instance_id, message.owner_pid, impostor, now))
-        book.note_report(message.report, self.plan.listed_names, message.first_token)
+        names, now = self.plan.listed_names, trio.current_time()
+        book.note_report(message.report, names, message.first_token, now, message.stopped)
         spec = self.plan.spec
         if not book.managed and spec.runtime is InferFlavor.OLLAMA and spec.model:
             book.mapped = map_ollama_report(message.report, tag=spec.model, adopted=True)

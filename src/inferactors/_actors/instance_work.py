@@ -26,7 +26,7 @@ from .._models.registry import ModelRegistry
 from .._policy.admission import Plan
 from .._policy.exposure import Exposure
 from .._policy.launch import Launch
-from .._policy.matching import same_model
+from .._policy.matching import completion_model
 from .._policy.probe_parse import CompletionResult, ServerReport, Unreachable, Up
 from .._policy.status import map_report
 from .._status import InstanceState, InstanceStatus
@@ -36,6 +36,7 @@ from .instance_msgs import (
     Exited,
     ExposureFound,
     Internal,
+    PinChanged,
     Probed,
     ReadinessExpired,
     ShutdownDone,
@@ -44,7 +45,7 @@ from .instance_msgs import (
     Stopped,
     WatchdogResult,
 )
-from .instance_pin import PinHold, pin_spawn
+from .instance_pin import PinHold, PinnedLaunch, pin_spawn
 from .messages import ReplyTo, answer, refuse
 
 FIRST_PROBE_S = 0.01
@@ -100,28 +101,30 @@ class InstanceWork:
     ) -> None:
         """Start the managed server unless its model fails its pins (checked at every spawn,
         issue 8; ``held``: the instance's hold, see `instance_pin`) or its port is taken
-        (checklist items 47, 54). The server opens the verified descriptors."""
+        (checklist items 47, 54). The server opens the verified descriptors; they stay open
+        here until it is reaped, so the exposure watch can re-check them (`exposure_watch`).
+        """
         launch = self.plan.launch
         assert launch is not None, "spawn is only for managed process plans"
         try:
             pinned = await pin_spawn(self.edges.file_work, self.registry, self.plan, held)
-            if isinstance(pinned, PinHold):
-                await self._post(SpawnFailed(pinned.error, reply, pinned))
-                return
-            with pinned:
+        except (InferactorsError, OSError) as error:
+            await self._post(SpawnFailed(_start_error(launch, error), reply))
+            return
+        if isinstance(pinned, PinHold):
+            await self._post(SpawnFailed(pinned.error, reply, pinned))
+            return
+        with pinned:  # open for the server's whole life: closed once it is reaped
+            try:
                 process = await self._start(nursery, pinned.launch)
-            executed = pinned.launch
-        except InferactorsError as error:
-            await self._post(SpawnFailed(error, reply))
-            return
-        except OSError as error:
-            failed = BackendError(f"cannot start {launch.program}: {error}")
-            await self._post(SpawnFailed(failed, reply))
-            return
-        try:
-            await self._record(process, executed)
-        finally:  # even when recording raises: the actor must know the process to stop it
-            await self._post(Spawned(process, reply))
+            except (InferactorsError, OSError) as error:
+                await self._post(SpawnFailed(_start_error(launch, error), reply))
+                return
+            try:
+                await self._record(process, pinned.launch)
+            finally:  # even when recording raises: the actor must know the process to stop it
+                await self._post(Spawned(process, reply, pinned))
+            await process.wait_exited()
 
     async def _start(self, nursery: trio.Nursery, launch: Launch) -> ManagedProcess:
         spec = self.plan.spec
@@ -182,7 +185,10 @@ class InstanceWork:
         exposure = await self._scan(process)
         report = await self._probe()
         owner_ok, owner_pid = await self._identity(process, report)
-        await self._post(Probed(report, process, reply, owner_ok, owner_pid, exposure))
+        stopped = self._stopped(process, report)
+        await self._post(
+            Probed(report, process, reply, owner_ok, owner_pid, exposure, None, stopped)
+        )
 
     async def monitor(self, process: ManagedProcess | None, scope: trio.CancelScope) -> None:
         """Probe until cancelled: fast until the server is up, then every second.
@@ -205,7 +211,10 @@ class InstanceWork:
                         token = await self._first_token()  # only from a listener that is ours
                         token_ok = token == ""
                     seen = await self._adopted_exposure(process, report)
-                    probed = Probed(report, process, None, owner_ok, owner_pid, seen, token)
+                    stopped = self._stopped(process, report)
+                    probed = Probed(
+                        report, process, None, owner_ok, owner_pid, seen, token, stopped
+                    )
                     await self._post(probed)
                     up = isinstance(report.health, Up) and token_ok
                     delay = RUNNING_PROBE_S if up else min(delay * 2, STARTUP_PROBE_CAP_S)
@@ -213,6 +222,13 @@ class InstanceWork:
             finally:
                 with trio.move_on_after(1.0, shield=True):
                     await prober.aclose()
+
+    def _stopped(self, process: ManagedProcess | None, report: ServerReport) -> bool:
+        """Whether our server, which did not answer, is stopped by a signal (``/proc``)."""
+        if process is None or not isinstance(report.health, Unreachable):
+            return False
+        found = self.edges.process_table.identify(process.pid)
+        return found is not None and found.stopped
 
     def _lists_our_model(self, report: ServerReport) -> bool:
         mapped = map_report(report, model=self.plan.listed_names, alive=True, adopted=False)
@@ -226,10 +242,14 @@ class InstanceWork:
             return str(error) or type(error).__name__
         return ""
 
-    async def exposure_watch(self, process: ManagedProcess, scope: trio.CancelScope) -> None:
+    async def exposure_watch(
+        self, process: ManagedProcess, scope: trio.CancelScope, pins: PinnedLaunch | None = None
+    ) -> None:
         """Scan the server every `EXPOSURE_CHECK_S` until it is found exposed or cancelled;
-        every `RECORD_REFRESH_S`, bring its record's group members up to date (issue 8
-        item 8: a forking wrapper's server is found again after a supervisor SIGKILL)."""
+        every `RECORD_REFRESH_S`, re-check the verified files it serves (``pins``: an
+        in-place write changes their stamp; `PinnedLaunch.changed`) and bring its record's
+        group members up to date (issue 8 item 8: a forking wrapper's server is found again
+        after a supervisor SIGKILL)."""
         refresh_at = trio.current_time()
         with scope:
             while True:
@@ -239,6 +259,10 @@ class InstanceWork:
                     return
                 if trio.current_time() >= refresh_at and process.running:
                     refresh_at = trio.current_time() + RECORD_REFRESH_S
+                    hold = pins.changed() if pins is not None else None
+                    if hold is not None:
+                        await self._post(PinChanged(process, hold))
+                        return
                     process.track_descendants()  # a `setsid` wrapper's server: by pid
                     await self._refresh_record(process)
                 await trio.sleep(EXPOSURE_CHECK_S)
@@ -361,21 +385,10 @@ class InstanceWork:
         return await probe_once(self.open_prober, base, self.config.probe_timeout_s, self._flavor)
 
 
-def completion_model(
-    flavor: InferFlavor, listed: tuple[str, ...], served: str | None
-) -> str | None:
-    """The ``model`` field of a deep-health completion, or None to leave it out.
-
-    mlx_lm.server loads whatever a request names (mlx-lm #1892, FC-09), so it gets none;
-    llama-server ignores the field in single-model mode and routes by it in router mode, so
-    it gets the listed id that matches our model, else our model's name, else the first id.
-    """
-    if flavor is InferFlavor.MLX_LM:
-        return None
-    if served is not None:
-        matching = [name for name in listed if same_model(served, name)]
-        return matching[0] if matching else served
-    return listed[0] if listed else None
+def _start_error(launch: Launch, error: InferactorsError | OSError) -> InferactorsError:
+    if isinstance(error, InferactorsError):
+        return error
+    return BackendError(f"cannot start {launch.program}: {error}")
 
 
 def _words(report: ServerReport) -> str:

@@ -29,6 +29,7 @@ from .netscan import NetScanner, SystemNetScanner
 from .orphan_record import refresh_record, remove_record, write_record
 from .probe import ProbeClient, Prober, ProberFactory
 from .process import OpenProcess, open_child_process
+from .proctable import ProcessTable, SystemProcessTable
 
 T = TypeVar("T")
 
@@ -137,6 +138,7 @@ class Edges:
         port_in_use: the occupied-port check (a bind on the host's footprint).
         random: values in [0, 1) for restart jitter.
         containment: users and permissions (root refusal, run_as reachability).
+        process_table: who a pid is now (whether a silent server is stopped by a signal).
         file_work: where blocking file work runs (a worker thread; the fakes run it inline
             so that MockClock time does not leap while a thread works).
     """
@@ -148,3 +150,4 @@ class Edges:
     random: Callable[[], float] = random.random
     containment: Containment = attrs.field(factory=SystemContainment)
     file_work: FileWork = in_worker_thread
+    process_table: ProcessTable = attrs.field(factory=SystemProcessTable)

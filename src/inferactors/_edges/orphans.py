@@ -162,9 +162,11 @@ def _stop_group(
     """SIGTERM, grace, SIGKILL, bounded wait, for the group (when ``pgid`` is given) and
     the recorded escapees (pidfds); the signal that ended them, or None if any lives."""
     for signum, bound in ((signal.SIGTERM, grace_s), (signal.SIGKILL, KILL_BOUND_S)):
-        if pgid is not None:
-            table.signal_group(pgid, signum)
-        signal_all(escaped, signum)
+        follow = (signal.SIGCONT,) if signum == signal.SIGTERM else ()  # as systemd does
+        for sent in (signum, *follow):  # a stopped orphan must run to handle its SIGTERM
+            if pgid is not None:
+                table.signal_group(pgid, sent)
+            signal_all(escaped, sent)
         if _wait_empty(table, pgid, bound, escaped):
             return "SIGTERM" if signum == signal.SIGTERM else f"SIGKILL after {grace_s:g} s"
     return None

@@ -12,7 +12,9 @@ section 4 ("Supervised") and checklist items 43-44, 48, 52 and 61:
   server behind (FC-13). That child setup, and why the fork happens in the trio thread, is
   in ``_spawn.py``;
 - stopping is llama-swap's numbered kill steps: 1. SIGTERM the group, 2. wait the grace,
-  3. SIGKILL the group, 4. wait for the exit (FC-05, FC-11). The grace is the whole
+  3. SIGKILL the group, 4. wait for the exit (FC-05, FC-11). Each SIGTERM is followed at
+  once by a SIGCONT, as systemd does: a server stopped by SIGSTOP/SIGTSTP would otherwise
+  never handle it and be killed after the whole grace (issue 8 item 8). The grace is the whole
   group's (issue 8 item 8): a wrapper that forks without exec dies of the SIGTERM at once
   while its server is still shutting down, so after the leader's exit the stop waits for
   the rest of the group until the grace is spent, and only then sends SIGKILL. The leader
@@ -232,6 +234,7 @@ class ManagedProcess:
                     self._stop_deadline = deadline
                 self.track_descendants()
                 self._signal_group(signal.SIGTERM)
+                self._signal_group(signal.SIGCONT)  # a stopped server must run to handle it
                 with trio.move_on_after(grace_s):
                     await self._exited.wait()
         finally:

@@ -22,6 +22,8 @@ START_TOLERANCE_S = 0.005
 
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
+_STOPPED_STATES = frozenset({psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP})
+
 
 @attrs.frozen
 class ProcessStart:
@@ -34,6 +36,8 @@ class ProcessStart:
         boot_time: psutil's ``boot_time`` read alongside (epoch seconds); ``create_time -
             boot_time`` is the start counted from boot, which a clock step does not move.
         zombie: True when it has exited and waits to be reaped.
+        stopped: True when a signal stopped it (state ``T``: SIGSTOP, SIGTSTP, ...) or a
+            tracer holds it (``t``); it runs again only on SIGCONT.
     """
 
     pid: int
@@ -41,6 +45,7 @@ class ProcessStart:
     create_time: float
     boot_time: float
     zombie: bool = False
+    stopped: bool = False
 
     def started_as(self, create_time: float, boot_time: float) -> bool:
         """True when this is the process that was recorded with these two readings."""
@@ -91,8 +96,10 @@ class SystemProcessTable:
             process = psutil.Process(pid)
             created = process.create_time()
             booted = psutil.boot_time()
-            zombie = process.status() == psutil.STATUS_ZOMBIE
-            return ProcessStart(pid, os.getpgid(pid), created, booted, zombie)
+            state = process.status()
+            zombie = state == psutil.STATUS_ZOMBIE
+            stopped = state in _STOPPED_STATES
+            return ProcessStart(pid, os.getpgid(pid), created, booted, zombie, stopped)
         except (psutil.NoSuchProcess, ProcessLookupError):
             return None
 

@@ -150,6 +150,22 @@ class FileStamp:
         """The stamp of a ``stat`` result."""
         return cls(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
 
+    def differs_from(self, other: FileStamp) -> str | None:
+        """Which of ctime, mtime and size differ in ``other`` (``"ctime differs"``, ``"ctime
+        and size differ"``), or None. A writer cannot set ctime back: any write changes it."""
+        fields = [
+            name
+            for name, mine, theirs in (
+                ("ctime", self.ctime_ns, other.ctime_ns),
+                ("mtime", self.mtime_ns, other.mtime_ns),
+                ("size", self.size, other.size),
+            )
+            if mine != theirs
+        ]
+        if not fields:
+            return None
+        return " and ".join(fields) + (" differ" if len(fields) > 1 else " differs")
+
 
 @attrs.frozen
 class CheckFailure:

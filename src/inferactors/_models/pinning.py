@@ -77,15 +77,31 @@ class PinnedModel(ClosedOnExit):
         manifest: the manifest the files were checked against.
         root_fd: the model root directory, or None for an Ollama model (no files).
         fds: each pinned file's descriptor by its path relative to the root.
+        stamps: each file's stamp when it was verified (see `changed`).
     """
 
     manifest: ModelManifest
     root_fd: int | None = None
     fds: dict[str, int] = attrs.field(factory=dict)
+    stamps: dict[str, FileStamp] = attrs.field(factory=dict)
 
     def shard_fds(self) -> tuple[int, ...]:
         """The shards' descriptors, in the manifest's order."""
         return tuple(self.fds[shard.path] for shard in self.manifest.shards)
+
+    def changed(self) -> CheckFailure | None:
+        """The first file whose open descriptor no longer has the stamp it was verified
+        with (size, mtime, ctime: an in-place write changes ctime), as a sticky failure;
+        None when none changed or the descriptors are closed. ``fstat`` only, no hashing."""
+        for label, file in pinned_files(self.manifest):
+            fd, verified = self.fds.get(file.path), self.stamps.get(file.path)
+            if fd is None or verified is None:
+                continue
+            differs = verified.differs_from(FileStamp.of(os.fstat(fd)))
+            if differs is not None:
+                why = f"{label}: changed while served: {differs}"
+                return CheckFailure(why, sticky=True, file=file.path)
+        return None
 
     def close(self) -> None:
         """Close every descriptor (safe to call twice)."""
@@ -299,6 +315,7 @@ def open_and_check(
                 pinned.close()
                 return result
             pinned.fds[file.path], stamps[file.path] = result
+            pinned.stamps[file.path] = result[1]
     except OSError:
         pinned.close()
         return CheckFailure(f"root {manifest.root} is missing", sticky=False)

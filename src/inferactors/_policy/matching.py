@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from .._flavor import InferFlavor
+
 _LATEST = ":latest"
 _GGUF = ".gguf"
 
@@ -56,3 +58,20 @@ def _basename(listed: str) -> str:
     if last[-len(_GGUF) :].lower() == _GGUF:
         return last[: -len(_GGUF)]
     return last
+
+
+def completion_model(
+    flavor: InferFlavor, listed: tuple[str, ...], served: str | None
+) -> str | None:
+    """The ``model`` field of a deep-health completion, or None to leave it out.
+
+    mlx_lm.server loads whatever a request names (mlx-lm #1892, FC-09), so it gets none;
+    llama-server ignores the field in single-model mode and routes by it in router mode, so
+    it gets the listed id that matches our model, else our model's name, else the first id.
+    """
+    if flavor is InferFlavor.MLX_LM:
+        return None
+    if served is not None:
+        matching = [name for name in listed if same_model(served, name)]
+        return matching[0] if matching else served
+    return listed[0] if listed else None

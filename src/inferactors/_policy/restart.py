@@ -24,7 +24,13 @@ from .._config.config import RestartPolicy, RestartType
 from .._events import StopReason
 
 _NEVER_RESTARTED = frozenset(
-    {StopReason.REQUESTED, StopReason.UNLOAD, StopReason.SHUTDOWN, StopReason.EXPOSURE}
+    {
+        StopReason.REQUESTED,
+        StopReason.UNLOAD,
+        StopReason.SHUTDOWN,
+        StopReason.EXPOSURE,
+        StopReason.TAMPERED,
+    }
 )
 _ALWAYS_ABNORMAL = frozenset(
     {StopReason.READINESS_TIMEOUT, StopReason.HEALTH_KILL, StopReason.ERROR}

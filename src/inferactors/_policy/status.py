@@ -14,7 +14,13 @@ from .probe_parse import Loading, ServerReport, Unhealthy, Unreachable, Up
 
 
 def map_report(
-    report: ServerReport, *, model: str | Sequence[str] | None, alive: bool, adopted: bool
+    report: ServerReport,
+    *,
+    model: str | Sequence[str] | None,
+    alive: bool,
+    adopted: bool,
+    answered: bool = False,
+    stopped: bool = False,
 ) -> InstanceStatus:
     """Map a probe report of a llama.cpp or mlx-lm server to a status.
 
@@ -23,7 +29,11 @@ def map_report(
     model when adopted. A server that is up but whose model list could not be read
     (``report.models_problem``) is Degraded with that reason: our model is not confirmed.
     ``alive`` says whether our process still runs (always True for
-    adopted servers, whose liveness only the probe can tell).
+    adopted servers, whose liveness only the probe can tell). When the probe got no reply,
+    ``answered`` tells a server that answered before and went silent from one that never
+    answered (it is still starting); ``stopped`` says our live process is stopped by a
+    signal (SIGSTOP, SIGTSTP), so it cannot answer. The words stay the same from one silent
+    probe to the next, so a silent server is one state change, not one per probe.
     """
     health = report.health
     if isinstance(health, Loading):
@@ -31,7 +41,12 @@ def map_report(
     if isinstance(health, Unhealthy):
         return InstanceStatus(InstanceState.DEGRADED, health.why)
     if isinstance(health, Unreachable):
-        return _unreachable(health.why, alive=alive, adopted=adopted)
+        silent = f"not answering: {health.why}"
+        if alive and stopped and not adopted:
+            detail = f"process is stopped (SIGSTOP/SIGTSTP): {silent}"
+            return InstanceStatus(InstanceState.DEGRADED, detail)
+        why = silent if answered else health.why
+        return _unreachable(why, alive=alive, adopted=adopted, answered=answered)
     assert isinstance(health, Up)
     names = (model,) if isinstance(model, str) else tuple(model or ())
     if names and report.models_problem is not None and not report.models:
@@ -62,10 +77,14 @@ def map_ollama_report(report: ServerReport, *, tag: str, adopted: bool) -> Insta
     return InstanceStatus(InstanceState.LOADED, "model not resident")
 
 
-def _unreachable(why: str, *, alive: bool, adopted: bool) -> InstanceStatus:
+def _unreachable(why: str, *, alive: bool, adopted: bool, answered: bool) -> InstanceStatus:
+    """``why`` already says "not answering: ..." when the server had ``answered``."""
+    said = f"unreachable: {why}" if answered else f"unreachable ({why})"
     if adopted:
-        detail = f"unreachable ({why}); inferactors does not restart adopted servers"
+        detail = f"{said}; inferactors does not restart adopted servers"
         return InstanceStatus(InstanceState.EXITED, detail)
+    if alive and answered:
+        return InstanceStatus(InstanceState.DEGRADED, why)
     if alive:
         return InstanceStatus(InstanceState.DEGRADED, f"starting: not listening yet ({why})")
-    return InstanceStatus(InstanceState.EXITED, f"unreachable ({why})")
+    return InstanceStatus(InstanceState.EXITED, said)
