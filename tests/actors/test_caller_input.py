@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from inferactors import (
+    AdmissionRefused,
     InferConfig,
     InferenceSpec,
     InferFlavor,
@@ -17,6 +18,7 @@ from inferactors import (
     ServeArgs,
     open_runtime,
 )
+from inferactors._config.convert import checked_spec
 
 BAD_SERVE = [
     (ServeArgs(port=True), "$.serve.port: expected int, got bool"),
@@ -54,3 +56,41 @@ async def test_a_handle_that_is_not_one_gets_a_typed_answer(handle: Any) -> None
         for call in (runtime.start, runtime.stop, runtime.unload, runtime.health):
             with pytest.raises(InvalidConfig, match=words):
                 await call(handle)
+
+
+class Port(int):
+    """An int subclass, as a caller's own type might be."""
+
+
+class Host(str):
+    """A str subclass whose equality lies."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = str.__hash__
+
+
+def test_a_checked_spec_holds_plain_values() -> None:
+    spec = InferenceSpec(
+        role="chat",
+        runtime=InferFlavor.LLAMACPP,
+        serve=ServeArgs(
+            host=Host("127.0.0.2"),
+            port=Port(8080),
+            extra_args=(arg for arg in ["--threads", "2"]),  # type: ignore[arg-type]
+        ),
+    )
+    checked = checked_spec(spec)
+    assert checked.serve.extra_args == ("--threads", "2")
+    assert type(checked.serve.port) is int
+    assert type(checked.serve.host) is str
+    assert str(checked.bind_ip()) == "127.0.0.2"
+
+
+async def test_a_generator_of_arguments_is_admitted_like_a_list() -> None:
+    serve = ServeArgs(port=9, extra_args=(arg for arg in ["--threads", "2"]))  # type: ignore[arg-type]
+    spec = InferenceSpec(role="chat", runtime=InferFlavor.LLAMACPP, serve=serve)
+    async with open_runtime(InferConfig.adopted(InferFlavor.LLAMACPP)) as runtime:
+        with pytest.raises(AdmissionRefused, match=r"no infer\.llamacpp server answering"):
+            await runtime.admit(spec)  # checked, then refused for the missing server only

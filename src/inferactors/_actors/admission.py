@@ -18,7 +18,7 @@ import trio
 
 from .._config.binding import spec_host
 from .._config.config import ControlMode, InferConfig, ManagedConfig
-from .._config.convert import check_spec_types
+from .._config.convert import checked_spec
 from .._config.spec import InferenceSpec
 from .._edges.containment import resolve_run_as
 from .._edges.netcheck import port_in_use
@@ -60,7 +60,7 @@ async def make_plan(
         InvalidConfig: the spec is malformed.
         AdmissionRefused: the spec cannot run here; the message says why.
     """
-    check_spec_types(spec)
+    spec = checked_spec(spec)
     spec.validate()
     check_runtime_and_port(spec, config)
     if config.managed is None:

@@ -28,7 +28,7 @@ import attrs
 import trio
 
 from .._config.config import ControlMode, InferConfig, Supervision
-from .._config.convert import check_spec_types
+from .._config.convert import checked_spec
 from .._config.ids import instance_id
 from .._config.spec import InferenceSpec
 from .._edges.bundle import Edges
@@ -157,7 +157,7 @@ class InferRuntime:
         `admit` raises, plus `InvalidState` for an id already loaded or an ip:port a managed
         instance uses, and `BackendError` when the instance directory cannot be made.
         """
-        check_spec_types(spec)  # before the id is derived from its fields
+        spec = checked_spec(spec)  # before the id is derived from its fields
         iid = instance_id(spec, self.control_mode, self.node_id)
         directory = self._instance_dir(iid)
         plan = await self._plan(spec, directory)

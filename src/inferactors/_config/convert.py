@@ -71,11 +71,11 @@ def spec_from_dict(data: object) -> InferenceSpec:
     return _validated_spec(spec, "")
 
 
-def check_spec_types(spec: InferenceSpec) -> None:
-    """Refuse a spec built in Python with a value of the wrong type (``port=True``,
-    ``port=8090.7``, ``ctx="4k"``) by the very rules a run file is held to: the spec goes
-    through the one converter and back, so both paths refuse the same values in the same
-    words.
+def checked_spec(spec: InferenceSpec) -> InferenceSpec:
+    """``spec`` as the run file would have made it: a spec built in Python goes through the
+    one converter and back, so a value of the wrong type (``port=True``, ``port=8090.7``,
+    ``ctx="4k"``) is refused in the run file's words, and what is returned holds plain
+    values (tuples, not generators; ``str`` and ``int``, not subclasses of them).
 
     Raises:
         InvalidConfig: naming the path, e.g. ``$.serve.port: expected int, got bool``.
@@ -83,10 +83,10 @@ def check_spec_types(spec: InferenceSpec) -> None:
     try:
         data = converter.unstructure(spec)
     except Exception as error:  # a value the converter cannot even read back
-        raise InvalidConfig(
-            f"$: not a valid spec: {type(error).__name__}: {cut(str(error))}"
-        ) from None
-    _structure_or_refuse(data, InferenceSpec, "")
+        why = f"{type(error).__name__}: {cut(str(error))}"
+        raise InvalidConfig(f"$: not a valid spec: {why}") from None
+    checked: InferenceSpec = _structure_or_refuse(data, InferenceSpec, "")
+    return checked
 
 
 def spec_from_toml(text: str) -> InferenceSpec:

@@ -65,13 +65,20 @@ def _expected(what: str, obj: object) -> _BadValue:
     return _BadValue(f"expected {what}, got {_kind(obj)}")
 
 
+_PLAIN: dict[type[Any], Callable[[Any], Any]] = {int: int.__int__, str: str.__str__}
+"""The base types' own copies: a caller's subclass of int or str (whatever it overrides)
+becomes a plain value."""
+
+
 def _strict(cl: type[Any], name: str) -> Hook:
-    """Accept exactly ``cl``; a bool is never taken for an int (nor an int for a bool)."""
+    """Accept exactly ``cl``, as a plain value; a bool is never taken for an int (nor an int
+    for a bool)."""
+    plain = _PLAIN.get(cl, lambda obj: obj)
 
     def structure(obj: object, _: Any) -> Any:
         if isinstance(obj, bool) is not (cl is bool) or not isinstance(obj, cl):
             raise _expected(name, obj)
-        return obj
+        return plain(obj)
 
     return structure
 
