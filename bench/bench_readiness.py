@@ -68,6 +68,7 @@ from inferactors import (
     open_runtime,
 )
 from inferactors._edges.netscan import NetScanner, SystemNetScanner
+from inferactors._policy.exposure import Listener
 from inferactors.testing import FakeServerFaults
 from inferactors.testing._fake_server import LoggedRequest, read_request_log
 
@@ -164,6 +165,9 @@ class RecordingNet:
 
     def owned_by(self, pid: int | None, group_pgid: int) -> bool:
         return self.inner.owned_by(pid, group_pgid)
+
+    async def listeners_on(self, port: int) -> tuple[Listener, ...]:
+        return await self.inner.listeners_on(port)
 
 
 async def bridge_now(port: int, log: Path) -> tuple[Bridge, tuple[LoggedRequest, ...]]:

@@ -1,28 +1,24 @@
-"""Shared fixtures: the real llama-server, the tiny GGUF model, a registry holding it, and
-an unprivileged place to run managed servers from.
+"""Shared fixtures: the real llama-server, a registry holding the tiny model, and an
+unprivileged place to run managed servers from.
 
 As root, inferactors refuses to run a managed server without ``run_as`` (issue 3, item 6),
 so every test that starts a real server runs it as ``nobody``, from a world-readable
-workspace under /tmp, with an interpreter that ``nobody`` can execute.
+workspace under /tmp, with an interpreter that ``nobody`` can execute. That workspace and
+the tiny GGUF are the kit's (``inferactors.testing.pytest_plugin``, loaded by its pytest11
+entry point): ``inferactors_workspace`` and ``tiny_gguf``, the same a downstream suite gets.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import socket
-import sys
-import sysconfig
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from inferactors._edges.containment import SEARCH, access_problem, resolve_run_as
 from inferactors._edges.llama_build import locate_llama_server
 from inferactors._models.registry import ModelRegistry
-from inferactors.testing import write_tiny_gguf
+from inferactors.testing import Workspace
 
 # Support modules assert too: let pytest explain their failures as it does in test files.
 pytest.register_assert_rewrite(
@@ -36,44 +32,11 @@ from support import Unprivileged  # noqa: E402  (after the rewrite is registered
 # answers there, one bound to 127.0.0.1 does not). Child processes inherit this.
 os.environ["INFERACTORS_LAN_ADDRESSES"] = "127.0.0.2"
 
-UNPRIVILEGED_USER = "nobody"
-
-
-def _server_python(run_as: str | None) -> str:
-    if run_as is None:
-        return sys.executable
-    user = resolve_run_as(run_as)
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    candidates = [
-        sys.executable,
-        f"/usr/bin/python{version}",
-        f"/usr/local/bin/python{version}",
-        shutil.which(f"python{version}") or "",
-    ]
-    for candidate in candidates:
-        usable = candidate and Path(candidate).exists()
-        if usable and access_problem(user, Path(candidate), SEARCH) is None:
-            return candidate
-    pytest.fail(
-        f"no Python {version} interpreter that user {run_as} can execute (tried "
-        f"{', '.join(c for c in candidates if c)}); tests that run Python servers as an "
-        "unprivileged user need one (apt-get install python3)"
-    )
-
 
 @pytest.fixture(scope="session")
-def unprivileged() -> Iterator[Unprivileged]:
-    """The session's unprivileged workspace (see `Unprivileged`)."""
-    run_as = UNPRIVILEGED_USER if os.geteuid() == 0 else None
-    workspace = Path(tempfile.mkdtemp(prefix="inferactors-tests-", dir="/tmp"))
-    workspace.chmod(0o755)
-    paths = sysconfig.get_paths()
-    source = str(Path(__file__).resolve().parent.parent / "src")
-    sys_path = tuple(dict.fromkeys((paths["purelib"], paths["platlib"], source)))
-    try:
-        yield Unprivileged(run_as, workspace, _server_python(run_as), sys_path)
-    finally:
-        shutil.rmtree(workspace, ignore_errors=True)
+def unprivileged(inferactors_workspace: Workspace) -> Unprivileged:
+    """The session's unprivileged workspace (the kit's ``inferactors_workspace``)."""
+    return inferactors_workspace
 
 
 @pytest.fixture
@@ -92,12 +55,6 @@ def llama_server() -> Path:
             "or set INFERACTORS_LLAMA_SERVER to a llama-server binary"
         )
     return found
-
-
-@pytest.fixture(scope="session")
-def tiny_gguf(unprivileged: Unprivileged) -> Path:
-    """The tiny deterministic llama model, written once per session where servers can read it."""
-    return write_tiny_gguf(unprivileged.directory("models") / "tiny.gguf")
 
 
 @pytest.fixture

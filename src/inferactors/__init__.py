@@ -49,8 +49,11 @@ from ._errors import UnknownInstance as UnknownInstance
 from ._errors import UnknownModel as UnknownModel
 from ._errors import Unsupported as Unsupported
 from ._events import DeepHealthFailed as DeepHealthFailed
+from ._events import DeepHealthPassed as DeepHealthPassed
+from ._events import Diagnosis as Diagnosis
 from ._events import Event as Event
 from ._events import ExposureDetected as ExposureDetected
+from ._events import FaultKind as FaultKind
 from ._events import GaveUp as GaveUp
 from ._events import ImpostorDetected as ImpostorDetected
 from ._events import InstanceCrashed as InstanceCrashed
@@ -90,11 +93,14 @@ __all__ = [
     "CompletionResult",
     "ControlMode",
     "DeepHealthFailed",
+    "DeepHealthPassed",
     "DeepHealthTimeout",
+    "Diagnosis",
     "Edges",
     "Event",
     "Exposure",
     "ExposureDetected",
+    "FaultKind",
     "GaveUp",
     "Health",
     "ImpostorDetected",

@@ -27,9 +27,49 @@ class StopReason(enum.Enum):
     server was stopped and is held down like a spawn refused for tampering."""
     UNLOAD = "unload"
     SHUTDOWN = "shutdown"
+    STARTUP_FAILURE = "start-up failure"
+    """The process ended (or was stopped for a bind failure it printed) before it was ever
+    Running, and its output says why (`Diagnosis`); a plain ``crash`` when nothing matched."""
+    CONFIG_ERROR = "config-error"
+    """Shown in status, never in `ProcessExited`: the same start-up failure twice in a row,
+    so the supervisor gave up at once; fix the configuration, then start it again."""
     ERROR = "error"
     """The instance's own code raised (`InstanceCrashed`), so its server was stopped: OTP's
     exit with an error reason, abnormal, restarted and counted like a crash."""
+
+
+class FaultKind(enum.Enum):
+    """What kind of start-up failure a server's own words describe (the value is shown);
+    read from its output by ``_policy.startup_fault``."""
+
+    BAD_MODEL_FILE = "bad model file"
+    INVALID_FLAG = "invalid flag"
+    ADDRESS_IN_USE = "address in use"
+    CANNOT_BIND = "cannot bind"
+    PERMISSION_DENIED = "permission denied"
+    OUT_OF_MEMORY = "out of memory"
+    MISSING_LIBRARY = "missing library"
+    PYTHON_TRACEBACK = "python traceback"
+
+
+@attrs.frozen
+class Diagnosis:
+    """Why a server failed, in its own words.
+
+    Attributes:
+        kind: the class of the failure.
+        line: the server's line that matched: one line, control characters removed, cut to
+            about 300 characters, llama.cpp's log prefix dropped.
+        last_lines: the server's last (at most 20) non-empty lines, cleaned alike.
+    """
+
+    kind: FaultKind
+    line: str
+    last_lines: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """``"invalid flag: error: invalid argument: --no-such-flag"``."""
+        return f"{self.kind.value}: {self.line}"
 
 
 @attrs.frozen
@@ -67,6 +107,10 @@ class ProcessExited:
     reason: StopReason
     at: float
     survivors: tuple[int, ...] = ()
+    diagnosis: Diagnosis | None = None
+    """What the server's own output says went wrong (an abnormal exit), else None."""
+    last_lines: tuple[str, ...] = ()
+    """The server's last (at most 20) non-empty output lines, cleaned to one line each."""
 
 
 @attrs.frozen
@@ -129,6 +173,17 @@ class DeepHealthFailed:
 
 
 @attrs.frozen
+class DeepHealthPassed:
+    """A deep health (readiness's first token, a watchdog check, or the one completion that
+    confirms a server whose ``/health`` failed) got its token: ``ttft_s`` is the time to
+    first token, float seconds from sending the request to the complete one-token reply."""
+
+    instance_id: str
+    ttft_s: float
+    at: float
+
+
+@attrs.frozen
 class InstanceCrashed:
     """An instance's own code raised an exception nobody foresaw, and that instance alone
     crashed (OTP's one_for_one): ``error_type`` and ``message`` (at most 200 characters)
@@ -176,6 +231,7 @@ Event = (
     | ExposureDetected
     | ImpostorDetected
     | DeepHealthFailed
+    | DeepHealthPassed
     | InstanceCrashed
     | ModelTampered
 )

@@ -30,8 +30,9 @@ class InstanceStatus:
         state: one of `InstanceState`.
         detail: why, in words (``"loading model"``, ``"server process exited"``), or None.
         exit_code: the last process's exit status when it exited with one.
-        stop_reason: why the last process ended (``"requested"``, ``"crash"``, ...), kept
-            apart from the exit status (FC-22).
+        stop_reason: why the last process ended (``"requested"``, ``"crash"``, ``"start-up
+            failure"``, ``"config-error"`` once the supervisor gave up on the same start-up
+            failure twice in a row, ...), kept apart from the exit status (FC-22).
         pid: the live process id of a managed server, else None.
         uptime_s: seconds since the live process was spawned, else None.
         last_probe: what the last probe found (``"up"``, ``"loading"``, ``"unreachable:
@@ -39,6 +40,12 @@ class InstanceStatus:
         restarts: restarts made since the restart budget was last refilled.
         supervision: what the supervisor is doing about it (``"restarting in 2.0 s"``,
             ``"gave up: restart budget spent (5 of 5)"``), else None.
+        ttft_s: time to first token of the last deep health that passed (readiness's first
+            token, a watchdog check, or a confirming completion), float seconds; None
+            before any.
+        diagnosis: why the last process failed, in its own words (``"invalid flag: error:
+            invalid argument: --no-such-flag"``: the kind, then the server's line), else None.
+        last_lines: the last process's last (at most 20) non-empty output lines.
     """
 
     state: InstanceState
@@ -50,3 +57,6 @@ class InstanceStatus:
     last_probe: str | None = None
     restarts: int = 0
     supervision: str | None = None
+    ttft_s: float | None = None
+    diagnosis: str | None = None
+    last_lines: tuple[str, ...] = ()

@@ -92,9 +92,11 @@ class BugSwitch:
     def factory(self, inner: ProberFactory | None = None) -> ProberFactory:
         real = inner or http_prober_factory()
 
-        def open_prober(base_url: str, timeout_s: float) -> Prober:
+        def open_prober(
+            base_url: str, timeout_s: float, /, *, headers: Mapping[str, str] | None = None
+        ) -> Prober:
             port = int(base_url.rsplit(":", 1)[1])
-            return _BuggyProber(self, real(base_url, timeout_s), port)
+            return _BuggyProber(self, real(base_url, timeout_s, headers=headers), port)
 
         return open_prober
 

@@ -51,7 +51,7 @@ from inferactors._actors.messages import (
 )
 from inferactors._actors.ollama_actor import OllamaActor
 from inferactors._actors.supervisor import Supervisor
-from inferactors._edges.bundle import http_prober_factory
+from inferactors._edges.bundle import Edges, http_prober_factory
 from inferactors._edges.ollama_client import OllamaApi, OllamaClient
 from inferactors._events import Event
 from inferactors._policy.admission import Plan, resolve_supervision
@@ -223,7 +223,7 @@ async def plan_for(
         spec,
         config,
         registry=registry,
-        open_prober=http_prober_factory(line.transport()),
+        edges=Edges(open_prober=http_prober_factory(line.transport())),
         instance_dir=Path("unused"),
     )
     supervision = resolve_supervision(Supervision(readiness_timeout_s=load_budget_s), config)
@@ -238,12 +238,13 @@ async def rig(
     load_budget_s: float | None = None,
     watch_s: float = 2.0,
     line: Line | None = None,
+    tag: str = TAG,
 ) -> AsyncIterator[Rig]:
-    """The actor for ``tiny-model`` (tag ``tiny:latest``), planned through `make_plan`,
-    talking to ``fake`` through ``line`` (default: a plain `Line`)."""
+    """The actor for ``tiny-model`` (Ollama name ``tag``, ``tiny:latest`` by default),
+    planned through `make_plan`, talking to ``fake`` through ``line`` (a plain `Line`)."""
     line = line or Line(fake)
     config = ollama_config(Path("unused.json"), Path("unused"), keep_alive)
-    plan = await plan_for(line, config, load_budget_s=load_budget_s)
+    plan = await plan_for(line, config, tag=tag, load_budget_s=load_budget_s)
     supervisor = Supervisor.create()
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.serve)

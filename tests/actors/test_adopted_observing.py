@@ -167,7 +167,7 @@ async def test_an_unlisted_model_is_degraded_and_a_gone_server_is_exited_until_b
         assert gone.detail is not None
         assert "not restart" in gone.detail
         assert "unreachable" in gone.detail
-        server.down, server.models = False, ("Tiny-Q4_K_M.gguf",)
+        server.down, server.models = False, ("/srv/models/tiny.gguf",)  # exact: the basename
         assert (await runtime.status(handle)).state is InstanceState.RUNNING
 
 

@@ -36,7 +36,7 @@ from inferactors import (
 )
 from inferactors._edges import probe as probe_module
 from inferactors._edges.probe import ProberFactory
-from inferactors._policy.probe_parse import parse_model_ids
+from inferactors._policy.probe_parse import ListRead, read_model_list
 
 WAIT_S = 30.0
 
@@ -143,12 +143,12 @@ async def test_a_caller_of_a_crashed_adopted_worker_is_answered_with_the_crash()
 async def test_a_parser_that_raises_crashes_only_the_instance_it_parses_for(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def parse_or_raise(body: bytes) -> tuple[str, ...]:
+    def parse_or_raise(path: str, status: int, body: bytes) -> ListRead:
         if b"poison" in body:
             raise TypeError("the parser met poison")
-        return parse_model_ids(body)
+        return read_model_list(path, status, body)
 
-    monkeypatch.setattr(probe_module, "parse_model_ids", parse_or_raise)
+    monkeypatch.setattr(probe_module, "read_model_list", parse_or_raise)
     async with two_servers(llama_replies("tiny")) as (runtime, recorder, server, target, sibling):
         server.replies["/v1/models"] = json_reply(b'{"data": [{"id": "poison"}]}')  # after load
         with pytest.raises(BackendError, match=r"TypeError: the parser met poison"):

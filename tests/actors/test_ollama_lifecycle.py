@@ -65,6 +65,7 @@ async def test_a_full_lifecycle_sends_exactly_these_requests(
     assert requests(fake) == [
         *SURVEY,  # planning: GETs only
         *SURVEY,  # status: Loaded
+        ("GET", "/api/tags", None),  # start: a cloud model? (no: it is never loaded)
         PS,  # start: is the model already resident? (no)
         ("POST", "/api/generate", load_body(-1)),  # the load, open for the whole 30 s
         *SURVEY,  # status while the load is in flight

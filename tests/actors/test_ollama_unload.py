@@ -80,21 +80,39 @@ async def test_checklist_68_exactly_one_unload_at_unload(
     assert fake.resident() == ("other:7b",)
 
 
-async def test_an_aborted_load_is_still_unloaded_exactly_once_at_stop(
+async def test_a_load_aborted_by_a_stop_owes_no_unload(
     autojump_clock: trio.testing.MockClock, fake: FakeOllama
 ) -> None:
+    """Issue 9 item 7 (over checklist 68): our hang-up aborts the load, so the model was
+    never brought in by us, and we never unload what we did not bring in."""
     slow(fake, load_delay_s=600.0)
     async with rig(fake) as r:
         await r.start()
         await trio.sleep(10.0)
         assert len(loads(fake)) == 1  # in flight
         await r.stop()
-        assert await r.status() == InstanceStatus(
-            InstanceState.LOADED, "stopped on request; model unloaded"
-        )
+        assert await r.status() == InstanceStatus(InstanceState.LOADED, "stopped on request")
+        await r.unload()
+    assert unloads(fake) == []
+    assert TAG not in fake.resident()  # the daemon aborted the load when we hung up
+
+
+async def test_a_load_answered_just_before_a_stop_is_ours_and_unloaded_once(
+    autojump_clock: trio.testing.MockClock, fake: FakeOllama
+) -> None:
+    """The load answered 200; the stop lands while its /api/ps confirmation is in flight
+    (so `Loaded` is never posted): the model is ours all the same, and unloaded once."""
+    slow(fake, load_delay_s=30.0)
+    async with rig(fake) as r:
+        await r.start()
+        await trio.sleep(10.0)  # checked; the load is in flight
+        r.line.ps_delay_s = 1.5  # the confirmation will take 1.5 s (under the 2 s timeout)
+        await trio.sleep(20.5)  # the load answered at 30 s; its confirmation is in flight
+        assert TAG in fake.resident()
+        assert (InstanceState.RUNNING, "model resident") not in r.changes()  # not posted yet
+        await r.stop()
         await r.unload()
     assert len(unloads(fake)) == 1
-    assert TAG not in fake.resident()  # the daemon aborted the load when we hung up
     sent = requests(fake)
     assert sent.index(("POST", "/api/generate", UNLOAD)) > sent.index(
         ("POST", "/api/generate", load_body("30m"))

@@ -96,7 +96,7 @@ def test_managed_defaults() -> None:
         ({"run_as": "0"}, "managed.run_as must not be root"),
         ({"run_as": "1000:0"}, "managed.run_as must not be root"),
         ({"run_as": "bad user"}, "managed.run_as 'bad user'"),
-        ({"keep_alive": "3600"}, 'managed.keep_alive "3600"'),
+        ({"keep_alive": "3600s5"}, 'managed.keep_alive "3600s5"'),
         ({"keep_alive": "5 minutes"}, "managed.keep_alive"),
         ({"keep_alive": True}, "managed.keep_alive"),
         ({"version_probe": ()}, "managed.version_probe"),
@@ -110,8 +110,11 @@ def test_bad_managed_settings_name_the_field(changes: dict[str, object], message
     assert str(info.value).startswith(message)
 
 
-@pytest.mark.parametrize("keep_alive", ["30m", "1h30m", "-1m", "0", "1.5h", "300ms", 0, -1, 3600])
+@pytest.mark.parametrize(
+    "keep_alive", ["30m", "1h30m", "-1m", "0", "1.5h", "300ms", 0, -1, 3600, "-1", "3600", "+60"]
+)
 def test_ollama_keep_alive_forms_are_accepted(keep_alive: str | int) -> None:
+    """A numeric string is whole seconds, as Ollama reads a number (issue 9 item 7)."""
     managed(keep_alive=keep_alive).validate()
 
 

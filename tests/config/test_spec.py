@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from inferactors._config.allowlist import ALLOWED_FLAGS, check_extra_args, is_plain_value
 from inferactors._config.convert import spec_from_dict, spec_from_json, spec_from_toml, spec_to_json
 from inferactors._config.convert_hooks import converter
+from inferactors._config.flag_rules import rules_of
 from inferactors._config.spec import (
     InferenceSpec,
     LatencyClass,
@@ -212,15 +213,17 @@ def extra_refused(flavor: InferFlavor, *args: str) -> str:
 
 
 def test_llamacpp_allowlist_accepts_the_reference_example() -> None:
-    check_extra_args(LLAMA, ["--threads", "4", "--flash-attn", "-ngl", "99", "--temp", "-0.5"])
-    spec(extra_args=("--threads", "4", "--flash-attn", "-ngl", "99", "--temp", "-0.5")).validate()
+    args = ("--threads", "4", "--flash-attn", "on", "-ngl", "99", "--temp", "-0.5")
+    check_extra_args(LLAMA, args)
+    spec(extra_args=args).validate()
 
 
 @pytest.mark.parametrize(
     "args",
     [
         ["--threads"],
-        ["--flash-attn", "on"],
+        ["--flash-attn"],
+        ["--flash-attn", "yes"],
         ["--threads", "--host"],
         ["--threads=4"],
         ["--hos"],
@@ -243,13 +246,13 @@ def test_checklist_9_entries_are_refused(args: list[str]) -> None:
     "flag",
     [
         "--host", "--port", "-m", "--model", "--model-draft", "-hf", "--hf-repo", "-mu",
-        "--model-url", "--api-key-file", "--models-dir", "--reuse-port", "-a", "--alias",
+        "--model-url", "--api-key-file", "--models-dir", "--reuse-port", "--api-key", "--mmproj",
         "--THREADS", "\u2014threads", "--threads\u200b", "-ngl=99", "--kv", "--draft", "--ctx",
     ],
 )  # fmt: skip
 def test_owned_and_dangerous_flags_are_not_on_the_list(flag: str) -> None:
     message = extra_refused(LLAMA, flag, "1")
-    assert "is not an allowed infer.llamacpp flag (exact spelling" in message
+    assert "is not an allowed infer.llamacpp flag" in message
 
 
 @pytest.mark.parametrize(
@@ -278,8 +281,8 @@ def test_more_than_32_entries_are_refused() -> None:
 
 
 def test_value_length_limit_is_256() -> None:
-    check_extra_args(LLAMA, ["--seed", "1" * 256])
-    assert extra_refused(LLAMA, "--seed", "1" * 257).startswith("serve.extra_args[1] ")
+    check_extra_args(LLAMA, ["--temp", "1" * 256])
+    assert extra_refused(LLAMA, "--temp", "1" * 257).startswith("serve.extra_args[1] ")
 
 
 def test_mlx_and_ollama_lists() -> None:
@@ -322,20 +325,17 @@ def test_dash_values_that_are_not_decimal_numbers_are_refused(value: str) -> Non
 # ---- serialization (checklist 13) ----------------------------------------------------------
 
 TOKEN = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._+:-]{0,20}", fullmatch=True)
-VALUE = st.one_of(
-    st.from_regex(r"[A-Za-z0-9._:+/][A-Za-z0-9._:+/-]{0,12}", fullmatch=True),
-    st.floats(max_value=-0.001, min_value=-1e6).map(repr),
-)
 
 
 @st.composite
 def extra_args(draw: st.DrawFn, flavor: InferFlavor) -> tuple[str, ...]:
-    flags = sorted(ALLOWED_FLAGS[flavor])
-    if not flags:
+    rules = rules_of(flavor)
+    if not rules:
         return ()
     out: list[str] = []
-    for flag in draw(st.lists(st.sampled_from(flags), max_size=8)):
-        out += [flag, *(draw(VALUE) for _ in range(ALLOWED_FLAGS[flavor][flag]))]
+    for flag in draw(st.lists(st.sampled_from(sorted(rules)), max_size=8)):
+        example = rules[flag].example
+        out += [flag] if example is None else [flag, example]
     return tuple(out)
 
 

@@ -228,7 +228,9 @@ async def test_fc14_an_impostor_on_our_port_is_reported_and_never_taken_for_ours
             assert status.detail is not None
             assert status.detail.startswith("impostor")
             exited = await rec.next(ProcessExited)  # ours cannot bind the taken port
-            assert (exited.pid, exited.reason, exited.exit_code) == (ours, StopReason.CRASH, 1)
+            assert (exited.pid, exited.reason) == (ours, StopReason.STARTUP_FAILURE)
+            assert exited.diagnosis is not None  # in its own words (issue 9)
+            assert exited.diagnosis.kind.value == "address in use"
             failed = await rec.next(RestartFailed)  # never restarted over an occupied port
             assert "already taken" in failed.why
             await rec.next(GaveUp)

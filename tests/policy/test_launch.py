@@ -104,7 +104,7 @@ def test_a_draft_in_the_wrong_format_is_refused() -> None:
 
 def test_llamacpp_argv_with_every_option() -> None:
     spec = llama_spec(port=9001, ctx=4096, kv_quant="q8_0", draft_model="tiny", extra_args=(
-        "--threads", "2", "--flash-attn"
+        "--threads", "2", "--flash-attn", "on"
     ))  # fmt: skip
     assert launch(spec, QWEN, TINY).argv == (
         "/opt/llama/bin/llama-server",
@@ -114,7 +114,7 @@ def test_llamacpp_argv_with_every_option() -> None:
         "-c", "4096",
         "-ctk", "q8_0", "-ctv", "q8_0",
         "-md", "/m/t.gguf",
-        "--threads", "2", "--flash-attn",
+        "--threads", "2", "--flash-attn", "on",
     )  # fmt: skip
 
 
@@ -200,8 +200,9 @@ def test_an_invalid_spec_is_refused_before_building() -> None:
 
 
 PLAIN = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:+/-]{0,10}", fullmatch=True)
+NUMERIC = st.integers(-1, 1 << 20).map(str)
 FLAGS_1 = ["--threads", "-t", "-ngl", "--temp", "--seed", "-b", "-np", "--top-k"]
-FLAGS_0 = ["--flash-attn", "--mlock", "--jinja", "--metrics", "--no-mmap"]
+FLAGS_0 = ["--embedding", "--mlock", "--jinja", "--metrics", "--no-mmap"]
 
 
 @st.composite
@@ -211,7 +212,7 @@ def llama_extra_args(draw: st.DrawFn) -> tuple[str, ...]:
         if draw(st.booleans()):
             out.append(draw(st.sampled_from(FLAGS_0)))
         else:
-            out += [draw(st.sampled_from(FLAGS_1)), draw(PLAIN)]
+            out += [draw(st.sampled_from(FLAGS_1)), draw(NUMERIC)]
     return tuple(out)
 
 

@@ -1,4 +1,10 @@
-"""Model-name matching (seed-behaviour.md section 3 "Model matching", checklist item 27)."""
+"""Model identity is exact, never a substring (issue 9 item 6, over the seed's loose rule 3).
+
+llama-server lists its ``-m`` path or ``--alias`` verbatim (checked against the pinned
+binary: ``-m /tmp/d/Tiny-Model.Q4.gguf`` lists ``/tmp/d/Tiny-Model.Q4.gguf``; ``-m
+/proc/self/fd/7 --alias /srv/x/Tiny.gguf`` lists ``/srv/x/Tiny.gguf``), mlx_lm.server a repo
+id or a path, Ollama its own names (``tests/config/test_ollama_names.py`` for the parser).
+"""
 
 from __future__ import annotations
 
@@ -6,89 +12,90 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inferactors._policy.matching import lists, same_model
+from inferactors._flavor import InferFlavor
+from inferactors._policy.matching import completion_model, lists, same_model
 
-_names = st.text(min_size=1, max_size=30).filter(lambda n: not n.startswith(":"))  # real tags
-_ascii_names = st.text(alphabet="abcdefgXYZ0123456789-_.", min_size=1, max_size=20)
-_segments = st.text(alphabet="abcdefgXYZ0123456789-_.:", max_size=15)
+LLAMA, MLX, OLLAMA = InferFlavor.LLAMACPP, InferFlavor.MLX_LM, InferFlavor.OLLAMA
 
-
-@pytest.mark.parametrize(
-    ("wanted", "listed"),
-    [
-        ("Llama-3.2-1B-Instruct", "Llama-3.2-1B-Instruct-Q4_K_M.gguf"),
-        ("Qwen3-Coder-Next-4bit", "mlx-community/Qwen3-Coder-Next-4bit"),
-        ("m", "m:latest"),
-        ("m:latest", "m"),
-        ("llama3.2", "llama3.2:latest"),
-        ("tiny", "/models/TINY.GGUF"),
-        ("llama-3.2-1b-instruct", "/srv/models/Llama-3.2-1B-Instruct-Q4_K_M.gguf"),
-        ("", ""),
-    ],
-)
-def test_reference_examples_match(wanted: str, listed: str) -> None:
-    assert same_model(wanted, listed)
+_names = st.text(alphabet="abcXYZ019-_.", min_size=1, max_size=20)
+_affixes = st.text(alphabet="abcXYZ019-_", min_size=1, max_size=8)
 
 
 @pytest.mark.parametrize(
-    ("wanted", "listed"),
+    ("wanted", "listed", "flavor"),
     [
-        ("Qwen3-Coder", "Llama-3.2-1B-Instruct-Q4_K_M.gguf"),
-        # rule 3 looks only at the last "/" segment, never the directories
-        ("models", "/models/tiny.gguf"),
-        ("mlx-community/Qwen3", "mlx-community/Qwen3-Coder-Next-4bit"),
-        # ":latest" is stripped, other tags are not
-        ("m:7b", "m:latest"),
-        ("m:latest", "n:latest"),
-        # ".gguf" is stripped from the listed side only, so it cannot be the matched text
-        ("tiny.gguf.q4", "tiny.gguf"),
-        # an empty wanted name is not a substring match for everything
-        ("", "anything.gguf"),
+        ("/models/tiny.gguf", "/models/tiny.gguf", LLAMA),  # the full path
+        ("tiny.gguf", "/models/tiny.gguf", LLAMA),  # the basename
+        ("tiny", "/models/tiny.gguf", LLAMA),  # the basename without .gguf
+        ("tiny", "/models/tiny.GGUF", LLAMA),  # the suffix in any case
+        ("tiny.gguf", "tiny", LLAMA),  # an alias without the suffix
+        ("Llama-3.2-1B-Instruct-Q4_K_M", "/srv/Llama-3.2-1B-Instruct-Q4_K_M.gguf", LLAMA),
+        ("Qwen3-Coder-Next-4bit", "mlx-community/Qwen3-Coder-Next-4bit", MLX),
+        ("mlx-community/Qwen3-Coder-Next-4bit", "mlx-community/Qwen3-Coder-Next-4bit", MLX),
+        ("qwen2.5", "qwen2.5:latest", OLLAMA),
+        ("library/qwen2.5:latest", "qwen2.5", OLLAMA),
+        ("Registry.Ollama.AI/library/qwen2.5", "qwen2.5:latest", OLLAMA),
+        ("hf.co/org/repo:Q4_K_M", "hf.co/org/repo:Q4_K_M", OLLAMA),
+        ("user/model", "registry.ollama.ai/user/model:latest", OLLAMA),
     ],
 )
-def test_non_matches(wanted: str, listed: str) -> None:
-    assert not same_model(wanted, listed)
-
-
-@given(_names)
-def test_a_name_matches_itself(name: str) -> None:
-    assert same_model(name, name)
-
-
-@given(_names)
-def test_latest_is_optional_on_either_side(name: str) -> None:
-    assert same_model(name, f"{name}:latest")
-    assert same_model(f"{name}:latest", name)
-
-
-@given(_ascii_names.filter(lambda n: "/" not in n), _segments, _segments, _segments)
-def test_listed_basename_containing_the_name_matches_in_any_case(
-    wanted: str, directory: str, before: str, after: str
+def test_the_same_model_under_its_listed_names(
+    wanted: str, listed: str, flavor: InferFlavor
 ) -> None:
-    listed = f"{directory}/{before}{wanted.upper()}{after}.gguf"
-    assert same_model(wanted.lower(), listed)
-    assert same_model(wanted, listed.swapcase())
+    assert same_model(wanted, listed, flavor)
 
 
-@given(
-    st.text(alphabet="abc", min_size=1, max_size=10),
-    st.text(alphabet="xyz/.:", max_size=20),
+@pytest.mark.parametrize(
+    ("wanted", "listed", "flavor"),
+    [
+        ("llama", "codellama-34b", LLAMA),  # the issue's case: a substring is not the model
+        ("llama", "/models/codellama-34b.gguf", LLAMA),
+        ("Llama-3.2-1B-Instruct", "/srv/Llama-3.2-1B-Instruct-Q4_K_M.gguf", LLAMA),
+        ("tiny", "/models/TINY.gguf", LLAMA),  # ids are listed verbatim: case counts
+        ("models", "/models/tiny.gguf", LLAMA),  # a directory is not the model
+        ("/a/tiny.gguf", "/b/tiny.gguf", LLAMA),  # a path matches only itself
+        ("Qwen3", "mlx-community/Qwen3-Coder-Next-4bit", MLX),
+        ("mlx-community/Qwen3", "mlx-community/Qwen3-Coder-Next-4bit", MLX),
+        ("", "anything.gguf", LLAMA),
+        ("qwen", "qwen2.5:0.5b", OLLAMA),  # the issue's case: not resident
+        ("qwen2.5", "qwen2.5:0.5b", OLLAMA),  # latest is not another tag
+        ("model", "user/model", OLLAMA),  # another namespace is another model
+        ("hf.co/org/repo:Q4_K_M", "hf.co/org/repo:Q8_0", OLLAMA),
+        ("llama", "codellama:latest", OLLAMA),
+    ],
 )
-def test_disjoint_names_never_match(wanted: str, listed: str) -> None:
-    assert not same_model(wanted, listed)
+def test_other_models_never_match(wanted: str, listed: str, flavor: InferFlavor) -> None:
+    assert not same_model(wanted, listed, flavor)
 
 
-@given(st.lists(_names, max_size=5), _names)
-def test_lists_is_any_same_model(models: list[str], wanted: str) -> None:
-    assert lists(models, wanted) == any(same_model(wanted, m) for m in models)
+@given(_names, st.sampled_from([LLAMA, MLX, OLLAMA]))
+def test_a_name_matches_itself(name: str, flavor: InferFlavor) -> None:
+    assert same_model(name, name, flavor)
 
 
-@given(_names)
-def test_an_empty_list_lists_nothing(wanted: str) -> None:
-    assert not lists([], wanted)
+@given(_names, _affixes, _affixes, st.sampled_from(["", "/models/", "org/"]))
+def test_a_name_never_matches_a_longer_name_that_contains_it(
+    wanted: str, before: str, after: str, directory: str
+) -> None:
+    for listed in (before + wanted, wanted + after, before + wanted + after):
+        assert not same_model(wanted, f"{directory}{listed}.gguf", LLAMA)
+        assert not same_model(wanted, f"{directory}{listed}", MLX)
+
+
+@given(st.lists(_names, max_size=5), _names, st.sampled_from([LLAMA, OLLAMA]))
+def test_lists_is_any_same_model(models: list[str], wanted: str, flavor: InferFlavor) -> None:
+    assert lists(models, wanted, flavor) == any(same_model(wanted, m, flavor) for m in models)
 
 
 def test_lists_finds_the_one_matching_id_among_others() -> None:
     served = ["mistral:7b", "llama3.2:latest", "qwen2.5:0.5b"]
-    assert lists(served, "llama3.2")
-    assert not lists(served, "phi3")
+    assert lists(served, "llama3.2", OLLAMA)
+    assert not lists(served, "qwen", OLLAMA)
+    assert not lists([], "qwen", OLLAMA)
+
+
+def test_deep_health_names_the_listed_id_that_is_our_model_not_a_lookalike() -> None:
+    listed = ("/m/codellama-34b.gguf", "/m/llama.gguf")
+    assert completion_model(LLAMA, listed, "llama") == "/m/llama.gguf"
+    assert completion_model(LLAMA, listed[:1], "llama") == "llama"  # ours, not the lookalike
+    assert completion_model(MLX, listed, "llama") is None

@@ -20,6 +20,7 @@ from inferactors._policy.ollama_parse import (
     load_body,
     parse_expiry,
     parse_ps,
+    parse_tags,
     same_tag,
 )
 
@@ -70,7 +71,10 @@ def test_the_load_body_is_the_documented_one() -> None:
         ("qwen2.5", "qwen2.5:0.5b", False),
         ("qwen", "qwen2.5:latest", False),
         ("tiny:q4", "tiny:latest", False),
-        ("localhost:5000/tiny", "localhost:5000/tiny:latest", True),
+        ("localhost:5000/ns/tiny", "localhost:5000/ns/tiny:latest", True),
+        ("library/tiny", "registry.ollama.ai/library/tiny:latest", True),
+        ("user/tiny", "tiny", False),
+        ("localhost:5000/tiny", "localhost:5000/tiny:latest", False),  # no such Ollama name
     ],
 )
 def test_same_tag_reads_a_missing_tag_as_latest(a: str, b: str, same: bool) -> None:
@@ -161,3 +165,18 @@ def test_expiry_watch_compares_unparsed_expiries_by_equality() -> None:
     watch = ExpiryWatch.after_load(loaded_at("soon"))
     assert watch.observe(loaded_at("soon"), 5.0)[1] == "kept"
     assert watch.observe(loaded_at("later"), 5.0)[1] == "changed"
+
+
+def test_a_cloud_model_is_told_by_its_remote_host() -> None:
+    body = (
+        b'{"models": [{"name": "gpt-oss:120b-cloud", "model": "gpt-oss:120b-cloud",'
+        b' "remote_model": "gpt-oss:120b", "remote_host": "https://ollama.com:443"},'
+        b' {"name": "tiny:latest", "model": "tiny:latest", "remote_host": ""}]}'
+    )
+    cloud, local = parse_tags(body)
+    assert (cloud.cloud, cloud.remote_host, cloud.remote_model) == (
+        True,
+        "https://ollama.com:443",
+        "gpt-oss:120b",
+    )
+    assert not local.cloud  # an empty remote_host is a local model

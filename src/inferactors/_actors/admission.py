@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import os.path
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import attrs
@@ -20,8 +19,8 @@ from .._config.binding import spec_host
 from .._config.config import ControlMode, InferConfig, ManagedConfig
 from .._config.convert import checked_spec
 from .._config.spec import InferenceSpec
+from .._edges.bundle import Edges
 from .._edges.containment import resolve_run_as
-from .._edges.netcheck import port_in_use
 from .._edges.probe import ProberFactory, probe_once
 from .._errors import AdmissionRefused, ModelError
 from .._flavor import InferFlavor
@@ -32,6 +31,8 @@ from .._policy.launch import build_launch, check_format
 from .._policy.ollama_parse import same_tag
 from .._policy.privilege import RunAs, require_unprivileged
 from .._policy.probe_parse import Unhealthy, Unreachable, Up
+from .admission_extras import check_binary_flags, read_api_key, resolve_extras
+from .identity import wrong_family
 
 
 async def make_plan(
@@ -39,10 +40,8 @@ async def make_plan(
     config: InferConfig,
     *,
     registry: ModelRegistry | None,
-    open_prober: ProberFactory,
+    edges: Edges,
     instance_dir: Path,
-    port_check: Callable[[str, int], Awaitable[bool]] = port_in_use,
-    euid: int | None = None,
 ) -> Plan:
     """Check ``spec`` against ``config`` and build its plan (see the module docstring).
 
@@ -50,27 +49,31 @@ async def make_plan(
         spec: the inference spec; validated here.
         config: the runtime's config (flavor, mode, ports, timeouts).
         registry: the model registry; required when managed.
-        open_prober: the HTTP edge.
-        port_check: the occupied-port check (a bind on the host's footprint).
-        euid: the supervisor's effective uid (default ``os.geteuid()``): as root, a managed
-            server needs ``run_as`` (checklist item 45).
+        edges: the runtime's edges: the HTTP prober, the occupied-port check (a bind on the
+            host's footprint), the supervisor's effective uid (as root, a managed server
+            needs ``run_as``, checklist item 45) and the serve programs' ``--help`` cache.
         instance_dir: where a managed server will run (its cwd); not created here.
 
     Raises:
-        InvalidConfig: the spec is malformed.
+        InvalidConfig: the spec is malformed, or names an ``extra_args`` flag the serve
+            program's ``--help`` does not list (or that help cannot be read).
         AdmissionRefused: the spec cannot run here; the message says why.
     """
     spec = checked_spec(spec)
     spec.validate()
     check_runtime_and_port(spec, config)
     if config.managed is None:
-        return await _plan_adopted(spec, config, open_prober)
+        return await _plan_adopted(spec, config, edges)
     if registry is None:
         raise AdmissionRefused("managed mode needs a model registry")
     if spec.runtime is InferFlavor.OLLAMA:
-        return await _plan_ollama(spec, config, registry, open_prober)
-    run_as = _run_as(config.managed, os.geteuid() if euid is None else euid)
-    plan = await _plan_process(spec, config, config.managed, registry, instance_dir, port_check)
+        return await _plan_ollama(spec, config, registry, edges.open_prober)
+    euid = edges.containment.euid()
+    run_as = _run_as(config.managed, euid)
+    plan = await _plan_process(spec, config.managed, registry, instance_dir, edges, run_as)
+    if spec.serve.api_key_file is not None:
+        key = await read_api_key(spec.serve.api_key_file, run_as=run_as, euid=euid)
+        plan = attrs.evolve(plan, api_key=key, notes=(*plan.notes, "API key read"))
     if run_as is None:
         return plan
     notes = (*plan.notes, f"runs as user {run_as.name} (uid {run_as.uid})")
@@ -83,15 +86,12 @@ def _run_as(managed: ManagedConfig, euid: int) -> RunAs | None:
     return run_as
 
 
-async def _plan_adopted(
-    spec: InferenceSpec, config: InferConfig, open_prober: ProberFactory
-) -> Plan:
+async def _plan_adopted(spec: InferenceSpec, config: InferConfig, edges: Edges) -> Plan:
     base = spec.base_url()
-    report = await probe_once(open_prober, base, config.probe_timeout_s, config.flavor)
+    report = await probe_once(edges.open_prober, base, config.probe_timeout_s, config.flavor)
     if isinstance(report.health, Unreachable):
-        raise AdmissionRefused(
-            f"no {spec.runtime.id} server answering at {base}: {report.health.why}"
-        )
+        why = await wrong_family(edges.net, spec, report) or report.health.why
+        raise AdmissionRefused(f"no {spec.runtime.id} server answering at {base}: {why}")
     notes = [
         f"endpoint {base}",
         f"adopting running server ({type(report.health).__name__})",
@@ -112,7 +112,8 @@ async def _plan_ollama(
     checklist 63 and 64): the registry model, then one probe of the daemon (GETs only).
 
     The tag is the manifest's ``ollama_tag`` (else the model name); it must be listed by
-    ``/api/tags`` exactly (``m`` is ``m:latest``), since inferactors never pulls.
+    ``/api/tags`` as Ollama reads names (``m`` is ``library/m:latest``; `same_tag`),
+    since inferactors never pulls.
 
     Raises:
         AdmissionRefused: no model or registry, an unknown or non-Ollama model, a daemon that
@@ -144,19 +145,25 @@ async def _plan_ollama(
 
 async def _plan_process(
     spec: InferenceSpec,
-    config: InferConfig,
     managed: ManagedConfig,
     registry: ModelRegistry,
     instance_dir: Path,
-    port_check: Callable[[str, int], Awaitable[bool]],
+    edges: Edges,
+    run_as: RunAs | None,
 ) -> Plan:
     model = await _registered_model(spec, registry)
     draft = None
     if spec.serve.draft_model is not None:
         draft = await _resolve(registry, spec.serve.draft_model)
         check_format(spec.runtime, draft)
+    mmproj, lora = await resolve_extras(spec, registry)
     program = _serve_program(managed)
-    if await port_check(spec_host(spec), spec.port()):
+    euid = edges.containment.euid()
+    help_cache = edges.serve_help
+    await check_binary_flags(
+        spec, managed, program, serve_help=help_cache, run_as=run_as, euid=euid
+    )
+    if await edges.port_in_use(spec_host(spec), spec.port()):
         raise AdmissionRefused(
             f"something already holds port {spec.port()} on {spec_host(spec)}; "
             "adopt it instead of managing over it"
@@ -170,6 +177,8 @@ async def _plan_process(
         env=managed.env,
         passthrough=managed.env_passthrough,
         parent_env=os.environ,
+        mmproj=mmproj,
+        lora=lora,
     )
     notes = (
         f"endpoint {spec.base_url()}",
@@ -177,7 +186,14 @@ async def _plan_process(
         f"launch {program} with {len(launch.args)} args",
     )
     return Plan(
-        spec=spec, mode=ControlMode.MANAGED, notes=notes, launch=launch, model=model, draft=draft
+        spec=spec,
+        mode=ControlMode.MANAGED,
+        notes=notes,
+        launch=launch,
+        model=model,
+        draft=draft,
+        mmproj=mmproj,
+        lora=lora,
     )
 
 

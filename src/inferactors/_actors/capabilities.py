@@ -29,7 +29,7 @@ from .._edges.probe import ProberFactory, probe_once
 from .._edges.version_probe import VERSION_PROBE_TIMEOUT_S, run_version_probe
 from .._errors import InvalidConfig
 from .._flavor import InferFlavor
-from .._policy.probe_parse import Loading, Up
+from .._policy.probe_parse import Busy, Loading, Up
 
 MLX_PACKAGE = "mlx-lm"
 """The distribution whose version a managed mlx-lm runtime reports (``mlx-lm 0.32.2``)."""
@@ -56,7 +56,7 @@ async def probe_capabilities(
 ) -> tuple[Capability, ...]:
     """Probe what ``config``'s runtime can offer; empty when nothing answers."""
     if config.managed is not None and config.flavor is not InferFlavor.OLLAMA:
-        found, version = await _managed_version(config.flavor, config.managed)
+        found, version = await managed_version(config.flavor, config.managed)
     else:
         found, version = await _server_answers(config, open_prober)
     if not found:
@@ -73,10 +73,11 @@ async def _server_answers(
     port = config.probe_port or config.flavor.default_port
     base = f"http://127.0.0.1:{port}"
     report = await probe_once(open_prober, base, config.probe_timeout_s, config.flavor)
-    return isinstance(report.health, Up | Loading), report.version
+    return isinstance(report.health, Up | Busy | Loading), report.version
 
 
-async def _managed_version(flavor: InferFlavor, managed: ManagedConfig) -> tuple[bool, str | None]:
+async def managed_version(flavor: InferFlavor, managed: ManagedConfig) -> tuple[bool, str | None]:
+    """Whether the managed serve program is there and runs, and its version line."""
     program = managed.serve_program
     if program is None or not (program.is_file() and os.access(program, os.X_OK)):
         return False, None

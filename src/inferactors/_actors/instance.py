@@ -55,6 +55,7 @@ from .instance_msgs import (
     ShutdownDone,
     Spawned,
     SpawnFailed,
+    StartupFault,
     Stopped,
     WatchdogResult,
 )
@@ -75,6 +76,7 @@ from .messages import (
     answer,
     refuse,
 )
+from .start_calls import StartWaiters, abandoning_stop, caller_gone
 
 EMERGENCY_GRACE_S = 5.0
 """Grace for a server still running when the actor is torn down without an unload."""
@@ -101,6 +103,7 @@ class InstanceActor:
     _watch: InstanceWatch
     _stop_waiters: dict[ManagedProcess, list[ReplyTo[RunEvidence]]] = attrs.Factory(dict)
     _after_start: list[Stop] = attrs.Factory(list)
+    _waiters: StartWaiters = attrs.Factory(StartWaiters)  # the start in flight's callers
     _crash_while_starting: Crash | None = None
     _closing: bool = False
 
@@ -203,6 +206,8 @@ class InstanceActor:
                 self._watch.on_readiness_expired(message)
             case WatchdogResult():
                 self._watch.on_watchdog(message)
+            case StartupFault():
+                self._watch.on_startup_fault(message)
             case Confirmed():
                 self._book.wanted = True  # watched: a crash restarts the watching
                 self._watch.watch_adopted()
@@ -232,13 +237,19 @@ class InstanceActor:
                 ),
             )
             return
+        if book.starting and not restart:
+            self._waiters.join(reply)  # concurrent starts coalesce (`start_calls`)
+            return
         if book.process is not None or book.starting:
             refuse(reply, InvalidState(f"{self.instance_id} is already running"))
             return
+        if caller_gone(reply) and not restart:
+            return  # its caller gave up before we read it: spawn nothing
         if restart and not book.wanted:
             refuse(reply, InvalidState(f"{self.instance_id} was stopped by the operator"))
             return
         book.starting = True
+        self._waiters.join(reply)
         failed = partial(SpawnFailed, reply=reply)  # if the spawn worker itself crashes
         self._box.finish(self._work.spawn, self._box.nursery, reply, book.tampered, fallback=failed)
 
@@ -286,23 +297,21 @@ class InstanceActor:
         args = process.args  # as executed: the pinned launch, not the plan's
         self._box.emit(ProcessStarted(self.instance_id, process.pid, args, process.started_at))
         self._watch.start_process_tasks(process, message.pins)
+        if self._waiters.abandoned() and not self._after_start:  # every caller gave up
+            self._after_start.append(abandoning_stop())
         aborted, self._after_start = self._after_start, []
         crash, self._crash_while_starting = self._crash_while_starting, None
         if crash is not None:
-            why = f"the start of {self.instance_id} was aborted by a crash ({crash.describe()})"
-            refuse(message.reply, InvalidState(why))
+            self._waiters.abort(self.instance_id, f"a crash ({crash.describe()})")
             for stop in aborted:
                 self._on_stop(stop)
             self._stop_for_crash(crash)
         elif aborted:
-            refuse(
-                message.reply,
-                InvalidState(f"the start of {self.instance_id} was aborted by a stop"),
-            )
+            self._waiters.abort(self.instance_id, "a stop")
             for stop in aborted:
                 self._on_stop(stop)
         else:
-            answer(message.reply, None)
+            self._waiters.succeed()
 
     def _on_spawn_failed(self, message: SpawnFailed) -> None:
         self._book.starting = False
@@ -313,7 +322,7 @@ class InstanceActor:
             self._box.emit(
                 ModelTampered(self.instance_id, error.model, error.shard, error.why, now)
             )
-        refuse(message.reply, message.error)
+        self._waiters.fail(message.error)
         for stop in self._after_start:
             refuse(stop.reply, InvalidState(f"{self.instance_id} is not running"))
         self._after_start.clear()
@@ -326,16 +335,7 @@ class InstanceActor:
             attrs.evolve(evidence, runtime=self.runtime_id, instance_id=self.instance_id)
         )
         now = trio.current_time()
-        event = ProcessExited(
-            self.instance_id,
-            evidence.pid,
-            evidence.exit_code,
-            evidence.signal,
-            reason,
-            now,
-            survivors=evidence.survivors,
-        )
-        self._box.emit(event)
+        self._box.emit(self._book.exit_event(self.instance_id, evidence, reason, now))
 
     def _answer_stop(self, process: ManagedProcess, evidence: RunEvidence) -> None:
         full = attrs.evolve(evidence, runtime=self.runtime_id, instance_id=self.instance_id)
@@ -389,4 +389,5 @@ class InstanceActor:
             refuse(reply, gone)
         for stop in self._after_start:
             refuse(stop.reply, gone)
+        self._waiters.fail(gone)
         self._box.drain()

@@ -14,8 +14,11 @@ import attrs
 
 from .._edges.capture import RunEvidence
 from .._edges.process import ManagedProcess
-from .._events import StopReason
-from .._policy.probe_parse import Loading, ServerReport, Unhealthy, Unreachable, Up
+from .._events import Diagnosis, ProcessExited, StopReason
+from .._policy.health_truth import Confirmation, confirmed_status, slow_detail, worth_confirming
+from .._policy.probe_parse import Busy, Loading, ServerReport, Unhealthy, Unreachable, Up, serving
+from .._policy.restart import CONFIG_ERROR
+from .._policy.startup_fault import read_exit
 from .._policy.status import map_report
 from .._status import InstanceState, InstanceStatus
 from .instance_pin import PinHold
@@ -32,6 +35,7 @@ _REASON_WORDS = {
     StopReason.SHUTDOWN: "stopped: the runtime shut down",
     StopReason.ERROR: "stopped: the instance crashed (see its InstanceCrashed event)",
     StopReason.TAMPERED: "stopped: a verified model file changed while served",
+    StopReason.STARTUP_FAILURE: "failed to start",
 }
 
 
@@ -42,6 +46,8 @@ def probe_words(report: ServerReport) -> str:
         return "up"
     if isinstance(health, Loading):
         return "loading"
+    if isinstance(health, Busy):
+        return "busy"
     if isinstance(health, Unhealthy | Unreachable):
         return f"{type(health).__name__.lower()}: {health.why}"
     return type(health).__name__.lower()
@@ -75,6 +81,12 @@ class InstanceBook:
     health_failed: str | None = None
     unhealthy_since: float | None = None
     answered: bool = False
+    ttft_s: float | None = None
+    slow: str | None = None
+    confirmation: Confirmation | None = None
+    misbound: str | None = None
+    diagnosis: Diagnosis | None = None
+    last_lines: tuple[str, ...] = ()
 
     def note_identity(self, owner_ok: bool | None, owner_pid: int | None, port: int) -> str | None:
         """Record whether our port's listener is ours; return the impostor detail the first
@@ -111,6 +123,36 @@ class InstanceBook:
             stopped=stopped,
         )
 
+    def note_truth(
+        self, report: ServerReport, confirmation: Confirmation | None, misbound: str | None
+    ) -> None:
+        """After `note_report`: what the probe's truth checks add (issue 9 item 5). A
+        completion that works around a failed ``/health`` makes it Degraded "...; completions
+        work" (pending: "...; checking ..."), one that failed too says so; ``misbound``, the
+        port listening only on the other address family, is said at once."""
+        if serving(report.health) or isinstance(report.health, Loading):
+            self.confirmation = None
+        elif confirmation is not None:
+            self.confirmation = confirmation
+        truth = confirmed_status(report.health, self.confirmation)
+        if truth is not None:
+            self.mapped = truth
+        elif self.confirmation is not None and worth_confirming(report.health):
+            detail = f"{self.mapped.detail}; completions fail too ({self.confirmation.why})"
+            self.mapped = attrs.evolve(self.mapped, detail=detail)
+        if not isinstance(report.health, Unreachable):
+            self.misbound = None
+        elif misbound is not None:  # "": looked, nothing wrong; None: the verdict stands
+            self.misbound = misbound or None
+        if self.misbound is not None:
+            self.mapped = InstanceStatus(InstanceState.DEGRADED, self.misbound)
+
+    def note_passed(self, ttft_s: float, slow_after_s: float) -> None:
+        """A deep health passed with time to first token ``ttft_s`` (float seconds); slower
+        than ``slow_after_s`` leaves the server Degraded (slow) until a quick one."""
+        self.ttft_s = ttft_s
+        self.slow = slow_detail(ttft_s, slow_after_s)
+
     def note_watchdog(self, why: str | None, failures: int) -> bool:
         """Record one watchdog check (``why`` None: it passed); True once ``failures`` checks
         in a row failed and the server must be killed."""
@@ -128,8 +170,9 @@ class InstanceBook:
         mlx_lm.server whose generation thread died, FC-07); once it has stayed unhealthy for
         `UNHEALTHY_KILL_AFTER_S` seconds return why it must be killed, else None."""
         health = report.health
-        if not (self.managed and self.ready_once and isinstance(health, Unhealthy)):
-            self.unhealthy_since = None
+        confirmed = self.confirmation is not None and self.confirmation.why is None
+        if not (self.managed and self.ready_once and isinstance(health, Unhealthy)) or confirmed:
+            self.unhealthy_since = None  # completions work (or are being checked): not killed
             return None
         if self.unhealthy_since is None:
             self.unhealthy_since = now
@@ -155,17 +198,44 @@ class InstanceBook:
         self.unhealthy_since = None
         self.answered = False
         self.last_probe = None
+        self.ttft_s, self.slow, self.confirmation, self.misbound = None, None, None, None
         self.mapped = InstanceStatus(InstanceState.DEGRADED, "starting: not listening yet")
 
     def exited(self, evidence: RunEvidence) -> StopReason:
-        """The current process ended; return why (the pending stop reason, else crash)."""
-        reason = self.stop_reason or StopReason.CRASH
+        """The current process ended; return why: the pending stop reason, else crash, or
+        start-up failure when it never ran and its output says why (`read_exit`)."""
+        live = self.process.lines.fatal if self.process is not None else None
+        reading = read_exit(
+            self.stop_reason or StopReason.CRASH,
+            ever_ready=self.ready_once,
+            live=live,
+            stdout=evidence.stdout_tail,
+            stderr=evidence.stderr_tail,
+        )
+        reason = reading.reason
+        self.diagnosis, self.last_lines = reading.diagnosis, reading.last_lines
         self.process = None
         self.stop_reason = None
         self.last = evidence
         self.last_reason = reason
         self.mapped = self.idle_status()
         return reason
+
+    def exit_event(
+        self, instance_id: str, evidence: RunEvidence, reason: StopReason, now: float
+    ) -> ProcessExited:
+        """The `ProcessExited` of the exit just recorded by `exited`, with its words."""
+        return ProcessExited(
+            instance_id,
+            evidence.pid,
+            evidence.exit_code,
+            evidence.signal,
+            reason,
+            now,
+            survivors=evidence.survivors,
+            diagnosis=self.diagnosis,
+            last_lines=self.last_lines,
+        )
 
     def idle_status(self) -> InstanceStatus:
         """Status while no process runs: Loaded, or Exited with why (checklist 50, 52, 59)."""
@@ -184,30 +254,50 @@ class InstanceBook:
             return InstanceStatus(InstanceState.LOADED)
         reason = self.last_reason
         detail = _REASON_WORDS.get(reason, "server process exited") if reason else None
+        if self.diagnosis is not None:
+            detail = f"{detail}: {self.diagnosis.describe()}"
         if self.last.survivors:  # never a clean stop while something of ours still runs
             pids = ", ".join(map(str, self.last.survivors))
             detail = f"{detail or 'exited'}; but process {pids} (outside its group) survived"
+        stop_reason = reason.value if reason else None
+        if (self.supervision or "").startswith(f"gave up: {CONFIG_ERROR}"):
+            stop_reason = StopReason.CONFIG_ERROR.value  # the same failure twice: fix it
         return InstanceStatus(
             InstanceState.EXITED,
             detail,
             exit_code=self.last.exit_code,
-            stop_reason=reason.value if reason else None,
+            stop_reason=stop_reason,
+            diagnosis=self.diagnosis.describe() if self.diagnosis is not None else None,
+            last_lines=self.last_lines,
         )
 
     def status(self, now: float) -> InstanceStatus:
         """The status to report at trio time ``now``."""
         base = self.mapped if self.process is not None or not self.managed else self.idle_status()
         if self.process is not None:
-            base = self._live_overrides(base)
+            base = self._slow(self._live_overrides(base))
             base = attrs.evolve(base, pid=self.process.pid, uptime_s=now - self.process.started_at)
             base = _flag_escaped(base, self.process.escaped)
         elif self.health_failed is not None and not self.managed:
             base = InstanceStatus(InstanceState.DEGRADED, self.health_failed)
         elif self.exposed is not None and not self.managed:
             base = attrs.evolve(base, detail=f"{base.detail}; {self.exposed}")
+        elif not self.managed:
+            base = self._slow(base)
         return attrs.evolve(
-            base, last_probe=self.last_probe, restarts=self.restarts, supervision=self.supervision
+            base,
+            last_probe=self.last_probe,
+            restarts=self.restarts,
+            supervision=self.supervision,
+            ttft_s=self.ttft_s,
         )
+
+    def _slow(self, base: InstanceStatus) -> InstanceStatus:
+        """A Running server whose last deep health was slow is Degraded (slow); not part of
+        `ready`: a slow first token still makes the server ready."""
+        if self.slow is not None and base.state is InstanceState.RUNNING:
+            return InstanceStatus(InstanceState.DEGRADED, self.slow)
+        return base
 
     def _live_overrides(self, base: InstanceStatus) -> InstanceStatus:
         if self.impostor is not None:

@@ -7,7 +7,9 @@ import attrs
 from .._edges.capture import RunEvidence
 from .._edges.process import ManagedProcess
 from .._errors import InferactorsError
+from .._events import Diagnosis
 from .._policy.exposure import Exposure
+from .._policy.health_truth import Confirmation
 from .._policy.probe_parse import ServerReport
 from .._status import InstanceStatus
 from .instance_pin import PinHold, PinnedLaunch
@@ -69,6 +71,14 @@ class Probed:
     """None: not asked; ``""``: one token came back; otherwise why the first token failed."""
     stopped: bool = False
     """True when a managed server that did not answer is stopped by a signal (SIGSTOP)."""
+    confirmation: Confirmation | None = None
+    """The completion that checks a server whose ``/health`` failed (issue 9 item 5)."""
+    ttft_s: float | None = None
+    """Time to first token, float seconds, of a deep health this probe measured (the first
+    token, or a confirmation that worked); None when it measured none."""
+    misbound: str | None = None
+    """The configuration error when the port listens only on the other address family;
+    ``""``: looked, nothing wrong; None: not looked (the last verdict stands)."""
 
 
 @attrs.frozen
@@ -88,6 +98,15 @@ class PinChanged:
 
 
 @attrs.frozen
+class StartupFault:
+    """A starting server printed a fault it will not exit on (``address in use``:
+    mlx_lm.server then hangs); it must be stopped (issue 9)."""
+
+    process: ManagedProcess
+    diagnosis: Diagnosis
+
+
+@attrs.frozen
 class ReadinessExpired:
     """The process was spawned ``timeout_s`` seconds ago; if it never was up, it must go."""
 
@@ -101,6 +120,8 @@ class WatchdogResult:
 
     process: ManagedProcess | None
     why: str | None
+    ttft_s: float | None = None
+    """The check's time to first token when it passed, float seconds."""
 
 
 @attrs.frozen
@@ -128,5 +149,6 @@ Internal = (
     | ExposureFound
     | PinChanged
     | ReadinessExpired
+    | StartupFault
     | WatchdogResult
 )

@@ -25,6 +25,7 @@ import attrs
 
 from .._edges.bundle import FileWork
 from .._errors import PinMismatch
+from .._flavor import InferFlavor
 from .._models.manifest import ModelManifest
 from .._models.pinned_view import build_views
 from .._models.pinning import ClosedOnExit, PinnedModel
@@ -123,10 +124,10 @@ def pin_for_spawn(
     launch, model = plan.launch, plan.model
     assert launch is not None, "only managed process plans are pinned"
     assert model is not None, "a managed process plan has a model"
-    names = (model.name,) if plan.draft is None else (model.name, plan.draft.name)
+    slots = pinned_slots(plan)
     pinned = PinnedLaunch(launch, ())
     try:
-        for name in names:
+        for _slot, _flag, name in slots:
             manifest = registry.get(name)
             if held is not None and held.still_holds(manifest):
                 pinned.close()
@@ -136,32 +137,51 @@ def pin_for_spawn(
             except PinMismatch as error:
                 pinned.close()
                 return PinHold(manifest, error)
-        fds = _with_views(pinned, launch, plan)
-        draft = fds[1] if len(fds) > 1 else None
-        pinned.launch = pin_launch(launch, plan.spec.runtime, fds[0], draft)
+        fds = _with_views(pinned, launch, plan, [slot for slot, _flag, _name in slots])
+        draft = fds[1] if plan.draft is not None else None
+        extras = [(flag, f) for (_s, flag, _n), f in zip(slots, fds, strict=True) if flag]
+        pinned.launch = pin_launch(launch, plan.spec.runtime, fds[0], draft, extras=extras)
     except BaseException:
         pinned.close()
         raise
     return pinned
 
 
-def _with_views(pinned: PinnedLaunch, launch: Launch, plan: Plan) -> list[PinnedFds]:
+def pinned_slots(plan: Plan) -> list[tuple[str, str, str]]:
+    """Each model the plan's server reads, as ``(view slot, flag, registry name)``: the
+    model and draft (flag ``""``: `pin_launch` places them itself), then the projector
+    (``--mmproj``) and each LoRA adapter (``--lora``, or mlx_lm.server's
+    ``--adapter-path``)."""
+    assert plan.model is not None, "a managed process plan has a model"
+    slots = [("model", "", plan.model.name)]
+    if plan.draft is not None:
+        slots.append(("draft", "", plan.draft.name))
+    if plan.mmproj is not None:
+        slots.append(("mmproj", "--mmproj", plan.mmproj.name))
+    flag = "--adapter-path" if plan.spec.runtime is InferFlavor.MLX_LM else "--lora"
+    slots += [(f"lora{i}", flag, adapter.name) for i, adapter in enumerate(plan.lora)]
+    return slots
+
+
+def _with_views(
+    pinned: PinnedLaunch, launch: Launch, plan: Plan, slots: list[str]
+) -> list[PinnedFds]:
     """Each model's descriptors as numbers; a model read as a directory also gets its view
-    (``pinned/model/<root name>``, ``pinned/draft/<root name>`` in the instance directory),
-    whose descriptor ``pinned`` then holds."""
+    (``pinned/<slot>/<root name>`` in the instance directory, ``slot`` being ``model``,
+    ``draft``, ``mmproj`` or ``loraN``), whose descriptor ``pinned`` then holds."""
     flavor = plan.spec.runtime
     viewed = [
         (slot, model)
-        for slot, model in zip(("model", "draft"), pinned.models, strict=False)
+        for slot, model in zip(slots, pinned.models, strict=True)
         if served_as_directory(flavor, len(model.manifest.shards))
     ]
     if viewed:
         cwd = launch.cwd
-        slots = [
+        views = [
             (slot, view_path(cwd, slot, Path(m.manifest.root).name).name, dict(m.fds))
             for slot, m in viewed
         ]
-        pinned.views = build_views(cwd, slots, fd_dir=FD_DIR, base=VIEWS)
+        pinned.views = build_views(cwd, views, fd_dir=FD_DIR, base=VIEWS)
     view_of = {id(model): fd for (_slot, model), fd in zip(viewed, pinned.views, strict=True)}
     numbers = []
     for model in pinned.models:

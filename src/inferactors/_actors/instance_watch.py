@@ -20,6 +20,7 @@ import trio
 from .._edges.process import ManagedProcess
 from .._events import (
     DeepHealthFailed,
+    DeepHealthPassed,
     ExposureDetected,
     ImpostorDetected,
     ModelTampered,
@@ -30,7 +31,7 @@ from .._policy.admission import Plan
 from .._policy.status import map_ollama_report
 from .._status import InstanceState, InstanceStatus
 from .instance_book import InstanceBook
-from .instance_msgs import PinChanged, Probed, ReadinessExpired, WatchdogResult
+from .instance_msgs import PinChanged, Probed, ReadinessExpired, StartupFault, WatchdogResult
 from .instance_pin import PinnedLaunch
 from .instance_work import InstanceWork
 from .mailbox import Mailbox, ScopeGroup, scoped
@@ -44,6 +45,10 @@ HEALTH_KILL_GRACE_S = 3.0
 
 TAMPERED_GRACE_S = 3.0
 """Grace for a server stopped because a verified model file changed while it served."""
+
+STARTUP_FAULT_GRACE_S = 0.5
+"""Grace for a starting server that printed a fault it hangs on (issue 9: stopped within
+1 s of the line: mlx_lm.server whose bind failed ignores SIGTERM and gets SIGKILL)."""
 
 
 @attrs.define(eq=False)
@@ -71,6 +76,7 @@ class InstanceWatch:
         self._box.finish(self._work.watch_exit, process)
         self._box.soon(self._work.monitor, process, group.new())
         self._box.soon(self._work.exposure_watch, process, group.new(), pins)
+        self._box.soon(scoped, group.new(), watch_startup, process, self._work)
         timeout = self.plan.supervision.readiness_timeout_s
         if timeout is not None:
             self._box.soon(scoped, group.new(), self._work.readiness_timer, process, timeout)
@@ -144,6 +150,12 @@ class InstanceWatch:
         self._box.emit(ModelTampered(self.instance_id, error.model, error.shard, error.why, now))
         self.stop_process(StopReason.TAMPERED, TAMPERED_GRACE_S)
 
+    def on_startup_fault(self, message: StartupFault) -> None:
+        """Stop a starting process that printed a fault it will not exit on (reason
+        ``start-up failure``; its `ProcessExited` carries the diagnosis)."""
+        if message.process is self._book.process and not self._book.ready_once:
+            self.stop_process(StopReason.STARTUP_FAILURE, STARTUP_FAULT_GRACE_S)
+
     def on_readiness_expired(self, message: ReadinessExpired) -> None:
         """Stop a process that was not ready in time."""
         if message.process is self._book.process and not self._book.ready_once:
@@ -155,6 +167,8 @@ class InstanceWatch:
         if message.process is not self._book.process or watchdog is None:
             return
         kill = self._book.note_watchdog(message.why, watchdog.failures)
+        if message.ttft_s is not None:
+            self._passed(message.ttft_s)
         if message.why is not None:
             failures, now = self._book.health_failures, trio.current_time()
             self._box.emit(DeepHealthFailed(self.instance_id, failures, message.why, now))
@@ -179,15 +193,25 @@ class InstanceWatch:
         spec = self.plan.spec
         if not book.managed and spec.runtime is InferFlavor.OLLAMA and spec.model:
             book.mapped = map_ollama_report(message.report, tag=spec.model, adopted=True)
+        book.note_truth(message.report, message.confirmation, message.misbound)
+        if message.ttft_s is not None:
+            self._passed(message.ttft_s)
         if book.ready or (not book.managed and book.mapped.state is InstanceState.RUNNING):
             self._on_ready(book.process)
         if book.note_health(message.report, trio.current_time()) is not None:
             self.stop_process(StopReason.HEALTH_KILL, HEALTH_KILL_GRACE_S)
 
+    def _passed(self, ttft_s: float) -> None:
+        """A deep health passed: publish its time to first token, note whether it was slow."""
+        self._book.note_passed(ttft_s, self.plan.supervision.slow_threshold_s)
+        self._box.emit(DeepHealthPassed(self.instance_id, ttft_s, trio.current_time()))
+
     def _on_ready(self, process: ManagedProcess | None) -> None:
         if self._book.ready_once:
             return
         self._book.ready_once = True
+        if process is not None:
+            process.lines.stop()  # Running: its output is no longer read line by line
         watchdog = self.plan.supervision.watchdog
         group = self._process_tasks if process is not None else self._watch_tasks
         if watchdog is not None and group is not None:
@@ -198,3 +222,14 @@ class InstanceWatch:
             self._book.exposed = detail
             note = f"{detail} (reported only: inferactors never signals an adopted server)"
             self._box.emit(ExposureDetected(self.instance_id, note, trio.current_time()))
+
+
+async def watch_startup(process: ManagedProcess, work: InstanceWork) -> None:
+    """Wait for ``process`` to print a fault it hangs on (`LineWatch.wait_fatal`), then
+    tell the actor (`StartupFault`, through ``work.post``: a channel among a worker's
+    arguments would be taken for a reply channel); cancelled with the process's tasks."""
+    diagnosis = await process.lines.wait_fatal()
+    try:
+        await work.post.send(StartupFault(process, diagnosis))
+    except (trio.ClosedResourceError, trio.BrokenResourceError):
+        pass  # the actor is gone; its teardown stops the process

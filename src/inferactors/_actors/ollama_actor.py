@@ -8,15 +8,17 @@ and every change of the reported status is a `StateChanged` event.
 What it does (seed-behaviour.md sections 4 and 5; checklist 63 to 71; FC-18 to FC-21; where
 issue 4 says more, the issue wins):
 
-- Start reads ``/api/ps`` first: a model already resident belongs to someone else and is
-  never loaded or unloaded by us. Otherwise it loads the model with the configured
-  keep_alive in a background task (one load in flight; a second start is "already
-  loading"), keeping the request open for the whole load (FC-18), and confirms the result in
+- Start reads ``/api/tags`` and ``/api/ps`` first: a cloud model (``remote_host``) is never
+  loaded (the start fails: adopt it), and a model already resident belongs to someone else
+  and is never loaded or unloaded by us. Otherwise it loads the model with the configured
+  keep_alive in a background task (one load in flight: a start meanwhile joins it, issue 9
+  item 8), keeping the request open for the whole load (FC-18), and confirms the result in
   ``/api/ps``. A failure is reported, never retried (FC-19).
-- Once we have asked for a load, even one later aborted or failed, exactly one unload
-  (keep_alive 0) is sent, at stop or at unload, and ``/api/ps`` is polled until the model
-  is gone within a deadline (the stop's grace, float seconds); a model still lingering then
-  is reported, never re-sent (FC-21).
+- We never unload a model we did not bring in (issue 9 item 7, over checklist 68): a load
+  Ollama answered with 200 owes one unload (keep_alive 0), at stop or unload, then
+  ``/api/ps`` is polled until the model is gone within a deadline (the stop's grace, float
+  seconds); a model still lingering then is reported, never re-sent (FC-21). A load that
+  failed, timed out or was cancelled owes none (Ollama aborts a load whose client hangs up).
 - After our load, the model's ``expires_at`` is watched (a periodic ``/api/ps`` look and
   every status probe); a foreign client changing it is reported as ownership lost, and a
   model unloaded by someone else as such; neither is ever silently re-pinned (FC-20).
@@ -64,6 +66,7 @@ from .ollama_work import (
     Checked,
     Closed,
     Loaded,
+    LoadTicket,
     OllamaInternal,
     OllamaOpener,
     OllamaWork,
@@ -98,6 +101,7 @@ class OllamaActor:
     _work: OllamaWork
     _book: OllamaBook
     _load_scope: trio.CancelScope | None = None
+    _ticket: LoadTicket | None = None
     _watch_scope: trio.CancelScope | None = None
     _stop_waiters: list[ReplyTo[RunEvidence]] = attrs.Factory(list)
     _crash_note: str | None = None
@@ -181,13 +185,8 @@ class OllamaActor:
             case Start():
                 self._on_start(command.reply)
             case Restart():
-                refuse(
-                    command.reply,
-                    InvalidState(
-                        f"{self.instance_id} drives Ollama, which runs no process of ours: "
-                        "it is never restarted"
-                    ),
-                )
+                why = f"{self.instance_id} drives Ollama, which runs no process of ours"
+                refuse(command.reply, InvalidState(f"{why}: it is never restarted"))
             case Stop():
                 self._on_stop(command)
             case GetStatus():
@@ -228,7 +227,7 @@ class OllamaActor:
     def _on_start(self, reply: ReplyTo[None]) -> None:
         book = self._book
         if book.phase in (Phase.CHECKING, Phase.LOADING):
-            refuse(reply, InvalidState(f"{self.instance_id} is already loading"))
+            answer(reply, None)  # concurrent starts coalesce: the load under way is the outcome
             return
         if book.phase is Phase.READY:
             refuse(reply, InvalidState(f"{self.instance_id} is already running"))
@@ -271,9 +270,8 @@ class OllamaActor:
         book = self._book
         if message.attempt != book.attempt:
             return  # stopped meanwhile: nothing was loaded, nothing is owed
-        if message.error is not None:
-            book.phase = Phase.FAILED
-            book.failure = f"cannot tell whether {book.tag} is resident: {message.error}"
+        if message.error is not None or message.cloud is not None:
+            book.fail_check(message.error, message.cloud)
             return
         if message.entry is not None and book.lingering is not None:
             book.phase = Phase.FAILED  # our own unload is still leaving: not someone else's
@@ -287,17 +285,19 @@ class OllamaActor:
             self._now_resident(message.entry)
             return
         book.lingering = None
-        book.owner, book.phase, book.unload_owed = Owner.OURS, Phase.LOADING, True
-        self._load_scope = trio.CancelScope()
-        self._box.soon(self._work.load, book.attempt, self._load_scope)
+        book.owner, book.phase = Owner.OURS, Phase.LOADING
+        self._load_scope, self._ticket = trio.CancelScope(), LoadTicket()
+        self._box.soon(self._work.load, book.attempt, self._load_scope, self._ticket)
 
     def _on_loaded(self, message: Loaded) -> None:
         book = self._book
         if message.attempt != book.attempt:
             return
         self._load_scope = None
+        self._settle()
         if message.error is not None:
             book.phase, book.failure = Phase.FAILED, load_failure(message.error)
+            book.owner = book.owner if book.unload_owed else None  # never ours: no unload
             return
         if message.entry is None:
             book.phase = Phase.FAILED
@@ -347,6 +347,7 @@ class OllamaActor:
 
     def _on_crash(self, crash: Crash) -> None:
         self._load_scope = self._watch_scope = None  # cancelled with the other workers
+        self._settle()
         book = self._book
         if not self._closing and book.phase is not Phase.STOPPING and book.wanted:
             note = f"crashed ({crash.describe()})"
@@ -368,7 +369,13 @@ class OllamaActor:
         self._watch_scope = trio.CancelScope()
         self._box.soon(self._work.watch, self._book.attempt, self._watch_scope)
 
+    def _settle(self) -> None:  # a load Ollama answered (`LoadTicket`) owes its unload
+        if self._ticket is not None and self._ticket.answered:
+            self._book.unload_owed = True
+        self._ticket = None
+
     def _cancel_tasks(self) -> None:
+        self._settle()
         for scope in (self._load_scope, self._watch_scope):
             if scope is not None:
                 scope.cancel()
@@ -381,6 +388,7 @@ class OllamaActor:
         self._box.report(ollama_status(self._book))
 
     async def _teardown(self) -> None:
+        self._settle()
         if self._book.unload_owed:
             self._book.unload_owed = False
             with trio.move_on_after(EMERGENCY_UNLOAD_S, shield=True):

@@ -75,6 +75,18 @@ class OllamaBook:
         self.watch = None
         return self.attempt
 
+    def fail_check(self, error: InferactorsError | None, cloud: str | None) -> None:
+        """The start's look found a cloud model (``cloud``: its remote host; never loaded
+        by us) or could not read the lists (``error``): the start failed."""
+        self.phase = Phase.FAILED
+        if cloud is not None:
+            self.failure = (
+                f"{self.tag} is an ollama cloud model (it runs on {cloud}); inferactors never "
+                "loads or unloads a cloud model: adopt it instead"
+            )
+        else:
+            self.failure = f"cannot tell whether {self.tag} is resident: {error}"
+
     def begin_stop(self) -> bool:
         """A stop was accepted: drop in-flight results; True when the unload is owed now."""
         self.attempt += 1

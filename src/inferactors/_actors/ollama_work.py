@@ -24,7 +24,7 @@ import trio
 from .._edges.ollama_client import OllamaApi, OllamaClient
 from .._edges.probe import ProbeFailure, failure_health
 from .._errors import BackendError, DeepHealthTimeout, InferactorsError
-from .._policy.ollama_parse import LoadedModel, same_tag
+from .._policy.ollama_parse import LoadedModel, OllamaModel, same_tag
 from .._policy.probe_parse import CompletionResult, Health, ServerReport, Unhealthy, Unreachable, Up
 from .._status import InstanceStatus
 from .messages import ReplyTo, answer, refuse
@@ -83,12 +83,23 @@ class Surveyed:
 
 @attrs.frozen
 class Checked:
-    """Start ``attempt`` read ``/api/ps``: ``entry`` is the model's (None: not resident), or
-    ``error`` says why the list could not be read."""
+    """Start ``attempt`` read ``/api/tags`` and ``/api/ps``: ``entry`` is the model's
+    (None: not resident), ``cloud`` the remote host of a cloud model (never loaded by us),
+    or ``error`` says why the lists could not be read."""
 
     attempt: int
     entry: LoadedModel | None
     error: InferactorsError | None = None
+    cloud: str | None = None
+
+
+@attrs.define
+class LoadTicket:
+    """Set by the load worker the moment Ollama answers our load with HTTP 200, before the
+    worker yields again: from then on the model is one we brought in, and owes its unload,
+    even if a stop cancels the worker before it can post `Loaded` (issue 9 item 7)."""
+
+    answered: bool = False
 
 
 @attrs.frozen
@@ -127,6 +138,14 @@ class Closed:
 
 
 OllamaInternal = Surveyed | Checked | Loaded | Watched | Unloaded | Closed
+
+
+def cloud_host(pulled: tuple[OllamaModel, ...], tag: str) -> str | None:
+    """The remote host of ``tag`` when ``/api/tags`` lists it as a cloud model, else None."""
+    for model in pulled:
+        if model.cloud and (same_tag(tag, model.name) or same_tag(tag, model.model)):
+            return model.remote_host
+    return None
 
 
 def entry_for(resident: tuple[LoadedModel, ...], tag: str) -> LoadedModel | None:
@@ -217,10 +236,15 @@ class OllamaWork:
     # Start: read /api/ps, then (if the actor says so) load.
 
     async def check(self, attempt: int, lingering: bool) -> None:
-        """Is the model resident before we load it? (checklist 67). If our own earlier
-        unload was still lingering, wait up to `START_LINGER_WAIT_S` for it to go first."""
+        """Is the model a cloud model (never loaded by us), or resident before we load it?
+        (checklist 67). If our own earlier unload was still lingering, wait up to
+        `START_LINGER_WAIT_S` for it to go first."""
         async with self._client() as api:
             try:
+                cloud = cloud_host(await api.tags(), self.tag)
+                if cloud is not None:
+                    await self._post(Checked(attempt, None, cloud=cloud))
+                    return
                 entry = await api.resident(self.tag)
                 if entry is not None and lingering:
                     gone = await api.wait_gone(self.tag, deadline_s=START_LINGER_WAIT_S)
@@ -230,17 +254,18 @@ class OllamaWork:
                 return
         await self._post(Checked(attempt, entry))
 
-    async def load(self, attempt: int, scope: trio.CancelScope) -> None:
+    async def load(self, attempt: int, scope: trio.CancelScope, ticket: LoadTicket) -> None:
         """Load the model with our keep_alive and confirm it in ``/api/ps`` (FC-18).
 
         The request stays open up to ``load_timeout_s``; cancelling ``scope`` (a stop) closes
         it, which makes Ollama abort the load. A failure is posted as it is, never retried
-        (FC-19).
+        (FC-19). ``ticket`` is marked the moment Ollama answers 200.
         """
         with scope:
             async with self._client() as api:
                 try:
                     await api.load(self.tag, self.keep_alive)
+                    ticket.answered = True  # no checkpoint since the reply: it is ours
                     entry = await api.resident(self.tag)
                 except InferactorsError as error:
                     await self._post(Loaded(attempt, None, error))

@@ -175,12 +175,12 @@ class InferRuntime:
 
     async def start(self, handle: InstanceHandle) -> None:
         """Start a managed server (returns once spawned), or confirm an adopted one answers
-        (one probe, bounded as a whole by ``config.probe_timeout_s``).
+        (one probe, bounded by ``config.probe_timeout_s``). Concurrent starts share one outcome;
+        a cancelled sole caller aborts it: stopped once spawned, Exited ``requested``, uncounted.
 
         Raises:
             InvalidState: already running, or stopped for exposure until reloaded.
-            BackendError: the port is taken, the program failed to start, or an adopted
-                server does not answer.
+            BackendError: port taken, program failed to start, adopted server not answering.
             UnknownInstance: no such instance.
         """
         await self._route(handle, Start)
@@ -328,10 +328,8 @@ class InferRuntime:
             spec,
             self.config,
             registry=self._registry,
-            open_prober=self._edges.open_prober,
+            edges=self._edges,
             instance_dir=directory or Path("."),
-            port_check=self._edges.port_in_use,
-            euid=self._edges.containment.euid(),
         )
 
     async def _install(self, iid: str, plan: Plan, directory: Path | None) -> None:

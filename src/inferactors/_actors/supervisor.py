@@ -28,6 +28,7 @@ from .._config.binding import hosts_collide, spec_host
 from .._config.config import ControlMode
 from .._errors import BackendError, InferactorsError, InvalidState, PinMismatch, UnknownInstance
 from .._events import (
+    Diagnosis,
     Event,
     GaveUp,
     InstanceCrashed,
@@ -267,16 +268,29 @@ class Supervisor:
                 budget = budget.note_not_running()
             self._budgets[event.instance_id] = budget
         elif isinstance(event, ProcessExited):
-            self._decide(event.instance_id, event.reason, event.exit_code, event.signal)
+            exit_code, signal, diagnosis = event.exit_code, event.signal, event.diagnosis
+            self._decide(event.instance_id, event.reason, exit_code, signal, diagnosis)
         elif isinstance(event, InstanceCrashed) and self._adopted(event.instance_id):
             self._decide(event.instance_id, StopReason.ERROR, None, None)  # watch it again
 
     def _decide(
-        self, iid: str, reason: StopReason, exit_code: int | None, signal: int | None
+        self,
+        iid: str,
+        reason: StopReason,
+        exit_code: int | None,
+        signal: int | None,
+        diagnosis: Diagnosis | None = None,
     ) -> None:
-        now = trio.current_time()
+        """Apply the restart policy to an exit; the same diagnosed start-up failure twice in
+        a row gives up at once (``config-error``, `RestartBudget.decide`)."""
+        now, jitter = trio.current_time(), self._random()
         budget, decision = self._budgets[iid].decide(
-            reason=reason, exit_code=exit_code, signal=signal, now=now, random=self._random()
+            reason=reason,
+            exit_code=exit_code,
+            signal=signal,
+            now=now,
+            random=jitter,
+            diagnosis=diagnosis,
         )
         self._budgets[iid] = budget
         match decision:

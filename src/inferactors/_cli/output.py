@@ -10,6 +10,7 @@ import attrs
 from .._edges.capture import RunEvidence
 from .._events import (
     DeepHealthFailed,
+    DeepHealthPassed,
     Event,
     ExposureDetected,
     GaveUp,
@@ -21,6 +22,7 @@ from .._events import (
     RestartFailed,
     RestartScheduled,
     StateChanged,
+    StopReason,
 )
 from .._status import InstanceStatus
 
@@ -30,8 +32,13 @@ def stamp() -> str:
     return datetime.datetime.now().strftime("%H:%M:%S.%f")[:-3]
 
 
+SHOWN_LAST_LINES = 5
+"""How many of a failed server's last lines `describe_event` shows under its exit."""
+
+
 def describe_event(event: Event) -> str:
-    """One line for ``event``, without the timestamp."""
+    """One line for ``event``, without the timestamp; under the exit of a server that
+    failed (a diagnosis, or a crash), its own words and last lines, indented."""
     match event:
         case StateChanged():
             detail = f" ({event.detail})" if event.detail else ""
@@ -40,7 +47,8 @@ def describe_event(event: Event) -> str:
             return f"{event.instance_id}  process {event.pid} started: {' '.join(event.args)}"
         case ProcessExited():
             how = _exit_words(event.exit_code, event.signal)
-            return f"{event.instance_id}  process {event.pid} {how} (reason: {event.reason.value})"
+            line = f"{event.instance_id}  process {event.pid} {how} (reason: {event.reason.value})"
+            return line + _server_words(event)
         case RestartScheduled():
             return (
                 f"{event.instance_id}  restart {event.attempt} scheduled in {event.delay_s:.2f} s"
@@ -56,6 +64,8 @@ def describe_event(event: Event) -> str:
         case DeepHealthFailed():
             count = f"{event.consecutive} in a row"
             return f"{event.instance_id}  deep health failed ({count}): {event.why}"
+        case DeepHealthPassed():
+            return f"{event.instance_id}  deep health passed: first token in {event.ttft_s:.2f} s"
         case InstanceCrashed():
             what = f"{event.error_type}: {event.message}" if event.message else event.error_type
             return f"{event.instance_id}  CRASHED in {event.where}: {what}"
@@ -65,6 +75,16 @@ def describe_event(event: Event) -> str:
                 "not started, held until the model is re-registered or the instance reloaded"
             )
     raise AssertionError(f"unknown event {event!r}")
+
+
+def _server_words(event: ProcessExited) -> str:
+    """``why: <kind>: <line>`` and the last lines, indented, for an exit that failed."""
+    failed = event.diagnosis is not None or event.reason is StopReason.CRASH
+    if not failed:
+        return ""
+    lines = [f"    why: {event.diagnosis.describe()}"] if event.diagnosis is not None else []
+    lines += [f"    | {line}" for line in event.last_lines[-SHOWN_LAST_LINES:]]
+    return "".join(f"\n{line}" for line in lines)
 
 
 def _exit_words(exit_code: int | None, signal: int | None) -> str:

@@ -27,6 +27,7 @@ never the supervisor's (root's, perhaps; issue 8 item 7); name them to pass them
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _USER_NAME = re.compile(r"[a-z_][a-z0-9_.-]*\$?")
 _IDS = re.compile(r"([0-9]+)(?::([0-9]+))?")
+_SECONDS = re.compile(r"[+-]?[0-9]{1,18}")
 _GO_DURATION = re.compile(r"-?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|ms|s|m|h))+")
 
 
@@ -253,6 +254,10 @@ class Watchdog:
             raise InvalidConfig(f"{field}.failures must be at least 1")
 
 
+SLOW_AFTER_S = 10.0
+"""Default `Supervision.slow_after_s`: a first token slower than 10 s is Degraded (slow)."""
+
+
 @attrs.frozen
 class Supervision:
     """Per-instance supervision settings; None fields take the runtime's defaults.
@@ -263,11 +268,26 @@ class Supervision:
             killed and counted as a failure (default: ``ManagedConfig.readiness_timeout_s``;
             FC-01, FC-02, FC-06).
         watchdog: the deep-health watchdog, off when None.
+        deep_timeout_s: seconds one deep health may take (the probe and the one-token
+            completion together): readiness's first token, a `deep_health` call, and the
+            completion that checks a server whose ``/health`` failed (default:
+            ``InferConfig.deep_timeout_s``). Separate from ``readiness_timeout_s``; the
+            watchdog's checks use ``watchdog.timeout_s``.
+        slow_after_s: a deep health whose first token takes longer than this many seconds
+            leaves the server Degraded "slow: ..." until one is quick again (default
+            `SLOW_AFTER_S`, 10 s).
     """
 
     restart: RestartPolicy | None = None
     readiness_timeout_s: float | None = None
     watchdog: Watchdog | None = None
+    deep_timeout_s: float | None = None
+    slow_after_s: float | None = None
+
+    @property
+    def slow_threshold_s(self) -> float:
+        """``slow_after_s``, or `SLOW_AFTER_S` when unset."""
+        return SLOW_AFTER_S if self.slow_after_s is None else self.slow_after_s
 
     def validate(self, field: str = "supervision") -> None:
         """Raise `InvalidConfig` naming the field for a bad value."""
@@ -277,6 +297,10 @@ class Supervision:
             check_positive(f"{field}.readiness_timeout_s", self.readiness_timeout_s)
         if self.watchdog is not None:
             self.watchdog.validate(f"{field}.watchdog")
+        for name in ("deep_timeout_s", "slow_after_s"):
+            value = getattr(self, name)
+            if value is not None:
+                check_positive(f"{field}.{name}", value)
 
 
 def check_env(field: str, env: Sequence[tuple[str, str]]) -> None:
@@ -322,17 +346,18 @@ def check_run_as(field: str, run_as: str | None) -> None:
 
 
 def check_keep_alive(field: str, keep_alive: str | int) -> None:
-    """Raise `InvalidConfig` unless ``keep_alive`` is an int (seconds; negative = forever) or a
-    Go duration string Ollama accepts (``"30m"``, ``"1h30m"``, ``"-1m"``, ``"0"``); a bare
-    number string such as ``"3600"`` is refused (server-apis.md section 3)."""
+    """Raise `InvalidConfig` unless ``keep_alive`` is an int (seconds; negative = forever), a
+    string of whole seconds (``"-1"``, ``"3600"``: read as that int and sent as a JSON number,
+    as Ollama reads a number; issue 9 item 7) or a Go duration string Ollama accepts
+    (``"30m"``, ``"1h30m"``, ``"-1m"``, ``"0"``; server-apis.md section 3)."""
     if isinstance(keep_alive, bool):
         raise InvalidConfig(f"{field} must be a duration string or whole seconds")
-    if isinstance(keep_alive, int) or keep_alive == "0":
+    if isinstance(keep_alive, int) or _SECONDS.fullmatch(keep_alive):
         return
     if not _GO_DURATION.fullmatch(keep_alive):
         raise InvalidConfig(
-            f'{field} "{cut(keep_alive)}" is not a duration such as "30m" or "1h" (a bare number '
-            "string needs a unit; give seconds as an integer)"
+            f'{field} "{cut(keep_alive)}" is not a duration such as "30m" or "1h", nor whole '
+            'seconds such as "3600" or "-1"'
         )
 
 

@@ -16,7 +16,8 @@ import attrs
 
 from .._errors import InvalidConfig, cut, shown
 from .._flavor import InferFlavor
-from .allowlist import check_extra_args
+from .allowlist import check_extra_args, check_typed_fields
+from .ollama_names import parse_ollama_name
 
 MAX_MEMORY_BYTES = 1 << 42
 """Largest memory figure a spec may state: 4 TiB (equal is allowed)."""
@@ -65,6 +66,12 @@ class ServeArgs:
         kv_quant: KV cache type such as ``q8_0`` (llama.cpp ``-ctk``/``-ctv``).
         draft_model: Registry name of a draft model for speculative decoding (llama.cpp).
         extra_args: Further argv entries, each flag and value separate, from the allowlist.
+        mmproj: Registry name of a multimodal projector (llama.cpp ``--mmproj``), verified
+            and pinned like the model.
+        lora: Registry names of LoRA adapters (llama.cpp ``--lora``, each; mlx_lm.server
+            ``--adapter-path``, at most one), verified and pinned like the model.
+        api_key_file: Absolute path of a file holding the server's API key (llama.cpp),
+            readable by the ``run_as`` user only; read at admission, sent by our probes.
     """
 
     host: str | None = None
@@ -73,6 +80,9 @@ class ServeArgs:
     kv_quant: str | None = None
     draft_model: str | None = None
     extra_args: tuple[str, ...] = ()
+    mmproj: str | None = None
+    lora: tuple[str, ...] = ()
+    api_key_file: str | None = None
 
 
 @attrs.frozen
@@ -85,6 +95,8 @@ class InferenceSpec:
         role: Plain token (1-64 chars) naming the instance's job, e.g. ``planner``.
         runtime: The server flavor that runs it.
         model: Registry model name (1-128 chars); required when the instance is managed.
+            An Ollama instance may also name any model Ollama reads (``user/model``,
+            ``hf.co/org/repo:Q4_K_M``), which is what an adopted one asks the daemon for.
         serve: Server arguments.
         memory: Resident footprint in bytes.
         excludes: Roles that must not be resident beside this one (``planner`` or
@@ -156,13 +168,13 @@ class InferenceSpec:
         """Check every rule, in the order of seed-behaviour.md section 1 (``validate()``).
 
         Order: role, model and draft names, host then port, ctx, kv_quant, draft flavor,
-        extra_args allowlist, memory caps, excludes, api.
+        extra_args allowlist, mmproj, lora and api_key_file, memory caps, excludes, api.
 
         Raises:
             InvalidConfig: the first rule broken; the message starts with the field path.
         """
         _check_token("role", self.role, 64)
-        _check_token("model", self.model, 128)
+        self._check_model()
         _check_token("serve.draft_model", self.serve.draft_model, 128)
         self.bind_ip()
         self.port()
@@ -174,12 +186,23 @@ class InferenceSpec:
                 f"{InferFlavor.LLAMACPP.id} only, not {self.runtime.id}"
             )
         check_extra_args(self.runtime, self.serve.extra_args)
+        check_typed_fields(
+            self.runtime, self.serve.mmproj, self.serve.lora, self.serve.api_key_file
+        )
         _check_memory("memory.weights_bytes", self.memory.weights_bytes)
         _check_memory("memory.kv_budget_bytes", self.memory.kv_budget_bytes)
         for index, exclude in enumerate(self.excludes):
             _check_token(f"excludes[{index}]", exclude, 64)
         if self.api != OPENAI_V1:
             raise InvalidConfig(f'api "{cut(self.api)}" is not supported; use "{OPENAI_V1}"')
+
+    def _check_model(self) -> None:
+        """A plain token; for Ollama also any name Ollama reads (``user/model``,
+        ``hf.co/org/repo:Q4_K_M``; `inferactors._config.ollama_names`)."""
+        if self.runtime is not InferFlavor.OLLAMA or self.model is None:
+            _check_token("model", self.model, 128)
+        elif not valid_token(self.model, 128):
+            parse_ollama_name(self.model, "model")
 
 
 def _check_token(field: str, value: str | None, max_len: int) -> None:

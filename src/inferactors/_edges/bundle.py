@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -30,6 +30,7 @@ from .orphan_record import refresh_record, remove_record, write_record
 from .probe import ProbeClient, Prober, ProberFactory
 from .process import OpenProcess, open_child_process
 from .proctable import ProcessTable, SystemProcessTable
+from .serve_help import ServeHelp
 
 T = TypeVar("T")
 
@@ -121,8 +122,10 @@ def _prepare(launch: Launch, run_as: RunAs | None, files: Sequence[Path]) -> Non
 def http_prober_factory(transport: httpx.AsyncBaseTransport | None = None) -> ProberFactory:
     """The HTTP edge: `ProbeClient` over ``transport`` (httpx's default when None)."""
 
-    def open_prober(base_url: str, timeout_s: float) -> Prober:
-        return ProbeClient.open(base_url, timeout_s=timeout_s, transport=transport)
+    def open_prober(
+        base_url: str, timeout_s: float, /, *, headers: Mapping[str, str] | None = None
+    ) -> Prober:
+        return ProbeClient.open(base_url, timeout_s=timeout_s, transport=transport, headers=headers)
 
     return open_prober
 
@@ -141,6 +144,7 @@ class Edges:
         process_table: who a pid is now (whether a silent server is stopped by a signal).
         file_work: where blocking file work runs (a worker thread; the fakes run it inline
             so that MockClock time does not leap while a thread works).
+        serve_help: what each serve program's ``--help`` lists, cached by its digest.
     """
 
     open_prober: ProberFactory = attrs.field(factory=http_prober_factory)
@@ -151,3 +155,4 @@ class Edges:
     containment: Containment = attrs.field(factory=SystemContainment)
     file_work: FileWork = in_worker_thread
     process_table: ProcessTable = attrs.field(factory=SystemProcessTable)
+    serve_help: ServeHelp = attrs.field(factory=ServeHelp)

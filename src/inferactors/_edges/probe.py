@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import ssl
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Literal, Protocol, Self, TypeAlias, assert_never, cast
 
 import attrs
@@ -42,6 +42,7 @@ from .._flavor import InferFlavor
 from .._policy.probe_parse import (
     CompletionResult,
     Health,
+    ListRead,
     ServerReport,
     Unhealthy,
     Unreachable,
@@ -51,10 +52,10 @@ from .._policy.probe_parse import (
     classify_ollama_version,
     completion_body,
     json_object,
-    model_list_problem,
     parse_completion,
-    parse_model_ids,
     parse_ollama_version,
+    read_model_list,
+    serving,
 )
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -122,6 +123,7 @@ class ProbeClient:
         *,
         timeout_s: float,
         transport: httpx.AsyncBaseTransport | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> ProbeClient:
         """A client for ``base_url`` (for example ``http://127.0.0.1:8090``).
 
@@ -131,6 +133,8 @@ class ProbeClient:
                 whole public call (every request it makes, bodies included).
             transport: an httpx transport to use instead of the network (tests pass
                 ``httpx.MockTransport``).
+            headers: further headers sent with every request (`probe_auth.api_key_headers`:
+                a server's API key); ``Accept-Encoding`` stays ``identity``.
         """
         client = httpx.AsyncClient(
             base_url=base_url,
@@ -138,7 +142,7 @@ class ProbeClient:
             follow_redirects=False,
             trust_env=False,
             timeout=httpx.Timeout(timeout_s),
-            headers=IDENTITY_HEADERS,
+            headers={**(headers or {}), **IDENTITY_HEADERS},
             limits=httpx.Limits(max_keepalive_connections=0),
             verify=_shared_ssl_context(),
         )
@@ -246,13 +250,15 @@ class ProbeClient:
         started = trio.current_time()
         health, models_body = await self._openai_health(deadline)
         latency_s = trio.current_time() - started
-        if not isinstance(health, Up):
+        if not serving(health):  # a busy server serves: its list is read too
             return ServerReport(health, latency_s=latency_s)
         if models_body is None:
-            models, problem = await self._ids("/v1/models", deadline)
+            models, problem, router = await self._list("/v1/models", deadline)
         else:
-            models, problem = _read_list("/v1/models", 200, models_body)
-        return ServerReport(health, models=models, latency_s=latency_s, models_problem=problem)
+            models, problem, router = read_model_list("/v1/models", 200, models_body)
+        return ServerReport(
+            health, models=models, latency_s=latency_s, models_problem=problem, router=router
+        )
 
     async def _openai_health(self, deadline: float) -> tuple[Health, bytes | None]:
         """Health, plus the ``/v1/models`` body when the 404 fallback already fetched it."""
@@ -276,19 +282,20 @@ class ProbeClient:
         health = classify_ollama_version(status)
         if not isinstance(health, Up):
             return ServerReport(health, latency_s=latency_s)
-        models, problem = await self._ids("/api/tags", deadline)
-        loaded, _ = await self._ids("/api/ps", deadline)
+        models, problem, _ = await self._list("/api/tags", deadline)
+        loaded, _, _ = await self._list("/api/ps", deadline)
         version = parse_ollama_version(body)
         return ServerReport(health, models, loaded, version, latency_s, problem)
 
-    async def _ids(self, path: str, deadline: float) -> tuple[tuple[str, ...], str | None]:
-        """The ids a list endpoint names, and why it could not be read (`model_list_problem`;
-        a request that failed or timed out is unreadable too)."""
+    async def _list(self, path: str, deadline: float) -> ListRead:
+        """The ids a list endpoint names, why it could not be read (`model_list_problem`;
+        a request that failed or timed out is unreadable too) and its router entries
+        (`read_model_list`)."""
         try:
             status, body = await self.get(path, deadline=deadline)
         except ProbeFailure as exc:
-            return (), f"model list unreadable: {exc.why}"
-        return _read_list(path, status, body)
+            return (), f"model list unreadable: {exc.why}", ()
+        return read_model_list(path, status, body)
 
     async def _exchange(
         self, method: str, path: str, body: Mapping[str, object] | None, deadline: float | None
@@ -311,14 +318,6 @@ def failure_health(exc: ProbeFailure) -> Health:
     """What a failed health request says: `Unhealthy` when the server answered unusably
     (`ProbeFailure.answered`), else `Unreachable`; ``why`` is the failure's."""
     return Unhealthy(exc.why) if exc.answered else Unreachable(exc.why)
-
-
-def _read_list(path: str, status: int, body: bytes) -> tuple[tuple[str, ...], str | None]:
-    """The ids of a list reply and why it is unreadable (`model_list_problem`). A list that
-    names a model is readable, so the body is parsed a second time only when no id came out
-    (rarely: an empty, failed or malformed list), never on a healthy probe."""
-    ids = parse_model_ids(body) if status == 200 else ()
-    return ids, None if ids else model_list_problem(path, status, body)
 
 
 async def _read_capped(response: httpx.Response, request: str) -> bytes:
@@ -364,8 +363,13 @@ def _shared_ssl_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-ProberFactory: TypeAlias = Callable[[str, float], Prober]
-"""Opens a prober for a base URL with a timeout in seconds (the HTTP edge, swappable)."""
+class ProberFactory(Protocol):
+    """Opens a prober for a base URL with a timeout in seconds (the HTTP edge, swappable);
+    ``headers`` go with every request (`probe_auth.with_api_key`)."""
+
+    def __call__(
+        self, base_url: str, timeout_s: float, /, *, headers: Mapping[str, str] | None = None
+    ) -> Prober: ...
 
 
 async def probe_once(

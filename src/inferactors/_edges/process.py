@@ -6,7 +6,8 @@ section 4 ("Supervised") and checklist items 43-44, 48, 52 and 61:
 
 - the child runs in a new session, so its process group id equals its pid and every signal
   goes to the whole group (FC-12: a wrapper that forks cannot hide a grandchild);
-- stdin is ``/dev/null``; stdout and stderr are captured (`OutputCapture`);
+- stdin is ``/dev/null``; stdout and stderr are captured (`OutputCapture`) and, until it
+  is Running, read line by line for a fault it may hang on (`LineWatch`, issue 9);
 - the child gets resource limits, drops to ``run_as`` when one is given, and on Linux gets
   ``PR_SET_PDEATHSIG`` = SIGKILL, so a supervisor killed with SIGKILL does not leave a
   server behind (FC-13). That child setup, and why the fork happens in the trio thread, is
@@ -24,9 +25,8 @@ section 4 ("Supervised") and checklist items 43-44, 48, 52 and 61:
   it (checklist item 52), and if the nursery that runs the process's tasks is cancelled, the
   group is killed and reaped (item 61).
 
-Cleanup after an exit or during a stop runs in scopes that are shielded *and* carry their
-own deadline (``trio.move_on_after(bound, shield=True)``): shielded so a cancelled caller
-cannot leave a process behind, bounded so a process stuck in the kernel cannot hang us.
+Cleanup after an exit or during a stop runs in scopes shielded *and* bounded
+(``trio.move_on_after(bound, shield=True)``): no process left behind, no hang either.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from .._errors import BackendError
 from .._policy.privilege import RunAs
 from .capture import OutputCapture, RunEvidence
 from .escapees import Escapees
+from .output_lines import LineWatch, StreamLines
 from .spawn import CHILD_RLIMITS as CHILD_RLIMITS
 from .spawn import ChildProcess as ChildProcess
 from .spawn import OpenProcess as OpenProcess
@@ -111,6 +112,7 @@ class ManagedProcess:
     _escapees: Escapees | None = None
     _escaped: frozenset[int] = frozenset()
     _survivors: tuple[int, ...] = ()
+    lines: LineWatch = attrs.Factory(LineWatch)  # the start-up reading of its output
 
     @classmethod
     async def spawn(
@@ -366,8 +368,9 @@ class ManagedProcess:
         try:
             with self._output_scope:
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(_read_stream, self._child.stdout, self._stdout)
-                    nursery.start_soon(_read_stream, self._child.stderr, self._stderr)
+                    out, err = self.lines.stdout, self.lines.stderr
+                    nursery.start_soon(_read_stream, self._child.stdout, self._stdout, out)
+                    nursery.start_soon(_read_stream, self._child.stderr, self._stderr, err)
         finally:
             self._output_done.set()
             with trio.CancelScope(shield=True):
@@ -376,19 +379,21 @@ class ManagedProcess:
 
 
 def _passed(launch: LaunchLike) -> dict[str, tuple[int, ...]]:
-    """``pass_fds`` for the opener only when the launch has some (see `OpenProcess`); a
-    `LaunchLike` need not have the attribute (`Launch` has)."""
+    """``pass_fds`` for the opener when the launch has some (a `LaunchLike` may have none)."""
     fds: tuple[int, ...] = getattr(launch, "pass_fds", ())
     return {"pass_fds": fds} if fds else {}
 
 
-async def _read_stream(stream: trio.abc.ReceiveStream, capture: OutputCapture) -> None:
-    """Feed ``stream`` into ``capture`` until end of file."""
+async def _read_stream(
+    stream: trio.abc.ReceiveStream, capture: OutputCapture, lines: StreamLines
+) -> None:
+    """Feed ``stream`` into ``capture`` and ``lines`` until end of file."""
     while True:
         try:
             chunk = await stream.receive_some(_READ_CHUNK_BYTES)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
+        lines.feed(chunk)  # b"": end of file, and its last line is read
         if not chunk:
             capture.mark_eof()
             return

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import trio
 
 from .._errors import BackendError
@@ -53,23 +54,55 @@ async def run_version_probe(
 
     Cancellation kills the probe's group and reaps it (bounded) before it propagates.
     """
-    if run_as is None and euid == 0:
+    output = await run_probe_program(
+        argv, run_as=run_as, euid=euid, timeout_s=timeout_s, open_process=open_process
+    )
+    if output.exit_code != 0:
         return False, None
+    return True, first_line(output.stdout) or first_line(output.stderr)
+
+
+@attrs.frozen
+class ProbeOutput:
+    """What a probe program left: its exit code (None when it did not exit on its own in
+    time or never ran, ``why`` says which), and its first 1 MiB of stdout and stderr."""
+
+    exit_code: int | None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    why: str | None = None
+
+
+async def run_probe_program(
+    argv: tuple[str, ...],
+    *,
+    run_as: RunAs | None,
+    euid: int,
+    timeout_s: float = VERSION_PROBE_TIMEOUT_S,
+    open_process: OpenProcess = open_child_process,
+) -> ProbeOutput:
+    """Run ``argv`` as ``run_as``, contained as a server is (module docstring), and return
+    its output; arguments as `run_version_probe`. Never raises for the program's faults: a
+    program that cannot be started, outlives ``timeout_s`` seconds (its group is then
+    SIGKILLed) or, as root without ``run_as``, is not run gives ``exit_code=None`` and
+    ``why``. Cancellation kills the group and reaps it (bounded) before it propagates."""
+    if run_as is None and euid == 0:
+        return ProbeOutput(None, why="not run: as root a probe needs run_as")
     launch = Launch(Path(argv[0]), tuple(argv[1:]), Path("/"), PROBE_ENV)
     async with trio.open_nursery() as nursery:
         try:
             process = await ManagedProcess.spawn(
                 nursery, launch, open_process=open_process, run_as=run_as
             )
-        except BackendError:
-            return False, None
+        except BackendError as error:
+            return ProbeOutput(None, why=f"cannot be started: {error}")
         with trio.move_on_after(timeout_s):
             evidence = await process.wait_exited()
-            if evidence.exit_code != 0:
-                return False, None
-            return True, first_line(evidence.stdout) or first_line(evidence.stderr)
+            if evidence.exit_code is None:
+                return ProbeOutput(None, evidence.stdout, evidence.stderr, why="killed")
+            return ProbeOutput(evidence.exit_code, evidence.stdout, evidence.stderr)
         await process.terminate(0.0)
-    return False, None
+    return ProbeOutput(None, why=f"timed out after {timeout_s:g} s")
 
 
 def first_line(output: bytes) -> str | None:

@@ -47,12 +47,18 @@ class Plan:
     supervision: Supervision = Supervision()  # noqa: RUF009  (frozen value)
     run_as: RunAs | None = None
     draft: ResolvedModel | None = None
+    mmproj: ResolvedModel | None = None
+    lora: tuple[ResolvedModel, ...] = ()
+    api_key: str | None = attrs.field(default=None, repr=False)
+    """The server's API key (``serve.api_key_file``'s content), sent by our probes; never
+    shown (no repr, no event, no status)."""
 
     @property
     def weight_files(self) -> tuple[Path, ...]:
-        """Every model file the server reads (shards, tokenizer files, the draft's)."""
+        """Every model file the server reads (shards, tokenizer files, the draft's, the
+        projector's and the LoRA adapters')."""
         files: list[Path] = []
-        for model in (self.model, self.draft):
+        for model in (self.model, self.draft, self.mmproj, *self.lora):
             if model is not None:
                 files += [*model.shards, *model.tokenizer]
         return tuple(files)
@@ -108,7 +114,8 @@ def check_runtime_and_port(spec: InferenceSpec, config: InferConfig) -> None:
 
 
 def resolve_supervision(given: Supervision | None, config: InferConfig) -> Supervision:
-    """Fill ``given``'s unset fields from the runtime's managed defaults.
+    """Fill ``given``'s unset fields from the runtime's managed defaults (and the deep-health
+    timeout from ``config.deep_timeout_s``).
 
     Adopted instances are never restarted and have no readiness deadline; only their
     watchdog applies (it reports, it never kills).
@@ -116,10 +123,14 @@ def resolve_supervision(given: Supervision | None, config: InferConfig) -> Super
     given = given or Supervision()
     given.validate()
     managed = config.managed
+    deep_timeout_s = given.deep_timeout_s or config.deep_timeout_s
     if managed is None:
-        return Supervision(restart=None, readiness_timeout_s=None, watchdog=given.watchdog)
-    return Supervision(
+        return attrs.evolve(
+            given, restart=None, readiness_timeout_s=None, deep_timeout_s=deep_timeout_s
+        )
+    return attrs.evolve(
+        given,
         restart=given.restart or managed.restart,
         readiness_timeout_s=given.readiness_timeout_s or managed.readiness_timeout_s,
-        watchdog=given.watchdog,
+        deep_timeout_s=deep_timeout_s,
     )

@@ -86,13 +86,17 @@ def build_launch(
     env: Sequence[tuple[str, str]],
     passthrough: Sequence[str],
     parent_env: Mapping[str, str],
+    mmproj: ResolvedModel | None = None,
+    lora: Sequence[ResolvedModel] = (),
 ) -> Launch:
     """Build the launch of a managed llama-server or mlx_lm.server.
 
     llama.cpp: ``-m <first shard> --host IP --port P [-c N] [-ctk Q -ctv Q] [-md <draft
-    first shard>] *extra_args``. mlx-lm: ``--model <root dir> --host IP --port P
-    *extra_args`` (mlx_lm.server has no context-size or KV-cache flag, so ``serve.ctx`` and
-    ``serve.kv_quant`` are not passed to it). An IPv6 host is passed without brackets.
+    first shard>] [--mmproj <projector file>] [--lora <adapter file>]...
+    [--api-key-file PATH] *extra_args``. mlx-lm: ``--model <root dir> --host IP --port P
+    [--adapter-path <adapter dir>] *extra_args`` (mlx_lm.server has no context-size or
+    KV-cache flag, so ``serve.ctx`` and ``serve.kv_quant`` are not passed to it). An IPv6
+    host is passed without brackets.
 
     The environment starts empty, gets ``PATH=/usr/local/bin:/usr/bin:/bin`` and
     ``HOME=cwd`` (the instance directory, never the supervisor's home), then ``env``,
@@ -103,6 +107,8 @@ def build_launch(
         spec: The instance's spec; validated again here.
         model: The verified model named by ``spec.model``.
         draft: The verified draft named by ``spec.serve.draft_model``, or None without one.
+        mmproj: The verified projector named by ``spec.serve.mmproj`` (llama.cpp).
+        lora: The verified adapters named by ``spec.serve.lora``, in order.
         program: The server executable.
         cwd: The instance directory.
         env: Variables the config sets.
@@ -110,20 +116,21 @@ def build_launch(
         parent_env: The supervisor's own environment.
 
     Raises:
-        InvalidConfig: the spec is invalid, or ``draft`` does not match
-            ``spec.serve.draft_model``, or a model path is not absolute.
+        InvalidConfig: the spec is invalid, or ``draft``, ``mmproj`` or ``lora`` do not
+            match the spec's names, or a model path is not absolute.
         AdmissionRefused: a model (or the draft) is in a format the flavor cannot load, or
             has no shards.
         Unsupported: the flavor is Ollama, which inferactors never starts.
     """
     spec.validate()
     check_format(spec.runtime, model)
+    adapters = _matching_extras(spec, mmproj, lora)
     match spec.runtime:
         case InferFlavor.LLAMACPP:
-            args = _llamacpp_args(spec, model, draft)
+            args = (*_llamacpp_args(spec, model, draft), *adapters)
         case InferFlavor.MLX_LM:
             _refuse_draft(spec, draft)
-            args = ("--model", _absolute(model, model.root), *_bind_args(spec))
+            args = ("--model", _absolute(model, model.root), *_bind_args(spec), *adapters)
         case InferFlavor.OLLAMA:
             raise Unsupported(f"{spec.runtime.id} is not a process inferactors starts")
         case unreachable:
@@ -138,9 +145,10 @@ def _offline_mlx(launch: Launch) -> Launch:
     """mlx_lm.server can never reach the Hugging Face Hub: ``HF_HUB_OFFLINE=1`` and a private,
     existing ``HF_HUB_CACHE`` in the instance directory override whatever the config says
     (issue 4, item 1; without an existing cache ``/v1/models`` answers an empty body, see
-    real-servers.md)."""
+    real-servers.md). ``PYTHONUNBUFFERED=1``: its lines reach us as they are written, so a
+    bind failure it hangs on is seen at once (issue 9)."""
     cache = launch.cwd / "hf-cache"
-    forced = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache)}
+    forced = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache), "PYTHONUNBUFFERED": "1"}
     env = tuple((k, v) for k, v in launch.env if k not in forced) + tuple(forced.items())
     return attrs.evolve(launch, env=env, private_dirs=(cache,))
 
@@ -186,6 +194,32 @@ def _llamacpp_args(
         args += ["-md", _first_shard(draft)]
     else:
         _refuse_draft(spec, draft)
+    return tuple(args)
+
+
+def _matching_extras(
+    spec: InferenceSpec, mmproj: ResolvedModel | None, lora: Sequence[ResolvedModel]
+) -> tuple[str, ...]:
+    """The projector, adapter and API key arguments; each model must be the one the spec
+    names. llama.cpp reads one file each (``--mmproj``, ``--lora``), mlx_lm.server an
+    adapter directory (``--adapter-path``)."""
+    serve = spec.serve
+    if (mmproj.name if mmproj else None) != serve.mmproj:
+        raise InvalidConfig(f"serve.mmproj is {serve.mmproj} but the projector given is {mmproj}")
+    if tuple(m.name for m in lora) != serve.lora:
+        raise InvalidConfig(f"serve.lora names {serve.lora} but other adapters were given")
+    args: list[str] = []
+    if mmproj is not None:
+        check_format(spec.runtime, mmproj)
+        args += ["--mmproj", _first_shard(mmproj)]
+    for adapter in lora:
+        check_format(spec.runtime, adapter)
+        if spec.runtime is InferFlavor.MLX_LM:
+            args += ["--adapter-path", _absolute(adapter, adapter.root)]
+        else:
+            args += ["--lora", _first_shard(adapter)]
+    if serve.api_key_file is not None:
+        args += ["--api-key-file", serve.api_key_file]
     return tuple(args)
 
 

@@ -23,13 +23,13 @@ from typing import Literal, TypeAlias
 
 import attrs
 
+from .._config.ollama_names import same_ollama_name
 from .._errors import BackendError, InvalidConfig
 from .._safe_json import NotJson, parse_json
 
 RUNNER_TIMEOUT_TEXT = "timed out waiting for llama runner to start"
 """Ollama's error text when its runner did not start within OLLAMA_LOAD_TIMEOUT (FC-19)."""
 
-_LATEST = ":latest"
 _SNIPPET_CHARS = 200
 _I64 = re.compile(r"[+-]?[0-9]+")
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
@@ -53,6 +53,9 @@ class OllamaModel:
         digest: sha256 of the manifest, or None if absent.
         size: bytes on disk, or None if absent.
         format: ``details.format`` (``"gguf"``), or None if absent.
+        remote_host: where a cloud model runs (``remote_host``, e.g.
+            ``"https://ollama.com:443"``); None for a local model.
+        remote_model: the cloud model's name there (``remote_model``), or None.
     """
 
     name: str
@@ -60,6 +63,13 @@ class OllamaModel:
     digest: str | None = None
     size: int | None = None
     format: str | None = None
+    remote_host: str | None = None
+    remote_model: str | None = None
+
+    @property
+    def cloud(self) -> bool:
+        """A cloud model: Ollama runs it on ``remote_host``, nothing is loaded locally."""
+        return self.remote_host is not None
 
 
 @attrs.frozen
@@ -159,10 +169,11 @@ def keep_alive_json(value: str | int) -> int | str:
 
 
 def same_tag(a: str, b: str) -> bool:
-    """Whether two Ollama names are the same model: equal once a missing tag is read as
-    ``latest`` (``"m"`` and ``"m:latest"``; server-apis.md section 3 "Names"). Stricter than
-    `inferactors._policy.matching.same_model`: ``"qwen"`` is not ``"qwen2.5:0.5b"``."""
-    return _with_tag(a) == _with_tag(b)
+    """Whether two Ollama names are the same model as Ollama reads them: registry host,
+    ``library/`` namespace and ``:latest`` tag filled in, case-blind (``"qwen2.5"`` is
+    ``"registry.ollama.ai/library/qwen2.5:latest"``; ``"qwen"`` is not ``"qwen2.5:0.5b"``;
+    ``"user/m"`` is not ``"m"``). See `inferactors._config.ollama_names`."""
+    return same_ollama_name(a, b)
 
 
 def load_body(tag: str, keep_alive: str | int) -> dict[str, object]:
@@ -194,13 +205,22 @@ def check_load_reply(status: int, body: bytes) -> None:
 
 def parse_tags(body: bytes) -> tuple[OllamaModel, ...]:
     """`OllamaModel` s from an ``/api/tags`` body; entries with neither a string ``name`` nor
-    a string ``model`` are skipped, and either fills in for the other.
+    a string ``model`` are skipped, and either fills in for the other. A non-empty string
+    ``remote_host`` marks a cloud model.
 
     Raises:
         BackendError: the body is not a JSON object with a ``models`` list.
     """
     return tuple(
-        OllamaModel(name, model, _str(entry, "digest"), _int(entry, "size"), _format(entry))
+        OllamaModel(
+            name,
+            model,
+            _str(entry, "digest"),
+            _int(entry, "size"),
+            _format(entry),
+            _str(entry, "remote_host") or None,
+            _str(entry, "remote_model") or None,
+        )
         for entry, name, model in _entries(body, "/api/tags")
     )
 
@@ -233,11 +253,6 @@ def parse_expiry(value: object) -> datetime | str | None:
     except ValueError:
         return value
     return parsed if parsed.tzinfo is not None else value
-
-
-def _with_tag(name: str) -> str:
-    last = name.rsplit("/", 1)[-1]
-    return name if ":" in last else name + _LATEST
 
 
 def json_object(body: bytes, path: str) -> dict[str, object]:

@@ -26,6 +26,7 @@ other name exists there. The view itself is named through its own descriptor.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
@@ -94,41 +95,60 @@ def served_path(
     return path, (model.view_fd, *model.linked)
 
 
+EXTRA_FLAGS = ("--mmproj", "--lora", "--adapter-path")
+"""Flags whose value is a pinned file besides the model and the draft: a projector, LoRA
+adapters (llama-server, one file each) and mlx_lm.server's adapter directory."""
+
+
 def pin_launch(
     launch: Launch,
     flavor: InferFlavor,
     model: PinnedFds,
     draft: PinnedFds | None = None,
     *,
+    extras: Sequence[tuple[str, PinnedFds]] = (),
     fd_dir: str = FD_DIR,
 ) -> Launch:
     """``launch`` with each model path replaced by its descriptor's path (module docstring).
 
     The value after llama-server's ``-m`` (and ``-md`` with a ``draft``) or mlx_lm.server's
-    ``--model`` is replaced; the descriptors named go to `Launch.pass_fds`. llama-server also
-    gets ``--alias <the replaced path>`` after ``-m`` so it lists the model as before.
+    ``--model`` is replaced; so is, for each ``(flag, fds)`` of ``extras`` in order, the
+    value after the next occurrence of that flag (`EXTRA_FLAGS`; an adapter directory is
+    named through its view). The descriptors named go to `Launch.pass_fds`. llama-server
+    also gets ``--alias <the replaced path>`` after ``-m`` so it lists the model as before.
 
     Raises:
-        InvalidConfig: the launch lacks the flag (it was not built by ``build_launch``), or
+        InvalidConfig: the launch lacks a flag (it was not built by ``build_launch``), or
             a model read as a directory has no view.
         Unsupported: the flavor is Ollama, which inferactors never starts.
     """
     match flavor:
         case InferFlavor.LLAMACPP:
-            paths = {"-m": served_path(model, directory=False, fd_dir=fd_dir)}
+            paths = [("-m", served_path(model, directory=False, fd_dir=fd_dir))]
             if draft is not None:
-                paths["-md"] = served_path(draft, directory=False, fd_dir=fd_dir)
+                paths.append(("-md", served_path(draft, directory=False, fd_dir=fd_dir)))
         case InferFlavor.MLX_LM:
-            paths = {"--model": served_path(model, directory=True, fd_dir=fd_dir)}
+            paths = [("--model", served_path(model, directory=True, fd_dir=fd_dir))]
         case _:
             raise Unsupported(f"{flavor.id} is not a process inferactors starts")
+    for flag, extra in extras:
+        directory = flag == "--adapter-path"
+        paths.append((flag, served_path(extra, directory=directory, fd_dir=fd_dir)))
     args = list(launch.args)
-    for flag, (path, _fds) in paths.items():
-        if flag not in args[:-1]:
-            raise InvalidConfig(f"the launch has no {flag} to pin")
-        at = args.index(flag) + 1
+    seen: dict[str, int] = {}
+    for flag, (path, _fds) in paths:
+        at = _value_at(args, flag, seen.get(flag, 0))
+        seen[flag] = seen.get(flag, 0) + 1
         planned, args[at] = args[at], path
         if flag == "-m":
             args[at + 1 : at + 1] = ["--alias", planned]
-    fds = tuple(sorted({fd for _path, some in paths.values() for fd in some}))
+    fds = tuple(sorted({fd for _flag, (_path, some) in paths for fd in some}))
     return attrs.evolve(launch, args=tuple(args), pass_fds=fds)
+
+
+def _value_at(args: list[str], flag: str, skip: int) -> int:
+    """The index of the value after the ``skip``-th (from 0) occurrence of ``flag``."""
+    found = [i for i, arg in enumerate(args[:-1]) if arg == flag]
+    if len(found) <= skip:
+        raise InvalidConfig(f"the launch has no {flag} to pin")
+    return found[skip] + 1

@@ -16,13 +16,16 @@ Source: seed-behaviour.md section 3 (Probing) and server-apis.md sections 1 to 3
 
 from __future__ import annotations
 
+import re
 from typing import TypeAlias
 
 import attrs
 
 from .._errors import BackendError, InvalidConfig
+from .._flavor import InferFlavor
 from .._safe_json import parse_json
 from .matching import lists
+from .router_models import RouterModel, router_models_of
 
 _SNIPPET_CHARS = 200
 
@@ -38,10 +41,24 @@ class Loading:
 
 
 @attrs.frozen
-class Unhealthy:
-    """The server answers with a status that means neither ready nor loading; ``why`` says which."""
+class Busy:
+    """The server answers and serves, but every slot is taken (llama-server's HTTP 503 "no
+    slot available"); ``why`` is the server's words. Not loading, not unhealthy."""
 
     why: str
+
+
+@attrs.frozen
+class Unhealthy:
+    """The server answers with a status that means neither ready nor loading; ``why`` says which.
+
+    ``dead`` is True when the server itself says it can never serve again (mlx_lm.server's
+    ``{"status": "unavailable"}``: its generation thread died), so no completion is sent
+    to check whether completions still work.
+    """
+
+    why: str
+    dead: bool = False
 
 
 @attrs.frozen
@@ -51,7 +68,12 @@ class Unreachable:
     why: str
 
 
-Health: TypeAlias = Up | Loading | Unhealthy | Unreachable
+Health: TypeAlias = Up | Busy | Loading | Unhealthy | Unreachable
+
+
+def serving(health: Health) -> bool:
+    """Whether ``health`` says the server serves requests: `Up`, or `Busy` (all slots taken)."""
+    return isinstance(health, Up | Busy)
 
 
 @attrs.frozen
@@ -68,6 +90,8 @@ class ServerReport:
         models_problem: why the model list could not be read (``"model list unreadable:
             ..."``, see `model_list_problem`), or None: read, possibly empty, or no list
             endpoint (404). A list nobody could read confirms no model (issue 8 item 9).
+        router: the per-model status entries of a llama-server in router mode
+            (`router_models.RouterModel`); empty for a single-model server.
     """
 
     health: Health
@@ -76,14 +100,16 @@ class ServerReport:
     version: str | None = None
     latency_s: float = 0.0
     models_problem: str | None = None
+    router: tuple[RouterModel, ...] = ()
 
     def lists(self, wanted: str) -> bool:
         """Whether ``models`` names ``wanted`` (see `inferactors._policy.matching.same_model`)."""
         return lists(self.models, wanted)
 
     def resident(self, wanted: str) -> bool:
-        """Whether ``loaded`` names ``wanted`` (see `inferactors._policy.matching.same_model`)."""
-        return lists(self.loaded, wanted)
+        """Whether ``loaded`` (Ollama's) names ``wanted`` as Ollama names models (see
+        `inferactors._policy.matching.same_model`)."""
+        return lists(self.loaded, wanted, InferFlavor.OLLAMA)
 
 
 @attrs.frozen
@@ -100,9 +126,17 @@ def classify_health(status: int, body: bytes = b"") -> Health | None:
 
     200 is `Up`, 503 is `Loading`, 404 is None (the caller falls back to ``GET /v1/models``),
     and any other code, 302 and 500 included, is ``Unhealthy("/health returned HTTP c")``
-    (seed-behaviour.md section 3). One refinement: a 503 whose body is mlx_lm.server's
-    ``{"status": "unavailable"}`` (0.32.2 and later, once its generation thread has died;
-    server-apis.md section 2, FC-07) is `Unhealthy`, not `Loading`, since it will never load.
+    (seed-behaviour.md section 3). Two refinements read a 503's body:
+
+    - mlx_lm.server's ``{"status": "unavailable"}`` (0.32.2 and later, once its generation
+      thread has died; server-apis.md section 2, FC-07) is `Unhealthy` (``dead``), not
+      `Loading`, since it will never load;
+    - a server that says it has no free slot is `Busy`, not `Loading` (issue 9 item 5):
+      old llama-server builds' ``{"status": "no slot available", "slots_idle": 0, ...}``
+      (llama.cpp PR #5548), ``/slots?fail_on_no_slot=1``'s error, or any 503 whose
+      ``status`` or ``error.message`` speaks of busy or unavailable slots. llama-server's
+      ``{"error": {"message": "Loading model", ...}}``, old builds' ``{"status": "loading
+      model"}`` and a 503 with any other body stay `Loading`.
     """
     if status == 200:
         return Up()
@@ -134,11 +168,30 @@ def parse_model_ids(body: bytes) -> tuple[str, ...]:
     can send 200 with an empty body, real-servers.md), or entries without a string id, yield
     nothing rather than an error, since the list only informs matching.
     """
-    document = json_object(body)
+    return model_ids_of(json_object(body))
+
+
+def model_ids_of(document: dict[str, object] | None) -> tuple[str, ...]:
+    """`parse_model_ids` of a body already parsed (None: not a JSON object)."""
     if document is None:
         return ()
     ids = _field_of_each(document.get("data"), "id")
     return ids if ids else _field_of_each(document.get("models"), "name")
+
+
+ListRead: TypeAlias = tuple[tuple[str, ...], str | None, tuple[RouterModel, ...]]
+"""What `read_model_list` reads from a model list: ids, why unreadable, router entries."""
+
+
+def read_model_list(path: str, status: int, body: bytes) -> ListRead:
+    """A list reply's ids, why it is unreadable (`model_list_problem`) and its router
+    entries (`router_models_of`), from one parse of ``body``. A list that names a model is
+    readable, so the body is parsed a second time only when no id came out (rarely: an
+    empty, failed or malformed list), never on a healthy probe."""
+    document = json_object(body) if status == 200 else None
+    ids = model_ids_of(document)
+    problem = None if ids else model_list_problem(path, status, body)
+    return ids, problem, router_models_of(document)
 
 
 def model_list_problem(path: str, status: int, body: bytes) -> str | None:
@@ -222,11 +275,30 @@ def _by_status(status: int, path: str) -> Health:
     return Unhealthy(f"{path} returned HTTP {status}")
 
 
+_BUSY_WORDS = re.compile(r"\bno (free |idle )?slots?\b|\bslots? (are |is )?(busy|full)\b|\bbusy\b")
+
+
 def _unavailable(body: bytes) -> Health | None:
     document = json_object(body)
-    if document is not None and document.get("status") == "unavailable":
-        return Unhealthy("/health returned HTTP 503 unavailable (the generation thread died)")
+    if document is None:
+        return None
+    if document.get("status") == "unavailable":
+        why = "/health returned HTTP 503 unavailable (the generation thread died)"
+        return Unhealthy(why, dead=True)
+    said = _said(document)
+    if document.get("slots_idle") == 0 or _BUSY_WORDS.search(said.lower()):
+        return Busy(said[:_SNIPPET_CHARS] or "no slot available")
     return None
+
+
+def _said(document: dict[str, object]) -> str:
+    """A 503 body's words: its ``status`` string, else its ``error.message`` string."""
+    status = document.get("status")
+    if isinstance(status, str):
+        return status
+    error = document.get("error")
+    message = error.get("message") if isinstance(error, dict) else None
+    return message if isinstance(message, str) else ""
 
 
 def json_object(body: bytes) -> dict[str, object] | None:

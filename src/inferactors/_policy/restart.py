@@ -12,6 +12,12 @@ Two limits apply together, and the first one spent gives up:
 Which exits are restarted at all follows OTP's restart type (permanent, transient,
 temporary); an operator's stop, an unload and an exposure stop never are.
 
+A **configuration error** is no crash loop (issue 9): a start-up failure whose output was
+diagnosed (reason ``start-up failure``) with the same fault kind as the exit just before it
+gives up at once, ``config-error: <kind>: <the server's line>``; restarting would only say
+it again. The first such failure is restarted as usual (a port taken for a moment frees
+itself), and any other exit in between clears the memory.
+
 Jitter takes a random fraction (at most ``jitter``) off each delay; the random source is
 the caller's, so tests pass a constant.
 """
@@ -21,7 +27,7 @@ from __future__ import annotations
 import attrs
 
 from .._config.config import RestartPolicy, RestartType
-from .._events import StopReason
+from .._events import Diagnosis, StopReason
 
 _NEVER_RESTARTED = frozenset(
     {
@@ -33,8 +39,15 @@ _NEVER_RESTARTED = frozenset(
     }
 )
 _ALWAYS_ABNORMAL = frozenset(
-    {StopReason.READINESS_TIMEOUT, StopReason.HEALTH_KILL, StopReason.ERROR}
+    {
+        StopReason.READINESS_TIMEOUT,
+        StopReason.HEALTH_KILL,
+        StopReason.ERROR,
+        StopReason.STARTUP_FAILURE,
+    }
 )
+CONFIG_ERROR = "config-error"
+"""How `GiveUp.why` starts when the same start-up failure came twice in a row."""
 
 
 @attrs.frozen
@@ -79,12 +92,14 @@ class RestartBudget:
         attempts: restarts since the budget was last refilled.
         window: times (trio seconds) of the restarts still inside the intensity window.
         running_since: when the current process was last seen up, else None.
+        last_fault: the diagnosis of the last exit when it was a start-up failure, else None.
     """
 
     policy: RestartPolicy
     attempts: int = 0
     window: tuple[float, ...] = ()
     running_since: float | None = None
+    last_fault: Diagnosis | None = None
 
     def decide(
         self,
@@ -94,12 +109,22 @@ class RestartBudget:
         signal: int | None,
         now: float,
         random: float = 0.0,
+        diagnosis: Diagnosis | None = None,
     ) -> tuple[RestartBudget, Decision]:
         """Decide what to do about an exit observed at ``now``.
 
         ``random`` is a number in [0, 1) from the caller's random source, used for jitter.
+        ``diagnosis`` is what the server's output said (`ProcessExited.diagnosis`): with
+        reason ``start-up failure`` and the same kind as the previous exit's, the answer is
+        `GiveUp` with ``why`` ``"config-error: <kind>: <line>"``; on any other give-up
+        ``why`` ends with ``"; last: <kind>: <line>"``.
         """
         budget = self._refilled_if_stable(now)._without_running()
+        previous = budget.last_fault
+        fault = diagnosis if reason is StopReason.STARTUP_FAILURE else None
+        budget = attrs.evolve(budget, last_fault=fault)
+        if fault is not None and previous is not None and previous.kind is fault.kind:
+            return budget, GiveUp(budget.attempts, f"{CONFIG_ERROR}: {fault.describe()}")
         skip = budget._skip_reason(reason, exit_code, signal)
         if skip is not None:
             return budget, NoRestart(skip)
@@ -107,7 +132,8 @@ class RestartBudget:
         budget = attrs.evolve(budget, window=window)
         limit = budget._limit_reached()
         if limit is not None:
-            return budget, GiveUp(budget.attempts, limit)
+            last = f"; last: {diagnosis.describe()}" if diagnosis is not None else ""
+            return budget, GiveUp(budget.attempts, limit + last)
         delay = self.policy.delay_s(budget.attempts) * (1.0 - self.policy.jitter * random)
         after = attrs.evolve(budget, attempts=budget.attempts + 1, window=(*window, now))
         return after, Restart(after.attempts, delay)
@@ -127,8 +153,9 @@ class RestartBudget:
         return self._refilled_if_stable(now)
 
     def reset(self) -> RestartBudget:
-        """Refill the budget and clear the window (``reset_restarts``; item 56)."""
-        return attrs.evolve(self, attempts=0, window=())
+        """Refill the budget, clear the window and forget the last start-up failure
+        (``reset_restarts``; item 56)."""
+        return attrs.evolve(self, attempts=0, window=(), last_fault=None)
 
     def _refilled_if_stable(self, now: float) -> RestartBudget:
         since = self.running_since

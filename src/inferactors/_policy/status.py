@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .._flavor import InferFlavor
 from .._status import InstanceState, InstanceStatus
 from .matching import lists
-from .probe_parse import Loading, ServerReport, Unhealthy, Unreachable, Up
+from .probe_parse import Busy, Loading, ServerReport, Unhealthy, Unreachable, Up
 
 
 def map_report(
@@ -34,6 +35,11 @@ def map_report(
     answered (it is still starting); ``stopped`` says our live process is stopped by a
     signal (SIGSTOP, SIGTSTP), so it cannot answer. The words stay the same from one silent
     probe to the next, so a silent server is one state change, not one per probe.
+
+    A busy server (`Busy`: every slot taken) serves: Running, detail ``"busy: <the server's
+    words>"``, never "loading model". A llama-server in router mode whose entry for our
+    model says its child failed, or that it is still loading, is Degraded with the router's
+    words (`RouterModel.trouble`).
     """
     health = report.health
     if isinstance(health, Loading):
@@ -47,14 +53,29 @@ def map_report(
             return InstanceStatus(InstanceState.DEGRADED, detail)
         why = silent if answered else health.why
         return _unreachable(why, alive=alive, adopted=adopted, answered=answered)
-    assert isinstance(health, Up)
+    assert isinstance(health, Up | Busy)
     names = (model,) if isinstance(model, str) else tuple(model or ())
     if names and report.models_problem is not None and not report.models:
         return InstanceStatus(InstanceState.DEGRADED, report.models_problem)
     if names and report.models and not any(lists(report.models, name) for name in names):
         detail = f"model {names[0]} is not listed by the server"
         return InstanceStatus(InstanceState.DEGRADED, detail)
+    trouble = _router_trouble(report, names)
+    if trouble is not None:
+        return InstanceStatus(InstanceState.DEGRADED, trouble)
+    if isinstance(health, Busy):
+        return InstanceStatus(InstanceState.RUNNING, f"busy: {health.why}")
     return InstanceStatus(InstanceState.RUNNING, "server up")
+
+
+def _router_trouble(report: ServerReport, names: tuple[str, ...]) -> str | None:
+    """What a router says is wrong with our model, or None (also with no model named)."""
+    for entry in report.router:
+        if any(lists((entry.id,), name) for name in names):
+            trouble = entry.trouble()
+            if trouble is not None:
+                return trouble
+    return None
 
 
 def map_ollama_report(report: ServerReport, *, tag: str, adopted: bool) -> InstanceStatus:
@@ -68,9 +89,9 @@ def map_ollama_report(report: ServerReport, *, tag: str, adopted: bool) -> Insta
         return map_report(report, model=None, alive=False, adopted=adopted)
     if report.models_problem is not None and not report.models:
         return InstanceStatus(InstanceState.DEGRADED, report.models_problem)
-    if not report.lists(tag):
+    if not lists(report.models, tag, InferFlavor.OLLAMA):
         return InstanceStatus(InstanceState.DEGRADED, f"model {tag} is not pulled")
-    if report.resident(tag):
+    if lists(report.loaded, tag, InferFlavor.OLLAMA):
         return InstanceStatus(InstanceState.RUNNING, "model resident")
     if adopted:
         return InstanceStatus(InstanceState.RUNNING, "server up; model not resident")

@@ -1,8 +1,11 @@
-"""Helpers for testing with inferactors: tiny deterministic models that real servers load,
-fake servers with injectable faults, a fake fleet for MockClock tests, a recording proxy.
+"""Helpers for testing with inferactors, and for testing applications that use local model
+servers: fake llama-server, mlx_lm.server and Ollama processes that play faults written as
+data (`Timeline`, the field cases by name with `field_case`), tiny deterministic models that
+real servers load, a managed runtime kit, a fake fleet for MockClock tests, a recording
+proxy. The pytest plugin (`inferactors.testing.pytest_plugin`) offers them as fixtures.
 
-Some helpers need the development extras (``pip install 'inferactors[dev]'``); importing
-this package does not.
+Everything here is installed with ``pip install 'inferactors[testing]'``; see
+docs/testing.md.
 """
 
 from ._fake_faults import FakeServerFaults as FakeServerFaults
@@ -10,21 +13,93 @@ from ._fake_fleet import FakeChild as FakeChild
 from ._fake_fleet import FakeFleet as FakeFleet
 from ._fake_launch import fake_server_argv as fake_server_argv
 from ._fake_launch import write_fake_server_program as write_fake_server_program
+from ._fake_ollama import open_fake_ollama as open_fake_ollama
+from ._fake_ollama_api import FakeOllama as FakeOllama
+from ._fake_ollama_api import FakeOllamaConfig as FakeOllamaConfig
+from ._fake_processes import FakeOllamaServer as FakeOllamaServer
+from ._fake_processes import FakeServer as FakeServer
+from ._fake_processes import FakeStartError as FakeStartError
+from ._fake_processes import start_fake_ollama as start_fake_ollama
+from ._fake_processes import start_fake_server as start_fake_server
+from ._field_cases import FIELD_CASES as FIELD_CASES
+from ._field_cases import NOT_REPRODUCIBLE as NOT_REPRODUCIBLE
+from ._field_cases import FieldCase as FieldCase
+from ._field_cases import field_case as field_case
+from ._field_cases import field_case_info as field_case_info
 from ._programs import write_python_program as write_python_program
 from ._recording_proxy import RecordedRequest as RecordedRequest
 from ._recording_proxy import RecordingProxy as RecordingProxy
 from ._recording_proxy import open_recording_proxy as open_recording_proxy
+from ._runtime_kit import RuntimeKit as RuntimeKit
+from ._timeline import BindBeyondLoopback as BindBeyondLoopback
+from ._timeline import CrashAt as CrashAt
+from ._timeline import DeadGenerator as DeadGenerator
+from ._timeline import ForeignKeepAlive as ForeignKeepAlive
+from ._timeline import ForeignModelLoaded as ForeignModelLoaded
+from ._timeline import ForkedChild as ForkedChild
+from ._timeline import Hang as Hang
+from ._timeline import HealthLies as HealthLies
+from ._timeline import IgnoreSigterm as IgnoreSigterm
+from ._timeline import ImpostorOnPort as ImpostorOnPort
+from ._timeline import ListenLate as ListenLate
+from ._timeline import LoadTimeout as LoadTimeout
+from ._timeline import SlowFirstToken as SlowFirstToken
+from ._timeline import SlowLoad as SlowLoad
+from ._timeline import Status503 as Status503
+from ._timeline import Timeline as Timeline
+from ._timeline import UnloadLingers as UnloadLingers
+from ._timeline_data import timeline_from_data as timeline_from_data
+from ._timeline_data import timeline_from_json as timeline_from_json
+from ._timeline_data import timeline_from_toml as timeline_from_toml
+from ._timeline_data import timeline_to_data as timeline_to_data
 from ._tiny_mlx import write_tiny_mlx as write_tiny_mlx
 from ._tiny_models import write_tiny_gguf as write_tiny_gguf
+from ._workspace import Workspace as Workspace
 
-__all__ = [
+__all__ = [  # noqa: RUF022  (plain sorted(), as tests/test_public_api.py checks)
+    "BindBeyondLoopback",
+    "CrashAt",
+    "DeadGenerator",
+    "FIELD_CASES",
     "FakeChild",
     "FakeFleet",
+    "FakeOllama",
+    "FakeOllamaConfig",
+    "FakeOllamaServer",
+    "FakeServer",
     "FakeServerFaults",
+    "FakeStartError",
+    "FieldCase",
+    "ForeignKeepAlive",
+    "ForeignModelLoaded",
+    "ForkedChild",
+    "Hang",
+    "HealthLies",
+    "IgnoreSigterm",
+    "ImpostorOnPort",
+    "ListenLate",
+    "LoadTimeout",
+    "NOT_REPRODUCIBLE",
     "RecordedRequest",
     "RecordingProxy",
+    "RuntimeKit",
+    "SlowFirstToken",
+    "SlowLoad",
+    "Status503",
+    "Timeline",
+    "UnloadLingers",
+    "Workspace",
     "fake_server_argv",
+    "field_case",
+    "field_case_info",
+    "open_fake_ollama",
     "open_recording_proxy",
+    "start_fake_ollama",
+    "start_fake_server",
+    "timeline_from_data",
+    "timeline_from_json",
+    "timeline_from_toml",
+    "timeline_to_data",
     "write_fake_server_program",
     "write_python_program",
     "write_tiny_gguf",

@@ -29,7 +29,6 @@ were checked against the real llama-server here):
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import time
 from collections.abc import Sequence
@@ -38,6 +37,10 @@ from typing import Any, Literal, TypeAlias
 from urllib.parse import urlsplit
 
 import attrs
+
+from . import _fake_replies as replies
+from ._fake_replies import BUILD_INFO as BUILD_INFO
+from ._fake_replies import TOKEN as TOKEN
 
 Flavor: TypeAlias = Literal["llamacpp", "mlx"]
 
@@ -57,6 +60,13 @@ def _port(_: object, attribute: attrs.Attribute[Any], value: int | None) -> None
         raise ValueError(f"{attribute.name} must be a TCP port (1 to 65535), not {value}")
 
 
+HEALTH_FAULTS = ("hang", "500", "reset", "busy")
+"""The values of `FakeServerFaults.health_fault`."""
+
+ROUTER_STATUSES = ("loaded", "loading", "unloaded", "failed")
+"""The values of `FakeServerFaults.router_status`."""
+
+
 @attrs.frozen(kw_only=True)
 class FakeServerFaults:
     """The faults a fake server injects; each field is the flag with ``-`` for ``_``.
@@ -73,7 +83,11 @@ class FakeServerFaults:
         crash_after_s: Crash this long after listening, with ``exit_code`` or ``crash_signal``.
         exit_code: The exit status of that crash when ``crash_signal`` is None.
         crash_signal: Kill itself with this signal instead (FC-10: ``"SIGABRT"``).
-        crash_on_completion: Kill itself with this signal on its first completion (FC-08).
+        crash_on_completion: Kill itself with this signal on a completion (FC-08).
+        crash_at_completion: The completion (counting from 1) ``crash_on_completion`` dies on.
+        completion_delay_s: Answer each completion only after this long (a slow first token).
+        impostor: Claim to serve this model instead (``/v1/models`` id, ``/props``
+            ``model_path``): another server's answer on the port (FC-14).
         ignore_sigterm: Ignore SIGTERM; only SIGKILL stops it (FC-05, FC-11).
         hang_completions: Health stays fine, completions never answer (FC-04, FC-07).
         fail_completions_after: The first N completions work, later ones hang.
@@ -82,6 +96,13 @@ class FakeServerFaults:
         fork_child: Fork a child that stays alive, in the same process group, holding the
             listening sockets it inherits (FC-12).
         bind_delay_s: Refuse connections (not listening yet) for this long after start.
+        health_fault: llamacpp, once loaded: ``GET /health`` never answers (``"hang"``),
+            answers 500 (``"500"``), resets the connection (``"reset"``) or answers 503 "no
+            slot available" as old builds did (``"busy"``); completions still work.
+        health_fault_after_s: ``health_fault`` begins this long after listening.
+        router_status: llamacpp: serve as a router (no ``-m``): each ``/models`` entry
+            carries a ``status`` object with this ``value`` (``loaded``, ``loading``,
+            ``unloaded``), or ``failed``: ``unloaded`` with ``failed`` true and exit code 1.
     """
 
     load_s: float = attrs.field(default=0.0, validator=_non_negative)
@@ -93,6 +114,9 @@ class FakeServerFaults:
     )
     crash_signal: str | None = attrs.field(default=None, validator=_signal_name)
     crash_on_completion: str | None = attrs.field(default=None, validator=_signal_name)
+    crash_at_completion: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    completion_delay_s: float = attrs.field(default=0.0, validator=_non_negative)
+    impostor: str | None = None
     ignore_sigterm: bool = False
     hang_completions: bool = False
     fail_completions_after: int | None = attrs.field(default=None, validator=_non_negative)
@@ -100,6 +124,13 @@ class FakeServerFaults:
     extra_host: str = "127.0.0.1"
     fork_child: bool = False
     bind_delay_s: float = attrs.field(default=0.0, validator=_non_negative)
+    health_fault: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.in_(HEALTH_FAULTS))
+    )
+    health_fault_after_s: float = attrs.field(default=0.0, validator=_non_negative)
+    router_status: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.in_(ROUTER_STATUSES))
+    )
 
     def args(self) -> tuple[str, ...]:
         """Flags for the fields that differ from their defaults, e.g. ``("--load-s", "0.5")``."""
@@ -140,7 +171,9 @@ class FakeServerOptions:
 
     @property
     def model_id(self) -> str:
-        """The id ``/v1/models`` lists: ``alias`` if set, else ``model``."""
+        """The id ``/v1/models`` lists: the impostor's, else ``alias`` if set, else ``model``."""
+        if self.faults.impostor is not None:
+            return self.faults.impostor
         return self.alias if self.alias is not None else self.model
 
     def args(self) -> tuple[str, ...]:
@@ -192,7 +225,10 @@ def _parser() -> argparse.ArgumentParser:
     add("--crash-after-s", type=float, help="crash S seconds after listening")
     add("--exit-code", type=int, default=1, help="exit status of that crash")
     add("--crash-signal", help="crash by this signal instead (e.g. SIGABRT)")
-    add("--crash-on-completion", metavar="SIGNAL", help="die on the first completion (FC-08)")
+    add("--crash-on-completion", metavar="SIGNAL", help="die on a completion (FC-08)")
+    add("--crash-at-completion", type=int, default=1, metavar="K", help="... the K-th one")
+    add("--completion-delay-s", type=float, default=0.0, help="answer completions late")
+    add("--impostor", metavar="MODEL", help="claim to serve MODEL (FC-14)")
     add("--ignore-sigterm", action="store_true", help="ignore SIGTERM (FC-05, FC-11)")
     add("--hang-completions", action="store_true", help="never answer completions (FC-04)")
     add("--fail-completions-after", type=int, metavar="N", help="hang after N completions")
@@ -200,6 +236,9 @@ def _parser() -> argparse.ArgumentParser:
     add("--extra-host", default="127.0.0.1")
     add("--fork-child", action="store_true", help="fork a child that stays alive (FC-12)")
     add("--bind-delay-s", type=float, default=0.0, help="listen only after S seconds")
+    add("--health-fault", choices=HEALTH_FAULTS, help="llamacpp: /health misbehaves")
+    add("--health-fault-after-s", type=float, default=0.0, help="... from S seconds on")
+    add("--router-status", choices=ROUTER_STATUSES, help="llamacpp: router-mode model status")
     return parser
 
 
@@ -207,12 +246,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 Phase: TypeAlias = Literal["loading", "ready", "dead"]
-
-TOKEN = " and"
-"""The one token every completion answers (what the real tiny model says to "the cat")."""
-
-BUILD_INFO = "b0-fake"
-"""``/props`` ``build_info`` and the completions' ``system_fingerprint``."""
 
 
 @attrs.frozen
@@ -241,6 +274,11 @@ class Hang:
 
 
 @attrs.frozen
+class Reset:
+    """Close the connection at once with a TCP reset, answering nothing."""
+
+
+@attrs.frozen
 class Die:
     """End the process: kill it with ``signal`` (a name), or exit with ``exit_code``."""
 
@@ -248,7 +286,7 @@ class Die:
     exit_code: int = 1
 
 
-Outcome: TypeAlias = Reply | Hang | Die
+Outcome: TypeAlias = Reply | Hang | Reset | Die
 
 _LOADING = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
 _LLAMA_404 = {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}
@@ -256,46 +294,46 @@ _LLAMA_COMPLETIONS = frozenset(
     {"/v1/chat/completions", "/chat/completions", "/v1/completions", "/completion", "/completions"}
 )
 _MLX_COMPLETIONS = frozenset({"/v1/chat/completions", "/chat/completions", "/v1/completions"})
-_META = {"vocab_type": 1, "n_vocab": 420, "n_ctx_train": 4096, "n_embd": 64, "size": 511232}
 _OK = {"status": "ok"}
-_USAGE = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
 
 
 def decide(
     options: FakeServerOptions, phase: Phase, method: str, target: str, body: bytes
-) -> Reply | Complete | AwaitLoad:
+) -> Reply | Hang | Reset | Complete | AwaitLoad:
     """What the server does with one request while in ``phase``, before completion faults."""
     path = urlsplit(target).path
     if options.flavor == "mlx":
         return _decide_mlx(options, phase, (method, path), body)
-    return _decide_llamacpp(options, phase, (method, path))
+    return _decide_llamacpp(options, phase, (method, path), body)
 
 
 def completion_fate(options: FakeServerOptions, path: str, number: int) -> Outcome:
     """What the ``number``-th served completion (counting from 1) meets under the faults."""
     faults = options.faults
-    if faults.crash_on_completion is not None:
+    if faults.crash_on_completion is not None and number >= faults.crash_at_completion:
         return Die(faults.crash_on_completion)
     limit = faults.fail_completions_after
     if faults.hang_completions or (limit is not None and number > limit):
         return Hang()
-    return Reply(200, _completion(options, path, number))
+    return Reply(200, replies.completion(options.flavor, options.model_id, path, number))
 
 
 def _decide_llamacpp(
-    options: FakeServerOptions, phase: Phase, route: tuple[str, str]
-) -> Reply | Complete:
+    options: FakeServerOptions, phase: Phase, route: tuple[str, str], body: bytes
+) -> Reply | Hang | Reset | Complete:
     method, path = route
     if route in (("GET", "/v1/models"), ("GET", "/models")):
-        return Reply(200, _llamacpp_models(options, loaded=phase != "loading"))
+        listed = replies.llamacpp_models(options.model_id, loaded=phase != "loading")
+        return Reply(200, _as_router(listed, options.faults.router_status))
     if phase == "loading":
         return Reply(503, _LOADING)
     if route in (("GET", "/health"), ("GET", "/v1/health")):
-        return Reply(200, _OK)
+        return _health(options.faults.health_fault)
     if route == ("GET", "/props"):
-        return Reply(200, _props(options))
+        return Reply(200, replies.props(options.model_id, options.faults.impostor or options.model))
     if method == "POST" and path in _LLAMA_COMPLETIONS:
-        return Complete(path)
+        problem = replies.json_problem(body)
+        return Complete(path) if problem is None else Reply(*replies.bad_json("llamacpp", problem))
     return Reply(404, _LLAMA_404)
 
 
@@ -306,11 +344,14 @@ def _decide_mlx(
     if route == ("GET", "/health"):
         return Reply(503, {"status": "unavailable"}) if phase == "dead" else Reply(200, _OK)
     if route == ("GET", "/v1/models"):
-        entry = {"id": options.model, "object": "model", "created": int(time.time())}
+        served = options.faults.impostor or options.model
+        entry = {"id": served, "object": "model", "created": int(time.time())}
         return Reply(200, {"object": "list", "data": [] if phase == "dead" else [entry]})
     if method != "POST" or path not in _MLX_COMPLETIONS:
         return Reply(404, None)
-    wanted = _model_field(body)
+    if (problem := replies.json_problem(body)) is not None:
+        return Reply(*replies.bad_json("mlx", problem))
+    wanted = replies.model_field(body)
     if wanted is not None and wanted != options.model:
         return Reply(404, {"error": f"model {wanted!r} is not the served --model (FC-09)"})
     if phase == "dead":
@@ -318,61 +359,29 @@ def _decide_mlx(
     return AwaitLoad() if phase == "loading" else Complete(path)
 
 
-def _model_field(body: bytes) -> object:
-    try:
-        document = json.loads(body)
-    except ValueError:
-        return None
-    return document.get("model") if isinstance(document, dict) else None
+def _health(fault: str | None) -> Reply | Hang | Reset:
+    """A loaded llama-server's ``/health`` under ``health_fault``."""
+    match fault:
+        case "hang":
+            return Hang()
+        case "reset":
+            return Reset()
+        case "500":
+            return Reply(500, {"error": {"code": 500, "message": "boom", "type": "server_error"}})
+        case "busy":  # builds from PR #5548 to PR #9056 (server-apis.md section 1)
+            return Reply(
+                503, {"status": "no slot available", "slots_idle": 0, "slots_processing": 4}
+            )
+    return Reply(200, _OK)
 
 
-def _llamacpp_models(options: FakeServerOptions, *, loaded: bool) -> dict[str, object]:
-    entry = {
-        "id": options.model_id,
-        "aliases": [options.model_id],
-        "tags": [],
-        "object": "model",
-        "created": int(time.time()),
-        "owned_by": "llamacpp",
-        "meta": _META if loaded else None,
-    }
-    return {"object": "list", "data": [entry]}
-
-
-def _props(options: FakeServerOptions) -> dict[str, object]:
-    return {
-        "default_generation_settings": {"n_ctx": 4096},
-        "total_slots": 4,
-        "model_alias": options.model_id,
-        "model_path": options.model,
-        "modalities": {"vision": False, "audio": False},
-        "build_info": BUILD_INFO,
-        "is_sleeping": False,
-    }
-
-
-def _completion(options: FakeServerOptions, path: str, number: int) -> dict[str, object]:
-    model = options.model_id
-    if path in ("/completion", "/completions"):  # llama-server's own completion shape
-        return {
-            "index": 0,
-            "content": TOKEN,
-            "stop": True,
-            "stop_type": "limit",
-            "model": model,
-            "tokens_predicted": 1,
-            "tokens_evaluated": 1,
-        }
-    common = {
-        "id": f"cmpl-fake-{number}",
-        "created": int(time.time()),
-        "model": model,
-        "system_fingerprint": BUILD_INFO,
-        "usage": _USAGE,
-    }
-    if path == "/v1/completions":
-        choice: dict[str, object] = {"index": 0, "text": TOKEN, "finish_reason": "length"}
-        return {**common, "object": "text_completion", "choices": [choice]}
-    message = {"role": "assistant", "content": TOKEN}
-    choice = {"index": 0, "message": message, "finish_reason": "length"}
-    return {**common, "object": "chat.completion", "choices": [choice]}
+def _as_router(listed: dict[str, object], status: str | None) -> dict[str, object]:
+    """A model list as a router lists it (llama.cpp ``server-models.cpp``): each entry with
+    a ``status`` object; ``failed`` is an exited child (``unloaded``, failed, code 1)."""
+    entries = listed.get("data")
+    if status is None or not isinstance(entries, list):
+        return listed
+    value: dict[str, object] = {"value": status, "args": ["llama-server"]}
+    if status == "failed":
+        value = {"value": "unloaded", "args": ["llama-server"], "failed": True, "exit_code": 1}
+    return {**listed, "data": [{**entry, "status": value} for entry in entries]}

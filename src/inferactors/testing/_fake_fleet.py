@@ -21,7 +21,7 @@ import httpx
 import trio
 
 from .._edges.bundle import Edges, http_prober_factory
-from .._policy.exposure import Exposure
+from .._policy.exposure import Exposure, Listener
 from .._policy.launch import Launch
 from .._policy.privilege import RunAs
 
@@ -31,13 +31,19 @@ _FIRST_FAKE_PID = 900_000
 
 
 class _EndOfOutput(trio.abc.ReceiveStream):
-    """A pipe that stays silent and reaches EOF when its process exits."""
+    """A pipe that stays silent until its process exits, then gives what the process said
+    as it died (``FakeChild.crash(stderr=...)``) and reaches EOF."""
 
-    def __init__(self, exited: trio.Event) -> None:
+    def __init__(self, exited: trio.Event, said: Callable[[], bytes] = bytes) -> None:
         self._exited = exited
+        self._said = said
+        self._told = False
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         await self._exited.wait()
+        if not self._told:
+            self._told = True
+            return self._said()
         return b""
 
     async def aclose(self) -> None:
@@ -70,6 +76,7 @@ class FakeChild:
     ignore_term: bool = False
     dead_generator: bool = False
     returncode: int | None = None
+    said: bytes = b""
     _exited: trio.Event = attrs.Factory(trio.Event)
 
     @property
@@ -77,9 +84,13 @@ class FakeChild:
         """Whether it has not exited."""
         return self.returncode is None
 
-    def crash(self, *, exit_code: int | None = 1, signal: int | None = None) -> None:
-        """End it now, with ``exit_code`` or (when given) killed by ``signal``."""
+    def crash(
+        self, *, exit_code: int | None = 1, signal: int | None = None, stderr: bytes = b""
+    ) -> None:
+        """End it now, with ``exit_code`` or (when given) killed by ``signal``, having
+        written ``stderr`` (a real server's last words, for its diagnosis)."""
         if self.alive:
+            self.said = stderr
             self.returncode = -signal if signal is not None else exit_code
             self._exited.set()
 
@@ -91,7 +102,7 @@ class FakeChild:
 
     @property
     def stderr(self) -> trio.abc.ReceiveStream:
-        return _EndOfOutput(self._exited)
+        return _EndOfOutput(self._exited, lambda: self.said)
 
     async def wait_exiting(self) -> None:
         await self._exited.wait()
@@ -266,6 +277,10 @@ class _FakeNet:
 
     def owned_by(self, pid: int | None, group_pgid: int) -> bool:
         return pid == group_pgid
+
+    async def listeners_on(self, port: int) -> tuple[Listener, ...]:
+        await trio.lowlevel.checkpoint()
+        return ()  # a fake child listens where it is probed, never on the other family
 
 
 def _port_of(argv: Sequence[str]) -> int:

@@ -15,6 +15,7 @@ import attrs
 import httpx
 import trio
 
+from .._config.ollama_names import same_ollama_name
 from ._fake_ollama_state import (
     BadDuration,
     ModelBook,
@@ -23,6 +24,9 @@ from ._fake_ollama_state import (
     full_name,
     keep_alive_seconds,
 )
+
+CLOUD_HOST = "https://ollama.com:443"
+"""The ``remote_host`` the fake lists its cloud models with."""
 
 _WORDS = ("Hello", " from", " the", " fake", " Ollama", ".")
 _JSON = "application/json; charset=utf-8"
@@ -43,6 +47,8 @@ class FakeOllamaConfig:
         unload_linger_s: how long an unloaded model stays in ``/api/ps`` (FC-21).
         preloaded: tags loaded by "someone else" before the fake starts (also pulled).
         preloaded_keep_alive: their keep_alive (forever by default).
+        cloud: cloud models (``"gpt-oss:120b-cloud"``): pulled, listed by ``/api/tags`` with
+            `CLOUD_HOST` as ``remote_host`` and their name as ``remote_model``.
     """
 
     models: tuple[str, ...] = ("tiny:latest",)
@@ -54,6 +60,7 @@ class FakeOllamaConfig:
     unload_linger_s: float = 0.0
     preloaded: tuple[str, ...] = ()
     preloaded_keep_alive: str | int = -1
+    cloud: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -103,7 +110,7 @@ class FakeOllama:
         and ``created_at`` are computed from it); the system's now by default, read once,
         since every later time comes from trio.
         """
-        book = ModelBook.create(config.models + config.preloaded)
+        book = ModelBook.create(config.models + config.preloaded + config.cloud)
         now = trio.current_time()
         for tag in config.preloaded:
             book.preload(full_name(tag), _keep(config.preloaded_keep_alive), now)
@@ -247,7 +254,12 @@ class FakeOllama:
             "size": model.size,
             "digest": model.digest,
             "details": _DETAILS,
-        }
+        } | self._remote(model)
+
+    def _remote(self, model: PulledModel) -> dict[str, object]:
+        if not any(same_ollama_name(model.name, cloud) for cloud in self.config.cloud):
+            return {}
+        return {"remote_model": model.name, "remote_host": CLOUD_HOST}
 
     def _ps_entries(self) -> list[dict[str, object]]:
         entries: list[dict[str, object]] = []

@@ -22,6 +22,8 @@ import re
 
 import attrs
 
+from .._config.ollama_names import same_ollama_name
+
 GO_FOREVER_S = (2**63 - 1) / 1e9
 """Go's largest ``time.Duration`` in seconds: what Ollama stores for a negative keep_alive."""
 
@@ -125,8 +127,11 @@ class ModelBook:
         return cls(pulled={model.name: model for model in models})
 
     def find(self, name: str) -> PulledModel | None:
-        """The pulled model called ``name`` (``m`` finds ``m:latest``), or None."""
-        return self.pulled.get(full_name(name))
+        """The pulled model called ``name`` as Ollama reads names (``m`` finds
+        ``m:latest``, ``library/m`` and ``registry.ollama.ai/library/m`` too), or None."""
+        found = self.pulled.get(full_name(name))
+        same = (model for model in self.pulled.values() if same_ollama_name(name, model.name))
+        return found or next(same, None)
 
     def sweep(self, now: float, linger_s: float) -> None:
         """Unload runners idle past their expiry; forget those whose lingering is over."""

@@ -37,6 +37,7 @@ import resource
 import signal
 import socket
 import socketserver
+import struct
 import sys
 import threading
 import time
@@ -56,6 +57,7 @@ from ._fake_faults import (
     Outcome,
     Phase,
     Reply,
+    Reset,
     completion_fate,
     decide,
     parse_fake_server_args,
@@ -66,6 +68,7 @@ from ._fake_launch import read_request_log as read_request_log
 from ._fake_launch import write_fake_server_program as write_fake_server_program
 
 _NEVER = threading.Event()
+_RESET_LINGER = struct.pack("ii", 1, 0)
 
 
 # --- the running server ----------------------------------------------------------------------
@@ -109,14 +112,23 @@ class FakeState:
     def settle(self, method: str, target: str, body: bytes) -> Outcome:
         """The outcome of one request, after waiting out a load if it must (mlx)."""
         while True:
-            action = decide(self.options, self.phase(), method, target, body)
+            action = decide(self._options_now(), self.phase(), method, target, body)
             if isinstance(action, AwaitLoad):
                 left_s = self.load_left_s()
                 _NEVER.wait(left_s)
             elif isinstance(action, Complete):
+                _NEVER.wait(self.options.faults.completion_delay_s)
                 return completion_fate(self.options, action.path, self.next_completion())
             else:
                 return action
+
+    def _options_now(self) -> FakeServerOptions:
+        """The options, without ``health_fault`` until ``health_fault_after_s`` has passed."""
+        faults = self.options.faults
+        started = time.monotonic() - self.listening_at >= faults.health_fault_after_s
+        if faults.health_fault is None or started:
+            return self.options
+        return attrs.evolve(self.options, faults=attrs.evolve(faults, health_fault=None))
 
     def log(self, method: str, target: str, body: bytes) -> None:
         """Append the request to ``--request-log``, if set."""
@@ -150,6 +162,11 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(outcome, Reply):
             self._send(outcome)
             return
+        if isinstance(outcome, Reset):  # SO_LINGER 0: the close sends a TCP reset
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_LINGER)
+            self.connection.close()
+            self.close_connection = True
+            return
         if isinstance(outcome, Die):
             state.fates.put(outcome)  # the main thread ends the process
         _NEVER.wait()
@@ -166,6 +183,8 @@ class _Handler(BaseHTTPRequestHandler):
             data, kind = b"Not Found", "text/plain"
         else:
             data, kind = json.dumps(reply.document).encode(), "application/json; charset=utf-8"
+        if self.server.state.options.flavor == "mlx":
+            kind = "application/json"  # mlx_lm.server's label on every reply, its 404 text too
         self.send_response(reply.status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))

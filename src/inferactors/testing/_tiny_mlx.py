@@ -20,8 +20,8 @@ the model only ever generates words (`` two`` and the like) and practically neve
 item 1 ("the tiny model directory is written on the spot"); real-servers.md, "mlx_lm.server
 on Linux, CPU".
 
-``numpy``, ``safetensors`` and ``tokenizers`` (all installed with mlx-lm, part of the
-development extra on Linux) are imported only when the function runs.
+``numpy``, ``safetensors`` and ``tokenizers`` (the ``testing`` extra; no mlx needed) are
+imported only when the function runs.
 """
 
 from __future__ import annotations
@@ -63,8 +63,7 @@ _CHAT_TEMPLATE = (
 )
 
 _MISSING_DEPS = (
-    "write_tiny_mlx needs numpy, safetensors and tokenizers (they come with mlx-lm): "
-    "pip install 'inferactors[dev]'"
+    "write_tiny_mlx needs numpy, safetensors and tokenizers: pip install 'inferactors[testing]'"
 )
 
 

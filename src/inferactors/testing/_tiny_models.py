@@ -8,7 +8,7 @@ only ever generates `` word word ...`` and never EOS (``finish_reason`` is alway
 The bytes are identical on every run: SHA-256 ``768c01cc...``. Source: real-servers.md, "The
 tiny GGUF model".
 
-``gguf`` and ``numpy`` are development dependencies, imported only when the function runs.
+``gguf`` and ``numpy`` (the ``testing`` extra) are imported only when the function runs.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ _CHAT_TEMPLATE = (
 )
 
 _NORMAL, _UNKNOWN, _CONTROL, _BYTE = 1, 2, 3, 6  # gguf.TokenType values
-_MISSING_DEPS = "write_tiny_gguf needs gguf and numpy: pip install 'inferactors[dev]'"
+_MISSING_DEPS = "write_tiny_gguf needs gguf and numpy: pip install 'inferactors[testing]'"
 
 
 def tiny_vocabulary() -> tuple[list[str], list[int]]:
@@ -62,7 +62,7 @@ def write_tiny_gguf(path: Path) -> Path:
     Creates missing parent directories and overwrites an existing file. Takes about 0.4 s.
 
     Raises:
-        ImportError: ``gguf`` or ``numpy`` is not installed (``pip install 'inferactors[dev]'``).
+        ImportError: ``gguf`` or ``numpy`` is missing (``pip install 'inferactors[testing]'``).
     """
     try:
         import gguf

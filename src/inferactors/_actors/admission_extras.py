@@ -1,0 +1,156 @@
+"""Admission's part for issue 9 item 4: the binary's own flags, the projector and LoRA
+adapters, and the API key (with their I/O).
+
+- `check_binary_flags`: every ``extra_args`` flag must be one the serve program's
+  ``--help`` lists (`ServeHelp`, cached by the program's digest); refused naming the flag
+  and the program's version.
+- `resolve_extras`: ``serve.mmproj`` and ``serve.lora`` resolved and verified by the
+  registry like the model (and later pinned at every spawn like it, ``instance_pin.py``).
+- `read_api_key`: ``serve.api_key_file`` read once, through one descriptor: a regular file
+  of at most 4 KiB, owned by the user the server runs as, with no access for group or
+  others, holding one line. The key itself never appears in a message.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from functools import partial
+from pathlib import Path
+
+import trio
+
+from .._config.config import ManagedConfig
+from .._config.spec import InferenceSpec
+from .._edges.serve_help import CACHE_DIR, ServeHelp
+from .._errors import AdmissionRefused, ModelError
+from .._models.manifest import ResolvedModel
+from .._models.registry import ModelRegistry
+from .._policy.help_flags import check_known_flags
+from .._policy.launch import check_format
+from .._policy.privilege import RunAs
+from .capabilities import managed_version
+
+MAX_KEY_FILE_BYTES = 4096
+"""Largest API key file read (bytes)."""
+
+_KEY_CHARS = frozenset(map(chr, range(0x21, 0x7F)))
+
+
+async def check_binary_flags(
+    spec: InferenceSpec,
+    managed: ManagedConfig,
+    program: Path,
+    *,
+    serve_help: ServeHelp,
+    run_as: RunAs | None,
+    euid: int,
+) -> None:
+    """Refuse an ``extra_args`` flag ``program`` does not list; nothing is run when the
+    spec has no extra arguments.
+
+    Raises:
+        InvalidConfig: ``serve.extra_args[3]: --mlock is not a flag of PROGRAM (VERSION)``,
+            or the help could not be read (timed out, no flags listed), naming the program.
+    """
+    if not spec.serve.extra_args:
+        return
+    known = await serve_help.known_flags(
+        program,
+        run_as=run_as,
+        euid=euid,
+        state_dir=managed.data_root / CACHE_DIR,
+        version=partial(_version, spec, managed),
+    )
+    check_known_flags(spec.runtime, spec.serve.extra_args, known)
+
+
+async def _version(spec: InferenceSpec, managed: ManagedConfig) -> str | None:
+    return (await managed_version(spec.runtime, managed))[1]
+
+
+async def resolve_extras(
+    spec: InferenceSpec, registry: ModelRegistry
+) -> tuple[ResolvedModel | None, tuple[ResolvedModel, ...]]:
+    """The verified projector (or None) and LoRA adapters the spec names.
+
+    Raises:
+        AdmissionRefused: a name the registry does not know, a file that fails its pin, or
+            a format the flavor cannot load (``serve.mmproj tiny-proj: ...``).
+    """
+    mmproj = None
+    if spec.serve.mmproj is not None:
+        mmproj = await _verified(spec, registry, "serve.mmproj", spec.serve.mmproj)
+    lora = []
+    for index, name in enumerate(spec.serve.lora):
+        lora.append(await _verified(spec, registry, f"serve.lora[{index}]", name))
+    return mmproj, tuple(lora)
+
+
+async def _verified(
+    spec: InferenceSpec, registry: ModelRegistry, field: str, name: str
+) -> ResolvedModel:
+    try:
+        model = await trio.to_thread.run_sync(registry.resolve, name)
+    except ModelError as error:
+        raise AdmissionRefused(f"{field} {name}: {error}") from error
+    check_format(spec.runtime, model)
+    return model
+
+
+async def read_api_key(path: str, *, run_as: RunAs | None, euid: int) -> str:
+    """The key in ``path`` (module docstring), read in a worker thread.
+
+    Raises:
+        AdmissionRefused: missing or unreadable, not a regular file, over 4 KiB, not owned
+            by the server's user (``run_as``, else us), readable or writable by group or
+            others, or not exactly one line of printable ASCII without spaces.
+    """
+    owner = run_as.uid if run_as is not None else euid
+    return await trio.to_thread.run_sync(_read_key, Path(path), owner)
+
+
+def _read_key(path: Path, owner: int) -> str:
+    where = f"serve.api_key_file {path}"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError as error:
+        raise AdmissionRefused(f"{where}: cannot be opened: {error.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        _check_key_file(where, info, owner)
+        data = os.read(fd, MAX_KEY_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    return _key_of(where, data)
+
+
+def _check_key_file(where: str, info: os.stat_result, owner: int) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        raise AdmissionRefused(f"{where}: not a regular file (or a symbolic link)")
+    if info.st_size > MAX_KEY_FILE_BYTES:
+        raise AdmissionRefused(f"{where}: larger than {MAX_KEY_FILE_BYTES} bytes")
+    if info.st_uid != owner:
+        raise AdmissionRefused(
+            f"{where}: owned by uid {info.st_uid}, not by the server's user (uid {owner})"
+        )
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        raise AdmissionRefused(
+            f"{where}: mode {mode:04o} lets group or others read or write it; chmod 600 it"
+        )
+    if not mode & 0o400:
+        raise AdmissionRefused(f"{where}: mode {mode:04o}: its owner cannot read it")
+
+
+def _key_of(where: str, data: bytes) -> str:
+    text = data.decode("ascii", errors="replace")
+    if len(data) > MAX_KEY_FILE_BYTES:
+        raise AdmissionRefused(f"{where}: larger than {MAX_KEY_FILE_BYTES} bytes")
+    key = text.removesuffix("\n").removesuffix("\r")
+    if not key or not set(key) <= _KEY_CHARS or key.startswith("#"):
+        raise AdmissionRefused(
+            f"{where}: must hold one line, the key: printable ASCII without spaces, "
+            "not starting with '#'"
+        )
+    return key

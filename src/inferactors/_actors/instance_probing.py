@@ -1,0 +1,369 @@
+"""The instance actor's probing workers: probes, readiness's first token, deep health.
+
+`InstanceProbing` is the base of `InstanceWork` (``instance_work``): the workers that only
+ask the server (HTTP GETs, one-token completions) and the socket tables, and post what
+they found to the actor's inbox (``instance_msgs``) or answer their caller directly. They
+change no state; the actor's loop applies their results.
+"""
+
+from __future__ import annotations
+
+import attrs
+import trio
+
+from .._config.config import InferConfig, Watchdog
+from .._edges.bundle import Edges
+from .._edges.netscan import NetScanner
+from .._edges.probe import Prober, ProberFactory, probe_once
+from .._edges.probe_auth import with_api_key
+from .._edges.process import ManagedProcess
+from .._errors import BackendError, DeepHealthTimeout, InferactorsError
+from .._flavor import InferFlavor
+from .._policy.admission import Plan
+from .._policy.exposure import Exposure
+from .._policy.health_truth import Confirmation, worth_confirming
+from .._policy.matching import completion_model
+from .._policy.probe_parse import CompletionResult, ServerReport, Unreachable, serving
+from .._policy.status import map_report
+from .._status import InstanceState, InstanceStatus
+from .identity import ensure_ours, listener_owner, wrong_family
+from .instance_msgs import Confirmed, Internal, Probed, WatchdogResult
+from .messages import ReplyTo, answer, refuse
+
+FIRST_PROBE_S = 0.01
+"""The monitor's first delay after a spawn; it doubles up to `STARTUP_PROBE_CAP_S`."""
+
+STARTUP_PROBE_CAP_S = 0.1
+"""Longest delay between probes of a server that is not up yet."""
+
+RUNNING_PROBE_S = 1.0
+"""Delay between probes of a server that is up."""
+
+CONFIRM_EVERY_S = 10.0
+"""While ``/health`` keeps failing on a server that was Running, the completion that
+checks it is sent again at most this often (float seconds; issue 9 item 5)."""
+
+MISBOUND_SCAN_S = 0.5
+"""While probes are refused, the socket table is read for a listener on the other address
+family at most this often (float seconds): about 11 ms a read."""
+
+
+@attrs.frozen
+class InstanceProbing:
+    """The probing I/O of one instance; ``post`` is the actor's inbox."""
+
+    plan: Plan
+    config: InferConfig
+    edges: Edges
+    post: trio.MemorySendChannel[object]
+
+    @property
+    def open_prober(self) -> ProberFactory:
+        return with_api_key(self.edges.open_prober, self.plan.api_key)
+
+    @property
+    def net(self) -> NetScanner:
+        return self.edges.net
+
+    @property
+    def _flavor(self) -> InferFlavor:
+        return self.plan.spec.runtime
+
+    async def _post(self, message: Internal) -> None:
+        try:
+            await self.post.send(message)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass  # the actor is gone; its teardown answered everyone
+
+    # Probing, identity and exposure.
+
+    async def probe_for(
+        self, process: ManagedProcess | None, reply: ReplyTo[InstanceStatus]
+    ) -> None:
+        """Probe once for a status request; a running managed server is also scanned for
+        exposure (checked on every status call) and its listener's identity."""
+        exposure = await self._scan(process)
+        report = await self._probe()
+        owner_ok, owner_pid = await self._identity(process, report)
+        stopped = self._stopped(process, report)
+        await self._post(
+            Probed(report, process, reply, owner_ok, owner_pid, exposure, None, stopped)
+        )
+
+    async def monitor(self, process: ManagedProcess | None, scope: trio.CancelScope) -> None:
+        """Probe until cancelled: fast until the server is up, then every second.
+
+        A managed server counts as ready only once it also answered one real token: its
+        ``/health`` can say 200 while completions hang or fail (FC-03, FC-07). That first
+        token is asked once per process, when the probe first finds it up and listing our
+        model, within the instance's deep-health timeout; an adopted server is never sent
+        one (it only ever receives GETs). Once ready, a managed server whose ``/health``
+        fails is checked with one completion (`_confirm`), at most every `CONFIRM_EVERY_S`.
+        While the server has never answered, a refused probe looks for a listener on the
+        other address family, at most every `MISBOUND_SCAN_S` (a server that answered and
+        went away is not looked for: it was where we probe).
+        """
+        look = _Look(token_ok=process is None)  # adopted: no first token
+        delay = FIRST_PROBE_S
+        prober = self.open_prober(self.plan.spec.base_url(), self.config.probe_timeout_s)
+        with scope:
+            try:
+                while True:
+                    report = await prober.report(self._flavor)
+                    due = look.confirm_due(process, report)
+                    if due:  # the probe's own report already says a check is under way
+                        look.confirmation = Confirmation(trio.current_time(), pending=True)
+                    await self._post(await self._look(process, report, look))
+                    if due:
+                        await self._confirm(process, report, look)
+                    delay = look.next_delay(report, delay)
+                    await trio.sleep(delay)
+            finally:
+                with trio.move_on_after(1.0, shield=True):
+                    await prober.aclose()
+
+    async def _look(
+        self, process: ManagedProcess | None, report: ServerReport, look: _Look
+    ) -> Probed:
+        """What one monitor probe found: identity, first token, exposure, address family."""
+        owner_ok, owner_pid = await self._identity(process, report)
+        token: str | None = None
+        ttft_s: float | None = None
+        if not look.token_ok and owner_ok is not False and self._lists_our_model(report):
+            token, ttft_s = await self._first_token()  # only from a listener that is ours
+            look.token_ok = token == ""
+        look.note(report)
+        seen = await self._adopted_exposure(process, report)
+        stopped = self._stopped(process, report)
+        if look.scan_due(report):
+            look.misbound = await self._misbound(report) or ""
+        misbound = look.misbound
+        probed = Probed(report, process, None, owner_ok, owner_pid, seen, token, stopped)
+        confirmation = None if serving(report.health) else look.confirmation
+        return attrs.evolve(probed, confirmation=confirmation, ttft_s=ttft_s, misbound=misbound)
+
+    async def _confirm(
+        self, process: ManagedProcess | None, report: ServerReport, look: _Look
+    ) -> None:
+        """``/health`` failed on a server that was Running: ask for one token, within the
+        deep-health timeout, to tell a broken health endpoint from a broken server. The
+        probe's report said the check is under way; this posts how it went (issue 9 item 5)."""
+        started = trio.current_time()
+        try:
+            await self.ensure_ours(process)
+            result = await self.one_token(self.deep_timeout_s, listed=look.models)
+        except InferactorsError as error:
+            look.confirmation = Confirmation(started, why=str(error) or type(error).__name__)
+            ttft_s = None
+        else:
+            look.confirmation = Confirmation(started, ttft_s=result.latency_s)
+            ttft_s = result.latency_s
+        confirmed = Probed(report, process, confirmation=look.confirmation, ttft_s=ttft_s)
+        await self._post(confirmed)
+
+    async def _misbound(self, report: ServerReport) -> str | None:
+        """The configuration error when our probe was refused because the port listens only
+        on the other address family (`identity.wrong_family`), else None."""
+        return await wrong_family(self.net, self.plan.spec, report)
+
+    def _stopped(self, process: ManagedProcess | None, report: ServerReport) -> bool:
+        """Whether our server, which did not answer, is stopped by a signal (``/proc``)."""
+        if process is None or not isinstance(report.health, Unreachable):
+            return False
+        found = self.edges.process_table.identify(process.pid)
+        return found is not None and found.stopped
+
+    def _lists_our_model(self, report: ServerReport) -> bool:
+        mapped = map_report(report, model=self.plan.listed_names, alive=True, adopted=False)
+        return mapped.state is InstanceState.RUNNING
+
+    async def _first_token(self) -> tuple[str, float | None]:
+        """``("", ttft_s)`` when one token came back within the instance's deep-health
+        timeout (`deep_timeout_s`), else ``(why not, None)``."""
+        try:
+            result = await self.one_token(self.deep_timeout_s)
+        except InferactorsError as error:
+            return str(error) or type(error).__name__, None
+        return "", result.latency_s
+
+    @property
+    def deep_timeout_s(self) -> float:
+        """The instance's deep-health timeout (``Supervision.deep_timeout_s``), float
+        seconds, or the runtime's ``InferConfig.deep_timeout_s`` when it has none."""
+        return self.plan.supervision.deep_timeout_s or self.config.deep_timeout_s
+
+    async def _adopted_exposure(
+        self, process: ManagedProcess | None, report: ServerReport
+    ) -> Exposure | None:
+        """An adopted server's exposure, found through whoever listens on its port; it is
+        only ever reported, never acted on (FC-15)."""
+        if process is not None or not serving(report.health):
+            return None
+        spec = self.plan.spec
+        owner = await self.net.port_owner(str(spec.bind_ip()), spec.port())
+        return None if owner is None else await self.net.scan(owner, spec.port())
+
+    async def _scan(self, process: ManagedProcess | None) -> Exposure | None:
+        if process is None or not process.running:
+            return None
+        return await self.net.scan(process.pid, self.plan.spec.port())
+
+    async def _identity(
+        self, process: ManagedProcess | None, report: ServerReport
+    ) -> tuple[bool | None, int | None]:
+        if process is None or not serving(report.health):
+            return None, None
+        return await listener_owner(self.net, self.plan.spec, process)
+
+    async def confirm_adopted(self, reply: ReplyTo[None]) -> None:
+        """An adopted start only checks that the server answers (checklist item 21); one
+        that listens only on the other address family is refused saying so."""
+        report = await self._probe()
+        if isinstance(report.health, Unreachable):
+            why = await self._misbound(report) or report.health.why
+            refuse(
+                reply,
+                BackendError(
+                    f"adopted server is not answering ({why}); "
+                    "inferactors does not start adopted servers"
+                ),
+            )
+            return
+        await self._post(Confirmed(reply))
+
+    # Health.
+
+    async def health(self, process: ManagedProcess | None, reply: ReplyTo[ServerReport]) -> None:
+        """Answer one probe report; a managed server that is not running is not probed, so
+        nothing goes to whoever holds its port now (issue 8 item 6)."""
+        if self.plan.launch is not None and (process is None or not process.running):
+            answer(reply, ServerReport(Unreachable("the server is not running; nothing was sent")))
+            return
+        answer(reply, await self._probe())
+
+    async def deep_health(
+        self, process: ManagedProcess | None, reply: ReplyTo[CompletionResult]
+    ) -> None:
+        """Ask the server for one real token (checklist item 62; FC-07, FC-09), once its
+        port is proven to be ``process``'s (`ensure_ours`): nothing goes to an impostor."""
+        try:
+            await self.ensure_ours(process)
+            result = await self.one_token(self.deep_timeout_s)
+        except InferactorsError as error:
+            refuse(reply, error)
+        else:
+            answer(reply, result)
+
+    async def watchdog(
+        self, process: ManagedProcess | None, watchdog: Watchdog, scope: trio.CancelScope
+    ) -> None:
+        """Every ``interval_s``, one token within ``timeout_s``; report each result (with
+        its time to first token when it passed)."""
+        with scope:
+            while True:
+                await trio.sleep(watchdog.interval_s)
+                try:
+                    await self.ensure_ours(process)
+                    result = await self.one_token(watchdog.timeout_s)
+                except InferactorsError as error:
+                    await self._post(WatchdogResult(process, str(error)))
+                else:
+                    await self._post(WatchdogResult(process, None, result.latency_s))
+
+    async def ensure_ours(self, process: ManagedProcess | None) -> None:
+        """`identity.ensure_ours` for a managed server; an adopted one is not ours to check."""
+        if self.plan.launch is not None:
+            await ensure_ours(self.net, self.plan.spec, process)
+
+    async def one_token(
+        self, timeout_s: float, *, listed: tuple[str, ...] | None = None
+    ) -> CompletionResult:
+        """One real token with a fresh client and ONE ``timeout_s`` deadline for the whole
+        call: the probe that finds the server up and the completion together. With
+        ``listed`` (the ids the server listed when its ``/health`` last worked) there is no
+        probe: the completion alone says whether the server serves.
+
+        Raises:
+            DeepHealthTimeout: no answer in time.
+            BackendError: the server is not up or the completion failed.
+        """
+        prober = self.open_prober(self.plan.spec.base_url(), timeout_s)
+        try:
+            with trio.move_on_after(timeout_s):
+                return await self._one_token(prober, listed)
+            raise DeepHealthTimeout(f"deep health: no complete answer within {timeout_s:g} s")
+        finally:
+            with trio.move_on_after(1.0, shield=True):
+                await prober.aclose()
+
+    async def _one_token(self, prober: Prober, listed: tuple[str, ...] | None) -> CompletionResult:
+        if listed is None:
+            report = await prober.report(self._flavor)
+            if not serving(report.health):
+                raise BackendError(f"deep health: the server is not up ({_words(report)})")
+            listed = report.models
+        model = completion_model(self._flavor, listed, self.plan.served_model)
+        try:
+            return await prober.tiny_completion(model)
+        except BackendError as error:
+            if str(error).startswith("deep health"):
+                raise
+            raise type(error)(f"deep health: {error}") from error
+
+    async def _probe(self) -> ServerReport:
+        base = self.plan.spec.base_url()
+        return await probe_once(self.open_prober, base, self.config.probe_timeout_s, self._flavor)
+
+
+def _words(report: ServerReport) -> str:
+    health = report.health
+    why = getattr(health, "why", None)
+    return f"{type(health).__name__.lower()}: {why}" if why else type(health).__name__.lower()
+
+
+@attrs.define
+class _Look:
+    """What the monitor remembers between probes of one process."""
+
+    token_ok: bool
+    ready: bool = False
+    models: tuple[str, ...] = ()
+    confirmation: Confirmation | None = None
+    misbound: str | None = None
+    scanned_at: float | None = None
+    answered: bool = False
+
+    def note(self, report: ServerReport) -> None:
+        """Remember a serving server's list; a serving ``/health`` ends any confirmation."""
+        if serving(report.health):
+            self.models, self.confirmation = report.models, None
+            self.ready = self.ready or self.token_ok
+
+    def confirm_due(self, process: ManagedProcess | None, report: ServerReport) -> bool:
+        """Whether this probe's failed ``/health`` calls for a confirming completion: the
+        managed server was Running and the last check is `CONFIRM_EVERY_S` old."""
+        if process is None or not self.ready or not worth_confirming(report.health):
+            return False
+        last = self.confirmation
+        return last is None or trio.current_time() - last.at >= CONFIRM_EVERY_S
+
+    def scan_due(self, report: ServerReport) -> bool:
+        """Whether a refused probe should read the socket table now (`MISBOUND_SCAN_S`)."""
+        if not isinstance(report.health, Unreachable):
+            self.scanned_at, self.misbound, self.answered = None, None, True
+            return False
+        if self.answered:
+            return False
+        now = trio.current_time()
+        if self.scanned_at is not None and now - self.scanned_at < MISBOUND_SCAN_S:
+            return False
+        self.scanned_at = now
+        return True
+
+    def next_delay(self, report: ServerReport, previous: float) -> float:
+        """Every second once up (or while completions work around a failed ``/health``),
+        else doubling from ``previous`` up to `STARTUP_PROBE_CAP_S`."""
+        confirmed = self.confirmation is not None and self.confirmation.works
+        if (serving(report.health) and self.token_ok) or confirmed:
+            return RUNNING_PROBE_S
+        return min(previous * 2, STARTUP_PROBE_CAP_S)

@@ -1,0 +1,195 @@
+"""inferactors' pytest plugin: fake servers with faults, tiny models, a managed runtime.
+
+Installed with ``pip install 'inferactors[testing]'`` and loaded by pytest through the
+``pytest11`` entry point (nothing to import or list in a conftest). ``pytest --fixtures``
+lists its fixtures:
+
+- ``fake_llama_server``, ``fake_mlx_server``, ``fake_ollama``: a fake llama-server,
+  mlx_lm.server or Ollama, each a real process on a free 127.0.0.1 port, with ``base_url``,
+  ``port``, ``pid``, ``stop()`` and ``restart(timeline)``;
+- ``inferactors_fakes``: starts more of them, each with its own timeline;
+- ``tiny_gguf``, ``tiny_mlx_model``: the tiny models real servers load (session-wide);
+- ``inferactors_workspace``: where and as whom managed servers run (``nobody`` as root);
+- ``inferactors_kit`` and ``inferactors_runtime``: a managed runtime on a temporary state
+  directory (the runtime fixture is async: run the test under trio with pytest-trio,
+  ``@pytest.mark.trio`` or ``trio_mode = true``).
+
+The faults a fixture's fake plays come from the test's ``inferactors_faults`` marker: steps,
+a `Timeline`, or a field case id::
+
+    @pytest.mark.inferactors_faults(Status503(for_s=1.0), CrashAt(request=3))
+    def test_retries(fake_llama_server): ...
+
+    @pytest.mark.inferactors_faults("FC-19")
+    def test_load_timeout(fake_ollama): ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from .._actors.runtime import InferRuntime
+from ._fake_faults import Flavor
+from ._fake_processes import FakeOllamaServer, FakeServer, start_fake_ollama, start_fake_server
+from ._field_cases import field_case
+from ._runtime_kit import RuntimeKit
+from ._timeline import Timeline
+from ._tiny_mlx import write_tiny_mlx
+from ._tiny_models import write_tiny_gguf
+from ._workspace import Workspace
+
+MARKER = "inferactors_faults"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``inferactors_faults`` marker."""
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(*steps): the faults inferactors' fake servers play in this test: "
+        "steps (Status503(for_s=5.0), CrashAt(request=3), ...), a Timeline, or a field case "
+        'id ("FC-07")',
+    )
+
+
+def marked_timeline(node: pytest.Item | pytest.Collector | Any) -> Timeline:
+    """The timeline of the closest ``inferactors_faults`` marker, or an empty one."""
+    marker = node.get_closest_marker(MARKER) if node is not None else None
+    if marker is None:
+        return Timeline()
+    steps: list[Any] = []
+    for arg in marker.args:
+        if isinstance(arg, str):
+            steps.extend(field_case(arg).steps)
+        elif isinstance(arg, Timeline):
+            steps.extend(arg.steps)
+        else:
+            steps.append(arg)
+    return Timeline(tuple(steps))
+
+
+@attrs.define(eq=False)
+class Fakes:
+    """Starts fake servers for one test, each playing its own timeline; all stop after it.
+
+    Each returned fake has ``base_url``, ``port``, ``pid``, ``stop()`` and ``restart()``.
+    Raises InvalidConfig for a step the chosen fake cannot play, FakeStartError if it does
+    not listen within 30 s.
+    """
+
+    root: Path
+    started: list[FakeServer | FakeOllamaServer] = attrs.Factory(list)
+
+    def llama(self, timeline: Timeline | None = None, *, model: str = "tiny.gguf") -> FakeServer:
+        """A fake llama-server playing ``timeline``."""
+        return self._server("llamacpp", timeline, model)
+
+    def mlx(self, timeline: Timeline | None = None, *, model: str = "tiny-mlx") -> FakeServer:
+        """A fake mlx_lm.server (0.32.2) playing ``timeline``, serving ``model``."""
+        return self._server("mlx", timeline, model)
+
+    def ollama(
+        self, timeline: Timeline | None = None, *, models: tuple[str, ...] = ("tiny:latest",)
+    ) -> FakeOllamaServer:
+        """A fake Ollama with ``models`` pulled, playing ``timeline``."""
+        fake = start_fake_ollama(timeline=timeline, models=models)
+        self.started.append(fake)
+        return fake
+
+    def stop_all(self) -> None:
+        """Stop every fake started (their process groups are killed)."""
+        for fake in self.started:
+            fake.stop()
+
+    def _server(self, flavor: Flavor, timeline: Timeline | None, model: str) -> FakeServer:
+        directory = self.root / f"{flavor}-{len(self.started)}"
+        fake = start_fake_server(directory, flavor=flavor, timeline=timeline, model=model)
+        self.started.append(fake)
+        return fake
+
+
+@pytest.fixture
+def inferactors_fakes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fakes]:
+    """Starts fake servers, each with its own timeline: ``inferactors_fakes.llama(t)``,
+    ``.mlx(t)``, ``.ollama(t)``; every one is killed after the test."""
+    fakes = Fakes(tmp_path_factory.mktemp("fakes"))
+    try:
+        yield fakes
+    finally:
+        fakes.stop_all()
+
+
+@pytest.fixture
+def fake_llama_server(inferactors_fakes: Fakes, request: pytest.FixtureRequest) -> FakeServer:
+    """A fake llama-server, a real process on a free 127.0.0.1 port, playing the test's
+    ``inferactors_faults`` marker. Has ``base_url``, ``port``, ``pid``, ``requests()``,
+    ``stop()`` and ``restart(timeline)``; killed after the test."""
+    return inferactors_fakes.llama(marked_timeline(request.node))
+
+
+@pytest.fixture
+def fake_mlx_server(inferactors_fakes: Fakes, request: pytest.FixtureRequest) -> FakeServer:
+    """A fake mlx_lm.server (0.32.2) serving ``tiny-mlx``, as `fake_llama_server`."""
+    return inferactors_fakes.mlx(marked_timeline(request.node))
+
+
+@pytest.fixture
+def fake_ollama(inferactors_fakes: Fakes, request: pytest.FixtureRequest) -> FakeOllamaServer:
+    """A fake Ollama daemon with ``tiny:latest`` pulled, a real process on a free 127.0.0.1
+    port, playing the test's ``inferactors_faults`` marker (`LoadTimeout`, `SlowLoad`,
+    `UnloadLingers`, `ForeignModelLoaded`, `ForeignKeepAlive`). Has ``base_url``, ``port``,
+    ``pid``, ``foreign_keep_alive(model, keep_alive)``, ``stop()``, ``restart(timeline)``."""
+    return inferactors_fakes.ollama(marked_timeline(request.node))
+
+
+@pytest.fixture(scope="session")
+def inferactors_workspace() -> Iterator[Workspace]:
+    """The session's workspace: a world-readable directory under /tmp, and as root the
+    unprivileged user (``nobody``) managed servers run as, with an interpreter it can run."""
+    workspace = Workspace.create()
+    try:
+        yield workspace
+    finally:
+        workspace.remove()
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(inferactors_workspace: Workspace) -> Path:
+    """The tiny deterministic llama GGUF (522,336 bytes) that the real llama-server loads in
+    well under a second, written once per session where managed servers can read it."""
+    return write_tiny_gguf(inferactors_workspace.directory("models") / "tiny.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_mlx_model(inferactors_workspace: Workspace) -> Path:
+    """The tiny deterministic mlx model directory (about 520 KB) that the real
+    mlx_lm.server loads offline, every file readable by all, written once per session."""
+    written = write_tiny_mlx(inferactors_workspace.directory("mlx-model").resolve() / "tiny")
+    written.chmod(0o755)
+    for path in written.iterdir():
+        path.chmod(0o644)
+    return written
+
+
+@pytest.fixture
+def inferactors_kit(inferactors_workspace: Workspace, tiny_gguf: Path) -> RuntimeKit:
+    """Material for a managed runtime: ``registry()`` (the tiny GGUF as ``"tiny"``),
+    ``fake_program(timeline)``, ``config(timeline)``, ``spec(role)``, and
+    ``runtime(timeline)``, an async context manager that opens a runtime."""
+    return RuntimeKit.create(inferactors_workspace, tiny_gguf)
+
+
+@pytest.fixture
+async def inferactors_runtime(
+    inferactors_kit: RuntimeKit, request: pytest.FixtureRequest
+) -> AsyncIterator[InferRuntime]:
+    """An open runtime on a temporary state directory managing fake llama-servers that play
+    the test's ``inferactors_faults`` marker; load ``inferactors_kit.spec()``. Async: the
+    test must run under trio (pytest-trio: ``@pytest.mark.trio`` or ``trio_mode = true``).
+    Every server is stopped after the test."""
+    async with inferactors_kit.runtime(marked_timeline(request.node)) as runtime:
+        yield runtime
