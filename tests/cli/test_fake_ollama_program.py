@@ -1,4 +1,4 @@
-"""``python -m inferactors.testing._fake_ollama``, the program whose entry point is in `_cli`:
+"""``python -m inferactors.testing.fake_ollama``, the program whose entry point is in `_cli`:
 it serves, and Ctrl-C stops it cleanly (exit 0, no traceback)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import httpx
 
 
 def test_the_fake_ollama_program_serves_and_stops_cleanly_on_ctrl_c() -> None:
-    argv = [sys.executable, "-m", "inferactors.testing._fake_ollama", "--port", "0"]
+    argv = [sys.executable, "-m", "inferactors.testing.fake_ollama", "--port", "0"]
     argv += ["--model", "tiny:latest"]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
         assert p.stdout is not None

@@ -47,7 +47,9 @@ async def test_health_200_is_up_and_lists_models(flavor: InferFlavor) -> None:
         report = await probe.report(flavor)
     assert report.health == Up()
     assert report.models == ("/models/Llama-3.2-1B-Instruct-Q4_K_M.gguf",)
-    assert report.lists("Llama-3.2-1B-Instruct")
+    assert report.lists("Llama-3.2-1B-Instruct-Q4_K_M", flavor)
+    assert report.lists("/models/Llama-3.2-1B-Instruct-Q4_K_M.gguf", flavor)
+    assert not report.lists("Llama-3.2-1B-Instruct", flavor)  # a prefix is another model
     assert (report.loaded, report.version) == ((), None)
     assert fake.paths == ["/health", "/v1/models"]
 
@@ -236,7 +238,8 @@ async def test_ollama_up_reads_version_tags_and_ps() -> None:
     assert report.version == "0.5.1"
     assert report.models == ("llama3.2:latest", "qwen2.5:0.5b")
     assert report.loaded == ("qwen2.5:0.5b",)
-    assert report.lists("llama3.2")
+    assert report.lists("llama3.2", InferFlavor.OLLAMA)
+    assert not report.lists("llama3", InferFlavor.OLLAMA)
     assert not report.resident("llama3.2")
     assert report.resident("qwen2.5:0.5b")
     assert fake.paths == ["/api/version", "/api/tags", "/api/ps"]

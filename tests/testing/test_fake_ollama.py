@@ -3,7 +3,7 @@
 Three layers: the pure bookkeeping (Go durations, keep_alive), the behaviour through
 `FakeOllama.transport` under MockClock (expiry, keep_alive rules, faults), and the wire format
 over real loopback sockets, read by the official ``ollama`` Python client and by a separate
-``python -m inferactors.testing._fake_ollama`` process.
+``python -m inferactors.testing.fake_ollama`` process.
 """
 
 from __future__ import annotations
@@ -413,7 +413,7 @@ async def test_head_and_version_over_http() -> None:
 
 
 def test_the_command_line_serves_a_fake_ollama(free_port: int) -> None:
-    argv = [sys.executable, "-m", "inferactors.testing._fake_ollama", "--port", str(free_port)]
+    argv = [sys.executable, "-m", "inferactors.testing.fake_ollama", "--port", str(free_port)]
     argv += ["--model", "tiny", "--preloaded", "other:7b", "--unload-linger", "0.5"]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     try:

@@ -1,4 +1,4 @@
-"""``python -m inferactors.testing._fake_ollama``: the fake Ollama daemon as a program.
+"""``python -m inferactors.testing.fake_ollama``: the fake Ollama daemon as a program.
 
 The fake itself (`FakeOllama`, `serve_fake_ollama`) is in `inferactors.testing`; this is
 only its command line, kept here because `_cli` is the one place that calls ``trio.run``.
@@ -16,7 +16,7 @@ from ..testing._fake_ollama_api import FakeOllamaConfig
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m inferactors.testing._fake_ollama --port P --model NAME ...``: serve a fake
+    """``python -m inferactors.testing.fake_ollama --port P --model NAME ...``: serve a fake
     Ollama on 127.0.0.1:P until interrupted."""
     args = _parser().parse_args(argv)
     config = FakeOllamaConfig(
@@ -44,7 +44,7 @@ async def _serve_forever(config: FakeOllamaConfig, port: int) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m inferactors.testing._fake_ollama",
+        prog="python -m inferactors.testing.fake_ollama",
         description="A fake Ollama daemon on 127.0.0.1 for tests and examples.",
     )
     parser.add_argument("--port", type=int, default=11434, help="TCP port (0: any free one)")

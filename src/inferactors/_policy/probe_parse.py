@@ -102,9 +102,10 @@ class ServerReport:
     models_problem: str | None = None
     router: tuple[RouterModel, ...] = ()
 
-    def lists(self, wanted: str) -> bool:
-        """Whether ``models`` names ``wanted`` (see `inferactors._policy.matching.same_model`)."""
-        return lists(self.models, wanted)
+    def lists(self, wanted: str, flavor: InferFlavor = InferFlavor.LLAMACPP) -> bool:
+        """Whether ``models`` names ``wanted`` as ``flavor`` names models (exactly: see
+        `inferactors._policy.matching.same_model`)."""
+        return lists(self.models, wanted, flavor)
 
     def resident(self, wanted: str) -> bool:
         """Whether ``loaded`` (Ollama's) names ``wanted`` as Ollama names models (see

@@ -17,14 +17,13 @@ A load whose client disconnects before it finishes is aborted and leaves nothing
 In process: ``async with open_fake_ollama(models=("tiny",)) as fake: ...``. As a process
 (loopback only, until interrupted)::
 
-    python -m inferactors.testing._fake_ollama --port 11434 --model tiny
+    python -m inferactors.testing.fake_ollama --port 11434 --model tiny
 
 HTTP/1.1 framing is h11's.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from http import HTTPStatus
@@ -39,7 +38,6 @@ __all__ = [
     "FakeOllama",
     "FakeOllamaConfig",
     "FakeRequest",
-    "main",
     "open_fake_ollama",
     "serve_fake_ollama",
 ]
@@ -165,10 +163,3 @@ async def _next_event(connection: h11.Connection, stream: trio.SocketStream) -> 
         connection.receive_data(await stream.receive_some(65536))
     return event
 
-
-if __name__ == "__main__":
-    # The program's entry point lives with the other programs, in `inferactors._cli`,
-    # the only place that starts an event loop (`trio.run`).
-    from inferactors._cli.fake_ollama import main
-
-    sys.exit(main())

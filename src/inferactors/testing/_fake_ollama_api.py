@@ -2,7 +2,7 @@
 
 `FakeOllama.respond` answers one request as Ollama would (server-apis.md section 3); the
 bookkeeping of models and expiry is `inferactors.testing._fake_ollama_state`; the HTTP
-framing and the command line are `inferactors.testing._fake_ollama`.
+framing and the command line are `inferactors.testing.fake_ollama`.
 """
 
 from __future__ import annotations

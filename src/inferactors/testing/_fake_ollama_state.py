@@ -1,7 +1,7 @@
 """The bookkeeping of the fake Ollama: pulled models, loaded runners, keep_alive and expiry.
 
 Pure: every time is a float of trio seconds passed in by the caller; the HTTP side lives in
-`inferactors.testing._fake_ollama`. The rules follow Ollama's scheduler (server-apis.md
+`inferactors.testing.fake_ollama`. The rules follow Ollama's scheduler (server-apis.md
 section 3; ``server/sched.go``):
 
 - a fresh load gets the request's keep_alive, else the default (``5m``);

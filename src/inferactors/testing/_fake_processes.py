@@ -231,7 +231,7 @@ def start_fake_ollama(
     """
     chosen = timeline or Timeline()
     config = chosen.ollama_config(models)
-    argv = [sys.executable, "-m", "inferactors.testing._fake_ollama", "--port", str(port)]
+    argv = [sys.executable, "-m", "inferactors.testing.fake_ollama", "--port", str(port)]
     for tag in config.models:
         argv += ["--model", tag]
     for tag in config.preloaded:
