@@ -162,4 +162,3 @@ async def _next_event(connection: h11.Connection, stream: trio.SocketStream) -> 
     while (event := connection.next_event()) is h11.NEED_DATA:
         connection.receive_data(await stream.receive_some(65536))
     return event
-
