@@ -35,9 +35,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     "policy": _BELOW_EDGES,
     "edges": _BELOW_EDGES | {"edges"},
     "actors": _BELOW_EDGES | {"edges", "actors"},
-    "api": _BELOW_EDGES | {"edges", "actors", "api"},
+    "service": _BELOW_EDGES | {"edges", "actors", "service"},
+    "api": _BELOW_EDGES | {"edges", "actors", "service", "api"},
     "testing": _BELOW_EDGES | {"edges", "actors", "api", "testing"},
-    "cli": _BELOW_EDGES | {"edges", "actors", "api", "testing", "cli"},
+    "cli": _BELOW_EDGES | {"edges", "actors", "service", "api", "testing", "cli"},
     "main": frozenset({"cli"}),
 }
 """Which layers each layer may import (its own included)."""
@@ -59,7 +60,8 @@ POLICY_IO_CALLS = frozenset(
 ``_policy``."""
 
 _FOLDERS = {"_actors": "actors", "_cli": "cli", "_config": "config", "_edges": "edges",
-            "_models": "models", "_policy": "policy", "testing": "testing"}  # fmt: skip
+            "_models": "models", "_policy": "policy", "_service": "service",
+            "testing": "testing"}  # fmt: skip
 
 
 @attrs.frozen

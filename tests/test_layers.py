@@ -25,7 +25,9 @@ def test_the_top_level_holds_only_the_vocabulary_and_the_folders() -> None:
     modules = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(modules) <= 10, modules
     folders = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
-    assert folders == ["_actors", "_cli", "_config", "_edges", "_models", "_policy", "testing"]
+    assert folders == [
+        "_actors", "_cli", "_config", "_edges", "_models", "_policy", "_service", "testing"
+    ]  # fmt: skip
 
 
 def test_no_source_module_is_over_400_lines() -> None:
@@ -92,6 +94,21 @@ def append(path: Path, code: str) -> None:
             "_actors/supervisor.py",
             "from .._cli.output import describe",
             "inferactors._actors.supervisor (actors) imports inferactors._cli.output (cli)",
+        ),
+        (
+            "_actors/supervisor.py",
+            "from .._service import fleet",
+            "inferactors._actors.supervisor (actors) imports inferactors._service.fleet (service)",
+        ),
+        (
+            "testing/_programs.py",
+            "from .._service import fleet",
+            "inferactors.testing._programs (testing) imports inferactors._service.fleet (service)",
+        ),
+        (
+            "_service/fleet.py",
+            "from .._cli.output import describe",
+            "inferactors._service.fleet (service) imports inferactors._cli.output (cli)",
         ),
         (
             "_actors/runtime.py",

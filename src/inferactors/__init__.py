@@ -25,13 +25,16 @@ from ._config.convert import spec_to_json as spec_to_json
 from ._config.runfile import ManagedSection as ManagedSection
 from ._config.runfile import RunConfig as RunConfig
 from ._config.runfile import RunInstance as RunInstance
+from ._config.server_logs import ServerLogs as ServerLogs
 from ._config.spec import InferenceSpec as InferenceSpec
 from ._config.spec import LatencyClass as LatencyClass
 from ._config.spec import MemoryFootprint as MemoryFootprint
 from ._config.spec import ServeArgs as ServeArgs
 from ._edges.bundle import Edges as Edges
+from ._edges.bundle import ProbeTimed as ProbeTimed
 from ._edges.bundle import http_prober_factory as http_prober_factory
 from ._edges.capture import RunEvidence as RunEvidence
+from ._edges.log_ring import LogLine as LogLine
 from ._edges.orphan_record import OrphanOutcome as OrphanOutcome
 from ._edges.orphan_record import ReapedOrphan as ReapedOrphan
 from ._edges.probe import ProbeClient as ProbeClient
@@ -45,6 +48,7 @@ from ._errors import InvalidState as InvalidState
 from ._errors import ModelError as ModelError
 from ._errors import ModelNotReady as ModelNotReady
 from ._errors import PinMismatch as PinMismatch
+from ._errors import RequestRefused as RequestRefused
 from ._errors import UnknownInstance as UnknownInstance
 from ._errors import UnknownModel as UnknownModel
 from ._errors import Unsupported as Unsupported
@@ -118,6 +122,7 @@ __all__ = [
     "LatencyClass",
     "Launch",
     "Loading",
+    "LogLine",
     "ManagedConfig",
     "ManagedSection",
     "MemoryFootprint",
@@ -134,10 +139,12 @@ __all__ = [
     "OrphanOutcome",
     "PinMismatch",
     "ProbeClient",
+    "ProbeTimed",
     "Prober",
     "ProcessExited",
     "ProcessStarted",
     "ReapedOrphan",
+    "RequestRefused",
     "ResolvedModel",
     "RestartFailed",
     "RestartPolicy",
@@ -147,6 +154,7 @@ __all__ = [
     "RunEvidence",
     "RunInstance",
     "ServeArgs",
+    "ServerLogs",
     "ServerReport",
     "StateChanged",
     "StopReason",

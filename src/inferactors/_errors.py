@@ -8,7 +8,8 @@ Every error the library raises on purpose derives from `InferactorsError`::
     ├── InvalidState          the instance is not in a state that allows the command
     ├── UnknownInstance       no instance with that id is loaded
     ├── BackendError          a server, process or file system call failed
-    │   └── DeepHealthTimeout the one-token completion did not finish in time (also TimeoutError)
+    │   ├── DeepHealthTimeout the one-token completion did not finish in time (also TimeoutError)
+    │   └── RequestRefused    the server answered 401 or 403: it wants an API key, or not ours
     ├── Unsupported           the runtime does not do that in this mode
     └── ModelError            the model registry refused a name or a file
         ├── UnknownModel      no manifest with that name
@@ -65,6 +66,18 @@ class DeepHealthTimeout(BackendError, TimeoutError):
     """The one-token completion of a deep health check took longer than its timeout."""
 
     code = "deep-health-timeout"
+
+
+class RequestRefused(BackendError):
+    """The server refused our request with HTTP 401 or 403: it wants an API key we do not
+    have, or refuses the one we sent (``serve.api_key_file``). ``refused`` is the status and
+    the server's words, ``"HTTP 401: Invalid API Key"``."""
+
+    code = "request-refused"
+
+    def __init__(self, message: str, refused: str) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 class Unsupported(InferactorsError):

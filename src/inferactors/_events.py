@@ -50,6 +50,12 @@ class FaultKind(enum.Enum):
     OUT_OF_MEMORY = "out of memory"
     MISSING_LIBRARY = "missing library"
     PYTHON_TRACEBACK = "python traceback"
+    WRONG_ADDRESS_FAMILY = "wrong address family"
+    """Seen while the server lives: it listens only on the other address family from the
+    one we probe (``::1`` against 127.0.0.1); the line is ours and names the fix."""
+    REFUSES_REQUESTS = "refuses our requests"
+    """Seen while the server lives: it answers 401 or 403 (it wants an API key we do not
+    have, or refuses ours); the line is ours, with the server's words, and names the fix."""
 
 
 @attrs.frozen
@@ -68,19 +74,28 @@ class Diagnosis:
     last_lines: tuple[str, ...] = ()
 
     def describe(self) -> str:
-        """``"invalid flag: error: invalid argument: --no-such-flag"``."""
-        return f"{self.kind.value}: {self.line}"
+        """``"invalid flag: error: invalid argument: --no-such-flag"``: the kind, then the
+        server's line; a line in our own words (`OUR_WORDS`) alone."""
+        return self.line if self.kind in OUR_WORDS else f"{self.kind.value}: {self.line}"
+
+
+OUR_WORDS = frozenset({FaultKind.WRONG_ADDRESS_FAMILY, FaultKind.REFUSES_REQUESTS})
+"""Fault kinds read from what the server does, not from what it printed: their line is
+ours, says the kind itself, and names the setting that fixes it."""
 
 
 @attrs.frozen
 class StateChanged:
-    """An instance's reported state changed (``detail`` says why, as status would)."""
+    """An instance's reported state changed (``detail`` says why, as status would);
+    ``serving``: its completions work (`InstanceStatus.serving`: Running, or Degraded but
+    serving: slow, or ``/health`` failing while completions work)."""
 
     instance_id: str
     old: InstanceState
     new: InstanceState
     detail: str | None
     at: float
+    serving: bool = False
 
 
 @attrs.frozen
@@ -174,8 +189,9 @@ class DeepHealthFailed:
 
 @attrs.frozen
 class DeepHealthPassed:
-    """A deep health (readiness's first token, a watchdog check, or the one completion that
-    confirms a server whose ``/health`` failed) got its token: ``ttft_s`` is the time to
+    """A deep health (readiness's first token, a watchdog check, a caller's
+    `InferRuntime.deep_health`, or the one completion that confirms a server whose
+    ``/health`` failed) got its token: ``ttft_s`` is the time to
     first token, float seconds from sending the request to the complete one-token reply."""
 
     instance_id: str

@@ -46,6 +46,9 @@ class InstanceStatus:
         diagnosis: why the last process failed, in its own words (``"invalid flag: error:
             invalid argument: --no-such-flag"``: the kind, then the server's line), else None.
         last_lines: the last process's last (at most 20) non-empty output lines.
+        serving: whether the server's completions work: Running, or Degraded only because
+            it is slow or its ``/health`` fails while a completion confirmed it serves. A
+            serving server counts as up for the restart budget's refill (``stable_after_s``).
     """
 
     state: InstanceState
@@ -60,3 +63,4 @@ class InstanceStatus:
     ttft_s: float | None = None
     diagnosis: str | None = None
     last_lines: tuple[str, ...] = ()
+    serving: bool = False

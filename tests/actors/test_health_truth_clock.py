@@ -21,6 +21,7 @@ import trio.testing
 from inferactors import (
     DeepHealthPassed,
     Event,
+    GaveUp,
     InferConfig,
     InferenceSpec,
     InferFlavor,
@@ -29,6 +30,9 @@ from inferactors import (
     InstanceState,
     ManagedConfig,
     ProcessExited,
+    ProcessStarted,
+    RestartPolicy,
+    RestartScheduled,
     ServeArgs,
     StateChanged,
     StopReason,
@@ -38,10 +42,10 @@ from inferactors import (
 from inferactors._actors.instance_book import UNHEALTHY_KILL_AFTER_S
 from inferactors._actors.instance_probing import CONFIRM_EVERY_S
 from inferactors._edges.probe import Prober, ProberFactory
-from inferactors._errors import BackendError
+from inferactors._errors import BackendError, RequestRefused
 from inferactors._flavor import InferFlavor as Flavor
 from inferactors._models.registry import ModelRegistry
-from inferactors._policy.probe_parse import Busy, CompletionResult, Health, ServerReport
+from inferactors._policy.probe_parse import Busy, CompletionResult, Health, Loading, ServerReport
 from inferactors._policy.probe_parse import Unhealthy as UnhealthyHealth
 from inferactors.testing import FakeFleet
 
@@ -63,6 +67,7 @@ class Faults:
     from_at: float = 0.0
     completion_s: float = 0.0
     completions_fail: bool = False
+    completions_refused: bool = False
     completions: list[float] = attrs.Factory(list)
 
 
@@ -83,6 +88,8 @@ class _Wrapped:
         await trio.sleep(self.faults.completion_s)
         if self.faults.completions_fail:
             raise BackendError("deep health: completion returned HTTP 500: boom")
+        if self.faults.completions_refused:  # what parse_completion makes of a 401
+            raise RequestRefused("deep health: refused", "HTTP 401: Invalid API Key")
         result = await self.inner.tiny_completion(model)
         return attrs.evolve(result, latency_s=self.faults.completion_s)
 
@@ -107,6 +114,7 @@ class Harness:
     runtime: InferRuntime
     events: trio.MemoryReceiveChannel[Event]
     faults: Faults
+    fleet: FakeFleet
     seen: list[Event] = attrs.Factory(list)
 
     def drain(self) -> list[Event]:
@@ -155,7 +163,7 @@ async def harness(config: InferConfig) -> AsyncIterator[Harness]:
     edges = fleet.edges()
     edges = attrs.evolve(edges, open_prober=wrapping(edges.open_prober, faults))
     async with open_runtime(config, node_id="truth", edges=edges) as runtime:
-        yield Harness(runtime, await runtime.subscribe(buffer=1000), faults)
+        yield Harness(runtime, await runtime.subscribe(buffer=1000), faults, fleet)
 
 
 def details(h: Harness) -> list[str]:
@@ -245,3 +253,95 @@ async def test_the_first_token_waits_the_instances_deep_timeout_not_the_runtimes
     assert "the first token failed" in (status.detail or "")
     assert "2 s" in (status.detail or "")
     assert harness.of(DeepHealthPassed) == []
+
+
+REFILL = Supervision(
+    restart=RestartPolicy(max_restarts=1, base_s=0.5, cap_s=0.5, jitter=0.0, stable_after_s=60.0),
+    slow_after_s=10.0,
+)
+
+
+async def _crash_and_restart(h: Harness) -> None:
+    """Crash the live server; the restart's server comes up again."""
+    h.fleet.last.crash(exit_code=1)
+    assert (await h.next(RestartScheduled)).attempt == 1
+    await h.next(ProcessStarted)
+
+
+async def test_a_slow_but_serving_degraded_server_refills_the_restart_budget(
+    harness: Harness, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Degraded (slow) serves: 70 s of it refill the budget as 70 s of Running do, so the
+    next crash is restarted, not the end (issue 9: only Running refilled it)."""
+    harness.faults.completion_s = 12.0
+    handle = await harness.runtime.load(SPEC, REFILL)
+    await harness.runtime.start(handle)
+    await harness.next(DeepHealthPassed)
+    await _crash_and_restart(harness)  # the one restart of the budget is spent
+    await harness.next(DeepHealthPassed)
+    status = await harness.runtime.status(handle)
+    assert (status.state, status.serving) == (InstanceState.DEGRADED, True)
+    assert (status.detail or "").startswith("slow: ")
+    await trio.sleep(70.0)
+    await _crash_and_restart(harness)  # refilled: restart 1 again, no GaveUp
+    assert harness.of(GaveUp) == []
+
+
+async def test_a_health_confirmed_degraded_server_refills_the_restart_budget(
+    harness: Harness, autojump_clock: trio.testing.MockClock
+) -> None:
+    """``/health`` failing while completions work is serving too; the completion re-sent
+    every `CONFIRM_EVERY_S` (pending meanwhile) does not break the stretch."""
+    handle = await harness.runtime.load(SPEC, REFILL)
+    await harness.runtime.start(handle)
+    await harness.runtime.wait_state(handle, InstanceState.RUNNING)
+    await _crash_and_restart(harness)
+    await harness.runtime.wait_state(handle, InstanceState.RUNNING)
+    harness.faults.health, harness.faults.from_at = BROKEN, trio.current_time() + 1.0
+    await trio.sleep(75.0)
+    status = await harness.runtime.status(handle)
+    assert (status.state, status.serving) == (InstanceState.DEGRADED, True)
+    assert (status.detail or "").endswith("; completions work")
+    await _crash_and_restart(harness)
+    assert harness.of(GaveUp) == []
+
+
+async def test_a_degraded_server_whose_completions_are_not_confirmed_does_not_refill(
+    harness: Harness, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Degraded "loading model" after Running: no completion says it serves, so 70 s of it
+    refill nothing and the next crash spends the budget."""
+    handle = await harness.runtime.load(SPEC, REFILL)
+    await harness.runtime.start(handle)
+    await harness.runtime.wait_state(handle, InstanceState.RUNNING)
+    await _crash_and_restart(harness)
+    await harness.runtime.wait_state(handle, InstanceState.RUNNING)
+    harness.faults.health, harness.faults.from_at = Loading(), trio.current_time()
+    await trio.sleep(70.0)
+    status = await harness.runtime.status(handle)
+    assert (status.state, status.detail, status.serving) == (
+        InstanceState.DEGRADED,
+        "loading model",
+        False,
+    )
+    harness.fleet.last.crash(exit_code=1)
+    assert (await harness.next(GaveUp)).why == "restart budget spent (1 of 1)"
+
+
+async def test_a_first_token_refused_for_want_of_a_key_is_a_config_error_at_once(
+    harness: Harness, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A server that lists its models to anyone but refuses completions without the key
+    (newer llama-server builds): stopped at once, not held until the readiness deadline."""
+    harness.faults.completions_refused = True
+    handle = await harness.runtime.load(SPEC, REFILL)
+    started = trio.current_time()
+    await harness.runtime.start(handle)
+    gave_up = await harness.next(GaveUp)
+    said = "the server refuses our requests (HTTP 401: Invalid API Key): set serve.api_key_file"
+    assert (gave_up.attempts, gave_up.why) == (0, f"config-error: {said}")
+    assert gave_up.at - started < 5.0  # the readiness deadline is 60 s
+    (exited,) = harness.of(ProcessExited)
+    assert exited.reason is StopReason.STARTUP_FAILURE
+    assert exited.diagnosis is not None
+    assert exited.diagnosis.describe() == said

@@ -9,6 +9,7 @@ grace but never unloaded again, and a start meanwhile waits for it (FC-21).
 
 from __future__ import annotations
 
+import httpx
 import pytest
 import trio
 import trio.testing
@@ -196,3 +197,27 @@ async def test_an_unload_owed_is_sent_when_the_actor_is_torn_down(
         await r.start_running()
     assert len(unloads(fake)) == 1  # cancelled without a stop: the pin is not left behind
     assert TAG not in fake.resident()
+
+
+async def test_a_load_answered_but_not_in_ps_owes_no_unload(
+    autojump_clock: trio.testing.MockClock, fake: FakeOllama
+) -> None:
+    """Issue 9 item 7: Ollama answered the load 200, but /api/ps then does not list the model
+    (it expired before the look). Nothing of ours is resident, so nothing is owed: a model a
+    foreign client loads meanwhile is left alone at stop and at unload."""
+    async with rig(fake, keep_alive="1s") as r:
+        r.line.ps_delay_s = 1.5  # the confirmation comes after the 1 s keep_alive ran out
+        await r.start()
+        with trio.fail_after(60):
+            await r.until(InstanceState.DEGRADED, "load failed: ollama answered the load, but")
+        r.line.ps_delay_s = 0.0
+        foreign = await fake.transport().handle_async_request(
+            httpx.Request("POST", "http://ollama/api/generate", json=load_body(-1))
+        )
+        assert foreign.status_code == 200
+        assert TAG in fake.resident()
+        await r.stop()
+        await r.unload()
+    assert len(loads(fake)) == 2  # ours, then the foreign client's
+    assert unloads(fake) == []
+    assert TAG in fake.resident()

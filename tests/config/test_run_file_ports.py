@@ -7,6 +7,7 @@ occupied-port check before a launch).
 from __future__ import annotations
 
 import ipaddress
+from itertools import count
 from pathlib import Path
 
 import pytest
@@ -25,12 +26,15 @@ serve_programs = { "infer.llamacpp" = "/bin/llama-server", "infer.mlx-lm" = "/bi
 """
 
 
+_ROLES = count()  # roles name instances: each unique
+
+
 def instance(mode: str, runtime: str, port: int | None = None, host: str | None = None) -> str:
     serve = [f"port = {port}"] if port is not None else []
     serve += [f'host = "{host}"'] if host is not None else []
     model = 'model = "m"\n' if mode == "managed" else ""
     table = "[instances.serve]\n" + "\n".join(serve) + "\n" if serve else ""
-    return f'\n[[instances]]\nmode = "{mode}"\nrole = "r"\nruntime = "{runtime}"\n{model}{table}'
+    return f'\n[[instances]]\nmode = "{mode}"\nrole = "r{next(_ROLES)}"\nruntime = "{runtime}"\n{model}{table}'
 
 
 def load(*instances: str) -> None:

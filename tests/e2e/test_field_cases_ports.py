@@ -157,7 +157,9 @@ async def test_fc13_an_earlier_lifes_orphan_is_reaped_before_its_port_is_reused(
     data_root = bench.root / "state"
     instance_dir = data_root / "chat-earlier-life"
     instance_dir.mkdir(parents=True)
-    server = fake_server_argv(free_port, model=str(tiny_gguf))  # no parent-death signal
+    # No parent-death signal, and a fake that keeps serving as the orphan it must become.
+    outlives = FakeServerFaults(outlive_parent=True)
+    server = fake_server_argv(free_port, model=str(tiny_gguf), faults=outlives)
     helper = [sys.executable, str(HELPERS / "fc_orphan.py"), str(instance_dir), str(free_port)]
     earlier = await trio.run_process([*helper, *server], capture_stdout=True)
     orphan = int(earlier.stdout)

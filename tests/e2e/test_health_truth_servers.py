@@ -15,20 +15,23 @@ from contextlib import contextmanager
 import pytest
 import trio
 
-from e2e.field_support import SLACK_S, WAIT_S, Bench, Recorder, chat, supervising
+from e2e.field_support import SLACK_S, WAIT_S, Bench, Recorder, chat, policy, supervising
 from inferactors import (
     AdmissionRefused,
     DeepHealthPassed,
+    GaveUp,
     InferConfig,
     InferFlavor,
     InstanceState,
     ProcessExited,
     ProcessStarted,
     StateChanged,
+    StopReason,
     Supervision,
     open_runtime,
 )
-from inferactors._actors.instance_book import UNHEALTHY_KILL_AFTER_S
+from inferactors._actors.instance_book import MISBOUND_SETTLE_S, UNHEALTHY_KILL_AFTER_S
+from inferactors._events import Diagnosis, FaultKind
 from inferactors.testing._fake_faults import FakeServerFaults
 
 FAULT_AFTER_S = 3.0
@@ -171,9 +174,11 @@ async def test_adopting_a_server_on_ipv6_loopback_only_is_refused_as_that_error_
             assert str(refused.value).endswith(said)
 
 
-async def test_a_managed_server_on_ipv6_loopback_only_is_that_error_long_before_its_deadline(
+async def test_a_managed_server_on_ipv6_loopback_only_is_a_config_error_long_before_its_deadline(
     bench: Bench, free_port: int
 ) -> None:
+    """Said at once in status, then stopped as a configuration error: no restart onto the
+    same mistake, no wait for the readiness deadline, the reason kept everywhere."""
     said = f'listening on [::1]:{free_port}, not 127.0.0.1:{free_port}: set serve.host = "::1"'
     with listening_on_ipv6_loopback(free_port):
         pass  # skips the test when this machine has no IPv6 loopback
@@ -181,13 +186,25 @@ async def test_a_managed_server_on_ipv6_loopback_only_is_that_error_long_before_
     wrapper = bench.root / "on-ipv6"  # the launch says 127.0.0.1; the server binds ::1
     wrapper.write_text(f'#!/bin/sh\nexec {fake} "$@" --host ::1\n')
     wrapper.chmod(0o755)
-    async with supervising(bench.config(wrapper, readiness_timeout_s=20.0)) as (runtime, rec):
+    config = bench.config(wrapper, restart=policy(3), readiness_timeout_s=20.0)
+    async with supervising(config) as (runtime, rec):
         handle = await runtime.load(chat(free_port))
         await runtime.start(handle)
         started = await rec.next(ProcessStarted)
         change = await _detail_with(rec, "set serve.host")
         assert (change.new, change.detail) == (InstanceState.DEGRADED, said)
         assert change.at - started.at < 5.0  # the python fake's start-up, plus a scan
-        status = await runtime.status(handle)  # a status call keeps the verdict
-        assert (status.state, status.detail) == (InstanceState.DEGRADED, said)
-        assert rec.of(ProcessExited) == []
+        exited = await rec.next(ProcessExited)
+        gave_up = await rec.next(GaveUp)
+        assert exited.at - change.at < MISBOUND_SETTLE_S + SLACK_S
+        assert exited.reason is StopReason.STARTUP_FAILURE
+        assert exited.diagnosis == Diagnosis(
+            FaultKind.WRONG_ADDRESS_FAMILY, said, exited.last_lines
+        )
+        assert (gave_up.attempts, gave_up.why) == (0, f"config-error: {said}")
+        await trio.sleep(0.5)
+        assert len(rec.of(ProcessStarted)) == 1  # never restarted onto the same mistake
+        status = await runtime.status(handle)
+        assert (status.state, status.detail) == (InstanceState.EXITED, f"failed to start: {said}")
+        assert (status.stop_reason, status.diagnosis) == ("config-error", said)
+        assert status.supervision == f"gave up: config-error: {said}"

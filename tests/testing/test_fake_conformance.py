@@ -1,8 +1,10 @@
 """Fidelity (issue 12, item 3): the same requests to a fake and to the REAL server give the
-same status, the same content type and replies of the same JSON shape (keys and types,
-recursively), for llama-server on the tiny GGUF and mlx_lm.server 0.32.2 on the tiny mlx
-model. Where a real document is too big to copy whole (llama-server's generation settings),
-the fake's keys must be a subset of the real ones, with the same types.
+same status, the same content type and CORS headers (every ``access-control-*`` one, with
+its value) and replies of the same JSON shape (keys and types, recursively; a stream of
+server-sent events event by event), for llama-server on the tiny GGUF and mlx_lm.server
+0.32.2 on the tiny mlx model. Where a real document is too big to copy whole (llama-server's
+generation settings, a slot that has served), the fake's keys must be a subset of the real
+ones, with the same types.
 """
 
 from __future__ import annotations
@@ -32,8 +34,26 @@ REQUESTS: dict[str, tuple[str, str, object]] = {
     "llama-completion": ("POST", "/completion", {"prompt": "the cat", "n_predict": 1}),
     "unknown-path": ("GET", "/no/such/path", None),
     "bad-json": ("POST", "/v1/chat/completions", b"{not json"),
+    "messages-not-an-array": ("POST", "/v1/chat/completions", {"messages": "x"}),
+    "head-health": ("HEAD", "/health", None),
+    "preflight": ("OPTIONS", "/v1/chat/completions", None),
+    "chat-stream": ("POST", "/v1/chat/completions", {**CHAT, "stream": True}),
+    "openai-completion-stream": (
+        "POST",
+        "/v1/completions",
+        {"prompt": "the cat", "max_tokens": 1, "stream": True},
+    ),
+    "llama-completion-stream": (
+        "POST",
+        "/completion",
+        {"prompt": "the cat", "n_predict": 1, "stream": True},
+    ),
+    "slots": ("GET", "/slots", None),
+    "tokenize": ("POST", "/tokenize", {"content": "the cat"}),
+    "metrics": ("GET", "/metrics", None),
+    "embeddings": ("POST", "/v1/embeddings", {"input": "the cat"}),
 }
-SUBSET_PATHS = {"$.default_generation_settings.params", "$.generation_settings"}
+SUBSET_PATHS = {"$.default_generation_settings.params", "$.generation_settings", "$[0]"}
 """Where the fake sends only some of the real keys (the real server's sampling settings)."""
 
 START_S = 60.0
@@ -64,19 +84,37 @@ def differences(fake: object, real: object, path: str = "$") -> list[str]:
     return [] if fake == real else [f"{path}: fake {fake!r}, real {real!r}"]
 
 
+def events(text: str) -> list[object]:
+    """The ``data:`` of each server-sent event, parsed (``[DONE]`` kept as text; comments
+    such as mlx_lm.server's ``: keepalive`` left out)."""
+    found: list[object] = []
+    for line in text.splitlines():
+        if line.startswith("data: "):
+            data = line.removeprefix("data: ")
+            found.append(data if data == "[DONE]" else json.loads(data))
+    return found
+
+
 def ask(client: httpx.Client, base_url: str, name: str) -> tuple[int, str, object]:
-    """Status, content type and the body's shape (or its text, when it is not JSON)."""
+    """Status, content type and CORS headers, and the body's shape (or its text, when it is
+    not JSON; or the shape of each event, for a stream)."""
     method, path, body = REQUESTS[name]
     if isinstance(body, bytes):
         headers = {"content-type": "application/json"}
         reply = client.request(method, base_url + path, content=body, headers=headers)
     else:
         reply = client.request(method, base_url + path, json=body)
-    try:
-        answer = shape(reply.json())
-    except ValueError:
-        answer = reply.text
-    return reply.status_code, reply.headers.get("content-type", "").lower(), answer
+    kind = reply.headers.get("content-type", "").lower()
+    cors = {k: v for k, v in reply.headers.items() if k.lower().startswith("access-control-")}
+    answer: object
+    if kind.startswith("text/event-stream"):
+        answer = ("events", [shape(event) for event in events(reply.text)])
+    else:
+        try:
+            answer = shape(reply.json())
+        except ValueError:
+            answer = reply.text
+    return reply.status_code, f"{kind} {sorted(cors.items())}", answer
 
 
 def wait_until_serving(client: httpx.Client, process: subprocess.Popen[bytes], url: str) -> None:
@@ -148,7 +186,12 @@ def compare(fake_url: str, real_url: str, name: str) -> None:
         fake_status, fake_type, fake_answer = ask(client, fake_url, name)
         real_status, real_type, real_answer = ask(client, real_url, name)
     assert (fake_status, fake_type) == (real_status, real_type), name
-    if isinstance(real_answer, str) or isinstance(fake_answer, str):
+    if isinstance(real_answer, tuple) and isinstance(fake_answer, tuple):
+        fake_events, real_events = fake_answer[1], real_answer[1]
+        assert len(fake_events) == len(real_events), (name, fake_events, real_events)
+        for fake_event, real_event in zip(fake_events, real_events, strict=True):
+            assert differences(fake_event, real_event) == [], name
+    elif isinstance(real_answer, str | tuple) or isinstance(fake_answer, str | tuple):
         assert fake_answer == real_answer, name
     else:
         assert differences(fake_answer, real_answer) == [], name

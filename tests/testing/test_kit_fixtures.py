@@ -12,14 +12,16 @@ import ollama
 import pytest
 import trio
 
-from inferactors import InferRuntime, InstanceState, ProcessExited, ProcessStarted
+from inferactors import InferRuntime, InstanceState, InvalidConfig, ProcessExited, ProcessStarted
 from inferactors.testing import (
     CrashAt,
+    DeadGenerator,
     FakeOllamaServer,
     FakeServer,
     ForeignKeepAlive,
     Hang,
     ImpostorOnPort,
+    LoadTimeout,
     RuntimeKit,
     SlowFirstToken,
     Status503,
@@ -126,3 +128,44 @@ async def test_the_runtime_fixture_restarts_a_crashing_fake(
             if isinstance(event, ProcessExited):
                 assert event.exit_code == 3
     assert ProcessExited in kinds
+
+
+@pytest.mark.inferactors_faults(LoadTimeout(), Status503(for_s=30.0))
+def test_a_mixed_marker_plays_each_step_on_its_fake(
+    fake_llama_server: FakeServer, fake_ollama: FakeOllamaServer
+) -> None:
+    with client() as http:
+        assert http.get(fake_llama_server.base_url + "/health").status_code == 503
+    with ollama.Client(host=fake_ollama.base_url) as api, pytest.raises(ollama.ResponseError):
+        api.generate(model="tiny", prompt="hi")
+
+
+def test_a_restart_the_fake_cannot_play_leaves_it_serving(
+    fake_llama_server: FakeServer, fake_ollama: FakeOllamaServer
+) -> None:
+    pids = (fake_llama_server.pid, fake_ollama.pid)
+    with pytest.raises(InvalidConfig, match="DeadGenerator"):
+        fake_llama_server.restart(Timeline.of(DeadGenerator()))
+    with pytest.raises(InvalidConfig, match="Hang is a llama-server"):
+        fake_ollama.restart(Timeline.of(Hang()))
+    assert (fake_llama_server.pid, fake_ollama.pid) == pids
+    assert fake_llama_server.returncode() is None
+    assert fake_ollama.process.poll() is None
+    with client() as http:
+        assert http.get(fake_llama_server.base_url + "/health").status_code == 200
+        assert http.get(fake_ollama.base_url + "/api/tags").status_code == 200
+
+
+def test_a_foreign_keep_alive_needs_a_pulled_model_and_a_valid_duration(
+    fake_ollama: FakeOllamaServer,
+) -> None:
+    with pytest.raises(InvalidConfig, match="model 'nope:latest' is not pulled"):
+        fake_ollama.foreign_keep_alive("nope:latest", "5m")
+    with pytest.raises(InvalidConfig, match="keep_alive"):
+        fake_ollama.foreign_keep_alive("tiny", "forever")
+    fake_ollama.foreign_keep_alive("tiny", "3600")  # whole seconds, sent as a number
+    with ollama.Client(host=fake_ollama.base_url) as api:
+        (model,) = api.ps().models
+    assert model.expires_at is not None
+    left_s = (model.expires_at - model.expires_at.now(model.expires_at.tzinfo)).total_seconds()
+    assert 3500 < left_s <= 3600

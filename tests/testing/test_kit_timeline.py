@@ -99,7 +99,10 @@ def test_every_step_has_a_name_in_data() -> None:
             '[[steps]]\nfault = "slow_first_token"',
             r"^\$\.steps\[0\]\.delay_s: required key missing$",
         ),
-        ('[[steps]]\nfault = "hang"\nafter_requests = -1', r"^\$\.steps\[0\]: .*after_requests"),
+        (
+            '[[steps]]\nfault = "hang"\nafter_requests = -1',
+            r"^\$\.steps\[0\]\.after_requests: must be >= 0, got -1$",
+        ),
         ('[[steps]]\nfault = "crash_at"', r"^\$\.steps\[0\]: .*exactly one of request and after_s"),
         ("steps = 3", r"^\$\.steps: expected an array"),
         ("faults = []", r"^\$\.faults: unknown key"),
@@ -136,7 +139,7 @@ def test_the_server_steps_become_the_fake_servers_flags() -> None:
 
 
 def test_the_ollama_steps_become_the_fake_ollamas_config() -> None:
-    config = OLLAMA.ollama_config(("tiny:latest",))
+    config = OLLAMA.ollama_config(("tiny:latest", "big:7b"))
     assert (config.load_delay_s, config.load_error) == (1.5, "boom")
     assert (config.unload_linger_s, config.preloaded) == (3.0, ("big:7b",))
     assert OLLAMA.foreign_keep_alives() == (OLLAMA.steps[3],)
@@ -154,7 +157,6 @@ def play(timeline: Timeline, flavor: Flavor) -> FakeServerFaults:
         (Timeline.of(DeadGenerator()), "llamacpp", r"DeadGenerator is an mlx_lm\.server fault"),
         (Timeline.of(LoadTimeout()), "llamacpp", "LoadTimeout is an Ollama fault"),
         (Timeline.of(Hang(), LoadTimeout()), "llamacpp", "mixes server and Ollama steps"),
-        (Timeline.of(CrashAt(request=1), CrashAt(request=2)), "llamacpp", "CrashAt contradicts"),
     ],
 )
 def test_a_step_the_fake_cannot_play_is_refused(
@@ -165,9 +167,9 @@ def test_a_step_the_fake_cannot_play_is_refused(
 
 
 def test_steps_that_set_different_flags_all_apply() -> None:
-    faults = play(Timeline.of(Hang(), Status503(), Status503(for_s=1.0)), "llamacpp")
+    faults = play(Timeline.of(Hang(), Status503(for_s=1.0), CrashAt(after_s=9.0)), "llamacpp")
     assert faults.hang_completions
-    assert (faults.load_forever, faults.load_s) == (True, 1.0)
+    assert (faults.load_forever, faults.load_s, faults.crash_after_s) == (False, 1.0, 9.0)
     with pytest.raises(InvalidConfig, match=r"Hang is a llama-server/mlx_lm\.server fault"):
         Timeline.of(Hang()).ollama_config()
 
@@ -185,7 +187,8 @@ def test_every_field_case_is_ready_by_name_or_explained() -> None:
         else:
             case.timeline.server_faults(case.fake)
     with pytest.raises(
-        InvalidConfig, match="FC-16 is not reproducible with a fake: the fakes do not stream"
+        InvalidConfig,
+        match="FC-16 is not reproducible with a fake: the fakes stream a single token",
     ):
         field_case("FC-16")
     with pytest.raises(InvalidConfig, match="unknown field case 'FC-99'"):

@@ -104,7 +104,9 @@ async def read_api_key(path: str, *, run_as: RunAs | None, euid: int) -> str:
     Raises:
         AdmissionRefused: missing or unreadable, not a regular file, over 4 KiB, not owned
             by the server's user (``run_as``, else us), readable or writable by group or
-            others, or not exactly one line of printable ASCII without spaces.
+            others, holding a carriage return (a Windows line ending: llama-server would
+            keep it in the key) or a control or non-ASCII byte, or not exactly one line of
+            printable ASCII without spaces, ended by one optional ``\\n``.
     """
     owner = run_as.uid if run_as is not None else euid
     return await trio.to_thread.run_sync(_read_key, Path(path), owner)
@@ -144,13 +146,33 @@ def _check_key_file(where: str, info: os.stat_result, owner: int) -> None:
 
 
 def _key_of(where: str, data: bytes) -> str:
-    text = data.decode("ascii", errors="replace")
+    """The key in ``data``: the line before one optional ``\\n``, exactly what llama-server
+    takes from ``--api-key-file`` (checked with the pinned build: ``sk\\r\\n`` is the key
+    ``sk\\r``, which no client can send), so a ``\\r`` or any byte that is not printable
+    ASCII is refused, saying where and never the key."""
     if len(data) > MAX_KEY_FILE_BYTES:
         raise AdmissionRefused(f"{where}: larger than {MAX_KEY_FILE_BYTES} bytes")
-    key = text.removesuffix("\n").removesuffix("\r")
+    body = data.removesuffix(b"\n")
+    if b"\r" in body:
+        raise AdmissionRefused(
+            f"{where}: holds a carriage return (\\r, a Windows line ending); llama-server "
+            "would keep it as part of the key and refuse every request: end the line with "
+            "\\n only"
+        )
+    if any(map(_odd_byte, body)):
+        raise AdmissionRefused(
+            f"{where}: holds a control or non-ASCII character; the key must be printable "
+            "ASCII (llama-server compares it byte for byte)"
+        )
+    key = body.decode("ascii")
     if not key or not set(key) <= _KEY_CHARS or key.startswith("#"):
         raise AdmissionRefused(
             f"{where}: must hold one line, the key: printable ASCII without spaces, "
             "not starting with '#'"
         )
     return key
+
+
+def _odd_byte(byte: int) -> bool:
+    """A byte no key holds: a control character other than a line's ``\\n``, or not ASCII."""
+    return byte != 0x0A and (byte < 0x20 or byte > 0x7E)

@@ -46,6 +46,7 @@ from .._status import InstanceState, InstanceStatus
 from .instance_book import InstanceBook
 from .instance_msgs import (
     Confirmed,
+    DeepHealthDone,
     Exited,
     ExposureFound,
     Internal,
@@ -123,7 +124,8 @@ class InstanceActor:
         """A new actor in state Loaded; nothing runs until `serve` is started. ``registry``
         checks the model's pins at every spawn (None: a bare actor pins nothing)."""
         box = Mailbox.create(instance_id, events)
-        work = InstanceWork(plan, config, edges, box.inbox, registry)
+        ring = edges.logs.ring(instance_id, config.managed)
+        work = InstanceWork(plan, config, edges, box.inbox, registry, ring)
         book = InstanceBook(managed=plan.mode is ControlMode.MANAGED)
         watch = InstanceWatch(instance_id, plan, box, work, book)
         return cls(instance_id, runtime_id, plan, instance_dir, box, work, book, watch)
@@ -206,6 +208,8 @@ class InstanceActor:
                 self._watch.on_readiness_expired(message)
             case WatchdogResult():
                 self._watch.on_watchdog(message)
+            case DeepHealthDone():
+                self._watch.on_deep_health(message)
             case StartupFault():
                 self._watch.on_startup_fault(message)
             case Confirmed():

@@ -14,8 +14,14 @@ import attrs
 
 from .._edges.capture import RunEvidence
 from .._edges.process import ManagedProcess
-from .._events import Diagnosis, ProcessExited, StopReason
-from .._policy.health_truth import Confirmation, confirmed_status, slow_detail, worth_confirming
+from .._events import Diagnosis, FaultKind, ProcessExited, StopReason
+from .._policy.health_truth import (
+    Confirmation,
+    confirmed_status,
+    refused_detail,
+    slow_detail,
+    worth_confirming,
+)
 from .._policy.probe_parse import Busy, Loading, ServerReport, Unhealthy, Unreachable, Up, serving
 from .._policy.restart import CONFIG_ERROR
 from .._policy.startup_fault import read_exit
@@ -25,6 +31,11 @@ from .instance_pin import PinHold
 
 UNHEALTHY_KILL_AFTER_S = 3.0
 """How long a ready managed server may stay unhealthy (every probe) before it is killed."""
+
+MISBOUND_SETTLE_S = 1.0
+"""How long a starting managed server must keep listening only on the other address family
+(two socket-table reads at least) before it is stopped as a configuration error: a server
+that binds ``::1`` a moment before 127.0.0.1 is not one (float seconds)."""
 
 _REASON_WORDS = {
     StopReason.REQUESTED: "stopped on request",
@@ -87,6 +98,10 @@ class InstanceBook:
     misbound: str | None = None
     diagnosis: Diagnosis | None = None
     last_lines: tuple[str, ...] = ()
+    refused: str | None = None
+    misbound_since: float | None = None
+    live_fault: Diagnosis | None = None
+    completions_worked: bool = False
 
     def note_identity(self, owner_ok: bool | None, owner_pid: int | None, port: int) -> str | None:
         """Record whether our port's listener is ours; return the impostor detail the first
@@ -124,16 +139,24 @@ class InstanceBook:
         )
 
     def note_truth(
-        self, report: ServerReport, confirmation: Confirmation | None, misbound: str | None
+        self,
+        report: ServerReport,
+        confirmation: Confirmation | None,
+        misbound: str | None,
+        *,
+        key_sent: bool = False,
     ) -> None:
         """After `note_report`: what the probe's truth checks add (issue 9 item 5). A
         completion that works around a failed ``/health`` makes it Degraded "...; completions
         work" (pending: "...; checking ..."), one that failed too says so; ``misbound``, the
-        port listening only on the other address family, is said at once."""
+        port listening only on the other address family, and a request refused for want of
+        an API key (``report.refused``; ``key_sent``: we sent one) are said at once."""
         if serving(report.health) or isinstance(report.health, Loading):
             self.confirmation = None
         elif confirmation is not None:
             self.confirmation = confirmation
+        if self.confirmation is not None and not self.confirmation.pending:
+            self.completions_worked = self.confirmation.works
         truth = confirmed_status(report.health, self.confirmation)
         if truth is not None:
             self.mapped = truth
@@ -146,12 +169,34 @@ class InstanceBook:
             self.misbound = misbound or None
         if self.misbound is not None:
             self.mapped = InstanceStatus(InstanceState.DEGRADED, self.misbound)
+        refused = report.refused
+        self.refused = None if refused is None else refused_detail(refused, key_sent=key_sent)
+        if self.refused is not None:
+            self.mapped = InstanceStatus(InstanceState.DEGRADED, self.refused)
+
+    def config_fault(self, now: float) -> Diagnosis | None:
+        """The configuration error a starting managed server shows while it lives, at trio
+        time ``now``: it refuses our requests (at once), or it has listened only on the
+        other address family for `MISBOUND_SETTLE_S`; else None. Kept in `live_fault`, so
+        its exit carries it (issue 9: a config-error, not a crash loop)."""
+        if not self.managed or self.process is None or self.ready_once:
+            return None
+        if self.misbound is None:
+            self.misbound_since = None
+        elif self.misbound_since is None:
+            self.misbound_since = now
+        if self.refused is not None:
+            self.live_fault = Diagnosis(FaultKind.REFUSES_REQUESTS, self.refused)
+        elif self.misbound is not None and now - (self.misbound_since or now) >= MISBOUND_SETTLE_S:
+            self.live_fault = Diagnosis(FaultKind.WRONG_ADDRESS_FAMILY, self.misbound)
+        return self.live_fault
 
     def note_passed(self, ttft_s: float, slow_after_s: float) -> None:
         """A deep health passed with time to first token ``ttft_s`` (float seconds); slower
         than ``slow_after_s`` leaves the server Degraded (slow) until a quick one."""
         self.ttft_s = ttft_s
         self.slow = slow_detail(ttft_s, slow_after_s)
+        self.completions_worked = True
 
     def note_watchdog(self, why: str | None, failures: int) -> bool:
         """Record one watchdog check (``why`` None: it passed); True once ``failures`` checks
@@ -160,6 +205,7 @@ class InstanceBook:
             self.health_failures, self.health_failed = 0, None
             return False
         self.health_failures += 1
+        self.completions_worked = False
         if self.health_failures < failures:
             return False
         self.health_failed = f"deep health failed {self.health_failures} times: {why}"
@@ -199,12 +245,15 @@ class InstanceBook:
         self.answered = False
         self.last_probe = None
         self.ttft_s, self.slow, self.confirmation, self.misbound = None, None, None, None
+        self.refused, self.misbound_since, self.live_fault = None, None, None
+        self.completions_worked = False
         self.mapped = InstanceStatus(InstanceState.DEGRADED, "starting: not listening yet")
 
     def exited(self, evidence: RunEvidence) -> StopReason:
         """The current process ended; return why: the pending stop reason, else crash, or
         start-up failure when it never ran and its output says why (`read_exit`)."""
         live = self.process.lines.fatal if self.process is not None else None
+        live = live or self.live_fault
         reading = read_exit(
             self.stop_reason or StopReason.CRASH,
             ever_ready=self.ready_once,
@@ -290,7 +339,24 @@ class InstanceBook:
             restarts=self.restarts,
             supervision=self.supervision,
             ttft_s=self.ttft_s,
+            serving=self._serving(base),
         )
+
+    def _serving(self, status: InstanceStatus) -> bool:
+        """Whether ``status`` is of a server whose completions work (issue 9): Running;
+        Degraded for nothing but slowness (`_slow`); or Degraded around a failed ``/health``
+        while the confirming completion worked (or, pending, the last completion did)."""
+        if status.state is InstanceState.RUNNING:
+            return True
+        if status.state is not InstanceState.DEGRADED or not self.ready_once:
+            return False
+        said = status.detail or ""  # perhaps with a note appended (`_flag_escaped`)
+        if self.slow is not None and said.startswith(self.slow):
+            return True
+        check = self.confirmation
+        if check is None or not said.startswith(self.mapped.detail or "\0"):
+            return False  # no check under way, or something else (impostor, ...) is wrong
+        return check.works or (check.pending and self.completions_worked)
 
     def _slow(self, base: InstanceStatus) -> InstanceStatus:
         """A Running server whose last deep health was slow is Degraded (slow); not part of

@@ -125,6 +125,15 @@ class WatchdogResult:
 
 
 @attrs.frozen
+class DeepHealthDone:
+    """A caller's deep health (`InferRuntime.deep_health`) passed on ``process``."""
+
+    process: ManagedProcess | None
+    ttft_s: float
+    """Its time to first token, float seconds."""
+
+
+@attrs.frozen
 class Confirmed:
     """An adopted server answered a start; watching it begins."""
 
@@ -151,4 +160,5 @@ Internal = (
     | ReadinessExpired
     | StartupFault
     | WatchdogResult
+    | DeepHealthDone
 )

@@ -17,7 +17,7 @@ from .._edges.netscan import NetScanner
 from .._edges.probe import Prober, ProberFactory, probe_once
 from .._edges.probe_auth import with_api_key
 from .._edges.process import ManagedProcess
-from .._errors import BackendError, DeepHealthTimeout, InferactorsError
+from .._errors import BackendError, DeepHealthTimeout, InferactorsError, RequestRefused
 from .._flavor import InferFlavor
 from .._policy.admission import Plan
 from .._policy.exposure import Exposure
@@ -27,8 +27,9 @@ from .._policy.probe_parse import CompletionResult, ServerReport, Unreachable, s
 from .._policy.status import map_report
 from .._status import InstanceState, InstanceStatus
 from .identity import ensure_ours, listener_owner, wrong_family
-from .instance_msgs import Confirmed, Internal, Probed, WatchdogResult
+from .instance_msgs import Confirmed, DeepHealthDone, Internal, Probed, WatchdogResult
 from .messages import ReplyTo, answer, refuse
+from .ollama_adopted import guard_adopted_ollama
 
 FIRST_PROBE_S = 0.01
 """The monitor's first delay after a spawn; it doubles up to `STARTUP_PROBE_CAP_S`."""
@@ -46,6 +47,10 @@ checks it is sent again at most this often (float seconds; issue 9 item 5)."""
 MISBOUND_SCAN_S = 0.5
 """While probes are refused, the socket table is read for a listener on the other address
 family at most this often (float seconds): about 11 ms a read."""
+
+PRE_PROBE_SHARE = 0.25
+"""Share of a one-token check's deadline that its probe (to name our model) may take; a
+``/health`` that hangs gives up the rest to the completion (issue 9 item 5)."""
 
 
 @attrs.frozen
@@ -130,8 +135,9 @@ class InstanceProbing:
         token: str | None = None
         ttft_s: float | None = None
         if not look.token_ok and owner_ok is not False and self._lists_our_model(report):
-            token, ttft_s = await self._first_token()  # only from a listener that is ours
+            token, ttft_s, refused = await self._first_token()  # only from our listener
             look.token_ok = token == ""
+            report = attrs.evolve(report, refused=report.refused or refused)
         look.note(report)
         seen = await self._adopted_exposure(process, report)
         stopped = self._stopped(process, report)
@@ -177,14 +183,17 @@ class InstanceProbing:
         mapped = map_report(report, model=self.plan.listed_names, alive=True, adopted=False)
         return mapped.state is InstanceState.RUNNING
 
-    async def _first_token(self) -> tuple[str, float | None]:
-        """``("", ttft_s)`` when one token came back within the instance's deep-health
-        timeout (`deep_timeout_s`), else ``(why not, None)``."""
+    async def _first_token(self) -> tuple[str, float | None, str | None]:
+        """``("", ttft_s, None)`` when one token came back within the instance's deep-health
+        timeout (`deep_timeout_s`), else ``(why not, None, refused)``: ``refused`` the status
+        and words of a 401 or 403 (`RequestRefused`), else None."""
         try:
             result = await self.one_token(self.deep_timeout_s)
+        except RequestRefused as error:
+            return str(error), None, error.refused
         except InferactorsError as error:
-            return str(error) or type(error).__name__, None
-        return "", result.latency_s
+            return str(error) or type(error).__name__, None, None
+        return "", result.latency_s, None
 
     @property
     def deep_timeout_s(self) -> float:
@@ -245,13 +254,16 @@ class InstanceProbing:
         self, process: ManagedProcess | None, reply: ReplyTo[CompletionResult]
     ) -> None:
         """Ask the server for one real token (checklist item 62; FC-07, FC-09), once its
-        port is proven to be ``process``'s (`ensure_ours`): nothing goes to an impostor."""
+        port is proven to be ``process``'s (`ensure_ours`): nothing goes to an impostor.
+        A token that came back is published (`DeepHealthPassed`, ``InstanceStatus.ttft_s``)
+        before the caller is answered."""
         try:
             await self.ensure_ours(process)
             result = await self.one_token(self.deep_timeout_s)
         except InferactorsError as error:
             refuse(reply, error)
         else:
+            await self._post(DeepHealthDone(process, result.latency_s))
             answer(reply, result)
 
     async def watchdog(
@@ -279,29 +291,45 @@ class InstanceProbing:
         self, timeout_s: float, *, listed: tuple[str, ...] | None = None
     ) -> CompletionResult:
         """One real token with a fresh client and ONE ``timeout_s`` deadline for the whole
-        call: the probe that finds the server up and the completion together. With
+        call. The completion is the truth: a probe first, for at most `PRE_PROBE_SHARE` of
+        the deadline (and ``probe_timeout_s``), only names our model from the ids it lists;
+        when ``/health`` hangs, fails or resets, the completion is sent all the same. With
         ``listed`` (the ids the server listed when its ``/health`` last worked) there is no
-        probe: the completion alone says whether the server serves.
+        probe.
 
         Raises:
             DeepHealthTimeout: no answer in time.
-            BackendError: the server is not up or the completion failed.
+            BackendError: the server says it is loading (or, mlx_lm.server, dead), or the
+                completion failed (the message gives the server's words).
         """
         prober = self.open_prober(self.plan.spec.base_url(), timeout_s)
         try:
             with trio.move_on_after(timeout_s):
+                await guard_adopted_ollama(self.plan, timeout_s)  # loads nothing, calls no cloud
+                if listed is None:
+                    listed = await self._listed(prober, timeout_s * PRE_PROBE_SHARE)
                 return await self._one_token(prober, listed)
             raise DeepHealthTimeout(f"deep health: no complete answer within {timeout_s:g} s")
         finally:
             with trio.move_on_after(1.0, shield=True):
                 await prober.aclose()
 
-    async def _one_token(self, prober: Prober, listed: tuple[str, ...] | None) -> CompletionResult:
-        if listed is None:
+    async def _listed(self, prober: Prober, within_s: float) -> tuple[str, ...]:
+        """The ids a probe lists, within ``within_s`` (and ``probe_timeout_s``); ``()`` when
+        ``/health`` did not say it serves in time (hung, failed, reset, refused).
+
+        Raises:
+            BackendError: the server says it is loading, or that it can never serve.
+        """
+        with trio.move_on_after(min(within_s, self.config.probe_timeout_s)):
             report = await prober.report(self._flavor)
-            if not serving(report.health):
+            if serving(report.health):
+                return report.models
+            if not worth_confirming(report.health):  # Loading, or dead
                 raise BackendError(f"deep health: the server is not up ({_words(report)})")
-            listed = report.models
+        return ()
+
+    async def _one_token(self, prober: Prober, listed: tuple[str, ...]) -> CompletionResult:
         model = completion_model(self._flavor, listed, self.plan.served_model)
         try:
             return await prober.tiny_completion(model)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import attrs
 import trio
 
+from .._edges.bundle import ProbeTimed
 from .._edges.process import ManagedProcess
 from .._events import (
     DeepHealthFailed,
@@ -31,7 +32,14 @@ from .._policy.admission import Plan
 from .._policy.status import map_ollama_report
 from .._status import InstanceState, InstanceStatus
 from .instance_book import InstanceBook
-from .instance_msgs import PinChanged, Probed, ReadinessExpired, StartupFault, WatchdogResult
+from .instance_msgs import (
+    DeepHealthDone,
+    PinChanged,
+    Probed,
+    ReadinessExpired,
+    StartupFault,
+    WatchdogResult,
+)
 from .instance_pin import PinnedLaunch
 from .instance_work import InstanceWork
 from .mailbox import Mailbox, ScopeGroup, scoped
@@ -152,7 +160,9 @@ class InstanceWatch:
 
     def on_startup_fault(self, message: StartupFault) -> None:
         """Stop a starting process that printed a fault it will not exit on (reason
-        ``start-up failure``; its `ProcessExited` carries the diagnosis)."""
+        ``start-up failure``; its `ProcessExited` carries the diagnosis). A configuration
+        error it shows while it lives (`InstanceBook.config_fault`: listening on the wrong
+        address family, refusing our requests) stops it alike, from `_apply_report`."""
         if message.process is self._book.process and not self._book.ready_once:
             self.stop_process(StopReason.STARTUP_FAILURE, STARTUP_FAULT_GRACE_S)
 
@@ -175,6 +185,11 @@ class InstanceWatch:
         if kill and self._book.process is not None:
             self.stop_process(StopReason.HEALTH_KILL, HEALTH_KILL_GRACE_S)
 
+    def on_deep_health(self, message: DeepHealthDone) -> None:
+        """A caller's deep health passed: publish its time to first token (issue 9 item 5)."""
+        if message.process is self._book.process:
+            self._passed(message.ttft_s)
+
     def status(self) -> InstanceStatus:
         """The instance's status now."""
         return self._book.status(trio.current_time())
@@ -190,10 +205,14 @@ class InstanceWatch:
             self._box.emit(ImpostorDetected(self.instance_id, message.owner_pid, impostor, now))
         names, now = self.plan.listed_names, trio.current_time()
         book.note_report(message.report, names, message.first_token, now, message.stopped)
+        self._work.edges.on_probe(ProbeTimed(self.instance_id, message.report.latency_s, now))
         spec = self.plan.spec
         if not book.managed and spec.runtime is InferFlavor.OLLAMA and spec.model:
             book.mapped = map_ollama_report(message.report, tag=spec.model, adopted=True)
-        book.note_truth(message.report, message.confirmation, message.misbound)
+        key_sent = self.plan.api_key is not None
+        book.note_truth(message.report, message.confirmation, message.misbound, key_sent=key_sent)
+        if book.config_fault(now) is not None:  # a config error while it lives: stop it
+            self.stop_process(StopReason.STARTUP_FAILURE, STARTUP_FAULT_GRACE_S)
         if message.ttft_s is not None:
             self._passed(message.ttft_s)
         if book.ready or (not book.managed and book.mapped.state is InstanceState.RUNNING):

@@ -16,6 +16,7 @@ import attrs
 import trio
 
 from .._config.binding import spec_host
+from .._edges.log_ring import LogRing
 from .._edges.process import ManagedProcess
 from .._errors import BackendError, InferactorsError
 from .._models.registry import ModelRegistry
@@ -45,9 +46,11 @@ EXPOSURE_CHECK_S = 0.2
 @attrs.frozen
 class InstanceWork(InstanceProbing):
     """The I/O of one instance; ``post`` is the actor's inbox; ``registry`` checks the
-    model's pins at every spawn (None: nothing is pinned, for a bare actor)."""
+    model's pins at every spawn (None: nothing is pinned, for a bare actor); ``logs`` keeps
+    every process's output lines (the instance's ring, across restarts; None: none kept)."""
 
     registry: ModelRegistry | None = None
+    logs: LogRing | None = None
 
     # Process lifecycle.
 
@@ -90,7 +93,9 @@ class InstanceWork(InstanceProbing):
         files, run_as = self.plan.weight_files, self.plan.run_as
         await self.edges.containment.prepare(launch, run_as, files)
         spawn = self.edges.open_process
-        return await ManagedProcess.spawn(nursery, launch, open_process=spawn, run_as=run_as)
+        return await ManagedProcess.spawn(
+            nursery, launch, open_process=spawn, run_as=run_as, log=self.logs
+        )
 
     async def _record(self, process: ManagedProcess, launch: Launch) -> None:
         """Write ``server.json`` (with the argv executed, ``launch``) so a later life can reap

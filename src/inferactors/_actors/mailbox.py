@@ -204,12 +204,14 @@ class Mailbox:
             pass  # the supervisor is gone or swamped; the actor never waits for it
 
     def report(self, status: InstanceStatus) -> None:
-        """Emit `StateChanged` when ``status``'s state or detail differs from the last one."""
+        """Emit `StateChanged` when ``status``'s state, detail or serving differs from the
+        last one."""
         old = self._reported
-        if (old.state, old.detail) != (status.state, status.detail):
+        if (old.state, old.detail, old.serving) != (status.state, status.detail, status.serving):
             self._reported = status
             now = trio.current_time()
-            self.emit(StateChanged(self.name, old.state, status.state, status.detail, now))
+            new, detail, serving = status.state, status.detail, status.serving
+            self.emit(StateChanged(self.name, old.state, new, detail, now, serving))
 
     def drain(self, error: InferactorsError | None = None) -> None:
         """Answer every command still queued with ``error`` (default `UnknownInstance`),

@@ -17,8 +17,8 @@ issue 4 says more, the issue wins):
 - We never unload a model we did not bring in (issue 9 item 7, over checklist 68): a load
   Ollama answered with 200 owes one unload (keep_alive 0), at stop or unload, then
   ``/api/ps`` is polled until the model is gone within a deadline (the stop's grace, float
-  seconds); a model still lingering then is reported, never re-sent (FC-21). A load that
-  failed, timed out or was cancelled owes none (Ollama aborts a load whose client hangs up).
+  seconds); a model still lingering then is reported, never re-sent (FC-21). A load that failed,
+  timed out, was cancelled (Ollama aborts it) or is then not in ``/api/ps`` owes none.
 - After our load, the model's ``expires_at`` is watched (a periodic ``/api/ps`` look and
   every status probe); a foreign client changing it is reported as ownership lost, and a
   model unloaded by someone else as such; neither is ever silently re-pinned (FC-20).
@@ -299,8 +299,8 @@ class OllamaActor:
             book.phase, book.failure = Phase.FAILED, load_failure(message.error)
             book.owner = book.owner if book.unload_owed else None  # never ours: no unload
             return
-        if message.entry is None:
-            book.phase = Phase.FAILED
+        if message.entry is None:  # not resident: nothing of ours to unload (issue 9 item 7)
+            book.phase, book.unload_owed, book.owner = Phase.FAILED, False, None
             book.failure = f"ollama answered the load, but /api/ps does not list {book.tag}"
             return
         self._now_resident(message.entry)

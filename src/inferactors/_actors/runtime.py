@@ -69,6 +69,7 @@ from .messages import (
     call,
 )
 from .ollama_actor import OllamaActor
+from .runtime_logs import RuntimeLogs
 
 T = TypeVar("T")
 
@@ -94,7 +95,7 @@ class InstanceHandle:
 
 
 @attrs.define(eq=False)
-class InferRuntime:
+class InferRuntime(RuntimeLogs):
     """One flavor of inference server in one mode (adopted or managed).
 
     Get one from `open_runtime` or `serve_runtime`; it is valid while that runs.
@@ -255,12 +256,13 @@ class InferRuntime:
         return await self._route(handle, GetHealth)
 
     async def deep_health(self, handle: InstanceHandle) -> CompletionResult:
-        """Ask the server for one real token: the probe that finds it up (Ollama: ``/api/ps``)
-        and the completion within ONE deadline of ``config.deep_timeout_s`` float seconds.
+        """One real token within ONE deadline, the instance's deep-health timeout (float s):
+        sent even when ``/health`` hangs or fails, but never to make an adopted Ollama load a
+        model or call a cloud host. A token is published (`DeepHealthPassed`, ``ttft_s``).
 
         Raises:
             DeepHealthTimeout: no answer in time.
-            BackendError: the server is down (or an impostor holds it), or the call failed.
+            BackendError: loading, down (or an impostor holds it), or the completion failed.
         """
         return await self._route(handle, DeepHealth)
 

@@ -262,7 +262,7 @@ class Supervisor:
             return
         if isinstance(event, StateChanged):
             budget = budget.refill_if_stable(event.at)  # up until now: stable counts
-            if event.new is InstanceState.RUNNING:
+            if event.new is InstanceState.RUNNING or event.serving:  # Degraded but serving
                 budget = budget.note_running(event.at)
             else:
                 budget = budget.note_not_running()

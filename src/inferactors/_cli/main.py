@@ -1,8 +1,10 @@
 """The ``inferactors`` command: the only place that calls ``trio.run``.
 
 Subcommands: ``demo`` (the embedded default, end to end), ``run CONFIG.toml`` (supervise),
-``models ...`` (the model registry) and ``llama-server`` (find or build the pinned
-llama-server). Exit status: 0 success, 1 failure, 2 bad input.
+``models ...`` (the model registry), ``llama-server`` (find or build the pinned
+llama-server), and ``status``, ``start``, ``stop``, ``restart``, ``logs``, ``events``,
+``reload``, which talk to a running supervisor (`control`; exit 3: none is running).
+Exit status: 0 success, 1 failure, 2 bad input.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from collections.abc import Sequence
 
 from .._edges.llama_build import ensure_llama_server
 from .._errors import InferactorsError, one_line
+from .control import register_control_commands
 from .demo import add_demo_command
 from .models import register_models_commands
+from .probe import add_probe_command
 from .run import add_run_command
 
 
@@ -27,7 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_demo_command(subparsers)
     add_run_command(subparsers)
+    register_control_commands(subparsers)
     register_models_commands(subparsers)
+    add_probe_command(subparsers)
     build = subparsers.add_parser(
         "llama-server",
         help="print the llama-server inferactors uses, building the pinned one if needed",

@@ -1,8 +1,9 @@
 """``inferactors run CONFIG.toml``: supervise the configured instances until told to stop.
 
 One runtime is opened per (flavor, mode) pair found in the file; every instance is loaded
-and started, events are printed with timestamps, and on Ctrl-C (SIGINT) or SIGTERM every
-managed server is stopped cleanly before the command exits 0.
+and started, events are logged (``--log-format text|json``, ``--log-level``; ISO times with
+the date), and on Ctrl-C (SIGINT) or SIGTERM every managed server is stopped cleanly before
+the command exits 0.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from .._actors.serving import open_runtime
 from .._config.config import ControlMode
 from .._config.convert import load_run_config
 from .._config.runfile import RunConfig, RunInstance
-from .._errors import InferactorsError, one_line
-from .._events import Event
+from .._errors import InferactorsError, UnknownInstance, one_line
+from .._events import Event, StateChanged
 from .._flavor import InferFlavor
 from .._status import InstanceState
-from .output import describe_event, stamp
+from .logging_setup import add_logging_arguments, configure_logging, log_event, say
 
 STOP_GRACE_S = 10.0
 
@@ -37,11 +38,13 @@ def add_run_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         "run", help="supervise the instances of a TOML run file", description=__doc__
     )
     parser.add_argument("config", type=Path, help="the run file (TOML)")
+    add_logging_arguments(parser)
     parser.set_defaults(func=run_config)
 
 
 def run_config(args: argparse.Namespace) -> int:
     """Entry point of ``inferactors run``; returns the exit status."""
+    configure_logging(getattr(args, "log_format", "text"), getattr(args, "log_level", "info"))
     try:
         config = load_run_config(args.config)
         return trio.run(_supervise, config)
@@ -62,7 +65,7 @@ async def _supervise(config: RunConfig) -> int:
                 startup = _Startup(len(config.instances))
                 nursery.start_soon(_load_and_start, runtimes, config.instances, nursery, startup)
                 async for signum in signals:
-                    print(f"{stamp()}  {signal.Signals(signum).name}: stopping managed servers")
+                    say(f"{signal.Signals(signum).name}: stopping managed servers")
                     break
                 startup.scope.cancel()
                 for runtime in runtimes.values():
@@ -93,7 +96,7 @@ async def _open_runtimes(
                 open_runtime(infer, node_id=config.node_id, stop_grace_s=STOP_GRACE_S)
             )
             for orphan in runtime.reaped_orphans:
-                print(f"{stamp()}  found a server left by an earlier life: {orphan}", flush=True)
+                say(f"found a server left by an earlier life: {orphan}")
             runtimes[key] = runtime
     return runtimes
 
@@ -110,7 +113,7 @@ async def _load_and_start(
                 runtime = runtimes[(entry.spec.runtime, entry.mode)]
                 each.start_soon(_load_one, runtime, entry, nursery, startup)
         running = startup.total - startup.failures
-        print(f"{stamp()}  supervising {running} of {startup.total} instance(s); Ctrl-C stops")
+        say(f"supervising {running} of {startup.total} instance(s); Ctrl-C stops")
 
 
 async def _load_one(
@@ -121,27 +124,42 @@ async def _load_one(
         await runtime.start(handle)
     except InferactorsError as error:
         startup.failures += 1
-        print(
-            one_line(f"{stamp()}  {entry.spec.role}: not started: {error.code}: {error}"),
-            flush=True,
-        )
+        say(one_line(f"{entry.spec.role}: not started: {error.code}: {error}"))
         return
-    print(f"{stamp()}  {handle.instance_id}: started ({runtime.id})", flush=True)
+    say(f"{handle.instance_id}: started ({runtime.id})", instance=handle.instance_id)
     nursery.start_soon(_first_deep_health, runtime, handle)
 
 
 async def _first_deep_health(runtime: InferRuntime, handle: InstanceHandle) -> None:
-    """Once the instance first runs, prove it with one real token and say so."""
+    """Once the instance first serves (Running, or Degraded but serving: slow, or its
+    ``/health`` failing while completions work), prove it with one real token and say so."""
     try:
-        await runtime.wait_state(handle, InstanceState.RUNNING)
+        await _wait_serving(runtime, handle)
         result = await runtime.deep_health(handle)
     except InferactorsError as error:
-        print(f"{stamp()}  {handle.instance_id}  deep health failed: {error}", flush=True)
+        say(f"{handle.instance_id}  deep health failed: {error}", instance=handle.instance_id)
         return
     latency = f"{result.latency_s * 1000:.1f} ms"
-    print(f"{stamp()}  {handle.instance_id}  deep health: one token {result.text!r} in {latency}")
+    words = f"deep health: one token {result.text!r} in {latency}"
+    say(f"{handle.instance_id}  {words}", instance=handle.instance_id)
+
+
+async def _wait_serving(runtime: InferRuntime, handle: InstanceHandle) -> None:
+    """Wait, without polling, until the instance's status says it serves
+    (`InstanceStatus.serving`). Raises `UnknownInstance` once it is unloaded."""
+    events = await runtime.subscribe()
+    with events:
+        while True:
+            status = await runtime.status(handle)
+            if status.serving or status.state is InstanceState.RUNNING:  # Ollama: Running
+                return
+            if status.state is InstanceState.UNKNOWN:
+                raise UnknownInstance(status.detail or handle.instance_id)
+            async for event in events:
+                if isinstance(event, StateChanged) and event.instance_id == handle.instance_id:
+                    break
 
 
 async def _print_events(events: trio.MemoryReceiveChannel[Event]) -> None:
     async for event in events:
-        print(f"{stamp()}  {describe_event(event)}", flush=True)
+        log_event(event)

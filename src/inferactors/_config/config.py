@@ -18,6 +18,9 @@ import attrs
 
 from .._errors import InvalidConfig, cut, shown
 from .._flavor import InferFlavor
+from .keep_alive import check_keep_alive as check_keep_alive
+from .keep_alive import check_managed_keep_alive
+from .server_logs import ServerLogs
 
 DEFAULT_PASSTHROUGH: tuple[str, ...] = ()
 """Environment variables handed from the supervisor to a managed server by default: none.
@@ -27,8 +30,6 @@ never the supervisor's (root's, perhaps; issue 8 item 7); name them to pass them
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _USER_NAME = re.compile(r"[a-z_][a-z0-9_.-]*\$?")
 _IDS = re.compile(r"([0-9]+)(?::([0-9]+))?")
-_SECONDS = re.compile(r"[+-]?[0-9]{1,18}")
-_GO_DURATION = re.compile(r"-?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|ms|s|m|h))+")
 
 
 class ControlMode(enum.Enum):
@@ -119,6 +120,7 @@ class ManagedConfig:
         restart: The restart policy.
         keep_alive: Ollama keep_alive: a Go duration string (``"30m"``) or seconds.
         readiness_timeout_s: Seconds a started server may take to become ready.
+        logs: How much of each server's output is kept (`ServerLogs`, ``[managed.logs]``).
     """
 
     registry: Path
@@ -131,6 +133,7 @@ class ManagedConfig:
     restart: RestartPolicy = RestartPolicy()
     keep_alive: str | int = "30m"
     readiness_timeout_s: float = 600.0
+    logs: ServerLogs = ServerLogs()  # noqa: RUF009  (frozen value)
 
     def validate(self, field: str = "managed") -> None:
         """Raise `InvalidConfig` naming the field (``managed.env[0]``, ...) when a setting
@@ -141,9 +144,10 @@ class ManagedConfig:
         check_env(f"{field}.env", self.env)
         check_env_names(f"{field}.env_passthrough", self.env_passthrough)
         check_run_as(f"{field}.run_as", self.run_as)
-        check_keep_alive(f"{field}.keep_alive", self.keep_alive)
+        check_managed_keep_alive(f"{field}.keep_alive", self.keep_alive)
         self.restart.validate(f"{field}.restart")
         check_positive(f"{field}.readiness_timeout_s", self.readiness_timeout_s)
+        self.logs.validate(f"{field}.logs")
 
 
 @attrs.frozen
@@ -343,22 +347,6 @@ def check_run_as(field: str, run_as: str | None) -> None:
         raise InvalidConfig(f"{field} {shown(run_as)} is neither a user name nor uid[:gid]")
     if run_as == "root":
         raise InvalidConfig(f"{field} must not be root")
-
-
-def check_keep_alive(field: str, keep_alive: str | int) -> None:
-    """Raise `InvalidConfig` unless ``keep_alive`` is an int (seconds; negative = forever), a
-    string of whole seconds (``"-1"``, ``"3600"``: read as that int and sent as a JSON number,
-    as Ollama reads a number; issue 9 item 7) or a Go duration string Ollama accepts
-    (``"30m"``, ``"1h30m"``, ``"-1m"``, ``"0"``; server-apis.md section 3)."""
-    if isinstance(keep_alive, bool):
-        raise InvalidConfig(f"{field} must be a duration string or whole seconds")
-    if isinstance(keep_alive, int) or _SECONDS.fullmatch(keep_alive):
-        return
-    if not _GO_DURATION.fullmatch(keep_alive):
-        raise InvalidConfig(
-            f'{field} "{cut(keep_alive)}" is not a duration such as "30m" or "1h", nor whole '
-            'seconds such as "3600" or "-1"'
-        )
 
 
 def check_positive(field: str, value: float) -> None:

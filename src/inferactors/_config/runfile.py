@@ -24,6 +24,7 @@ from .config import (
     Supervision,
     check_positive,
 )
+from .server_logs import ServerLogs
 from .spec import InferenceSpec, valid_token
 
 
@@ -44,6 +45,7 @@ class ManagedSection:
     restart: RestartPolicy = RestartPolicy()  # noqa: RUF009  (frozen value)
     keep_alive: str | int = "30m"
     readiness_timeout_s: float = 600.0
+    logs: ServerLogs = ServerLogs()  # noqa: RUF009  (frozen value)
 
     def serve_program(self, flavor: InferFlavor) -> Path | None:
         """The executable configured for ``flavor``, or None."""
@@ -61,6 +63,7 @@ class ManagedSection:
             restart=self.restart,
             keep_alive=self.keep_alive,
             readiness_timeout_s=self.readiness_timeout_s,
+            logs=self.logs,
         )
 
     def validate(self, field: str = "$.managed") -> None:
@@ -124,6 +127,19 @@ class RunConfig:
         for index, instance in enumerate(self.instances):
             self._check_instance(f"$.instances[{index}]", instance)
         check_endpoints(self.instances)
+        check_roles(self.instances)
+
+    def require_instances(self) -> None:
+        """Refuse a run file with nothing to supervise (``inferactors run`` and its reloads).
+
+        Raises:
+            InvalidConfig: ``$.instances`` is empty.
+        """
+        if not self.instances:
+            raise InvalidConfig(
+                "$.instances: the run file names no instance: nothing to supervise "
+                "(add an [[instances]] table)"
+            )
 
     def _check_instance(self, path: str, instance: RunInstance) -> None:
         try:
@@ -143,6 +159,24 @@ class RunConfig:
                 f'{path}: $.managed.serve_programs has no "{flavor.id}" entry for this '
                 "managed instance"
             )
+
+
+def check_roles(instances: Sequence[RunInstance]) -> None:
+    """Refuse two instances with one ``role``: the role is an instance's name in the run file
+    (``inferactors status``, ``inferactors stop NAME``).
+
+    Raises:
+        InvalidConfig: ``$.instances[2].role: 'chat' is already the role of $.instances[0] ...``.
+    """
+    seen: dict[str, int] = {}
+    for index, instance in enumerate(instances):
+        role = instance.spec.role
+        if role in seen:
+            raise InvalidConfig(
+                f"$.instances[{index}].role: {shown(role)} is already the role of "
+                f"$.instances[{seen[role]}] (roles name instances: each must be unique)"
+            )
+        seen[role] = index
 
 
 def check_endpoints(instances: Sequence[RunInstance]) -> None:

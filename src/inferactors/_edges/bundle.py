@@ -24,6 +24,7 @@ from .._errors import BackendError
 from .._policy.launch import Launch
 from .._policy.privilege import RunAs
 from .containment import check_reachable, prepare_instance_dir
+from .log_ring import LogBook
 from .netcheck import port_in_use
 from .netscan import NetScanner, SystemNetScanner
 from .orphan_record import refresh_record, remove_record, write_record
@@ -36,6 +37,21 @@ T = TypeVar("T")
 
 PortCheck = Callable[[str, int], Awaitable[bool]]
 """``await check(host, port)``: whether a server binding there would find the port taken."""
+
+
+@attrs.frozen
+class ProbeTimed:
+    """One probe report applied to an instance: how long it took (float seconds), at trio
+    time ``at``. A measurement, not a change of state: it goes to `Edges.on_probe`, not to
+    the event stream, which would otherwise carry one per instance per second."""
+
+    instance_id: str
+    latency_s: float
+    at: float
+
+
+def ignore_probe(timed: ProbeTimed) -> None:
+    """The default `Edges.on_probe`: nothing is measured."""
 
 
 class FileWork(Protocol):
@@ -145,6 +161,9 @@ class Edges:
         file_work: where blocking file work runs (a worker thread; the fakes run it inline
             so that MockClock time does not leap while a thread works).
         serve_help: what each serve program's ``--help`` lists, cached by its digest.
+        logs: each instance's ring of output lines (and rotating file), by instance id.
+        on_probe: called (synchronously, in the actor's loop: it must not block) with each
+            probe report's `ProbeTimed`; the supervisor's metrics use it.
     """
 
     open_prober: ProberFactory = attrs.field(factory=http_prober_factory)
@@ -156,3 +175,5 @@ class Edges:
     file_work: FileWork = in_worker_thread
     process_table: ProcessTable = attrs.field(factory=SystemProcessTable)
     serve_help: ServeHelp = attrs.field(factory=ServeHelp)
+    logs: LogBook = attrs.field(factory=LogBook)
+    on_probe: Callable[[ProbeTimed], None] = ignore_probe

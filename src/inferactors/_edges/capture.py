@@ -60,6 +60,7 @@ class OutputCapture:
     head_limit: int = HEAD_LIMIT_BYTES
     tail_limit: int = TAIL_LIMIT_BYTES
     total: int = 0
+    skipped: int = 0  # bytes counted in `total` but not kept (a probe's log lines)
     eof: bool = False
     _head: bytearray = attrs.field(factory=bytearray)
     _tail: bytearray = attrs.field(factory=bytearray)
@@ -75,6 +76,11 @@ class OutputCapture:
         if excess > 0:
             del self._tail[:excess]
 
+    def count(self, size: int) -> None:
+        """Account for ``size`` bytes of the stream that are not kept (head nor tail)."""
+        self.total += size
+        self.skipped += size
+
     def mark_eof(self) -> None:
         """Record that the stream reached end of file (every writer closed it)."""
         self.eof = True
@@ -86,8 +92,8 @@ class OutputCapture:
 
     @property
     def truncated(self) -> bool:
-        """True when the stream was longer than ``head_limit``."""
-        return self.total > self.head_limit
+        """True when the stream's kept bytes were more than ``head_limit``."""
+        return self.total - self.skipped > self.head_limit
 
     @property
     def tail_text(self) -> str:
@@ -97,7 +103,7 @@ class OutputCapture:
         are dropped rather than shown as a replacement character.
         """
         tail = bytes(self._tail)
-        if self.total > len(tail):
+        if self.total - self.skipped > len(tail):
             tail = _drop_leading_continuations(tail)
         return tail.decode("utf-8", errors="replace")
 

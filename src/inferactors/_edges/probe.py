@@ -20,7 +20,8 @@ Errors::
     BackendError (inferactors._errors)
     ├── ProbeFailure       a request could not complete: transport error, timeout, body over
     │                      1 MiB or in a content encoding we did not ask for
-    └── DeepHealthTimeout  the one-token completion did not finish within the client's timeout
+    ├── DeepHealthTimeout  the one-token completion did not finish within the client's timeout
+    └── RequestRefused     the completion was answered 401 or 403 (an API key is wanted)
 
 Source: seed-behaviour.md section 3 (Probing) and server-apis.md sections 1 to 3.
 """
@@ -55,6 +56,7 @@ from .._policy.probe_parse import (
     parse_completion,
     parse_ollama_version,
     read_model_list,
+    refusal,
     serving,
 )
 
@@ -248,29 +250,35 @@ class ProbeClient:
 
     async def _report_openai(self, deadline: float) -> ServerReport:
         started = trio.current_time()
-        health, models_body = await self._openai_health(deadline)
+        health, models_body, refused = await self._openai_health(deadline)
         latency_s = trio.current_time() - started
         if not serving(health):  # a busy server serves: its list is read too
-            return ServerReport(health, latency_s=latency_s)
+            return ServerReport(health, latency_s=latency_s, refused=refused)
         if models_body is None:
-            models, problem, router = await self._list("/v1/models", deadline)
+            (models, problem, router), refused = await self._list_once("/v1/models", deadline)
         else:
             models, problem, router = read_model_list("/v1/models", 200, models_body)
         return ServerReport(
-            health, models=models, latency_s=latency_s, models_problem=problem, router=router
+            health,
+            models=models,
+            latency_s=latency_s,
+            models_problem=problem,
+            router=router,
+            refused=refused,
         )
 
-    async def _openai_health(self, deadline: float) -> tuple[Health, bytes | None]:
-        """Health, plus the ``/v1/models`` body when the 404 fallback already fetched it."""
+    async def _openai_health(self, deadline: float) -> tuple[Health, bytes | None, str | None]:
+        """Health, the ``/v1/models`` body when the 404 fallback already fetched it, and
+        whether the request was refused for want of an API key (`refusal`)."""
         try:
             status, body = await self.get("/health", deadline=deadline)
             health = classify_health(status, body)
             if health is not None:
-                return health, None
+                return health, None, refusal(status, body)
             status, body = await self.get("/v1/models", deadline=deadline)
         except ProbeFailure as exc:
-            return failure_health(exc), None
-        return classify_models_status(status), body
+            return failure_health(exc), None, None
+        return classify_models_status(status), body, refusal(status, body)
 
     async def _report_ollama(self, deadline: float) -> ServerReport:
         started = trio.current_time()
@@ -291,11 +299,15 @@ class ProbeClient:
         """The ids a list endpoint names, why it could not be read (`model_list_problem`;
         a request that failed or timed out is unreadable too) and its router entries
         (`read_model_list`)."""
+        return (await self._list_once(path, deadline))[0]
+
+    async def _list_once(self, path: str, deadline: float) -> tuple[ListRead, str | None]:
+        """`_list`, and whether the request was refused for want of an API key (`refusal`)."""
         try:
             status, body = await self.get(path, deadline=deadline)
         except ProbeFailure as exc:
-            return (), f"model list unreadable: {exc.why}", ()
-        return read_model_list(path, status, body)
+            return ((), f"model list unreadable: {exc.why}", ()), None
+        return read_model_list(path, status, body), refusal(status, body)
 
     async def _exchange(
         self, method: str, path: str, body: Mapping[str, object] | None, deadline: float | None

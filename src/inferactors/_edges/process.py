@@ -6,8 +6,9 @@ section 4 ("Supervised") and checklist items 43-44, 48, 52 and 61:
 
 - the child runs in a new session, so its process group id equals its pid and every signal
   goes to the whole group (FC-12: a wrapper that forks cannot hide a grandchild);
-- stdin is ``/dev/null``; stdout and stderr are captured (`OutputCapture`) and, until it
-  is Running, read line by line for a fault it may hang on (`LineWatch`, issue 9);
+- stdin is ``/dev/null``; stdout and stderr are read line by line (`LineWatch`): into the
+  evidence (`OutputCapture`), the instance's ring (`LineSink`, issue 10) and, until it is
+  Running, a fault it may hang on (issue 9);
 - the child gets resource limits, drops to ``run_as`` when one is given, and on Linux gets
   ``PR_SET_PDEATHSIG`` = SIGKILL, so a supervisor killed with SIGKILL does not leave a
   server behind (FC-13). That child setup, and why the fork happens in the trio thread, is
@@ -42,9 +43,9 @@ import trio
 
 from .._errors import BackendError
 from .._policy.privilege import RunAs
-from .capture import OutputCapture, RunEvidence
+from .capture import RunEvidence
 from .escapees import Escapees
-from .output_lines import LineWatch, StreamLines
+from .output_lines import LineSink, LineWatch, read_stream
 from .spawn import CHILD_RLIMITS as CHILD_RLIMITS
 from .spawn import ChildProcess as ChildProcess
 from .spawn import OpenProcess as OpenProcess
@@ -59,8 +60,6 @@ REAP_BOUND_S = 5.0
 """How long a SIGKILLed leader gets to be reaped before we give up waiting (seconds)."""
 
 _SETTLE_BOUND_S = REAP_BOUND_S + OUTPUT_DRAIN_S + 1.0
-
-_READ_CHUNK_BYTES = 65536
 
 GROUP_POLL_S = 0.02
 """How often a stop whose leader has exited looks whether the rest of its group is gone (s)."""
@@ -97,8 +96,6 @@ class ManagedProcess:
     _child: ChildProcess
     _args: tuple[str, ...]
     _started_at: float
-    _stdout: OutputCapture = attrs.field(factory=OutputCapture)
-    _stderr: OutputCapture = attrs.field(factory=OutputCapture)
     _exited: trio.Event = attrs.field(factory=trio.Event)
     _output_done: trio.Event = attrs.field(factory=trio.Event)
     _finished: trio.Event = attrs.field(factory=trio.Event)
@@ -122,6 +119,7 @@ class ManagedProcess:
         *,
         open_process: OpenProcess = open_child_process,
         run_as: RunAs | None = None,
+        log: LineSink | None = None,
     ) -> ManagedProcess:
         """Start ``launch`` and watch it from tasks in ``nursery``.
 
@@ -135,6 +133,7 @@ class ManagedProcess:
                 keeps ours. Refusing root without it is `require_unprivileged`'s job, and
                 handing over the instance directory `prepare_instance_dir`'s (both in
                 ``_containment.py``), done before the spawn.
+            log: Where its output lines go besides the evidence (the instance's ring).
 
         Raises:
             BackendError: the program could not be started (missing, not executable by
@@ -149,6 +148,7 @@ class ManagedProcess:
         except (OSError, subprocess.SubprocessError) as error:
             raise BackendError(f"cannot start {launch.program}: {error}") from error
         process = cls(child, launch.args, trio.current_time())
+        process.lines.sink, process.lines.pid = log, child.pid
         if isinstance(child, PosixChild) and hasattr(os, "pidfd_open"):
             process._escapees = Escapees(child.pid, child.pid)
         nursery.start_soon(process._watch_exit, name=f"inferactors exit watcher {child.pid}")
@@ -347,8 +347,8 @@ class ManagedProcess:
             pid=self._child.pid,
             returncode=self._returncode,
             elapsed_s=ended_at - self._started_at,
-            stdout=self._stdout,
-            stderr=self._stderr,
+            stdout=self.lines.stdout.capture,
+            stderr=self.lines.stderr.capture,
             killed_after_grace=self._kill_was_needed(),
             escaped=tuple(sorted(self._escaped)),
             survivors=self._survivors,
@@ -368,9 +368,8 @@ class ManagedProcess:
         try:
             with self._output_scope:
                 async with trio.open_nursery() as nursery:
-                    out, err = self.lines.stdout, self.lines.stderr
-                    nursery.start_soon(_read_stream, self._child.stdout, self._stdout, out)
-                    nursery.start_soon(_read_stream, self._child.stderr, self._stderr, err)
+                    nursery.start_soon(read_stream, self._child.stdout, self.lines.stdout)
+                    nursery.start_soon(read_stream, self._child.stderr, self.lines.stderr)
         finally:
             self._output_done.set()
             with trio.CancelScope(shield=True):
@@ -382,19 +381,3 @@ def _passed(launch: LaunchLike) -> dict[str, tuple[int, ...]]:
     """``pass_fds`` for the opener when the launch has some (a `LaunchLike` may have none)."""
     fds: tuple[int, ...] = getattr(launch, "pass_fds", ())
     return {"pass_fds": fds} if fds else {}
-
-
-async def _read_stream(
-    stream: trio.abc.ReceiveStream, capture: OutputCapture, lines: StreamLines
-) -> None:
-    """Feed ``stream`` into ``capture`` and ``lines`` until end of file."""
-    while True:
-        try:
-            chunk = await stream.receive_some(_READ_CHUNK_BYTES)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return
-        lines.feed(chunk)  # b"": end of file, and its last line is read
-        if not chunk:
-            capture.mark_eof()
-            return
-        capture.feed(chunk)

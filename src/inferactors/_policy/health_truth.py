@@ -13,6 +13,8 @@ Issue 9 item 5: a server's ``/health`` is a claim, a token is the truth.
   ``slow_after_s`` is Degraded "slow: ..." (`slow_detail`).
 - **Address family.** A probe refused on 127.0.0.1 while the port listens on ``::1`` only
   (or the reverse) is a configuration error, said at once (`misbound`).
+- **API key.** A server that answers 401 or 403 wants an API key we do not have, or
+  refuses ours: a configuration error, said with the server's words (`refused_detail`).
 """
 
 from __future__ import annotations
@@ -116,3 +118,12 @@ def misbound(host: str, port: int, listeners: Iterable[Listener]) -> str | None:
         f"listening on {where}, not {endpoint(host, port)}: "
         f'set serve.host = "{parse_address(other[0])}"'
     )
+
+
+def refused_detail(refused: str, *, key_sent: bool) -> str:
+    """The configuration error of a server that refused our request (``refused``: ``"HTTP
+    401: Invalid API Key"``, `probe_parse.refusal`): ``the server refuses our requests
+    (HTTP 401: Invalid API Key): set serve.api_key_file``, or, when we sent a key, ``...:
+    check the key in serve.api_key_file``."""
+    fix = "check the key in serve.api_key_file" if key_sent else "set serve.api_key_file"
+    return f"the server refuses our requests ({refused}): {fix}"

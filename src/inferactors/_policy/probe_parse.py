@@ -21,7 +21,7 @@ from typing import TypeAlias
 
 import attrs
 
-from .._errors import BackendError, InvalidConfig
+from .._errors import BackendError, InvalidConfig, RequestRefused
 from .._flavor import InferFlavor
 from .._safe_json import parse_json
 from .matching import lists
@@ -92,6 +92,8 @@ class ServerReport:
             endpoint (404). A list nobody could read confirms no model (issue 8 item 9).
         router: the per-model status entries of a llama-server in router mode
             (`router_models.RouterModel`); empty for a single-model server.
+        refused: ``"HTTP 401: Invalid API Key"`` when a request was refused for want of a
+            valid API key (401 or 403, with the server's words: `refusal`), else None.
     """
 
     health: Health
@@ -101,6 +103,7 @@ class ServerReport:
     latency_s: float = 0.0
     models_problem: str | None = None
     router: tuple[RouterModel, ...] = ()
+    refused: str | None = None
 
     def lists(self, wanted: str, flavor: InferFlavor = InferFlavor.LLAMACPP) -> bool:
         """Whether ``models`` names ``wanted`` as ``flavor`` names models (exactly: see
@@ -253,9 +256,14 @@ def parse_completion(status: int, body: bytes) -> tuple[str, str | None]:
     format) also counts, with that as the text.
 
     Raises:
+        RequestRefused: a 401 or 403 reply: ``"deep health: the server refuses our requests
+            (HTTP 401: <its words>)"`` (`refusal`).
         BackendError: ``"deep health: completion returned HTTP c: <first 200 chars>"`` for a
             non-200 reply, or a message naming the missing or mistyped field of the body.
     """
+    refused = refusal(status, body)
+    if refused is not None:
+        raise RequestRefused(f"deep health: the server refuses our requests ({refused})", refused)
     if status != 200:
         raise BackendError(f"deep health: completion returned HTTP {status}: {_snippet(body)}")
     try:
@@ -268,6 +276,25 @@ def parse_completion(status: int, body: bytes) -> tuple[str, str | None]:
         raise BackendError("deep health: completion body has no choices[0].message object")
     reason = choice.get("finish_reason")
     return _message_text(message), reason if isinstance(reason, str) else None
+
+
+def refusal(status: int, body: bytes) -> str | None:
+    """``"HTTP 401: <the server's words>"`` for a 401 or 403 reply (llama-server started with
+    ``--api-key`` answers ``{"error": {"message": "Invalid API Key", ...}}``), else None.
+    The words are the body's ``error.message``, ``error``, ``detail`` or ``message`` string,
+    else its first 200 characters; ``HTTP 401`` alone when it says nothing."""
+    if status not in (401, 403):
+        return None
+    parsed = json_object(body)
+    document = parsed or {}
+    error = document.get("error")
+    nested = error.get("message") if isinstance(error, dict) else error
+    candidates = (nested, document.get("detail"), document.get("message"))
+    said = next((c for c in candidates if isinstance(c, str) and c.strip()), None)
+    if said is None and parsed is None:  # not JSON: the body is its words
+        said = _snippet(body)
+    words = " ".join((said or "").split())[:_SNIPPET_CHARS]
+    return f"HTTP {status}: {words}" if words else f"HTTP {status}"
 
 
 def _by_status(status: int, path: str) -> Health:

@@ -16,7 +16,9 @@ A **configuration error** is no crash loop (issue 9): a start-up failure whose o
 diagnosed (reason ``start-up failure``) with the same fault kind as the exit just before it
 gives up at once, ``config-error: <kind>: <the server's line>``; restarting would only say
 it again. The first such failure is restarted as usual (a port taken for a moment frees
-itself), and any other exit in between clears the memory.
+itself), and any other exit in between clears the memory. A fault seen while the server
+lived (`AT_ONCE`: listening on the wrong address family, refusing our requests for want of
+an API key) is a configuration error the first time: ``config-error: <our words>``.
 
 Jitter takes a random fraction (at most ``jitter``) off each delay; the random source is
 the caller's, so tests pass a constant.
@@ -27,7 +29,7 @@ from __future__ import annotations
 import attrs
 
 from .._config.config import RestartPolicy, RestartType
-from .._events import Diagnosis, StopReason
+from .._events import Diagnosis, FaultKind, StopReason
 
 _NEVER_RESTARTED = frozenset(
     {
@@ -48,6 +50,10 @@ _ALWAYS_ABNORMAL = frozenset(
 )
 CONFIG_ERROR = "config-error"
 """How `GiveUp.why` starts when the same start-up failure came twice in a row."""
+
+AT_ONCE = frozenset({FaultKind.WRONG_ADDRESS_FAMILY, FaultKind.REFUSES_REQUESTS})
+"""Start-up faults that give up the first time: seen in what the living server does, they
+are its configuration, and a restart would only meet them again."""
 
 
 @attrs.frozen
@@ -115,15 +121,17 @@ class RestartBudget:
 
         ``random`` is a number in [0, 1) from the caller's random source, used for jitter.
         ``diagnosis`` is what the server's output said (`ProcessExited.diagnosis`): with
-        reason ``start-up failure`` and the same kind as the previous exit's, the answer is
-        `GiveUp` with ``why`` ``"config-error: <kind>: <line>"``; on any other give-up
-        ``why`` ends with ``"; last: <kind>: <line>"``.
+        reason ``start-up failure`` and the same kind as the previous exit's, or a kind in
+        `AT_ONCE`, the answer is `GiveUp` with ``why`` ``"config-error: <kind>: <line>"``
+        (`Diagnosis.describe`); on any other give-up ``why`` ends with ``"; last: <kind>:
+        <line>"``.
         """
         budget = self._refilled_if_stable(now)._without_running()
         previous = budget.last_fault
         fault = diagnosis if reason is StopReason.STARTUP_FAILURE else None
         budget = attrs.evolve(budget, last_fault=fault)
-        if fault is not None and previous is not None and previous.kind is fault.kind:
+        again = previous is not None and fault is not None and previous.kind is fault.kind
+        if fault is not None and (again or fault.kind in AT_ONCE):
             return budget, GiveUp(budget.attempts, f"{CONFIG_ERROR}: {fault.describe()}")
         skip = budget._skip_reason(reason, exit_code, signal)
         if skip is not None:
@@ -139,7 +147,8 @@ class RestartBudget:
         return after, Restart(after.attempts, delay)
 
     def note_running(self, now: float) -> RestartBudget:
-        """The server was seen up at ``now`` (kept if it already was)."""
+        """The server was seen up at ``now`` (kept if it already was): Running, or Degraded
+        while its completions work (`InstanceStatus.serving`)."""
         if self.running_since is not None:
             return self
         return attrs.evolve(self, running_since=now)

@@ -118,17 +118,29 @@ _LLAMA_PREFIX = re.compile(r"^\d+\.\d+\.\d+\.\d+ ([A-Z]) ")
 _LOGGING_STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - ")
 _LOGGING_BELOW_ERROR = re.compile(r"^(DEBUG|INFO|WARNING) - ")
 _BLANKS = re.compile(r"[ \t]+")
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_ESCAPES = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"  # CSI: colours, cursor moves (7- and 8-bit)
+    r"|(?:\x1b[]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # strings
+    r"|\x1b[ -/]*[0-~]?"  # any other escape: ESC, intermediates, one final character
+)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _TRACEBACK = "Traceback (most recent call last):"
 _REQUEST_ERROR = "Exception occurred during processing of request"
 
 
+def strip_escapes(text: str) -> str:
+    """``text`` without terminal escapes of every ECMA-48 class, in their 7-bit (``ESC``)
+    and 8-bit (C1) forms: control sequences (CSI: ``\\033[31m``), control strings (OSC
+    ``\\033]0;title\\007`` or ended by ``ESC \\``, DCS, SOS, PM, APC; one left unterminated
+    runs to the end of ``text``) and any other escape (``ESC`` and one final character)."""
+    return _ESCAPES.sub("", text)
+
+
 def clean(line: str, limit: int = LINE_CHARS) -> str:
-    """``line`` without colour escapes, control characters, runs of blanks and log
-    prefixes (llama.cpp's, Python logging's time stamp), cut to about ``limit`` characters
-    (`_errors.cut`)."""
-    text = _BLANKS.sub(" ", _CONTROL.sub("", _ANSI.sub("", line))).strip()
+    """``line`` without terminal escapes (`strip_escapes`), control characters, runs of
+    blanks and log prefixes (llama.cpp's, Python logging's time stamp), cut to about
+    ``limit`` characters (`_errors.cut`)."""
+    text = _BLANKS.sub(" ", _CONTROL.sub("", strip_escapes(line))).strip()
     text = _LOGGING_STAMP.sub("", _LLAMA_PREFIX.sub("", text))
     return cut(text, limit)
 
@@ -221,7 +233,10 @@ class StartupWatch:
     _previous: str = ""
 
     def feed(self, raw: str) -> Diagnosis | None:
-        """Read one line; return its diagnosis when a strong rule matches it, else None."""
+        """Read one line; return its diagnosis when a strong rule matches it, else None.
+        Terminal escapes are dropped first (`strip_escapes`): a title or colour before
+        ``error:`` must not hide it."""
+        raw = strip_escapes(raw)
         previous, self._previous = self._previous, raw
         if raw.startswith(_TRACEBACK):
             self._in_traceback = True

@@ -16,19 +16,24 @@ were checked against the real llama-server here):
   ``meta`` null (FC-03); ``GET /props`` (``model_path``, ``model_alias``, ``total_slots``,
   ``build_info``); one-token completions on ``POST /v1/chat/completions``,
   ``/chat/completions``, ``/v1/completions``, ``/completion`` and ``/completions``, with
-  ``finish_reason`` ``"length"`` (``stop_type`` ``"limit"`` on ``/completion``); 404 otherwise.
+  ``finish_reason`` ``"length"`` (``stop_type`` ``"limit"`` on ``/completion``), streamed as
+  server-sent events with ``"stream": true``; 400 for a chat whose ``messages`` is missing
+  or not an array; ``GET /slots``, ``POST /tokenize`` and ``/detokenize``; 501 on
+  ``/metrics`` and the embeddings endpoints (no ``--metrics``, ``--embeddings``); 404
+  otherwise. CORS headers, preflights and ``HEAD`` are ``_fake_server``'s.
 - flavor ``mlx`` (mlx_lm.server 0.32.2): ``GET /health`` 200 even while loading, 503
   ``{"status": "unavailable"}`` once the generator is dead; ``GET /v1/models`` lists
   ``--model`` (nothing once dead); completions on ``POST /v1/chat/completions``,
-  ``/chat/completions`` and ``/v1/completions`` wait for the load, then answer one token, or
-  404 ``{"error": ...}`` when the body has a ``"model"`` other than ``--model`` (FC-09;
-  stricter than the real server, which also takes ``"default_model"``) or when the generator
-  is dead (FC-07); 404 ``Not Found`` on any other path.
+  ``/chat/completions`` and ``/v1/completions`` wait for the load, then answer one token
+  (streamed with ``"stream": true``), or 400 for a chat whose ``messages`` is missing or not
+  an array, or 404 ``{"error": ...}`` when the body has a ``"model"`` other than
+  ``--model`` (FC-09; stricter than the real server, which also takes
+  ``"default_model"``) or when the generator is dead (FC-07); 404 ``Not Found`` on any
+  other path.
 """
 
 from __future__ import annotations
 
-import argparse
 import signal
 import time
 from collections.abc import Sequence
@@ -39,6 +44,9 @@ from urllib.parse import urlsplit
 import attrs
 
 from . import _fake_replies as replies
+from ._fake_args import HEALTH_FAULTS as HEALTH_FAULTS
+from ._fake_args import ROUTER_STATUSES as ROUTER_STATUSES
+from ._fake_args import parser as _parser
 from ._fake_replies import BUILD_INFO as BUILD_INFO
 from ._fake_replies import TOKEN as TOKEN
 
@@ -58,13 +66,6 @@ def _signal_name(_: object, attribute: attrs.Attribute[Any], value: str | None) 
 def _port(_: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
     if value is not None and not 0 < value < 65536:
         raise ValueError(f"{attribute.name} must be a TCP port (1 to 65535), not {value}")
-
-
-HEALTH_FAULTS = ("hang", "500", "reset", "busy")
-"""The values of `FakeServerFaults.health_fault`."""
-
-ROUTER_STATUSES = ("loaded", "loading", "unloaded", "failed")
-"""The values of `FakeServerFaults.router_status`."""
 
 
 @attrs.frozen(kw_only=True)
@@ -103,6 +104,11 @@ class FakeServerFaults:
         router_status: llamacpp: serve as a router (no ``-m``): each ``/models`` entry
             carries a ``status`` object with this ``value`` (``loaded``, ``loading``,
             ``unloaded``), or ``failed``: ``unloaded`` with ``failed`` true and exit code 1.
+        outlive_parent: Keep serving when the process that started it dies (an orphan
+            left by an earlier supervisor's life, FC-13). By default the fake, and the
+            child of ``fork_child``, exit within 0.1 s of that process's death.
+        require_api_key: llamacpp: answer every request but ``/health`` with 401 ``Invalid
+            API Key``, as llama-server started with ``--api-key`` does to a client without it.
     """
 
     load_s: float = attrs.field(default=0.0, validator=_non_negative)
@@ -131,6 +137,8 @@ class FakeServerFaults:
     router_status: str | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.in_(ROUTER_STATUSES))
     )
+    outlive_parent: bool = False
+    require_api_key: bool = False
 
     def args(self) -> tuple[str, ...]:
         """Flags for the fields that differ from their defaults, e.g. ``("--load-s", "0.5")``."""
@@ -206,42 +214,6 @@ def parse_fake_server_args(argv: Sequence[str]) -> FakeServerOptions:
         parser.error(str(exc))
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m inferactors.testing._fake_server",
-        description="inferactors' fake llama-server / mlx_lm.server with injectable faults.",
-    )
-    add = parser.add_argument
-    add("--host", default="127.0.0.1")
-    add("--port", type=int, required=True)
-    add("--flavor", choices=("llamacpp", "mlx"), default="llamacpp")
-    add("-m", "--model", default="tiny.gguf", help="the served model path (mlx: the only one)")
-    add("--alias", help="llamacpp: the id /v1/models lists instead of --model")
-    for name in ("--request-log", "--pid-file", "--child-pid-file"):
-        add(name, type=Path)
-    add("--load-s", type=float, default=0.0, help="answer 'loading' for S seconds")
-    add("--load-forever", action="store_true", help="load forever (FC-06, FC-07)")
-    add("--dead-generator", action="store_true", help="mlx: generator dies when loaded")
-    add("--crash-after-s", type=float, help="crash S seconds after listening")
-    add("--exit-code", type=int, default=1, help="exit status of that crash")
-    add("--crash-signal", help="crash by this signal instead (e.g. SIGABRT)")
-    add("--crash-on-completion", metavar="SIGNAL", help="die on a completion (FC-08)")
-    add("--crash-at-completion", type=int, default=1, metavar="K", help="... the K-th one")
-    add("--completion-delay-s", type=float, default=0.0, help="answer completions late")
-    add("--impostor", metavar="MODEL", help="claim to serve MODEL (FC-14)")
-    add("--ignore-sigterm", action="store_true", help="ignore SIGTERM (FC-05, FC-11)")
-    add("--hang-completions", action="store_true", help="never answer completions (FC-04)")
-    add("--fail-completions-after", type=int, metavar="N", help="hang after N completions")
-    add("--extra-port", type=int, help="also listen on this port (of --extra-host)")
-    add("--extra-host", default="127.0.0.1")
-    add("--fork-child", action="store_true", help="fork a child that stays alive (FC-12)")
-    add("--bind-delay-s", type=float, default=0.0, help="listen only after S seconds")
-    add("--health-fault", choices=HEALTH_FAULTS, help="llamacpp: /health misbehaves")
-    add("--health-fault-after-s", type=float, default=0.0, help="... from S seconds on")
-    add("--router-status", choices=ROUTER_STATUSES, help="llamacpp: router-mode model status")
-    return parser
-
-
 # --- what the server answers -----------------------------------------------------------------
 
 
@@ -258,9 +230,18 @@ class Reply:
 
 @attrs.frozen
 class Complete:
-    """A completion on ``path`` to serve under the completion faults."""
+    """A completion on ``path`` to serve under the completion faults (``stream``: as
+    server-sent events)."""
 
     path: str
+    stream: bool = False
+
+
+@attrs.frozen
+class Stream:
+    """Answer 200 ``text/event-stream``: each event a JSON document or a text (``[DONE]``)."""
+
+    events: tuple[object, ...]
 
 
 @attrs.frozen
@@ -286,7 +267,7 @@ class Die:
     exit_code: int = 1
 
 
-Outcome: TypeAlias = Reply | Hang | Reset | Die
+Outcome: TypeAlias = Reply | Stream | Hang | Reset | Die
 
 _LOADING = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
 _LLAMA_404 = {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}
@@ -295,6 +276,8 @@ _LLAMA_COMPLETIONS = frozenset(
 )
 _MLX_COMPLETIONS = frozenset({"/v1/chat/completions", "/chat/completions", "/v1/completions"})
 _OK = {"status": "ok"}
+_NO_KEY = {"error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}}
+_PUBLIC = (("GET", "/health"), ("GET", "/v1/health"))
 
 
 def decide(
@@ -307,14 +290,20 @@ def decide(
     return _decide_llamacpp(options, phase, (method, path), body)
 
 
-def completion_fate(options: FakeServerOptions, path: str, number: int) -> Outcome:
-    """What the ``number``-th served completion (counting from 1) meets under the faults."""
+def completion_fate(
+    options: FakeServerOptions, path: str, number: int, *, stream: bool = False
+) -> Outcome:
+    """What the ``number``-th served completion (counting from 1) meets under the faults;
+    ``stream``: answered as server-sent events."""
     faults = options.faults
     if faults.crash_on_completion is not None and number >= faults.crash_at_completion:
         return Die(faults.crash_on_completion)
     limit = faults.fail_completions_after
     if faults.hang_completions or (limit is not None and number > limit):
         return Hang()
+    if stream:
+        events = replies.completion_events(options.flavor, options.model_id, path, number)
+        return Stream(tuple(events))
     return Reply(200, replies.completion(options.flavor, options.model_id, path, number))
 
 
@@ -322,19 +311,32 @@ def _decide_llamacpp(
     options: FakeServerOptions, phase: Phase, route: tuple[str, str], body: bytes
 ) -> Reply | Hang | Reset | Complete:
     method, path = route
+    if options.faults.require_api_key and route not in _PUBLIC:
+        return Reply(401, _NO_KEY)  # the real server checks the key before anything else
     if route in (("GET", "/v1/models"), ("GET", "/models")):
         listed = replies.llamacpp_models(options.model_id, loaded=phase != "loading")
-        return Reply(200, _as_router(listed, options.faults.router_status))
+        return Reply(200, replies.as_router(listed, options.faults.router_status))
     if phase == "loading":
         return Reply(503, _LOADING)
     if route in (("GET", "/health"), ("GET", "/v1/health")):
         return _health(options.faults.health_fault)
     if route == ("GET", "/props"):
         return Reply(200, replies.props(options.model_id, options.faults.impostor or options.model))
+    if (other := replies.llamacpp_other(route, body)) is not None:
+        return Reply(*other)
     if method == "POST" and path in _LLAMA_COMPLETIONS:
-        problem = replies.json_problem(body)
-        return Complete(path) if problem is None else Reply(*replies.bad_json("llamacpp", problem))
+        return _completion("llamacpp", path, body)
     return Reply(404, _LLAMA_404)
+
+
+def _completion(flavor: Flavor, path: str, body: bytes) -> Reply | Complete:
+    """A completion to serve, or the 500/400 its body earns (not JSON, bad ``messages``)."""
+    if (problem := replies.json_problem(body)) is not None:
+        return Reply(*replies.bad_json(flavor, problem))
+    chat = path in ("/v1/chat/completions", "/chat/completions")
+    if chat and (refused := replies.chat_problem(flavor, body)) is not None:
+        return Reply(*refused)
+    return Complete(path, replies.wants_stream(body))
 
 
 def _decide_mlx(
@@ -349,14 +351,15 @@ def _decide_mlx(
         return Reply(200, {"object": "list", "data": [] if phase == "dead" else [entry]})
     if method != "POST" or path not in _MLX_COMPLETIONS:
         return Reply(404, None)
-    if (problem := replies.json_problem(body)) is not None:
-        return Reply(*replies.bad_json("mlx", problem))
+    checked = _completion("mlx", path, body)
+    if isinstance(checked, Reply):
+        return checked
     wanted = replies.model_field(body)
     if wanted is not None and wanted != options.model:
         return Reply(404, {"error": f"model {wanted!r} is not the served --model (FC-09)"})
     if phase == "dead":
         return Reply(404, {"error": "generation thread died"})
-    return AwaitLoad() if phase == "loading" else Complete(path)
+    return AwaitLoad() if phase == "loading" else checked
 
 
 def _health(fault: str | None) -> Reply | Hang | Reset:
@@ -373,15 +376,3 @@ def _health(fault: str | None) -> Reply | Hang | Reset:
                 503, {"status": "no slot available", "slots_idle": 0, "slots_processing": 4}
             )
     return Reply(200, _OK)
-
-
-def _as_router(listed: dict[str, object], status: str | None) -> dict[str, object]:
-    """A model list as a router lists it (llama.cpp ``server-models.cpp``): each entry with
-    a ``status`` object; ``failed`` is an exited child (``unloaded``, failed, code 1)."""
-    entries = listed.get("data")
-    if status is None or not isinstance(entries, list):
-        return listed
-    value: dict[str, object] = {"value": status, "args": ["llama-server"]}
-    if status == "failed":
-        value = {"value": "unloaded", "args": ["llama-server"], "failed": True, "exit_code": 1}
-    return {**listed, "data": [{**entry, "status": value} for entry in entries]}

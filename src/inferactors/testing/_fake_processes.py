@@ -6,7 +6,8 @@ or pytest. Each returns a handle with ``base_url``, ``port`` and ``pid``; ``stop
 the process group (idempotent), ``restart(timeline)`` plays another timeline on the same
 port. Deadlines are float seconds; a fake that does not listen within ``STARTUP_S`` raises
 `FakeStartError` with its stderr. The fakes run as the calling user: as root too, since
-they are not servers inferactors manages.
+they are not servers inferactors manages. Each exits on its own when the process that
+started it dies (a test runner killed by SIGTERM, a script that never calls ``stop()``).
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ from typing import IO
 import attrs
 import httpx
 
-from ._fake_faults import Flavor
+from .._config.config import check_keep_alive
+from .._policy.ollama_parse import keep_alive_json
+from ._fake_faults import FakeServerFaults, Flavor
 from ._fake_launch import LoggedRequest, fake_server_argv, read_request_log
-from ._timeline import ForeignKeepAlive, Timeline
+from ._timeline import ForeignKeepAlive, Timeline, check_pulled
 from ._workspace import importable_paths
 
 STARTUP_S = 30.0
@@ -102,15 +105,17 @@ class FakeServer:
 
     def restart(self, timeline: Timeline | None = None) -> None:
         """Stop it and start it again on the same port, playing ``timeline`` (default: the
-        same one). Raises FakeStartError if it does not listen within `STARTUP_S`."""
+        same one).
+
+        Raises:
+            InvalidConfig: a step this fake cannot play; raised before anything is stopped,
+                so the running fake keeps serving.
+            FakeStartError: it did not listen within `STARTUP_S`.
+        """
+        chosen = timeline or self.timeline
+        faults = chosen.server_faults(self.flavor)
         self.stop()
-        fresh = start_fake_server(
-            self.directory,
-            flavor=self.flavor,
-            timeline=timeline or self.timeline,
-            model=self.model,
-            port=self.port,
-        )
+        fresh = _launch_server(self.directory, self.flavor, chosen, faults, self.model, self.port)
         self.process, self.timeline = fresh.process, fresh.timeline
 
 
@@ -131,7 +136,17 @@ def start_fake_server(
         FakeStartError: it exited or did not listen within `STARTUP_S`.
     """
     chosen = timeline or Timeline()
-    faults = chosen.server_faults(flavor)
+    return _launch_server(directory, flavor, chosen, chosen.server_faults(flavor), model, port)
+
+
+def _launch_server(
+    directory: Path,
+    flavor: Flavor,
+    chosen: Timeline,
+    faults: FakeServerFaults,
+    model: str,
+    port: int | None,
+) -> FakeServer:
     directory.mkdir(parents=True, exist_ok=True)
     pid_file = directory / "pid"
     pid_file.unlink(missing_ok=True)
@@ -194,9 +209,17 @@ class FakeOllamaServer:
         return self.process.pid
 
     def foreign_keep_alive(self, model: str, keep_alive: str | int = "5m") -> None:
-        """Act as a foreign client: load or touch ``model`` with ``keep_alive`` (FC-20).
-        Raises httpx.HTTPError if the fake does not answer 200 within 30 s."""
-        body = {"model": model, "keep_alive": keep_alive}
+        """Act as a foreign client: load or touch ``model`` with ``keep_alive`` (FC-20):
+        whole seconds (``300``, ``"300"``; negative: forever) or a duration (``"5m"``).
+
+        Raises:
+            InvalidConfig: ``model`` is not pulled in this fake, or ``keep_alive`` is not
+                one Ollama accepts (nothing is sent).
+            httpx.HTTPError: the fake did not answer 200 within 30 s.
+        """
+        check_pulled(model, self.models, "foreign_keep_alive")
+        check_keep_alive("foreign_keep_alive keep_alive", keep_alive)
+        body = {"model": model, "keep_alive": keep_alive_json(keep_alive)}
         with httpx.Client(trust_env=False, timeout=STARTUP_S) as client:
             client.post(self.base_url + "/api/generate", json=body).raise_for_status()
 
@@ -207,7 +230,10 @@ class FakeOllamaServer:
         _kill_group(self.process)
 
     def restart(self, timeline: Timeline | None = None) -> None:
-        """Stop it and start it again on the same port with ``timeline`` (default: the same)."""
+        """Stop it and start it again on the same port with ``timeline`` (default: the same).
+        Raises InvalidConfig for a step it cannot play before anything is stopped (the
+        running fake keeps serving), FakeStartError if it does not listen in time."""
+        (timeline or self.timeline).ollama_config(self.models)
         self.stop()
         fresh = start_fake_ollama(
             timeline=timeline or self.timeline, models=self.models, port=self.port

@@ -192,3 +192,151 @@ def model_field(body: bytes) -> object:
     except ValueError:
         return None
     return document.get("model") if isinstance(document, dict) else None
+
+
+# --- streaming, CORS and llama-server's other endpoints --------------------------------------
+
+
+def wants_stream(body: bytes) -> bool:
+    """Whether a JSON object ``body`` asks for ``"stream": true``."""
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(document, dict) and document.get("stream") is True
+
+
+def completion_events(
+    flavor: Literal["llamacpp", "mlx"], model: str, path: str, number: int
+) -> list[object]:
+    """The server-sent events of a streamed one-token completion on ``path``, as the real
+    server sends them: JSON documents, then the text ``[DONE]`` (not on ``/completion``)."""
+    whole = completion(flavor, model, path, number)
+    if path in ("/completion", "/completions"):
+        first: dict[str, object] = {"index": 0, "content": TOKEN, "tokens": [0], "stop": False}
+        first["id_slot"] = -1
+        first |= {"tokens_predicted": 1, "tokens_evaluated": 1}
+        return [first, {**whole, "content": "", "stop": True}]
+    head = {key: whole[key] for key in ("id", "created", "model", "system_fingerprint")}
+    if path == "/v1/completions":
+        return [*_text_chunks(flavor, head, whole), "[DONE]"]
+    chunk = {**head, "object": "chat.completion.chunk"}
+    if flavor == "mlx":
+        said: dict[str, object] = {"role": "assistant", "content": TOKEN}
+        return [_chunk(chunk, said, None), _chunk(chunk, {"role": "assistant"}, "length"), "[DONE]"]
+    opening = _chunk(chunk, {"role": "assistant", "content": None}, None)
+    closing = _chunk(chunk, {}, "length") | {"timings": _TIMINGS}
+    return [opening, _chunk(chunk, {"content": TOKEN}, None), closing, "[DONE]"]
+
+
+def _chunk(
+    head: dict[str, object], delta: dict[str, object], reason: str | None
+) -> dict[str, object]:
+    return {**head, "choices": [{"index": 0, "finish_reason": reason, "delta": delta}]}
+
+
+def _text_chunks(
+    flavor: Literal["llamacpp", "mlx"], head: dict[str, object], whole: dict[str, object]
+) -> list[dict[str, object]]:
+    head = {**head, "object": "text_completion"}
+    logprobs = {"logprobs": None} if flavor == "llamacpp" else {}
+    said = {**head, "choices": [{"index": 0, "text": TOKEN, "finish_reason": None, **logprobs}]}
+    last = {**head, "choices": [{"index": 0, "text": "", "finish_reason": "length", **logprobs}]}
+    if flavor == "llamacpp":
+        last |= {"usage": _USAGE, "timings": _TIMINGS}
+    return [said, last]
+
+
+def chat_problem(flavor: Literal["llamacpp", "mlx"], body: bytes) -> tuple[int, object] | None:
+    """The 400 a chat completion whose ``messages`` is missing or not an array gets, or None."""
+    try:
+        document = json.loads(body) if body else {}
+    except ValueError:
+        return None
+    if not isinstance(document, dict):
+        return None
+    messages = document.get("messages")
+    if isinstance(messages, list):
+        return None
+    if flavor == "mlx":
+        if messages is None:
+            return 400, {"error": "Request did not contain messages"}
+        if isinstance(messages, str | dict):
+            return 400, {"error": "'str' object has no attribute 'get'"}
+        return 400, {"error": f"'{type(messages).__name__}' object is not iterable"}
+    said = "'messages' is required" if messages is None else "Expected 'messages' to be an array"
+    return 400, {"error": {"code": 400, "message": said, "type": "invalid_request_error"}}
+
+
+def not_supported(what: str, flag: str) -> dict[str, object]:
+    """llama-server's 501 for an endpoint it was not started for (``--metrics``, ...)."""
+    message = f"This server does not support {what}. Start it with `{flag}`"
+    return {"error": {"code": 501, "message": message, "type": "not_supported_error"}}
+
+
+def slots(total: int = 4, n_ctx: int = 4096) -> list[dict[str, object]]:
+    """llama-server's ``GET /slots``: every slot idle."""
+    return [
+        {"id": index, "n_ctx": n_ctx, "speculative": False, "is_processing": False}
+        for index in range(total)
+    ]
+
+
+def tokenize(body: bytes) -> dict[str, object]:
+    """llama-server's ``POST /tokenize``: one token per byte of ``content`` (ids below 420,
+    the tiny model's vocabulary)."""
+    try:
+        document = json.loads(body) if body else {}
+    except ValueError:
+        document = {}
+    content = document.get("content") if isinstance(document, dict) else None
+    text = content if isinstance(content, str) else ""
+    return {"tokens": [byte % 420 for byte in text.encode()]}
+
+
+def cors_headers(
+    flavor: Literal["llamacpp", "mlx"], origin: str, *, preflight: bool
+) -> list[tuple[str, str]]:
+    """The CORS headers of every reply: llama-server echoes the request's ``Origin`` (empty
+    when there is none) and adds the rest on a preflight (``OPTIONS``); mlx_lm.server sends
+    ``*`` three times on every reply."""
+    if flavor == "mlx":
+        names = ("Origin", "Methods", "Headers")
+        return [(f"Access-Control-Allow-{name}", "*") for name in names]
+    headers = [("Access-Control-Allow-Origin", origin)]
+    if preflight:
+        headers += [
+            ("Access-Control-Allow-Credentials", "true"),
+            ("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS"),
+            ("Access-Control-Allow-Headers", "*"),
+        ]
+    return headers
+
+
+def llamacpp_other(route: tuple[str, str], body: bytes) -> tuple[int, object] | None:
+    """llama-server's status and document on its other endpoints (started without
+    ``--metrics`` and ``--embeddings``), or None for a route that is none of them."""
+    match route:
+        case ("GET", "/slots"):
+            return 200, slots()
+        case ("POST", "/tokenize"):
+            return 200, tokenize(body)
+        case ("POST", "/detokenize"):
+            return 200, {"content": TOKEN}
+        case ("GET", "/metrics"):
+            return 501, not_supported("metrics endpoint", "--metrics")
+        case ("POST", "/v1/embeddings" | "/embeddings" | "/embedding"):
+            return 501, not_supported("embeddings", "--embeddings")
+    return None
+
+
+def as_router(listed: dict[str, object], status: str | None) -> dict[str, object]:
+    """A model list as a router lists it (llama.cpp ``server-models.cpp``): each entry with
+    a ``status`` object; ``failed`` is an exited child (``unloaded``, failed, code 1)."""
+    entries = listed.get("data")
+    if status is None or not isinstance(entries, list):
+        return listed
+    value: dict[str, object] = {"value": status, "args": ["llama-server"]}
+    if status == "failed":
+        value = {"value": "unloaded", "args": ["llama-server"], "failed": True, "exit_code": 1}
+    return {**listed, "data": [{**entry, "status": value} for entry in entries]}

@@ -23,6 +23,11 @@ inferactors.testing._fake_server --port P [flags]`` runs the same program, slowe
   kills it.
 - A crash prints ``inferactors fake server: crash (<signal or exit status>)`` on stderr, then
   kills itself with the signal or exits with the status. Core dumps are off (RLIMIT_CORE 0).
+- It exits (status 0) within 0.05 s of the death of the process that started it (its
+  parent, or whoever started the session a wrapper of it leads: see ``_fake_parent``), and
+  so does the child of ``--fork-child``, so nothing is left when a test runner is killed or
+  a script forgets ``stop()``; ``--outlive-parent`` keeps it serving as an orphan (FC-13).
+  A runtime that manages it is that process.
 - A port it cannot bind: a message on stderr and exit status 1, like llama-server.
 - ``--request-log FILE``: one JSON line per request, appended before the request is acted on
   (so a request that crashes or hangs the server is logged); `read_request_log` reads it.
@@ -49,6 +54,7 @@ from typing import Any, NoReturn
 
 import attrs
 
+from . import _fake_replies as replies
 from ._fake_faults import (
     AwaitLoad,
     Complete,
@@ -58,6 +64,7 @@ from ._fake_faults import (
     Phase,
     Reply,
     Reset,
+    Stream,
     completion_fate,
     decide,
     parse_fake_server_args,
@@ -66,6 +73,8 @@ from ._fake_launch import LoggedRequest as LoggedRequest
 from ._fake_launch import fake_server_argv as fake_server_argv
 from ._fake_launch import read_request_log as read_request_log
 from ._fake_launch import write_fake_server_program as write_fake_server_program
+from ._fake_parent import SLICE_S as _SLICE_S
+from ._fake_parent import Launcher, exit_if_orphaned, fork_child, sleep_watching
 
 _NEVER = threading.Event()
 _RESET_LINGER = struct.pack("ii", 1, 0)
@@ -118,7 +127,8 @@ class FakeState:
                 _NEVER.wait(left_s)
             elif isinstance(action, Complete):
                 _NEVER.wait(self.options.faults.completion_delay_s)
-                return completion_fate(self.options, action.path, self.next_completion())
+                number = self.next_completion()
+                return completion_fate(self.options, action.path, number, stream=action.stream)
             else:
                 return action
 
@@ -151,6 +161,25 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._respond("POST")
 
+    def do_HEAD(self) -> None:
+        if self.server.state.options.flavor == "mlx":  # mlx_lm.server has no HEAD: 501
+            self.server.state.log("HEAD", self.path, b"")
+            self.send_error(501, "Unsupported method ('HEAD')")
+            return
+        self._respond("HEAD")
+
+    def do_OPTIONS(self) -> None:
+        """A CORS preflight: llama-server 200 (``text/html``, empty), mlx_lm.server 204."""
+        state = self.server.state
+        state.log("OPTIONS", self.path, self._body())
+        mlx = state.options.flavor == "mlx"
+        self.send_response(204 if mlx else 200)
+        self.send_header("Content-Type", "application/json" if mlx else "text/html")
+        self._common_headers(200, preflight=True)
+        if not mlx:
+            self.send_header("Content-Length", "0")
+        self.end_headers()
+
     def log_message(self, format: str, *args: object) -> None:
         """Quiet: the request log replaces the stderr line per request."""
 
@@ -158,9 +187,12 @@ class _Handler(BaseHTTPRequestHandler):
         state = self.server.state
         body = self._body()
         state.log(method, self.path, body)
-        outcome = state.settle(method, self.path, body)
+        outcome = state.settle("GET" if method == "HEAD" else method, self.path, body)
         if isinstance(outcome, Reply):
-            self._send(outcome)
+            self._send(outcome, head=method == "HEAD")
+            return
+        if isinstance(outcome, Stream):
+            self._stream(outcome)
             return
         if isinstance(outcome, Reset):  # SO_LINGER 0: the close sends a TCP reset
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_LINGER)
@@ -178,7 +210,7 @@ class _Handler(BaseHTTPRequestHandler):
             length = 0
         return self.rfile.read(length) if length > 0 else b""
 
-    def _send(self, reply: Reply) -> None:
+    def _send(self, reply: Reply, *, head: bool = False) -> None:
         if reply.document is None:
             data, kind = b"Not Found", "text/plain"
         else:
@@ -188,8 +220,45 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(reply.status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
+        self._common_headers(reply.status)
+        if head:
+            self.send_header("Accept-Ranges", "bytes")
         self.end_headers()
-        self.wfile.write(data)
+        if not head:
+            self.wfile.write(data)
+
+    def _stream(self, stream: Stream) -> None:
+        """Server-sent events: llama-server's chunked, mlx_lm.server's until the close."""
+        chunked = self.server.state.options.flavor == "llamacpp"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self._common_headers(200)
+        if chunked:
+            self.send_header("X-Accel-Buffering", "no")
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+        self.end_headers()
+        for event in stream.events:
+            text = event if isinstance(event, str) else json.dumps(event)
+            frame = f"data: {text}\n\n".encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame) if chunked else frame)
+            self.wfile.flush()
+        if chunked:
+            self.wfile.write(b"0\r\n\r\n")
+
+    def _common_headers(self, status: int, *, preflight: bool = False) -> None:
+        """CORS, and llama-server's connection headers: ``Keep-Alive``, or ``Connection:
+        close`` on an error status (and the connection is closed after the reply)."""
+        flavor = self.server.state.options.flavor
+        origin = self.headers.get("Origin", "")
+        for name, value in replies.cors_headers(flavor, origin, preflight=preflight):
+            self.send_header(name, value)
+        if flavor == "llamacpp" and status >= 400:
+            self.send_header("Connection", "close")
+        elif flavor == "llamacpp":
+            self.send_header("Keep-Alive", "timeout=5, max=100")
 
 
 class _Server(ThreadingHTTPServer):
@@ -219,16 +288,18 @@ class _Server6(_Server):
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Run the fake server until a signal or a fault ends it (see the module docstring)."""
+    launcher = Launcher.find()  # the process that started it: the fake does not outlive it
     options = parse_fake_server_args(sys.argv[1:] if argv is None else argv)
+    watched = None if options.faults.outlive_parent else launcher
     _prepare_process(options)
-    time.sleep(options.faults.bind_delay_s)
+    sleep_watching(options.faults.bind_delay_s, watched)
     servers = _listen(options)
     state = FakeState.now_listening(options)
-    _announce(options)  # forks before any thread starts
+    _announce(options, watched)  # forks before any thread starts
     for server in servers:
         server.state = state
         threading.Thread(target=server.serve_forever, daemon=True).start()
-    _await_fate(state)
+    _await_fate(state, watched)
 
 
 def _prepare_process(options: FakeServerOptions) -> None:
@@ -262,9 +333,9 @@ def _listen(options: FakeServerOptions) -> list[_Server]:
     return servers
 
 
-def _announce(options: FakeServerOptions) -> None:
+def _announce(options: FakeServerOptions, watched: Launcher | None) -> None:
     if options.faults.fork_child:
-        child = _fork_child()
+        child = fork_child(watched)
         if options.child_pid_file is not None:
             _write_atomically(options.child_pid_file, str(child))
     if options.pid_file is not None:
@@ -275,30 +346,15 @@ def _announce(options: FakeServerOptions) -> None:
     sys.stdout.flush()
 
 
-def _fork_child() -> int:
-    """Fork a child that sleeps until a signal ends it, in our process group, holding our
-    listening sockets; return its pid."""
-    pid = os.fork()
-    if pid == 0:
-        try:
-            while True:
-                signal.pause()
-        finally:
-            os._exit(0)
-    return pid
-
-
 def _write_atomically(path: Path, text: str) -> None:
     staging = path.with_name(path.name + ".tmp")
     staging.write_text(text, encoding="utf-8")
     staging.rename(path)
 
 
-_SLICE_S = 0.05
-
-
-def _await_fate(state: FakeState) -> NoReturn:
-    """Wait in the main thread for a crash: ``crash_after_s`` or one a request asked for."""
+def _await_fate(state: FakeState, watched: Launcher | None) -> NoReturn:
+    """Wait in the main thread for a crash: ``crash_after_s`` or one a request asked for;
+    exit if the launcher ``watched`` dies (checked every 0.05 s)."""
     faults = state.options.faults
     deadline = None
     if faults.crash_after_s is not None:
@@ -310,6 +366,7 @@ def _await_fate(state: FakeState) -> NoReturn:
         try:
             _die(state.fates.get(timeout=max(0.0, slice_s)))
         except queue.Empty:
+            exit_if_orphaned(watched)
             if deadline is not None and time.monotonic() >= deadline:
                 _die(Die(faults.crash_signal, faults.exit_code))
 

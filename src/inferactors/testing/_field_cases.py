@@ -148,8 +148,9 @@ FIELD_CASES: dict[str, FieldCase] = {
 
 NOT_REPRODUCIBLE: dict[str, str] = {
     "FC-13": "the supervisor is SIGKILLed, not the server: kill your own process in the test",
-    "FC-16": "the fakes do not stream, so a long generation with a TTL has nothing to count",
-    "FC-17": "the fakes do not stream, so there are no gaps between tokens",
+    "FC-16": "the fakes stream a single token, so a long generation with a TTL has nothing "
+    "to count",
+    "FC-17": "the fakes stream a single token, so there are no gaps between tokens",
     "FC-22": "about what the supervisor records (stop reason apart from exit status); "
     "CrashAt gives the crash to compare with a requested stop",
 }

@@ -4,210 +4,69 @@ A test reads like the incident it reproduces::
 
     Timeline.of(Status503(for_s=5.0), CrashAt(request=3))
 
-Each step is a frozen value; durations are float seconds counted from the moment the fake
-listens, request numbers count completions from 1 (health probes and model lists are not
-counted). `Timeline.server_faults` turns the steps into the fake llama-server's or fake
-mlx_lm.server's `FakeServerFaults` (its command-line flags), `Timeline.ollama_config` into
-the fake Ollama's `FakeOllamaConfig`; a step that the chosen fake cannot play raises
-`InvalidConfig` naming it. Reading timelines from TOML, JSON or a dict is
+Each step is a frozen value (``_steps``, re-exported here), checked when it is made;
+durations are float seconds counted from the moment the fake listens, request numbers count
+completions from 1 (health probes and model lists are not counted). A timeline refuses two
+steps that contradict when it is made. `Timeline.server_faults` turns the steps into the
+fake llama-server's or fake mlx_lm.server's `FakeServerFaults` (its command-line flags),
+`Timeline.ollama_config` into the fake Ollama's `FakeOllamaConfig`; a step that the chosen
+fake cannot play raises `InvalidConfig` naming it, and `Timeline.played_by` keeps the
+steps one fake plays (`players` says which). Reading timelines from TOML, JSON or a dict is
 ``_timeline_data``; the field cases ready by name are ``_field_cases``.
 """
 
 from __future__ import annotations
 
 import socket
-from typing import Any, Literal, TypeAlias
+from collections.abc import Iterable
+from typing import Any, Literal
 
 import attrs
 
+from .._config.ollama_names import same_ollama_name
 from .._errors import InvalidConfig
 from ._fake_faults import FakeServerFaults, Flavor
 from ._fake_ollama_api import FakeOllamaConfig
-
-FakeKind: TypeAlias = Literal["llamacpp", "mlx", "ollama"]
-
-RUNNER_TIMEOUT = "timed out waiting for llama runner to start - progress 0.00 - "
-"""The error text of Ollama's load timeout (FC-19), as its 500 reply says it."""
-
-
-def _non_negative(_: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
-    if value is not None and not value >= 0:  # NaN too
-        raise ValueError(f"{attribute.name} must be >= 0, not {value}")
-
-
-# --- the llama-server and mlx_lm.server fakes ----------------------------------------------
-
-
-@attrs.frozen(kw_only=True)
-class Status503:
-    """llama-server answers 503 "Loading model" (``/v1/models`` 200 with ``meta`` null,
-    FC-03) for ``for_s`` seconds, or forever when None (FC-06), then serves."""
-
-    for_s: float | None = attrs.field(default=None, validator=_non_negative)
-
-
-@attrs.frozen(kw_only=True)
-class HealthLies:
-    """``/health`` answers 200 but no completion ever answers (llama-server: FC-04; an older
-    or deadlocked mlx_lm.server, which says 200 while loading forever: FC-07)."""
-
-
-@attrs.frozen(kw_only=True)
-class Hang:
-    """The first ``after_requests`` completions answer, every later one hangs (health stays
-    fine, the connection stays open: FC-04, FC-05)."""
-
-    after_requests: int = attrs.field(default=0, validator=attrs.validators.ge(0))
-
-
-@attrs.frozen(kw_only=True)
-class CrashAt:
-    """The server crashes: on completion number ``request`` (it dies of ``signal``,
-    SIGKILL when unset, as the OOM killer does: FC-08, FC-10), or ``after_s`` seconds after
-    listening (of ``signal``, else exiting with ``exit_code``). Give exactly one of the two.
-    Signals are names such as ``"SIGABRT"``."""
-
-    request: int | None = attrs.field(
-        default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
-    )
-    after_s: float | None = attrs.field(default=None, validator=_non_negative)
-    signal: str | None = None
-    exit_code: int = attrs.field(
-        default=1, validator=[attrs.validators.ge(0), attrs.validators.le(255)]
-    )
-
-    def __attrs_post_init__(self) -> None:
-        if (self.request is None) == (self.after_s is None):
-            raise ValueError("CrashAt needs exactly one of request and after_s")
-        if self.request is not None and self.exit_code != 1:
-            raise ValueError("a crash on a request dies of a signal: set signal, not exit_code")
-
-
-@attrs.frozen(kw_only=True)
-class SlowFirstToken:
-    """Every completion answers only ``delay_s`` seconds after it arrived."""
-
-    delay_s: float = attrs.field(validator=_non_negative)
-
-
-@attrs.frozen(kw_only=True)
-class IgnoreSigterm:
-    """SIGTERM is ignored; only SIGKILL stops the server (FC-05, FC-11)."""
-
-
-@attrs.frozen(kw_only=True)
-class DeadGenerator:
-    """mlx_lm.server 0.32.2 whose generation thread died at load: ``/health`` 503, no
-    models, completions 404 at once; the process stays alive (FC-07)."""
-
-
-@attrs.frozen(kw_only=True)
-class BindBeyondLoopback:
-    """The server also listens on ``host`` (all interfaces by default), port ``port``
-    (None: a free one chosen when the timeline is applied): FC-15."""
-
-    host: str = "0.0.0.0"
-    port: int | None = attrs.field(
-        default=None,
-        validator=attrs.validators.optional([attrs.validators.ge(1), attrs.validators.le(65535)]),
-    )
-
-
-@attrs.frozen(kw_only=True)
-class ImpostorOnPort:
-    """Whatever answers on the port serves ``model``, not the one it was asked to
-    (``/v1/models`` id and ``/props`` ``model_path``): a foreign server (FC-14)."""
-
-    model: str = "someone-else.gguf"
-
-
-@attrs.frozen(kw_only=True)
-class ListenLate:
-    """Connections are refused for ``after_s`` seconds after start (not listening yet)."""
-
-    after_s: float = attrs.field(validator=_non_negative)
-
-
-@attrs.frozen(kw_only=True)
-class ForkedChild:
-    """The server forks a child that stays alive in its process group, holding its
-    listening sockets (the wrapper that does not ``exec``: FC-12)."""
-
-
-# --- the Ollama fake -----------------------------------------------------------------------
-
-
-@attrs.frozen(kw_only=True)
-class LoadTimeout:
-    """Every load fails after ``after_s`` seconds with HTTP 500 and Ollama's runner
-    timeout (FC-19); nothing is loaded."""
-
-    after_s: float = attrs.field(default=0.0, validator=_non_negative)
-    message: str = RUNNER_TIMEOUT
-
-
-@attrs.frozen(kw_only=True)
-class SlowLoad:
-    """Every load takes ``for_s`` seconds; a client that hangs up first aborts it (FC-18)."""
-
-    for_s: float = attrs.field(validator=_non_negative)
-
-
-@attrs.frozen(kw_only=True)
-class UnloadLingers:
-    """An unloaded model stays in ``/api/ps`` for ``for_s`` seconds (FC-21)."""
-
-    for_s: float = attrs.field(validator=_non_negative)
-
-
-@attrs.frozen(kw_only=True)
-class ForeignModelLoaded:
-    """``model`` was loaded by someone else before the fake started, kept forever."""
-
-    model: str
-
-
-@attrs.frozen(kw_only=True)
-class ForeignKeepAlive:
-    """``after_s`` seconds after the fake started, a foreign client asks for ``model`` with
-    its own ``keep_alive`` (``"5m"``): the expiry in ``/api/ps`` changes (FC-20). Played
-    by the process fixture from outside, as a real foreign client would."""
-
-    model: str = "tiny:latest"
-    keep_alive: str | int = "5m"
-    after_s: float = attrs.field(default=0.0, validator=_non_negative)
-
-
-ServerStep: TypeAlias = (
-    Status503
-    | HealthLies
-    | Hang
-    | CrashAt
-    | SlowFirstToken
-    | IgnoreSigterm
-    | DeadGenerator
-    | BindBeyondLoopback
-    | ImpostorOnPort
-    | ListenLate
-    | ForkedChild
-)
-OllamaStep: TypeAlias = (
-    LoadTimeout | SlowLoad | UnloadLingers | ForeignModelLoaded | ForeignKeepAlive
-)
-Step: TypeAlias = ServerStep | OllamaStep
-
-SERVER_STEPS: tuple[type[ServerStep], ...] = ServerStep.__args__
-OLLAMA_STEPS: tuple[type[OllamaStep], ...] = OllamaStep.__args__
+from ._steps import OLLAMA_STEPS as OLLAMA_STEPS
+from ._steps import RUNNER_TIMEOUT as RUNNER_TIMEOUT
+from ._steps import SERVER_STEPS as SERVER_STEPS
+from ._steps import BindBeyondLoopback as BindBeyondLoopback
+from ._steps import CrashAt as CrashAt
+from ._steps import DeadGenerator as DeadGenerator
+from ._steps import FakeKind as FakeKind
+from ._steps import ForeignKeepAlive as ForeignKeepAlive
+from ._steps import ForeignModelLoaded as ForeignModelLoaded
+from ._steps import ForkedChild as ForkedChild
+from ._steps import Hang as Hang
+from ._steps import HealthLies as HealthLies
+from ._steps import IgnoreSigterm as IgnoreSigterm
+from ._steps import ImpostorOnPort as ImpostorOnPort
+from ._steps import ListenLate as ListenLate
+from ._steps import LoadTimeout as LoadTimeout
+from ._steps import OllamaStep as OllamaStep
+from ._steps import ServerStep as ServerStep
+from ._steps import SlowFirstToken as SlowFirstToken
+from ._steps import SlowLoad as SlowLoad
+from ._steps import Status503 as Status503
+from ._steps import Step as Step
+from ._steps import UnloadLingers as UnloadLingers
 
 
 @attrs.frozen
 class Timeline:
     """The steps of one incident, in the order they are told (each keeps its own clock).
 
-    Build one with ``Timeline.of(step, ...)``; an empty timeline injects nothing.
+    Build one with ``Timeline.of(step, ...)``; an empty timeline injects nothing. A fault
+    appears once (`ForeignKeepAlive` and `ForeignModelLoaded` of different models may
+    repeat; `CrashAt` once on a request and once after a time): two that contradict
+    raise InvalidConfig naming the second, e.g. ``$.steps[1]: Status503 contradicts
+    $.steps[0]``.
     """
 
     steps: tuple[Step, ...] = ()
+
+    def __attrs_post_init__(self) -> None:
+        _check_no_contradiction(self.steps)
 
     @classmethod
     def of(cls, *steps: Step) -> Timeline:
@@ -223,34 +82,112 @@ class Timeline:
             raise InvalidConfig("a timeline mixes server and Ollama steps: split it in two")
         return "server" if server else "ollama" if ollama else "none"
 
+    def played_by(self, kind: FakeKind) -> Timeline:
+        """The steps the fake of ``kind`` can play (see `players`), the others left out."""
+        return Timeline(tuple(step for step in self.steps if kind in players(step)))
+
     def server_faults(self, flavor: Flavor = "llamacpp") -> FakeServerFaults:
         """The fake server's faults for these steps (a `BindBeyondLoopback` without a port
         gets a free one now). Raises InvalidConfig naming a step the fake of ``flavor``
-        cannot play, or two steps that contradict each other."""
-        fields: dict[str, object] = {}
-        for step in self.steps:
-            for name, value in _server_fields(step, flavor).items():
-                if name in fields and fields[name] != value:
-                    raise InvalidConfig(f"{_name(step)} contradicts an earlier step ({name})")
-                fields[name] = value
+        cannot play."""
+        fields = _merged(("", step, _server_fields(step, flavor)) for step in self.steps)
+        if fields.get("extra_host") is not None and fields.get("extra_port") is None:
+            fields["extra_port"] = _free_port(str(fields["extra_host"]))
         try:
-            return FakeServerFaults(**fields)  # type: ignore[arg-type]
+            return FakeServerFaults(**fields)
         except ValueError as error:
             raise InvalidConfig(f"timeline: {error}") from None
 
     def ollama_config(self, models: tuple[str, ...] = ("tiny:latest",)) -> FakeOllamaConfig:
         """The fake Ollama's configuration for these steps, serving ``models``. Raises
-        InvalidConfig for a server step."""
-        fields: dict[str, Any] = {"models": models}
+        InvalidConfig for a server step, or a `ForeignModelLoaded` or `ForeignKeepAlive` of a
+        model not among ``models`` (a real Ollama cannot load a model it has not pulled)."""
+        fields = _merged(("", step, _ollama_fields(step)) for step in self.steps)
         for step in self.steps:
-            fields |= _ollama_fields(step)
+            if isinstance(step, ForeignModelLoaded | ForeignKeepAlive):
+                check_pulled(step.model, models, _name(step))
         preloaded = tuple(s.model for s in self.steps if isinstance(s, ForeignModelLoaded))
-        return FakeOllamaConfig(**(fields | {"preloaded": preloaded}))
+        return FakeOllamaConfig(**(fields | {"models": models, "preloaded": preloaded}))
 
     def foreign_keep_alives(self) -> tuple[ForeignKeepAlive, ...]:
         """The steps a process fixture plays from outside, by their time."""
         found = [step for step in self.steps if isinstance(step, ForeignKeepAlive)]
         return tuple(sorted(found, key=lambda step: step.after_s))
+
+
+def players(step: Step) -> tuple[FakeKind, ...]:
+    """The fakes that can play ``step``: `Status503` only llama-server (mlx_lm.server answers
+    200 while loading), `DeadGenerator` only mlx_lm.server, the other server steps both,
+    the Ollama steps the fake Ollama."""
+    if isinstance(step, OLLAMA_STEPS):
+        return ("ollama",)
+    if isinstance(step, Status503):
+        return ("llamacpp",)
+    if isinstance(step, DeadGenerator):
+        return ("mlx",)
+    return ("llamacpp", "mlx")
+
+
+def check_pulled(model: str, models: tuple[str, ...], what: str = "the model") -> None:
+    """Raise InvalidConfig unless ``model`` is one of the pulled ``models`` (Ollama's names:
+    ``"tiny"`` is ``"tiny:latest"``)."""
+    if not any(same_ollama_name(model, pulled) for pulled in models):
+        raise InvalidConfig(
+            f"{what}: model {model!r} is not pulled in the fake Ollama (pulled: "
+            f"{', '.join(models) or 'none'}), so no client can load it"
+        )
+
+
+def _once_key(step: Step) -> object:
+    """Steps with the same key contradict each other (None: the step may repeat)."""
+    match step:
+        case ForeignKeepAlive():
+            return None
+        case ForeignModelLoaded(model=model):
+            return (ForeignModelLoaded, model)
+        case CrashAt(request=request):
+            return (CrashAt, request is None)
+    return type(step)
+
+
+def _check_no_contradiction(steps: tuple[Step, ...]) -> None:
+    seen: dict[object, int] = {}
+    for index, step in enumerate(steps):
+        key = _once_key(step)
+        if key is not None and key in seen:
+            raise InvalidConfig(
+                f"$.steps[{index}]: {_name(step)} contradicts $.steps[{seen[key]}] (a timeline "
+                "plays each fault once)"
+            )
+        if key is not None:
+            seen[key] = index
+    for kind in ("llamacpp", "mlx", "ollama"):
+        _merged(
+            (f"$.steps[{index}]", step, _fields(step, kind))
+            for index, step in enumerate(steps)
+            if kind in players(step)
+        )
+
+
+def _fields(step: Step, kind: str) -> dict[str, object]:
+    if kind == "ollama":
+        return _ollama_fields(step)
+    return _server_fields(step, "mlx" if kind == "mlx" else "llamacpp")
+
+
+def _merged(found: Iterable[tuple[str, Step, dict[str, object]]]) -> dict[str, Any]:
+    """The fields of every step (found as ``(where, step, fields)``), refusing two steps
+    that set one field differently."""
+    fields: dict[str, object] = {}
+    first: dict[str, str] = {}
+    for where, step, values in found:
+        for name, value in values.items():
+            if name in fields and fields[name] != value:
+                said = f"{_name(step)} contradicts {first[name] or 'an earlier step'} ({name})"
+                raise InvalidConfig(f"{where}: {said}" if where else said)
+            fields[name] = value
+            first.setdefault(name, where)
+    return fields
 
 
 def _name(step: object) -> str:
@@ -283,7 +220,7 @@ def _server_fields(step: Step, flavor: Flavor) -> dict[str, object]:
                 raise InvalidConfig("DeadGenerator is an mlx_lm.server fault: use flavor 'mlx'")
             return {"dead_generator": True}
         case BindBeyondLoopback(host=host, port=port):
-            return {"extra_host": host, "extra_port": port or _free_port(host)}
+            return {"extra_host": host, "extra_port": port}
         case ImpostorOnPort(model=model):
             return {"impostor": model}
         case ListenLate(after_s=after_s):

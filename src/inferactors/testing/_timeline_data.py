@@ -14,7 +14,9 @@ The form (TOML shown; JSON is the same tree)::
 ``crash_at``; `FAULT_NAMES` lists them); the other keys are the step's fields. Each step
 goes through inferactors' one cattrs converter (strict types, unknown keys refused), so bad
 input raises `InvalidConfig` whose message starts with the path of the field, e.g.
-``$.steps[1].request: expected int, got string``.
+``$.steps[1].request: expected int, got string`` or ``$.steps[0].for_s: must be >= 0, got
+-1.0``; two steps that contradict name the second (``$.steps[1]: Status503 contradicts
+$.steps[0] ...``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 from .._config.convert_hooks import converter, describe_error
 from .._errors import InvalidConfig
+from ._step_checks import StepFieldError
 from ._timeline import OLLAMA_STEPS, SERVER_STEPS, Step, Timeline
 
 
@@ -98,6 +101,20 @@ def _step(item: object, path: str) -> Step:
     try:
         step: Step = converter.structure(fields, kind)
     except Exception as error:
+        own = _own_check(error)
+        if own is not None:  # one of the step's own checks (``_step_checks``)
+            where = path if own.field is None else f"{path}.{own.field}"
+            raise InvalidConfig(f"{where}: {own.reason}") from None
         lines = describe_error(error, path)
         raise InvalidConfig("; ".join(lines)) from None
     return step
+
+
+def _own_check(error: BaseException) -> StepFieldError | None:
+    """The `StepFieldError` in ``error`` (the converter wraps it in an exception group)."""
+    if isinstance(error, StepFieldError):
+        return error
+    for inner in error.exceptions if isinstance(error, BaseExceptionGroup) else ():
+        if (found := _own_check(inner)) is not None:
+            return found
+    return None

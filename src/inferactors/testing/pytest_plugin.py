@@ -15,7 +15,9 @@ lists its fixtures:
   ``@pytest.mark.trio`` or ``trio_mode = true``).
 
 The faults a fixture's fake plays come from the test's ``inferactors_faults`` marker: steps,
-a `Timeline`, or a field case id::
+a `Timeline`, a field case id, or timeline data (``{"steps": [...]}``). When a test uses
+several fakes, each plays the steps it can; a step none of them can play is an error that
+names the fixture that would::
 
     @pytest.mark.inferactors_faults(Status503(for_s=1.0), CrashAt(request=3))
     def test_retries(fake_llama_server): ...
@@ -26,7 +28,7 @@ a `Timeline`, or a field case id::
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +36,13 @@ import attrs
 import pytest
 
 from .._actors.runtime import InferRuntime
+from .._errors import InvalidConfig
 from ._fake_faults import Flavor
 from ._fake_processes import FakeOllamaServer, FakeServer, start_fake_ollama, start_fake_server
 from ._field_cases import field_case
 from ._runtime_kit import RuntimeKit
-from ._timeline import Timeline
+from ._timeline import FakeKind, Timeline, players
+from ._timeline_data import timeline_from_data
 from ._tiny_mlx import write_tiny_mlx
 from ._tiny_models import write_tiny_gguf
 from ._workspace import Workspace
@@ -51,13 +55,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         f"{MARKER}(*steps): the faults inferactors' fake servers play in this test: "
-        "steps (Status503(for_s=5.0), CrashAt(request=3), ...), a Timeline, or a field case "
-        'id ("FC-07")',
+        "steps (Status503(for_s=5.0), CrashAt(request=3), ...), a Timeline, a field case "
+        'id ("FC-07") or timeline data ({"steps": [...]}); with several fake fixtures, each '
+        "plays the steps it can",
     )
 
 
 def marked_timeline(node: pytest.Item | pytest.Collector | Any) -> Timeline:
-    """The timeline of the closest ``inferactors_faults`` marker, or an empty one."""
+    """The timeline of the closest ``inferactors_faults`` marker, or an empty one. Its
+    arguments are steps, `Timeline` values, field case ids and timelines as data (a mapping
+    ``{"steps": [...]}``, read by `timeline_from_data`). Raises InvalidConfig for bad data
+    or steps that contradict."""
     marker = node.get_closest_marker(MARKER) if node is not None else None
     if marker is None:
         return Timeline()
@@ -67,9 +75,41 @@ def marked_timeline(node: pytest.Item | pytest.Collector | Any) -> Timeline:
             steps.extend(field_case(arg).steps)
         elif isinstance(arg, Timeline):
             steps.extend(arg.steps)
+        elif isinstance(arg, Mapping):
+            steps.extend(timeline_from_data(arg).steps)
         else:
             steps.append(arg)
     return Timeline(tuple(steps))
+
+
+PLAYERS: dict[str, FakeKind] = {
+    "fake_llama_server": "llamacpp",
+    "fake_mlx_server": "mlx",
+    "fake_ollama": "ollama",
+    "inferactors_runtime": "llamacpp",
+}
+"""The fixtures that play the marker, and the fake each one runs."""
+
+_FIXTURE_OF: dict[FakeKind, str] = {"llamacpp": "fake_llama_server", "mlx": "fake_mlx_server"}
+_FIXTURE_OF["ollama"] = "fake_ollama"
+
+
+def timeline_for(request: pytest.FixtureRequest, kind: FakeKind) -> Timeline:
+    """The steps of the test's marker that the fake of ``kind`` plays. In a test with more
+    than one fake fixture, each plays the steps it can (`LoadTimeout` goes to
+    ``fake_ollama``, `Status503` to ``fake_llama_server``). Raises InvalidConfig naming a
+    step that no fixture of the test can play, and the fixture that would."""
+    timeline = marked_timeline(request.node)
+    used = {PLAYERS[name] for name in request.fixturenames if name in PLAYERS}
+    for step in timeline.steps:
+        if not used & set(players(step)):
+            mine = ", ".join(sorted(n for n in request.fixturenames if n in PLAYERS))
+            wanted = " or ".join(_FIXTURE_OF[kind] for kind in players(step))
+            raise InvalidConfig(
+                f"{MARKER}: {step!r} is played by {wanted}, which this test does not use "
+                f"(it uses {mine}): request {wanted} instead"
+            )
+    return timeline.played_by(kind)
 
 
 @attrs.define(eq=False)
@@ -128,13 +168,13 @@ def fake_llama_server(inferactors_fakes: Fakes, request: pytest.FixtureRequest) 
     """A fake llama-server, a real process on a free 127.0.0.1 port, playing the test's
     ``inferactors_faults`` marker. Has ``base_url``, ``port``, ``pid``, ``requests()``,
     ``stop()`` and ``restart(timeline)``; killed after the test."""
-    return inferactors_fakes.llama(marked_timeline(request.node))
+    return inferactors_fakes.llama(timeline_for(request, "llamacpp"))
 
 
 @pytest.fixture
 def fake_mlx_server(inferactors_fakes: Fakes, request: pytest.FixtureRequest) -> FakeServer:
     """A fake mlx_lm.server (0.32.2) serving ``tiny-mlx``, as `fake_llama_server`."""
-    return inferactors_fakes.mlx(marked_timeline(request.node))
+    return inferactors_fakes.mlx(timeline_for(request, "mlx"))
 
 
 @pytest.fixture
@@ -143,7 +183,7 @@ def fake_ollama(inferactors_fakes: Fakes, request: pytest.FixtureRequest) -> Fak
     port, playing the test's ``inferactors_faults`` marker (`LoadTimeout`, `SlowLoad`,
     `UnloadLingers`, `ForeignModelLoaded`, `ForeignKeepAlive`). Has ``base_url``, ``port``,
     ``pid``, ``foreign_keep_alive(model, keep_alive)``, ``stop()``, ``restart(timeline)``."""
-    return inferactors_fakes.ollama(marked_timeline(request.node))
+    return inferactors_fakes.ollama(timeline_for(request, "ollama"))
 
 
 @pytest.fixture(scope="session")
@@ -191,5 +231,5 @@ async def inferactors_runtime(
     the test's ``inferactors_faults`` marker; load ``inferactors_kit.spec()``. Async: the
     test must run under trio (pytest-trio: ``@pytest.mark.trio`` or ``trio_mode = true``).
     Every server is stopped after the test."""
-    async with inferactors_kit.runtime(marked_timeline(request.node)) as runtime:
+    async with inferactors_kit.runtime(timeline_for(request, "llamacpp")) as runtime:
         yield runtime

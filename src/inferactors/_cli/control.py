@@ -1,0 +1,229 @@
+"""The commands that talk to a running ``inferactors run``: ``status``, ``start``, ``stop``,
+``restart``, ``logs``, ``events`` and ``reload``, over its control socket
+(``docs/control-api.md``). Each finds the supervisor from the run file or ``--state-dir``.
+A stop is an operator's stop: the server ends with reason ``requested`` and is not
+restarted until started again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import typing
+from collections.abc import Callable, Iterable
+from typing import Any, TypeAlias
+
+from .._config.convert_hooks import converter
+from .._errors import one_line
+from .._events import Event
+from .control_client import (
+    EXIT_BAD_INPUT,
+    ControlClient,
+    ControlError,
+    add_target_arguments,
+    socket_of,
+)
+from .output import describe_event
+
+EXIT_STATUSES = """exit status:
+  0  done
+  1  the supervisor answered with an error (unknown instance, refused, failed)
+  2  bad arguments or run file (reload: the run file is invalid; nothing changed)
+  3  no supervisor is running (no control socket, or nothing answers on it)"""
+
+Command = Callable[[ControlClient, argparse.Namespace], int]
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def register_control_commands(subparsers: Subparsers) -> None:
+    """Register ``status``, ``start``, ``stop``, ``restart``, ``logs``, ``events``, ``reload``."""
+    status = _add(subparsers, "status", "show every instance of a running supervisor", _status)
+    status.add_argument("--json", action="store_true", help="print the instances as JSON")
+    for verb, what in [
+        ("start", "start one instance (also one that was held down or stopped)"),
+        ("stop", "stop one instance; it is not restarted until started again"),
+        ("restart", "stop one instance and start it again"),
+    ]:
+        command = _add(subparsers, verb, what, _instance_command(verb), named=True)
+        command.set_defaults(verb=verb)
+    logs = _add(subparsers, "logs", "print one instance's server output", _logs, named=True)
+    logs.add_argument("-n", "--lines", type=int, default=100, help="lines of the tail (100)")
+    logs.add_argument("-f", "--follow", action="store_true", help="then print new lines")
+    events = _add(subparsers, "events", "print the supervisor's recent events", _events)
+    events.add_argument("-n", "--count", type=int, default=20, help="recent events (20)")
+    events.add_argument("-f", "--follow", action="store_true", help="then print new ones")
+    events.add_argument("--json", action="store_true", help="print NDJSON as received")
+    _add(subparsers, "reload", "re-read the run file; restart only what changed", _reload)
+
+
+def _add(
+    subparsers: Subparsers, name: str, summary: str, command: Command, named: bool = False
+) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        name,
+        help=summary,
+        description=f"{summary[0].upper()}{summary[1:]}.",
+        epilog=EXIT_STATUSES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    if named:
+        parser.add_argument("name", help="the instance's name (its role in the run file)")
+    add_target_arguments(parser)
+    parser.set_defaults(func=lambda args: _run(name, command, args))
+    return parser
+
+
+def _run(name: str, command: Command, args: argparse.Namespace) -> int:
+    """Run ``command`` against the supervisor; errors become one line and an exit status.
+    Ctrl-C (while following) ends it quietly with 0."""
+    try:
+        client = ControlClient.open(socket_of(args))
+        try:
+            return command(client, args)
+        finally:
+            client.close()
+    except ControlError as error:
+        print(one_line(f"inferactors {name}: {error}"), file=sys.stderr)
+        return error.exit_status
+    except (KeyboardInterrupt, BrokenPipeError):
+        return 0
+
+
+def _status(client: ControlClient, args: argparse.Namespace) -> int:
+    views = client.get("/v1/instances")["instances"]
+    if args.json:
+        print(json.dumps(views, indent=2))
+    else:
+        print(status_table(views))
+    return 0
+
+
+def _instance_command(verb: str) -> Command:
+    def command(client: ControlClient, args: argparse.Namespace) -> int:
+        view = client.post(f"/v1/instances/{args.name}/{verb}")
+        print(f"{view['name']}: {_state_words(view)}")
+        return 0
+
+    return command
+
+
+def _logs(client: ControlClient, args: argparse.Namespace) -> int:
+    params: dict[str, str | int] = {"lines": max(args.lines, 0)}
+    if args.follow:
+        params["follow"] = 1
+    for line in client.lines(f"/v1/instances/{args.name}/logs", **params):
+        print(log_line(line), flush=True)
+    return 0
+
+
+def _events(client: ControlClient, args: argparse.Namespace) -> int:
+    params: dict[str, str | int] = {"since": max(args.count, 0)}
+    if args.follow:
+        params["follow"] = 1
+    for item in client.lines("/v1/events", **params):
+        print(json.dumps(item) if args.json else event_line(item), flush=True)
+    return 0
+
+
+def _reload(client: ControlClient, args: argparse.Namespace) -> int:
+    try:
+        result = client.post("/v1/reload")
+    except ControlError as error:
+        if error.exit_status == EXIT_BAD_INPUT:
+            raise ControlError(f"the run file is invalid; nothing changed: {error}", 2) from None
+        raise
+    print(reload_words(result))
+    return 0
+
+
+# ---- formatting ------------------------------------------------------------------------
+
+
+def status_table(views: Iterable[dict[str, Any]]) -> str:
+    """The instances as a table: NAME, MODE, STATE, PID, UPTIME, RESTARTS, DETAIL."""
+    header = ("NAME", "MODE", "STATE", "PID", "UPTIME", "RESTARTS", "DETAIL")
+    rows = [header] + [_cells(view) for view in views]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def _cells(view: dict[str, Any]) -> tuple[str, ...]:
+    status = view["status"]
+    pid = status.get("pid")
+    return (
+        view["name"],
+        view["mode"],
+        status["state"],
+        "-" if pid is None else str(pid),
+        duration(status.get("uptime_s")),
+        str(status.get("restarts", 0)),
+        _detail(view),
+    )
+
+
+def _detail(view: dict[str, Any]) -> str:
+    if view.get("refused"):
+        return f"refused: {view['refused']}"
+    status = view["status"]
+    words = [status.get("detail")]
+    if status["state"] == "exited" and status.get("stop_reason"):
+        words.append(f"reason: {status['stop_reason']}")
+    words.append(status.get("supervision"))
+    return one_line("; ".join(word for word in words if word), 200)
+
+
+def duration(seconds: float | None) -> str:
+    """``-``, ``42s``, ``3m05s`` or ``2h07m``."""
+    if seconds is None:
+        return "-"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def _state_words(view: dict[str, Any]) -> str:
+    status = view["status"]
+    words = status["state"]
+    if status.get("pid") is not None:
+        words += f", pid {status['pid']}"
+    detail = _detail(view)
+    return f"{words} ({detail})" if detail else words
+
+
+def log_line(line: dict[str, Any]) -> str:
+    """``2025-06-01T12:00:00.123 stderr 4242  <text>``: local time, stream, pid, text."""
+    at = datetime.datetime.fromtimestamp(float(line["at"])).isoformat(timespec="milliseconds")
+    return f"{at} {line['stream']} {line['pid']}  {line['text']}"
+
+
+_EVENT_TYPES: dict[str, type[Any]] = {cl.__name__: cl for cl in typing.get_args(Event)}
+
+
+def event_line(item: dict[str, Any]) -> str:
+    """An event as the supervisor prints it, or its JSON when this CLI does not know it."""
+    fields = {key: value for key, value in item.items() if key != "type"}
+    cl = _EVENT_TYPES.get(str(item.get("type")))
+    event: Event | None = None
+    try:
+        event = converter.structure(fields, cl) if cl is not None else None
+    except Exception:  # a newer supervisor's fields: show what came
+        pass
+    return json.dumps(item) if event is None else describe_event(event)
+
+
+def reload_words(result: dict[str, list[str]]) -> str:
+    """What a reload did, one line per kind of change (``nothing changed`` when none)."""
+    kinds = ("added", "removed", "changed", "revived")
+    lines = [f"{kind}: {', '.join(result[kind])}" for kind in kinds if result.get(kind)]
+    if not lines:
+        return f"nothing changed ({len(result.get('unchanged', []))} instance(s) unchanged)"
+    unchanged = result.get("unchanged", [])
+    return "\n".join([*lines, f"unchanged: {', '.join(unchanged) or '-'}"])

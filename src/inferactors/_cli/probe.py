@@ -1,0 +1,83 @@
+"""``inferactors probe livez|readyz|readyz/NAME``: a container probe that asks a running
+supervisor's control socket, for an exec probe (``contrib/kubernetes/deployment.yaml``).
+
+A kubelet's httpGet probe connects to the pod's IP, never to its loopback, so it cannot
+reach the control API (a Unix socket, or an optional loopback TCP port); an exec probe
+runs this command instead. It sends one ``GET /livez``, ``/readyz`` or ``/readyz/NAME``
+to the supervisor found from the run file or ``--state-dir`` and prints the answer.
+
+exit status:
+  0  the supervisor answered 200 (alive; ready)
+  1  it answered anything else (503: not alive, not ready) or not within --timeout
+  2  bad arguments or run file
+  3  no supervisor is running (no control socket, or nothing answers on it)
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+import httpx
+
+from .._errors import one_line
+from .control_client import (
+    EXIT_ERROR,
+    EXIT_NO_SUPERVISOR,
+    ControlClient,
+    ControlError,
+    add_target_arguments,
+    socket_of,
+)
+
+DEFAULT_TIMEOUT_S = 4.0
+_ENDPOINT = re.compile(r"livez|readyz(/[^/\s]+)?")
+
+
+def _endpoint(text: str) -> str:
+    if not _ENDPOINT.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"expected livez, readyz or readyz/NAME, got {text!r}")
+    return text
+
+
+def add_probe_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``inferactors probe``."""
+    parser = subparsers.add_parser(
+        "probe",
+        help="ask a running supervisor /livez or /readyz (for container exec probes)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "endpoint", type=_endpoint, metavar="livez|readyz|readyz/NAME", help="which probe"
+    )
+    add_target_arguments(parser)
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"seconds to wait for the answer (default {DEFAULT_TIMEOUT_S})",
+    )
+    parser.set_defaults(func=probe)
+
+
+def probe(args: argparse.Namespace) -> int:
+    """Entry point of ``inferactors probe``; returns the exit status."""
+    try:
+        client = ControlClient.open(socket_of(args))
+    except ControlError as error:
+        print(one_line(str(error)), file=sys.stderr)
+        return error.exit_status
+    try:
+        reply = client.http.get(f"/{args.endpoint}", timeout=args.timeout)
+    except httpx.ConnectError:
+        print(f"no supervisor is running (nothing answers at {client.path})", file=sys.stderr)
+        return EXIT_NO_SUPERVISOR
+    except httpx.HTTPError as error:
+        print(one_line(f"inferactors probe: /{args.endpoint}: {error!r}"), file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        client.close()
+    print(one_line(f"{reply.status_code} {reply.text.strip()}"))
+    return 0 if reply.status_code == 200 else EXIT_ERROR

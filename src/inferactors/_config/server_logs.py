@@ -1,0 +1,41 @@
+"""How much of a managed server's output is kept: `ServerLogs` (``[managed.logs]``).
+
+A pure value with ``validate()``, like the rest of `_config`. The ring and the file it
+describes are ``_edges/log_ring.py``.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from .._errors import InvalidConfig
+
+MAX_RING_LINES = 1_000_000
+"""The most lines a ring may be asked to keep (about 200 MB of typical server lines)."""
+
+
+@attrs.frozen
+class ServerLogs:
+    """The output kept of each managed server, per instance.
+
+    Attributes:
+        lines: how many of its last stdout and stderr lines are kept in memory, across its
+            restarts (1 to `MAX_RING_LINES`; default 1000).
+        file_bytes: when above 0, the lines are also written to
+            ``<data_root>/logs/<instance id>.log``, rotated once it reaches this many bytes
+            (default 0: no file).
+        file_count: how many rotated files are kept beside it (``.log.1`` ...; default 3).
+    """
+
+    lines: int = 1000
+    file_bytes: int = 0
+    file_count: int = 3
+
+    def validate(self, field: str = "managed.logs") -> None:
+        """Raise `InvalidConfig` naming the field for a bad value."""
+        if not 1 <= self.lines <= MAX_RING_LINES:
+            raise InvalidConfig(f"{field}.lines must be 1..{MAX_RING_LINES}, got {self.lines}")
+        if self.file_bytes < 0:
+            raise InvalidConfig(f"{field}.file_bytes must not be negative, got {self.file_bytes}")
+        if self.file_count < 1:
+            raise InvalidConfig(f"{field}.file_count must be at least 1, got {self.file_count}")

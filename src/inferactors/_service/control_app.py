@@ -1,0 +1,282 @@
+"""The control API: a starlette app over a `Fleet` (``docs/control-api.md``).
+
+Routes, all JSON through the one converter (`inferactors._config.convert_api`)::
+
+    GET  /v1/instances                     {"instances": [InstanceView, ...]}
+    GET  /v1/instances/{name}              InstanceView
+    POST /v1/instances/{name}/start        InstanceView after      (also stop, restart)
+    GET  /v1/instances/{name}/logs         NDJSON LogLines  ?lines=N (100) &follow=1
+    GET  /v1/events                        NDJSON events    ?since=N (the last N; 20) &follow=1
+    POST /v1/reload                        ReloadResult, or 400 with the config error
+    GET  /metrics                          Prometheus text
+    GET  /livez   /readyz   /readyz/{name} 200 or 503
+
+Errors are ``{"error": {"code": ..., "message": ...}}``: the exception tree's code
+(`inferactors._errors`) with the status of `ERROR_STATUS`; an unknown route is
+``not-found``, a wrong method ``method-not-allowed``, anything unforeseen ``internal``
+(500; the message names only the exception's type). A request that reached the TCP listener
+must carry ``Authorization: Bearer <token>`` when the app was made with a token (401
+``unauthorized`` otherwise); the Unix socket is guarded by its mode and peer credentials
+(`control_server`). A follow stream ends when the client leaves: its subscription is
+closed and no task stays behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, Protocol
+
+import trio
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .._config.convert_api import api_data, event_data
+from .._edges.log_ring import LogLine
+from .._errors import (
+    AdmissionRefused,
+    InferactorsError,
+    InvalidConfig,
+    InvalidState,
+    ModelError,
+    UnknownInstance,
+    Unsupported,
+)
+from .._events import Event
+from .._status import InstanceState
+from .views import InstanceView, ReloadResult
+
+LIVE_DEADLINE_S = 2.0
+"""How long ``/livez`` waits for every runtime's actor tree to answer, float seconds."""
+DEFAULT_LOG_LINES = 100
+DEFAULT_EVENTS = 20
+MAX_LINES = 100_000
+"""The most lines or events one request may ask for (``lines``, ``since``)."""
+NDJSON = "application/x-ndjson"
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+ERROR_STATUS: tuple[tuple[type[InferactorsError], int], ...] = (
+    (UnknownInstance, 404),
+    (InvalidConfig, 400),
+    (InvalidState, 409),
+    (Unsupported, 409),
+    (AdmissionRefused, 409),
+    (ModelError, 409),
+    (InferactorsError, 500),
+)
+"""The HTTP status of each error of the tree (the first class that matches wins)."""
+
+
+class ControlledFleet(Protocol):
+    """What the control API uses of a `Fleet` (the contract's interface, in part)."""
+
+    def views(self) -> tuple[InstanceView, ...]: ...
+    def view(self, name: str) -> InstanceView: ...
+    async def start(self, name: str) -> InstanceView: ...
+    async def stop(self, name: str) -> InstanceView: ...
+    async def restart(self, name: str) -> InstanceView: ...
+    async def reload(self) -> ReloadResult: ...
+    def log_tail(self, name: str, lines: int) -> tuple[LogLine, ...]: ...
+    def follow_logs(
+        self, name: str
+    ) -> contextlib.AbstractContextManager[trio.MemoryReceiveChannel[LogLine]]: ...
+    def recent_events(self, n: int) -> tuple[Event, ...]: ...
+    def follow_events(
+        self,
+    ) -> contextlib.AbstractContextManager[trio.MemoryReceiveChannel[Event]]: ...
+    async def alive(self, deadline_s: float) -> bool: ...
+    def ready(self) -> dict[str, bool]: ...
+    def metrics_text(self) -> bytes: ...
+
+
+def error_body(code: str, message: str) -> dict[str, Any]:
+    """The body of every error answer: ``{"error": {"code": ..., "message": ...}}``."""
+    return {"error": {"code": code, "message": message}}
+
+
+def _error_response(error: InferactorsError) -> JSONResponse:
+    status = next(code for cl, code in ERROR_STATUS if isinstance(error, cl))
+    return JSONResponse(error_body(error.code, str(error)), status_code=status)
+
+
+async def _on_inferactors_error(_: Request, error: Exception) -> Response:
+    assert isinstance(error, InferactorsError)
+    return _error_response(error)
+
+
+async def _on_http_error(_: Request, error: Exception) -> Response:
+    assert isinstance(error, HTTPException)
+    codes = {404: "not-found", 405: "method-not-allowed"}
+    code = codes.get(error.status_code, f"http-{error.status_code}")
+    return JSONResponse(
+        error_body(code, str(error.detail)), status_code=error.status_code, headers=error.headers
+    )
+
+
+async def _on_unforeseen(_: Request, error: Exception) -> Response:
+    message = f"the supervisor failed to answer ({type(error).__name__})"
+    return JSONResponse(error_body("internal", message), status_code=500)
+
+
+def _count(request: Request, key: str, default: int) -> int:
+    """The query parameter ``key`` as a count 0..`MAX_LINES`.
+
+    Raises:
+        InvalidConfig: not a whole number in that range.
+    """
+    text = request.query_params.get(key)
+    if text is None:
+        return default
+    if not text.isdigit() or int(text) > MAX_LINES:
+        raise InvalidConfig(f"{key} must be a whole number from 0 to {MAX_LINES}")
+    return int(text)
+
+
+def _follows(request: Request) -> bool:
+    return request.query_params.get("follow", "0").lower() in ("1", "true", "yes")
+
+
+def _ndjson(item: dict[str, Any]) -> bytes:
+    return json.dumps(item, separators=(",", ":")).encode() + b"\n"
+
+
+class _Routes:
+    """The route handlers, bound to one fleet."""
+
+    def __init__(self, fleet: ControlledFleet, live_deadline_s: float) -> None:
+        self.fleet = fleet
+        self.live_deadline_s = live_deadline_s
+
+    async def instances(self, request: Request) -> Response:
+        return JSONResponse({"instances": [api_data(view) for view in self.fleet.views()]})
+
+    async def instance(self, request: Request) -> Response:
+        return JSONResponse(api_data(self.fleet.view(request.path_params["name"])))
+
+    def command(self, act: Callable[[str], Awaitable[InstanceView]]) -> Callable[..., Any]:
+        async def handle(request: Request) -> Response:
+            return JSONResponse(api_data(await act(request.path_params["name"])))
+
+        return handle
+
+    async def reload(self, request: Request) -> Response:
+        return JSONResponse(api_data(await self.fleet.reload()))
+
+    async def logs(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        self.fleet.view(name)  # UnknownInstance: 404 before any line
+        lines = _count(request, "lines", DEFAULT_LOG_LINES)
+        if not _follows(request):
+            tail = self.fleet.log_tail(name, lines)
+            return Response(b"".join(_ndjson(api_data(line)) for line in tail), media_type=NDJSON)
+        return StreamingResponse(self._follow_logs(name, lines), media_type=NDJSON)
+
+    async def _follow_logs(self, name: str, lines: int) -> AsyncIterator[bytes]:
+        # No checkpoint between the tail and the subscription: no line is missed or doubled.
+        tail = self.fleet.log_tail(name, lines)
+        with self.fleet.follow_logs(name) as channel:
+            yield b"".join(_ndjson(api_data(line)) for line in tail)
+            async for line in channel:
+                yield _ndjson(api_data(line))
+
+    async def events(self, request: Request) -> Response:
+        since = _count(request, "since", DEFAULT_EVENTS)
+        if not _follows(request):
+            recent = self.fleet.recent_events(since)
+            return Response(_event_lines(recent), media_type=NDJSON)
+        return StreamingResponse(self._follow_events(since), media_type=NDJSON)
+
+    async def _follow_events(self, since: int) -> AsyncIterator[bytes]:
+        recent = self.fleet.recent_events(since)
+        with self.fleet.follow_events() as channel:
+            yield _event_lines(recent)
+            async for event in channel:
+                yield _ndjson(event_data(event))
+
+    async def metrics(self, request: Request) -> Response:
+        return Response(self.fleet.metrics_text(), media_type=PROMETHEUS_TEXT)
+
+    async def livez(self, request: Request) -> Response:
+        alive = False
+        with trio.move_on_after(self.live_deadline_s):
+            alive = await self.fleet.alive(self.live_deadline_s)
+        if alive:
+            return PlainTextResponse("ok\n")
+        why = f"not alive: the actor tree did not answer within {self.live_deadline_s:g} s\n"
+        return PlainTextResponse(why, status_code=503)
+
+    async def readyz(self, request: Request) -> Response:
+        not_ready = sorted(name for name, ready in self.fleet.ready().items() if not ready)
+        body = {"ready": not not_ready, "not_ready": not_ready}
+        return JSONResponse(body, status_code=503 if not_ready else 200)
+
+    async def readyz_one(self, request: Request) -> Response:
+        view = self.fleet.view(request.path_params["name"])
+        ready = self.fleet.ready().get(view.name, view.status.state is InstanceState.RUNNING)
+        body = {"name": view.name, "ready": ready, "state": view.status.state.value}
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+
+def _event_lines(events: Iterable[Event]) -> bytes:
+    return b"".join(_ndjson(event_data(event)) for event in events)
+
+
+class BearerOnTcp:
+    """ASGI middleware: a request that came over TCP (its scope names a client address)
+    must carry ``Authorization: Bearer <token>``; Unix-socket requests pass (their scope
+    has no client address). The comparison takes constant time."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("client") is not None:
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                body = error_body("unauthorized", "a bearer token is required on TCP")
+                answer = JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+                await answer(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def control_app(
+    fleet: ControlledFleet, *, token: str | None = None, live_deadline_s: float = LIVE_DEADLINE_S
+) -> ASGIApp:
+    """The control API's ASGI app over ``fleet`` (module docstring).
+
+    Args:
+        fleet: The supervisor's fleet.
+        token: When given, requests over TCP must carry it as a bearer token.
+        live_deadline_s: How long ``/livez`` waits for the actor trees, float seconds.
+    """
+    routes = _Routes(fleet, live_deadline_s)
+    app = Starlette(
+        routes=[
+            Route("/v1/instances", routes.instances),
+            Route("/v1/instances/{name}", routes.instance),
+            Route("/v1/instances/{name}/start", routes.command(fleet.start), methods=["POST"]),
+            Route("/v1/instances/{name}/stop", routes.command(fleet.stop), methods=["POST"]),
+            Route("/v1/instances/{name}/restart", routes.command(fleet.restart), methods=["POST"]),
+            Route("/v1/instances/{name}/logs", routes.logs),
+            Route("/v1/events", routes.events),
+            Route("/v1/reload", routes.reload, methods=["POST"]),
+            Route("/metrics", routes.metrics),
+            Route("/livez", routes.livez),
+            Route("/readyz", routes.readyz),
+            Route("/readyz/{name}", routes.readyz_one),
+        ],
+        exception_handlers={
+            InferactorsError: _on_inferactors_error,
+            HTTPException: _on_http_error,
+            Exception: _on_unforeseen,
+        },
+    )
+    return app if token is None else BearerOnTcp(app, token)

@@ -1,0 +1,132 @@
+"""Tell systemd how the supervisor stands (issue 10 item 8), through a `Notifier`.
+
+`serve_notify` runs beside the `Fleet` in ``inferactors run``:
+
+- ``READY=1`` once `Fleet.settled` is set (every instance reached its first settled state);
+- ``STATUS=3 of 4 running; 1 restarting`` (`status_line`) whenever that line changes,
+  looked at on every event and at least every `STATUS_EVERY_S`;
+- ``WATCHDOG=1`` every ``WATCHDOG_USEC/2`` while `Fleet.alive` answers within half of that
+  period; none while it does not, so systemd's watchdog restarts a stuck supervisor;
+
+and `ServiceNotes.on_note` turns the fleet's `LifecycleNote` milestones into
+``RELOADING=1`` + ``MONOTONIC_USEC=<CLOCK_MONOTONIC µs>`` when a reload begins,
+``READY=1`` when it ends, and ``STOPPING=1`` when the fleet closes.
+
+Without ``NOTIFY_SOCKET`` the notifier is a `NullNotifier` and all of this costs a cached
+status line a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Protocol
+
+import attrs
+import trio
+
+from .._edges.sd_notify import Notifier, monotonic_usec
+from .._events import Event
+from .._policy.service_status import status_line
+from .views import InstanceView, Lifecycle, LifecycleNote
+
+STATUS_EVERY_S = 1.0
+"""The longest a changed ``STATUS=`` line waits without an event, float seconds."""
+
+
+class NotifiedFleet(Protocol):
+    """What the notifier reads of a `Fleet`: cached views, settledness, liveness, events."""
+
+    @property
+    def settled(self) -> trio.Event: ...
+    def views(self) -> tuple[InstanceView, ...]: ...
+    async def alive(self, deadline_s: float) -> bool: ...
+    def follow_events(
+        self,
+    ) -> contextlib.AbstractContextManager[trio.MemoryReceiveChannel[Event]]: ...
+
+
+def fleet_status(views: Sequence[InstanceView]) -> str:
+    """The ``STATUS=`` text for these views (`status_line`)."""
+    return status_line((view.status, view.refused is not None) for view in views)
+
+
+@attrs.define(eq=False)
+class ServiceNotes:
+    """The fleet's milestones as notifications; `on_note` is sync (a callback is fine)."""
+
+    notifier: Notifier
+    fleet: NotifiedFleet
+    _last_status: str | None = None
+
+    def on_note(self, note: LifecycleNote) -> None:
+        """Notify for one milestone: RELOADING=1 with MONOTONIC_USEC, READY=1 after a
+        reload (and at SETTLED), STOPPING=1."""
+        match note.kind:
+            case Lifecycle.SETTLED:
+                self.notifier.notify(READY=1, STATUS=self._status())
+            case Lifecycle.RELOADING:
+                self.notifier.notify(
+                    RELOADING=1, MONOTONIC_USEC=monotonic_usec(), STATUS="reloading"
+                )
+            case Lifecycle.RELOADED:
+                self.notifier.notify(READY=1, STATUS=self._status())
+            case Lifecycle.STOPPING:
+                self.notifier.notify(STOPPING=1, STATUS="stopping")
+
+    def ready(self) -> None:
+        """READY=1 with the current status line."""
+        self.notifier.notify(READY=1, STATUS=self._status())
+
+    def status_if_changed(self) -> None:
+        """STATUS= the current line, unless it was the last one sent."""
+        line = fleet_status(self.fleet.views())
+        if line != self._last_status:
+            self._last_status = line
+            self.notifier.notify(STATUS=line)
+
+    def _status(self) -> str:
+        self._last_status = fleet_status(self.fleet.views())
+        return self._last_status
+
+
+async def serve_notify(
+    notes: ServiceNotes,
+    watchdog_s: float | None,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """READY=1 at settle, STATUS= lines and WATCHDOG=1 pings every ``watchdog_s`` (float
+    seconds, None: no watchdog) until cancelled. Cancelling it sends nothing more."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_ready_when_settled, notes)
+        nursery.start_soon(_follow_status, notes)
+        if watchdog_s is not None:
+            nursery.start_soon(_watchdog, notes.fleet, notes.notifier, watchdog_s)
+        task_status.started()
+
+
+async def _ready_when_settled(notes: ServiceNotes) -> None:
+    await notes.fleet.settled.wait()
+    notes.ready()
+
+
+async def _follow_status(notes: ServiceNotes) -> None:
+    with notes.fleet.follow_events() as events:
+        while True:
+            notes.status_if_changed()
+            with trio.move_on_after(STATUS_EVERY_S):
+                try:
+                    await events.receive()
+                except trio.EndOfChannel:  # the fleet closed: nothing more will change
+                    return
+
+
+async def _watchdog(fleet: NotifiedFleet, notifier: Notifier, period_s: float) -> None:
+    """WATCHDOG=1 every ``period_s`` when every actor tree answered within half of it:
+    a healthy supervisor's pings are at most 1.5 periods (0.75 WatchdogSec) apart."""
+    while True:
+        began = trio.current_time()
+        if await fleet.alive(period_s / 2):
+            notifier.notify(WATCHDOG=1)
+        await trio.sleep_until(began + period_s)

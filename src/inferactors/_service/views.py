@@ -1,0 +1,77 @@
+"""What the `Fleet` shows of itself: `InstanceView`, `ReloadResult` and `LifecycleNote`.
+
+Plain frozen values (no I/O), shared by the control API, the CLI and the systemd notifier.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+from .._status import InstanceStatus
+
+
+@attrs.frozen
+class InstanceView:
+    """One instance as the supervisor last saw it: one row of ``inferactors status``.
+
+    Attributes:
+        name: the instance's name, its ``role`` in the run file (unique per run file).
+        flavor: the flavor's id (``"infer.llamacpp"``, ...).
+        mode: ``"managed"`` or ``"adopted"``.
+        instance_id: the runtime's id for it, or None when it was refused at load.
+        status: the last known status (cached from events; producing it does no I/O).
+        refused: why it was refused at load or start, in words, else None.
+    """
+
+    name: str
+    flavor: str
+    mode: str
+    instance_id: str | None
+    status: InstanceStatus
+    refused: str | None = None
+
+
+@attrs.frozen
+class ReloadResult:
+    """What one reload did, by instance name (each tuple sorted).
+
+    Attributes:
+        added: new in the run file: loaded and started.
+        removed: gone from the run file: stopped and unloaded.
+        changed: their spec, supervision, mode or runtime settings changed (the
+            ``[managed]`` section, ``node_id``, probe timeouts): unloaded, loaded again
+            with the new settings and started.
+        unchanged: left running as they were (same process).
+        revived: unchanged but held down (stopped for exposure or a tampered model, a
+            configuration error, given up, refused at load): loaded again and started.
+    """
+
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+    unchanged: tuple[str, ...] = ()
+    revived: tuple[str, ...] = ()
+
+
+class Lifecycle(enum.Enum):
+    """The supervisor's own milestones, for a service manager (systemd's notify protocol)."""
+
+    SETTLED = "settled"
+    """Every instance reached its first settled state (`Fleet.settled` is set)."""
+    RELOADING = "reloading"
+    """A reload began (after its run file was read and found valid)."""
+    RELOADED = "reloaded"
+    """A reload ended, applied (``detail`` sums it up) or refused (``detail`` says why)."""
+    STOPPING = "stopping"
+    """The fleet is closing: every managed server is being stopped."""
+
+
+@attrs.frozen
+class LifecycleNote:
+    """One milestone: its kind, a one-line status text for people, and the trio time."""
+
+    kind: Lifecycle
+    detail: str
+    at: float

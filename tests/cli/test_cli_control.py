@@ -1,0 +1,163 @@
+"""The control commands (``status``, ``stop``, ``logs``, ...) run as separate processes
+against a real control server (hypercorn on a Unix socket) over a fake fleet: what they
+print, what they send, and their exit statuses."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+
+import pytest
+import trio
+
+from inferactors._errors import InvalidConfig
+from inferactors._events import ProcessExited, StopReason
+from inferactors._service.control_server import control_socket_path, serve_control
+from service.control_support import FakeFleet
+
+
+async def cli(*argv: str) -> subprocess.CompletedProcess[bytes]:
+    return await trio.run_process(
+        [sys.executable, "-m", "inferactors", *argv],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+
+
+@pytest.fixture
+async def fleet(tmp_path: Path, nursery: trio.Nursery) -> FakeFleet:
+    served = FakeFleet()
+    await nursery.start(partial(serve_control, served, state_dir=tmp_path))
+    return served
+
+
+async def test_status_is_a_table_from_another_process(fleet: FakeFleet, tmp_path: Path) -> None:
+    done = await cli("status", "--state-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    header, chat, embed = done.stdout.decode().splitlines()
+    assert header.split() == ["NAME", "MODE", "STATE", "PID", "UPTIME", "RESTARTS", "DETAIL"]
+    assert chat.split() == ["chat", "managed", "running", "101", "12s", "0"]
+    assert embed.split()[:4] == ["embed", "managed", "running", "102"]
+
+
+async def test_status_json(fleet: FakeFleet, tmp_path: Path) -> None:
+    done = await cli("status", "--json", "--state-dir", str(tmp_path))
+    assert b'"name": "chat"' in done.stdout
+    assert b'"pid": 102' in done.stdout
+
+
+async def test_stop_is_sent_for_that_instance_only(fleet: FakeFleet, tmp_path: Path) -> None:
+    done = await cli("stop", "chat", "--state-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"chat: exited (reason: requested)\n"
+    assert fleet.calls == ["stop chat"]
+    assert fleet.instances["embed"].status.pid == 102
+
+
+async def test_a_refused_or_unknown_instance_exits_1(fleet: FakeFleet, tmp_path: Path) -> None:
+    unknown = await cli("restart", "nope", "--state-dir", str(tmp_path))
+    refused = await cli("start", "embed", "--state-dir", str(tmp_path))
+    assert unknown.returncode == 1
+    assert unknown.stderr == b"inferactors restart: no instance named 'nope'\n"
+    assert refused.returncode == 1
+    assert b"already running" in refused.stderr
+
+
+async def test_logs_print_the_tail_with_time_stream_and_pid(
+    fleet: FakeFleet, tmp_path: Path
+) -> None:
+    for text in ("one", "two", "three"):
+        fleet.add_line("chat", text)
+    done = await cli("logs", "chat", "-n", "2", "--state-dir", str(tmp_path))
+    lines = done.stdout.decode().splitlines()
+    assert [line.split("  ", 1)[1] for line in lines] == ["two", "three"]
+    assert lines[0].split()[1:3] == ["stderr", "101"]
+    assert lines[0].startswith("2023-11-14T")
+
+
+async def test_logs_follow_prints_new_lines_and_ctrl_c_ends_it_quietly(
+    fleet: FakeFleet, tmp_path: Path
+) -> None:
+    fleet.add_line("chat", "before the crash")
+    command = [sys.executable, "-m", "inferactors", "logs", "chat", "-f", "--state-dir"]
+    process = await trio.lowlevel.open_process(
+        [*command, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert process.stdout is not None
+    assert process.stderr is not None
+    seen = b""
+    with trio.fail_after(10):
+        while b"before the crash" not in seen:
+            seen += await process.stdout.receive_some()
+        fleet.add_line("chat", "segmentation fault")
+        while b"segmentation fault" not in seen:
+            seen += await process.stdout.receive_some()
+        process.send_signal(signal.SIGINT)
+        assert await process.wait() == 0
+    assert await process.stderr.receive_some() == b""
+    await process.stdout.aclose()
+    await process.stderr.aclose()
+
+
+async def test_events_are_described_as_the_supervisor_prints_them(
+    fleet: FakeFleet, tmp_path: Path
+) -> None:
+    fleet.add_event(
+        ProcessExited("id-chat", 101, 1, None, StopReason.CRASH, 5.0, last_lines=("oom",))
+    )
+    described = await cli("events", "--state-dir", str(tmp_path))
+    raw = await cli("events", "--json", "--state-dir", str(tmp_path))
+    assert described.stdout.decode().splitlines() == [
+        "id-chat  process 101 exited with status 1 (reason: crash)",
+        "    | oom",
+    ]
+    assert raw.stdout.startswith(b'{"type": "ProcessExited"')
+
+
+async def test_reload_prints_what_changed_or_the_config_error_with_2(
+    fleet: FakeFleet, tmp_path: Path
+) -> None:
+    applied = await cli("reload", "--state-dir", str(tmp_path))
+    fleet.reload_error = InvalidConfig("run.toml: $.instances[0].role: required key missing")
+    refused = await cli("reload", "--state-dir", str(tmp_path))
+    assert applied.stdout.decode().splitlines() == [
+        "added: new",
+        "changed: chat",
+        "unchanged: embed",
+    ]
+    assert refused.returncode == 2
+    assert refused.stderr.decode() == (
+        "inferactors reload: the run file is invalid; nothing changed: "
+        "run.toml: $.instances[0].role: required key missing\n"
+    )
+
+
+async def test_the_run_file_finds_the_supervisor_even_when_invalid(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    await nursery.start(partial(serve_control, FakeFleet(), state_dir=tmp_path / "data"))
+    run_file = tmp_path / "run.toml"
+    run_file.write_text('[managed]\ndata_root = "data"\nregistry = "r"\n[[instances]]\nbad = 1\n')
+    done = await cli("status", str(run_file))
+    assert done.returncode == 0, done.stderr
+    assert b"chat" in done.stdout
+
+
+async def test_no_supervisor_exits_3(tmp_path: Path) -> None:
+    missing = await cli("status", "--state-dir", str(tmp_path))
+    with socket.socket(socket.AF_UNIX) as dead:  # a socket nothing listens on
+        dead.bind(str(control_socket_path(tmp_path)))
+    stale = await cli("stop", "chat", "--state-dir", str(tmp_path))
+    both = await cli("status", "run.toml", "--state-dir", str(tmp_path))
+    assert missing.returncode == 3
+    assert missing.stderr.decode() == (
+        f"inferactors status: no supervisor is running (no socket at {tmp_path}/control.sock)\n"
+    )
+    assert stale.returncode == 3
+    assert b"nothing answers at" in stale.stderr
+    assert both.returncode == 2

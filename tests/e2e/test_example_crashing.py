@@ -1,0 +1,94 @@
+"""``examples/crashing.out`` is what ``inferactors run examples/crashing.toml`` prints, and
+the README shows it (issue 9, breaker's part 1: both still showed ``(reason: crash)``, the
+model's path and ``restart budget spent`` long after the code said otherwise).
+
+The example is run for real, as its README paragraph says (the broken file registered with
+``inferactors models add``, the pinned llama-server as ``nobody``); its meaningful lines
+(every line, the server's own included, with times, pids, descriptor numbers, the port and
+backoff delays replaced by placeholders) must be the ones in ``crashing.out``.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+INFERACTORS = Path(sys.executable).with_name("inferactors")
+PINNED = "/var/cache/inferactors/llama-server/llama-cpp-python-0.3.36/bin/llama-server"
+GIVE_UP_S = 60.0
+
+_PLACEHOLDERS = (
+    (re.compile(r"^(?:\d{4}-\d\d-\d\dT)?\d\d:\d\d:\d\d\.\d{3}(?:[+-]\d\d:\d\d  [A-Z]+ *)?  "), ""),
+    (re.compile(r"chat-[0-9a-f]{8}-example"), "chat-<id>-example"),
+    (re.compile(r"process \d+"), "process <pid>"),
+    (re.compile(r"/proc/self/fd/\d+"), "/proc/self/fd/<n>"),
+    (re.compile(r"--alias \S+"), "--alias <file>"),
+    (re.compile(r"--port \d+"), "--port <port>"),
+    (re.compile(r"scheduled in \d+\.\d\d s"), "scheduled in <delay> s"),
+)
+
+
+def meaningful(text: str) -> list[str]:
+    """Every non-empty line of a run's output, its variable parts replaced."""
+    lines = []
+    for line in text.splitlines():
+        for pattern, placeholder in _PLACEHOLDERS:
+            line = pattern.sub(placeholder, line)
+        if line.strip():
+            lines.append(line.rstrip())
+    return lines
+
+
+def example_in(where: Path, llama_server: Path, port: int) -> Path:
+    """crashing.toml and its broken model, set up in ``where`` as the README says."""
+    toml = (EXAMPLES / "crashing.toml").read_text()
+    assert PINNED in toml
+    assert "port = 18123" in toml
+    toml = toml.replace(PINNED, str(llama_server)).replace("port = 18123", f"port = {port}")
+    (where / "crashing.toml").write_text(toml)
+    model = where / "broken.gguf"
+    model.write_bytes(b"this is not a GGUF model\n")
+    model.chmod(0o644)
+    add = [str(INFERACTORS), "models", "add", "broken.gguf", "--name", "broken"]
+    subprocess.run([*add, "--registry", "models.json"], cwd=where, check=True, timeout=60)
+    return where / "crashing.toml"
+
+
+def run_until_gave_up(run_file: Path) -> str:
+    """``inferactors run`` until it gives up, then Ctrl-C; its whole output."""
+    with subprocess.Popen(
+        [str(INFERACTORS), "run", run_file.name],
+        cwd=run_file.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as run:
+        assert run.stdout is not None
+        seen: list[str] = []
+        deadline = time.monotonic() + GIVE_UP_S
+        while time.monotonic() < deadline and not any(" gave up after " in s for s in seen):
+            seen.append(run.stdout.readline())
+        seen.append(run.stdout.readline())  # the state change that follows the give-up
+        run.send_signal(signal.SIGINT)
+        rest, _ = run.communicate(timeout=30)
+    return "".join(seen) + rest
+
+
+def test_crashing_out_is_what_the_example_prints(
+    server_dir: Path, llama_server: Path, free_port: int
+) -> None:
+    shown = (EXAMPLES / "crashing.out").read_text()
+    output = run_until_gave_up(example_in(server_dir, llama_server, free_port))
+    assert meaningful(output) == meaningful(shown), output
+    assert "(reason: start-up failure)" in shown
+    assert "gave up after 1 restart(s): config-error: bad model file: " in shown
+
+
+def test_the_readme_shows_crashing_out() -> None:
+    assert (EXAMPLES / "crashing.out").read_text() in (ROOT / "README.md").read_text()

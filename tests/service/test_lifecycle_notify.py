@@ -1,0 +1,147 @@
+"""What the supervisor tells systemd, and when, on trio's MockClock (issue 10 item 8).
+
+The socket itself is `tests/edges/test_sd_notify.py`'s and a real ``inferactors run``'s
+(`tests/e2e/test_sd_notify_run.py`); here a recording notifier and a stand-in fleet
+pin down the timing: READY=1 only after settle, WATCHDOG=1 every period while the actor
+tree answers and none while it does not, STATUS= only when the line changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import attrs
+import trio
+import trio.testing
+
+from inferactors._edges.sd_notify import monotonic_usec
+from inferactors._events import Event, StateChanged
+from inferactors._service.lifecycle import ServiceNotes, serve_notify
+from inferactors._service.views import InstanceView, Lifecycle, LifecycleNote
+from inferactors._status import InstanceState, InstanceStatus
+
+
+@attrs.define
+class Recorder:
+    """A `Notifier` that keeps (trio time, fields) of every notification."""
+
+    sent: list[tuple[float, dict[str, str | int]]] = attrs.Factory(list)
+
+    def notify(self, **fields: str | int) -> bool:
+        self.sent.append((trio.current_time(), fields))
+        return True
+
+    def times_of(self, key: str) -> list[float]:
+        return [at for at, fields in self.sent if key in fields]
+
+
+def _view(name: str, state: InstanceState) -> InstanceView:
+    detail = "starting: not listening yet" if state is InstanceState.DEGRADED else None
+    status = InstanceStatus(state, detail)
+    return InstanceView(name, "infer.llamacpp", "managed", f"{name}-id", status)
+
+
+@attrs.define
+class StandInFleet:
+    """Views, settledness and an actor tree that answers after ``answer_s`` (None: never)."""
+
+    states: dict[str, InstanceState]
+    answer_s: float | None = 0.01
+    settled: trio.Event = attrs.Factory(trio.Event)
+    send: trio.MemorySendChannel[Event] | None = None
+
+    def views(self) -> tuple[InstanceView, ...]:
+        return tuple(_view(name, state) for name, state in self.states.items())
+
+    async def alive(self, deadline_s: float) -> bool:
+        with trio.move_on_after(deadline_s):
+            await trio.sleep(float("inf") if self.answer_s is None else self.answer_s)
+            return True
+        return False
+
+    @contextlib.contextmanager
+    def follow_events(self) -> Iterator[trio.MemoryReceiveChannel[Event]]:
+        send, receive = trio.open_memory_channel[Event](10)
+        self.send = send
+        with receive:
+            yield receive
+
+
+async def test_ready_only_once_settled_with_the_status_line(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    fleet = StandInFleet({"a": InstanceState.DEGRADED, "b": InstanceState.RUNNING})
+    recorder = Recorder()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_notify, ServiceNotes(recorder, fleet), None)
+        await trio.sleep(5.0)
+        assert recorder.times_of("READY") == []
+        fleet.states["a"] = InstanceState.RUNNING
+        fleet.settled.set()
+        await trio.sleep(0.1)
+        nursery.cancel_scope.cancel()
+    ready = [fields for _, fields in recorder.sent if "READY" in fields]
+    assert ready == [{"READY": 1, "STATUS": "2 of 2 running"}]
+    assert recorder.times_of("READY") == [5.0]
+
+
+async def test_watchdog_pings_every_period_while_the_tree_answers(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    fleet = StandInFleet({"a": InstanceState.RUNNING})
+    recorder = Recorder()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_notify, ServiceNotes(recorder, fleet), 2.0)
+        await trio.sleep(7.0)
+        fleet.answer_s = None  # the actor tree stops answering
+        await trio.sleep(10.0)
+        fleet.answer_s = 0.01
+        await trio.sleep(3.5)
+        nursery.cancel_scope.cancel()
+    pings = [round(at, 2) for at in recorder.times_of("WATCHDOG")]
+    assert pings == [0.01, 2.01, 4.01, 6.01, 18.01, 20.01]
+
+
+async def test_status_is_sent_when_the_line_changes_only(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    fleet = StandInFleet({"a": InstanceState.DEGRADED, "b": InstanceState.DEGRADED})
+    recorder = Recorder()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_notify, ServiceNotes(recorder, fleet), None)
+        await trio.sleep(3.5)
+        fleet.states["a"] = InstanceState.RUNNING
+        assert fleet.send is not None
+        await fleet.send.send(_any_event())
+        await trio.sleep(0.01)
+        status_at = trio.current_time()
+        await trio.sleep(3.0)
+        nursery.cancel_scope.cancel()
+    statuses = [(at, fields["STATUS"]) for at, fields in recorder.sent]
+    assert statuses == [(0.0, "0 of 2 running; 2 starting"), (3.5, "1 of 2 running; 1 starting")]
+    assert status_at == 3.51
+
+
+def _any_event() -> Event:
+    return StateChanged("a-id", InstanceState.DEGRADED, InstanceState.RUNNING, "server up", 0.0)
+
+
+async def test_milestones_become_reloading_ready_and_stopping(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    recorder = Recorder()
+    notes = ServiceNotes(recorder, StandInFleet({"a": InstanceState.RUNNING}))
+    before = monotonic_usec()
+    for kind in (Lifecycle.RELOADING, Lifecycle.RELOADED, Lifecycle.STOPPING):
+        notes.on_note(LifecycleNote(kind, "", 0.0))
+    sent = [fields for _, fields in recorder.sent]
+    assert [tuple(fields) for fields in sent] == [
+        ("RELOADING", "MONOTONIC_USEC", "STATUS"),
+        ("READY", "STATUS"),
+        ("STOPPING", "STATUS"),
+    ]
+    usec = sent[0]["MONOTONIC_USEC"]
+    assert isinstance(usec, int)
+    assert before <= usec <= monotonic_usec()  # CLOCK_MONOTONIC, not trio's clock
+    assert sent[1]["STATUS"] == "1 of 1 running"
