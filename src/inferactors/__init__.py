@@ -86,6 +86,10 @@ from ._policy.probe_parse import ServerReport as ServerReport
 from ._policy.probe_parse import Unhealthy as Unhealthy
 from ._policy.probe_parse import Unreachable as Unreachable
 from ._policy.probe_parse import Up as Up
+from ._service.views import InstanceView as InstanceView
+from ._service.views import Lifecycle as Lifecycle
+from ._service.views import LifecycleNote as LifecycleNote
+from ._service.views import ReloadResult as ReloadResult
 from ._status import InstanceState as InstanceState
 from ._status import InstanceStatus as InstanceStatus
 
@@ -117,10 +121,13 @@ __all__ = [
     "InstanceHandle",
     "InstanceState",
     "InstanceStatus",
+    "InstanceView",
     "InvalidConfig",
     "InvalidState",
     "LatencyClass",
     "Launch",
+    "Lifecycle",
+    "LifecycleNote",
     "Loading",
     "LogLine",
     "ManagedConfig",
@@ -144,6 +151,7 @@ __all__ = [
     "ProcessExited",
     "ProcessStarted",
     "ReapedOrphan",
+    "ReloadResult",
     "RequestRefused",
     "ResolvedModel",
     "RestartFailed",

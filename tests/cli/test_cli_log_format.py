@@ -78,7 +78,7 @@ def test_json_lines_parse_one_object_each_and_arrive_while_it_runs(tmp_path: Pat
         assert stamp.tzinfo is not None
         assert abs(stamp.timestamp() - time.time()) < 120
         assert record["level"] in ("info", "warning")
-        assert record["logger"] == "inferactors.run"
+        assert record["logger"] in ("inferactors.run", "inferactors.control")
     (change,) = [r for r in records if "-> running" in r["msg"]]
     assert change["event"] == "StateChanged"
     assert change["instance"].startswith("chat-")

@@ -71,7 +71,7 @@ def test_silent_servers_are_admitted_side_by_side_not_one_after_another(tmp_path
     assert f"supervising 0 of {SILENT} instance(s)" in line
     # One after another this takes SILENT x PROBE_TIMEOUT_S (12 s); side by side, about one.
     assert took < 3 * PROBE_TIMEOUT_S, took
-    assert process.returncode == 1, rest
+    assert process.returncode == 0, rest  # stopped by SIGINT (the adopted are retried)
 
 
 def test_ctrl_c_in_the_middle_of_start_up_stops_at_once(tmp_path: Path) -> None:

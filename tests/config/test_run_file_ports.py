@@ -34,7 +34,8 @@ def instance(mode: str, runtime: str, port: int | None = None, host: str | None 
     serve += [f'host = "{host}"'] if host is not None else []
     model = 'model = "m"\n' if mode == "managed" else ""
     table = "[instances.serve]\n" + "\n".join(serve) + "\n" if serve else ""
-    return f'\n[[instances]]\nmode = "{mode}"\nrole = "r{next(_ROLES)}"\nruntime = "{runtime}"\n{model}{table}'
+    head = f'\n[[instances]]\nmode = "{mode}"\nrole = "r{next(_ROLES)}"\n'
+    return f'{head}runtime = "{runtime}"\n{model}{table}'
 
 
 def load(*instances: str) -> None:

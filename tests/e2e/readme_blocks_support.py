@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 
 _FENCE = re.compile(r"^```(?P<lang>[\w-]*)\n(?P<text>.*?)^```\s*$", re.M | re.S)
-_STAMP = re.compile(r"^\d\d:\d\d:\d\d\.\d{3}  \S")
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT)?\d\d:\d\d:\d\d\.\d{3}(\+\d\d:\d\d)?  \S")
 
 
 @attrs.frozen

@@ -1,4 +1,5 @@
-"""The README's examples run as shown, and every run file under examples/ loads."""
+"""The README's examples run as shown, every run file under examples/ loads, and every file
+under examples/ is run or parsed by some test (issue 10 item 10)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from e2e.testing_examples_support import NAMES
 from inferactors import load_run_config
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -39,3 +41,20 @@ def test_all_flavors_reach_running_and_pass_deep_health(
 def test_every_example_run_file_loads(run_file: Path) -> None:
     config = load_run_config(run_file)
     assert config.instances, f"{run_file.name} declares no instance"
+
+
+CHECKED = {
+    "all_flavors.py": "run: test_all_flavors_reach_running_and_pass_deep_health",
+    "crashing.toml": "run: test_example_crashing.py",
+    "crashing.out": "compared with a real run: test_example_crashing.py",
+    "run.toml": "loaded: test_every_example_run_file_loads",
+    "operate.toml": "loaded here; the README session on it run: test_operate_session.py",
+}
+"""Each file directly under examples/ and the test that runs or parses it."""
+
+
+def test_every_example_file_is_run_or_parsed() -> None:
+    top = {path.name for path in EXAMPLES.iterdir() if path.is_file()}
+    assert top == set(CHECKED)
+    projects = {path.name for path in (EXAMPLES / "testing").iterdir() if path.is_dir()}
+    assert projects - {"__pycache__"} == set(NAMES)  # run by test_testing_examples.py

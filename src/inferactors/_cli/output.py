@@ -24,6 +24,7 @@ from .._events import (
     StateChanged,
     StopReason,
 )
+from .._policy.startup_fault import last_lines
 from .._status import InstanceStatus
 
 
@@ -144,6 +145,6 @@ def evidence_block(evidence: RunEvidence, tail_lines: int = 3) -> str:
         + (" (truncated to the first 1 MiB)" if evidence.truncated else ""),
         f"    stderr blake3 {str(audit.get('stderr_blake3', ''))[:16]}...",
     ]
-    tail = [line for line in evidence.stderr_tail.splitlines() if line.strip()][-tail_lines:]
+    tail = last_lines(evidence.stderr_tail.splitlines(), tail_lines)  # escapes stripped
     lines += [f"    | {line}" for line in tail]
     return "\n".join(lines)

@@ -2,164 +2,187 @@
 
 One runtime is opened per (flavor, mode) pair found in the file; every instance is loaded
 and started, events are logged (``--log-format text|json``, ``--log-level``; ISO times with
-the date), and on Ctrl-C (SIGINT) or SIGTERM every managed server is stopped cleanly before
-the command exits 0.
+the date), and the control API is served on ``<state dir>/control.sock`` (and on
+``--control-port`` with ``--control-token-file``). SIGHUP re-reads the run file and applies
+only what changed (as ``inferactors reload``); on Ctrl-C (SIGINT) or SIGTERM every managed
+server is stopped cleanly.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
-from collections.abc import Sequence
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator
+from contextlib import ExitStack, closing
 from pathlib import Path
 
 import attrs
 import trio
 
-from .._actors.runtime import InferRuntime, InstanceHandle
-from .._actors.serving import open_runtime
-from .._config.config import ControlMode
 from .._config.convert import load_run_config
-from .._config.runfile import RunConfig, RunInstance
-from .._errors import InferactorsError, UnknownInstance, one_line
-from .._events import Event, StateChanged
-from .._flavor import InferFlavor
-from .._status import InstanceState
+from .._config.runfile import RunConfig
+from .._edges.sd_notify import open_notifier, watchdog_interval_s
+from .._errors import InferactorsError, InvalidConfig, InvalidState, one_line
+from .._events import Event
+from .._policy.fleet_exit import EXIT_BAD_CONFIG, EXIT_NOTHING_LEFT, EXIT_STOPPED
+from .._service.control_server import serve_control
+from .._service.fleet import Fleet, open_fleet
+from .._service.lifecycle import ServiceNotes, serve_notify
+from .._service.reload import describe
 from .logging_setup import add_logging_arguments, configure_logging, log_event, say
 
-STOP_GRACE_S = 10.0
+EXIT_CODES = f"""exit status:
+  {EXIT_STOPPED}  stopped by SIGINT or SIGTERM (every managed server stopped cleanly)
+  {EXIT_NOTHING_LEFT}  nothing left to supervise: every instance was refused, gave up
+     (restart budget or intensity spent, a configuration error) or is held down
+     (exposure, tampered model); or the supervisor could not start (another one holds
+     the state directory). systemd's Restart=on-failure and Kubernetes restart it.
+  {EXIT_BAD_CONFIG}  the run file is invalid (unreadable, bad TOML, a bad value, no instances)
+
+SIGHUP reloads the run file: removed instances stop, added ones start, changed ones
+restart, the rest keep running; an invalid file changes nothing (the error is logged)."""
 
 
 def add_run_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``inferactors run``."""
     parser = subparsers.add_parser(
-        "run", help="supervise the instances of a TOML run file", description=__doc__
+        "run",
+        help="supervise the instances of a TOML run file",
+        description=__doc__,
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("config", type=Path, help="the run file (TOML)")
+    parser.add_argument(
+        "--control-port",
+        type=int,
+        metavar="PORT",
+        help="also serve the control API on 127.0.0.1:PORT (needs --control-token-file)",
+    )
+    parser.add_argument(
+        "--control-token-file",
+        type=Path,
+        metavar="FILE",
+        help="the bearer token the TCP control API requires",
+    )
     add_logging_arguments(parser)
     parser.set_defaults(func=run_config)
 
 
+@attrs.frozen
+class _Control:
+    port: int | None = None
+    token_file: Path | None = None
+
+
 def run_config(args: argparse.Namespace) -> int:
-    """Entry point of ``inferactors run``; returns the exit status."""
+    """Entry point of ``inferactors run``; returns the exit status (`EXIT_CODES`)."""
     configure_logging(getattr(args, "log_format", "text"), getattr(args, "log_level", "info"))
+    control = _Control(
+        getattr(args, "control_port", None), getattr(args, "control_token_file", None)
+    )
     try:
         config = load_run_config(args.config)
-        return trio.run(_supervise, config)
+        config.require_instances()
+        return trio.run(_supervise, config, args.config, control)
     except InferactorsError as error:
-        print(one_line(f"inferactors run: {error}"), file=sys.stderr)
-        return 2 if error.code == "invalid-config" else 1
+        return _failed(error)
+    except BaseExceptionGroup as group:
+        inner = _single(group)
+        if not isinstance(inner, InferactorsError):
+            raise
+        return _failed(inner)
 
 
-async def _supervise(config: RunConfig) -> int:
-    """Load and start every instance, concurrently (one slow server delays no other),
-    while Ctrl-C/SIGTERM is heard at once, even in the middle of start-up."""
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with AsyncExitStack() as stack:
-            runtimes = await _open_runtimes(stack, config)
+def _failed(error: InferactorsError) -> int:
+    print(one_line(f"inferactors run: {error}"), file=sys.stderr)
+    return EXIT_BAD_CONFIG if error.code == "invalid-config" else EXIT_NOTHING_LEFT
+
+
+def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    inner: BaseException = group
+    while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
+        inner = inner.exceptions[0]
+    return inner
+
+
+async def _supervise(config: RunConfig, run_file: Path, control: _Control) -> int:
+    """Supervise until a signal stops it (0) or nothing is left to supervise (1), while
+    Ctrl-C/SIGTERM is heard at once, even in the middle of start-up."""
+    heard = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    with trio.open_signal_receiver(*heard) as signals, ExitStack() as stack:
+        async with trio.open_nursery() as printing, open_fleet(config, run_file, say=say) as fleet:
+            printing.start_soon(_log_events, stack.enter_context(fleet.follow_events()))
             async with trio.open_nursery() as nursery:
-                for runtime in runtimes.values():
-                    nursery.start_soon(_print_events, await runtime.subscribe())
-                startup = _Startup(len(config.instances))
-                nursery.start_soon(_load_and_start, runtimes, config.instances, nursery, startup)
-                async for signum in signals:
-                    say(f"{signal.Signals(signum).name}: stopping managed servers")
-                    break
-                startup.scope.cancel()
-                for runtime in runtimes.values():
-                    await runtime.stop_all(STOP_GRACE_S)
-                await trio.sleep(0.05)  # let the last events print
+                await nursery.start(_serve_control, fleet, control)
+                notes = ServiceNotes(stack.enter_context(closing(open_notifier())), fleet)
+                fleet.on_lifecycle(notes.on_note)
+                await nursery.start(serve_notify, notes, watchdog_interval_s())
+                code = await _until_done(fleet, signals)
                 nursery.cancel_scope.cancel()
-    return 1 if startup.failures else 0
+    return code
 
 
-@attrs.define
-class _Startup:
-    """How start-up went: instances asked for, refused; its scope, cancelled by a signal."""
+async def _serve_control(
+    fleet: Fleet,
+    control: _Control,
+    *,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the control API; another supervisor already answering on the socket is said
+    (an error) and supervision goes on without it. A bad ``--control-*`` flag raises."""
+    try:
+        await serve_control(
+            fleet,
+            state_dir=fleet.state_dir,
+            tcp_port=control.port,
+            token_file=control.token_file,
+            task_status=task_status,
+        )
+    except InvalidState as error:  # raised before it listens
+        say(one_line(f"control API not served: {error}"), level=logging.ERROR)
+        task_status.started([])
 
-    total: int
-    failures: int = 0
-    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
 
+async def _until_done(fleet: Fleet, signals: AsyncIterator[int]) -> int:
+    """The exit status: 0 at SIGINT/SIGTERM, 1 once nothing is left; SIGHUP reloads."""
+    code = EXIT_STOPPED
+    async with trio.open_nursery() as nursery:
 
-async def _open_runtimes(
-    stack: AsyncExitStack, config: RunConfig
-) -> dict[tuple[InferFlavor, ControlMode], InferRuntime]:
-    runtimes: dict[tuple[InferFlavor, ControlMode], InferRuntime] = {}
-    for entry in config.instances:
-        key = (entry.spec.runtime, entry.mode)
-        if key not in runtimes:
-            infer = config.infer_config(*key)
-            runtime = await stack.enter_async_context(
-                open_runtime(infer, node_id=config.node_id, stop_grace_s=STOP_GRACE_S)
+        async def nothing_left() -> None:
+            nonlocal code
+            await fleet.nothing_left.wait()
+            code = EXIT_NOTHING_LEFT
+            say(
+                "nothing left to supervise: every instance was refused, gave up or is held "
+                "down; stopping (exit 1)",
+                level=logging.ERROR,
             )
-            for orphan in runtime.reaped_orphans:
-                say(f"found a server left by an earlier life: {orphan}")
-            runtimes[key] = runtime
-    return runtimes
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(nothing_left)
+        async for signum in signals:
+            if signum == signal.SIGHUP:
+                nursery.start_soon(_reload, fleet)
+                continue
+            say(f"{signal.Signals(signum).name}: stopping managed servers")
+            break
+        nursery.cancel_scope.cancel()
+    return code
 
 
-async def _load_and_start(
-    runtimes: dict[tuple[InferFlavor, ControlMode], InferRuntime],
-    instances: Sequence[RunInstance],
-    nursery: trio.Nursery,
-    startup: _Startup,
-) -> None:
-    with startup.scope:
-        async with trio.open_nursery() as each:
-            for entry in instances:
-                runtime = runtimes[(entry.spec.runtime, entry.mode)]
-                each.start_soon(_load_one, runtime, entry, nursery, startup)
-        running = startup.total - startup.failures
-        say(f"supervising {running} of {startup.total} instance(s); Ctrl-C stops")
-
-
-async def _load_one(
-    runtime: InferRuntime, entry: RunInstance, nursery: trio.Nursery, startup: _Startup
-) -> None:
+async def _reload(fleet: Fleet) -> None:
+    say(f"SIGHUP: reloading {fleet.run_file}")
     try:
-        handle = await runtime.load(entry.spec, entry.supervision)
-        await runtime.start(handle)
-    except InferactorsError as error:
-        startup.failures += 1
-        say(one_line(f"{entry.spec.role}: not started: {error.code}: {error}"))
+        result = await fleet.reload()
+    except InvalidConfig as error:
+        say(one_line(f"reload refused, nothing changed: {error}"), level=logging.ERROR)
         return
-    say(f"{handle.instance_id}: started ({runtime.id})", instance=handle.instance_id)
-    nursery.start_soon(_first_deep_health, runtime, handle)
+    say(describe(result))
 
 
-async def _first_deep_health(runtime: InferRuntime, handle: InstanceHandle) -> None:
-    """Once the instance first serves (Running, or Degraded but serving: slow, or its
-    ``/health`` failing while completions work), prove it with one real token and say so."""
-    try:
-        await _wait_serving(runtime, handle)
-        result = await runtime.deep_health(handle)
-    except InferactorsError as error:
-        say(f"{handle.instance_id}  deep health failed: {error}", instance=handle.instance_id)
-        return
-    latency = f"{result.latency_s * 1000:.1f} ms"
-    words = f"deep health: one token {result.text!r} in {latency}"
-    say(f"{handle.instance_id}  {words}", instance=handle.instance_id)
-
-
-async def _wait_serving(runtime: InferRuntime, handle: InstanceHandle) -> None:
-    """Wait, without polling, until the instance's status says it serves
-    (`InstanceStatus.serving`). Raises `UnknownInstance` once it is unloaded."""
-    events = await runtime.subscribe()
-    with events:
-        while True:
-            status = await runtime.status(handle)
-            if status.serving or status.state is InstanceState.RUNNING:  # Ollama: Running
-                return
-            if status.state is InstanceState.UNKNOWN:
-                raise UnknownInstance(status.detail or handle.instance_id)
-            async for event in events:
-                if isinstance(event, StateChanged) and event.instance_id == handle.instance_id:
-                    break
-
-
-async def _print_events(events: trio.MemoryReceiveChannel[Event]) -> None:
+async def _log_events(events: trio.MemoryReceiveChannel[Event]) -> None:
     async for event in events:
         log_event(event)

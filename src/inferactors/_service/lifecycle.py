@@ -8,7 +8,7 @@
 - ``WATCHDOG=1`` every ``WATCHDOG_USEC/2`` while `Fleet.alive` answers within half of that
   period; none while it does not, so systemd's watchdog restarts a stuck supervisor;
 
-and `ServiceNotes.on_note` turns the fleet's `LifecycleNote` milestones into
+and `ServiceNotes.on_note` (a `Fleet.on_lifecycle` hook) turns the fleet's milestones into
 ``RELOADING=1`` + ``MONOTONIC_USEC=<CLOCK_MONOTONIC µs>`` when a reload begins,
 ``READY=1`` when it ends, and ``STOPPING=1`` when the fleet closes.
 
@@ -60,11 +60,13 @@ class ServiceNotes:
     _last_status: str | None = None
 
     def on_note(self, note: LifecycleNote) -> None:
-        """Notify for one milestone: RELOADING=1 with MONOTONIC_USEC, READY=1 after a
-        reload (and at SETTLED), STOPPING=1."""
+        """Notify for one milestone (`Fleet.on_lifecycle`): RELOADING=1 with
+        MONOTONIC_USEC, READY=1 after a reload, STOPPING=1. SETTLED sends nothing here:
+        `serve_notify` waits on `Fleet.settled` itself, so a READY=1 is never missed by a
+        hook registered late, nor sent twice."""
         match note.kind:
             case Lifecycle.SETTLED:
-                self.notifier.notify(READY=1, STATUS=self._status())
+                pass
             case Lifecycle.RELOADING:
                 self.notifier.notify(
                     RELOADING=1, MONOTONIC_USEC=monotonic_usec(), STATUS="reloading"

@@ -1,0 +1,202 @@
+"""One instance of the fleet: `Member` (what the fleet knows of it, cached) and `keep`
+(the task that loads and starts it, retries an adopted server that is down, keeps its
+status fresh and proves it with one first token).
+
+The status shown is the one last read by the member's own task, never by a caller: on
+every event of the instance (the fleet marks it ``dirty``), and at least every
+`REFRESH_S` so uptime moves on.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+import attrs
+import trio
+
+from .._actors.runtime import InferRuntime, InstanceHandle
+from .._config.config import ControlMode, RestartPolicy
+from .._errors import AdmissionRefused, BackendError, InferactorsError, one_line
+from .._policy.fleet_exit import Standing, adopted_retry_delay_s, standing
+from .._policy.reload_plan import Placement
+from .._status import InstanceState, InstanceStatus
+from .hosts import RuntimeHost, Say
+from .views import InstanceView
+
+REFRESH_S = 5.0
+"""The longest a member's cached status goes without being read again, float seconds."""
+
+_STARTING = InstanceStatus(InstanceState.LOADED, "loading")
+
+
+class Keeper(Protocol):
+    """What a member's task tells the fleet."""
+
+    say: Say
+
+    def index(self, member: Member) -> None:
+        """The member has an instance id now: route its events to it."""
+
+    def changed(self, member: Member) -> None:
+        """The member's view changed."""
+
+
+@attrs.define(eq=False)
+class Member:
+    """One instance of the run file, as the fleet last saw it."""
+
+    name: str
+    placement: Placement
+    host: RuntimeHost
+    handle: InstanceHandle | None = None
+    status: InstanceStatus = _STARTING
+    refused: str | None = None
+    retrying: bool = False
+    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
+    dirty: trio.Event = attrs.Factory(trio.Event)
+    first_done: trio.Event = attrs.Factory(trio.Event)
+    """Set once its first load and start returned (or were refused)."""
+    _updated: trio.Event = attrs.Factory(trio.Event)
+
+    @property
+    def runtime(self) -> InferRuntime:
+        """The runtime it runs in."""
+        return self.host.runtime
+
+    def view(self) -> InstanceView:
+        """Its row of ``inferactors status`` (no I/O)."""
+        spec = self.placement.entry.spec
+        return InstanceView(
+            name=self.name,
+            flavor=spec.runtime.id,
+            mode=self.placement.entry.mode.value,
+            instance_id=None if self.handle is None else self.handle.instance_id,
+            status=self.status,
+            refused=self.refused,
+        )
+
+    def standing(self) -> Standing:
+        """Where it stands for the exit decision (`_policy.fleet_exit.standing`)."""
+        return standing(self.status, self.refused, self.retrying)
+
+    def held_down(self) -> bool:
+        """Whether only a reload brings it back (refused, given up, held down)."""
+        return self.standing() is Standing.DOWN
+
+    def update(self, status: InstanceStatus, keeper: Keeper) -> None:
+        """Take a fresh status and tell the fleet and the member's waiters."""
+        self.status = status
+        self._updated.set()
+        self._updated = trio.Event()
+        keeper.changed(self)
+
+    async def until_updated(self) -> None:
+        """Wait for the next `update`."""
+        await self._updated.wait()
+
+
+async def keep(member: Member, keeper: Keeper) -> None:
+    """Load and start ``member``, retry an adopted server that did not answer under its
+    restart policy, then keep its status fresh until cancelled (``member.scope``)."""
+    with member.scope:
+        try:
+            up = await _attempt(member, keeper)
+        finally:
+            member.first_done.set()
+        attempt = 0
+        while not up and member.retrying:
+            delay = adopted_retry_delay_s(_policy(member), attempt)
+            if delay is None:
+                member.retrying = False
+                member.refused = f"gave up: not reachable after {attempt} retries"
+                member.update(attrs.evolve(member.status, supervision=member.refused), keeper)
+                return
+            member.update(_waiting(member.status, delay), keeper)
+            await trio.sleep(delay)
+            attempt += 1
+            up = await _attempt(member, keeper)
+        if up:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_refresh, member, keeper)
+                nursery.start_soon(_first_deep_health, member, keeper)
+
+
+def _policy(member: Member) -> RestartPolicy:
+    return member.placement.entry.supervision.restart or RestartPolicy()
+
+
+def _waiting(status: InstanceStatus, delay: float) -> InstanceStatus:
+    why = status.detail or "not reachable"
+    return InstanceStatus(
+        InstanceState.EXITED, why, supervision=f"not reachable, retrying in {delay:g} s"
+    )
+
+
+async def _attempt(member: Member, keeper: Keeper) -> bool:
+    """One load and start; True once started. A refusal is recorded on the member: for an
+    adopted server that is down, as a retry to come."""
+    entry, runtime = member.placement.entry, member.runtime
+    try:
+        member.handle = await runtime.load(entry.spec, entry.supervision)
+        keeper.index(member)
+        await runtime.start(member.handle)
+    except InferactorsError as error:
+        await _refused(member, keeper, error)
+        return False
+    member.refused, member.retrying = None, False
+    iid = member.handle.instance_id
+    keeper.say(f"{iid}: started ({runtime.id})", instance=iid)
+    return True
+
+
+async def _refused(member: Member, keeper: Keeper, error: InferactorsError) -> None:
+    adopted = member.placement.entry.mode is ControlMode.ADOPTED
+    retry = adopted and isinstance(error, AdmissionRefused | BackendError)
+    why = one_line(f"{error.code}: {error}")
+    if retry and member.handle is not None:  # loaded, but not answering: retried from load
+        handle, member.handle = member.handle, None
+        await _unload_quietly(member.runtime, handle)
+    first = not member.retrying
+    member.retrying, member.refused = retry, None if retry else why
+    detail = f"not reachable: {error}" if retry else why
+    member.update(InstanceStatus(InstanceState.EXITED, one_line(detail)), keeper)
+    if first:
+        level = logging.WARNING
+        keeper.say(
+            one_line(f"{member.name}: not started: {why}"), instance=member.name, level=level
+        )
+
+
+async def _unload_quietly(runtime: InferRuntime, handle: InstanceHandle) -> None:
+    try:
+        await runtime.unload(handle)
+    except InferactorsError:
+        pass  # already gone: nothing to forget
+
+
+async def _refresh(member: Member, keeper: Keeper) -> None:
+    assert member.handle is not None
+    while True:
+        dirty = member.dirty = trio.Event()  # an event during the read reads again
+        member.update(await member.runtime.status(member.handle), keeper)
+        with trio.move_on_after(REFRESH_S):
+            await dirty.wait()
+
+
+async def _first_deep_health(member: Member, keeper: Keeper) -> None:
+    """Once the instance first serves (`InstanceStatus.serving`: Running, or Degraded but
+    serving), prove it with one real token and say so."""
+    assert member.handle is not None
+    iid = member.handle.instance_id
+    while not (member.status.serving or member.status.state is InstanceState.RUNNING):
+        if member.status.state is InstanceState.UNKNOWN:
+            return
+        await member.until_updated()
+    try:
+        result = await member.runtime.deep_health(member.handle)
+    except InferactorsError as error:
+        keeper.say(f"{iid}  deep health failed: {error}", instance=iid, level=logging.WARNING)
+        return
+    latency = f"{result.latency_s * 1000:.1f} ms"
+    keeper.say(f"{iid}  deep health: one token {result.text!r} in {latency}", instance=iid)

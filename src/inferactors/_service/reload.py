@@ -1,0 +1,171 @@
+"""`reload_fleet`: re-read the run file and apply only what changed (issue 10 item 3).
+
+1. Read and validate ALL of the new run file (the one loader, `load_run_config`, then a
+   non-empty ``instances`` and every runtime's settings): any error raises `InvalidConfig`
+   and nothing has changed.
+2. `Lifecycle.RELOADING`; open the runtimes the new file needs that are not open yet
+   (same flavor and mode but other settings: a new one). One that cannot be opened closes
+   those just opened and raises `InvalidConfig`: still nothing has changed.
+3. Stop and unload the removed, changed and revived instances (`plan_reload`), close the
+   runtimes no instance uses any more, then load and start the added, changed and revived
+   ones, concurrently. Unchanged instances keep their server (same pid).
+4. `Lifecycle.RELOADED` with the summary; return the `ReloadResult`.
+
+Reloads are serialised (`Fleet.reload_lock`). The call returns once each loaded instance's
+first load and start returned (or were refused), not once it is Running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Protocol
+
+import attrs
+import trio
+
+from .._config.convert import load_run_config
+from .._config.runfile import RunConfig
+from .._errors import InferactorsError, InvalidConfig, one_line
+from .._policy.reload_plan import Placement, ReloadPlan, placements, plan_reload
+from .hosts import RuntimeHost, Say
+from .members import Member
+from .metrics import FleetMetrics
+from .views import InstanceView, Lifecycle, ReloadResult
+
+
+class Fleet(Protocol):
+    """What a reload uses of the `Fleet` (``fleet.py``, which calls `reload_fleet`)."""
+
+    run_file: Path
+    members: dict[str, Member]
+    hosts: list[RuntimeHost]
+    reload_lock: trio.Lock
+    say: Say
+    metrics: FleetMetrics
+
+    def views(self) -> tuple[InstanceView, ...]: ...
+    def note(self, kind: Lifecycle, detail: str) -> None: ...
+    def forget(self, member: Member) -> None: ...
+    def changed(self, member: Member) -> None: ...
+    def admit(self, name: str, placement: Placement, host: RuntimeHost) -> Member: ...
+    def host_for(self, placement: Placement) -> RuntimeHost | None: ...
+    async def open_host(self, placement: Placement) -> RuntimeHost: ...
+
+
+def read_run_file(fleet: Fleet) -> tuple[RunConfig, dict[str, Placement]]:
+    """The run file, validated whole, and its placements.
+
+    Raises:
+        InvalidConfig: any problem, with the file's path.
+    """
+    config = load_run_config(fleet.run_file)
+    config.require_instances()
+    try:
+        return config, placements(config)
+    except InvalidConfig as error:
+        raise InvalidConfig(f"{fleet.run_file}: {error}") from None
+
+
+async def reload_fleet(fleet: Fleet) -> ReloadResult:
+    """Apply the run file as it is now to ``fleet`` (module docstring).
+
+    Raises:
+        InvalidConfig: the run file is invalid, or a runtime it needs cannot be opened;
+            nothing changed.
+    """
+    async with fleet.reload_lock:
+        try:
+            _, wanted = read_run_file(fleet)
+        except InvalidConfig as error:
+            fleet.note(Lifecycle.RELOADED, one_line(f"reload refused: {error}"))
+            raise
+        current = {name: member.placement for name, member in fleet.members.items()}
+        held = {name for name, member in fleet.members.items() if member.held_down()}
+        plan = plan_reload(current, wanted, held)
+        fleet.note(Lifecycle.RELOADING, "reloading")
+        try:
+            await _apply(fleet, plan, wanted)
+        except InvalidConfig as error:
+            fleet.note(Lifecycle.RELOADED, one_line(f"reload refused: {error}"))
+            raise
+        result = ReloadResult(**attrs.asdict(plan, recurse=False))
+        fleet.note(Lifecycle.RELOADED, describe(result))
+        return result
+
+
+def describe(result: ReloadResult) -> str:
+    """``"reloaded: added a; changed b; removed c; 2 unchanged"`` (one line)."""
+    parts = [
+        f"{word} {', '.join(names)}"
+        for word, names in (
+            ("added", result.added),
+            ("changed", result.changed),
+            ("removed", result.removed),
+            ("revived", result.revived),
+        )
+        if names
+    ]
+    return "reloaded: " + "; ".join([*parts, f"{len(result.unchanged)} unchanged"])
+
+
+async def _apply(fleet: Fleet, plan: ReloadPlan, wanted: dict[str, Placement]) -> None:
+    loading = {name: wanted[name] for name in plan.to_load}
+    await _open_hosts(fleet, loading.values())
+    going = [fleet.members[name] for name in plan.to_unload]
+    async with trio.open_nursery() as nursery:
+        for member in going:
+            nursery.start_soon(_unload, fleet, member)
+    for name in plan.removed:
+        del fleet.members[name]
+    await _close_unused(fleet, wanted)
+    members = []
+    for name, placement in loading.items():
+        host = fleet.host_for(placement)
+        assert host is not None
+        members.append(fleet.admit(name, placement, host))
+    _reorder(fleet, wanted)
+    for member in members:
+        await member.first_done.wait()
+    for member in members:
+        fleet.changed(member)
+    fleet.metrics.track(fleet.views())
+
+
+async def _open_hosts(fleet: Fleet, loading: Iterable[Placement]) -> None:
+    """Open every runtime the loading placements need that is not open; on a failure,
+    close those opened here and raise `InvalidConfig`."""
+    fresh: list[RuntimeHost] = []
+    try:
+        for placement in loading:
+            if fleet.host_for(placement) is None:
+                fresh.append(await fleet.open_host(placement))
+    except InferactorsError as error:
+        for host in fresh:
+            fleet.hosts.remove(host)
+            await host.close()
+        raise InvalidConfig(f"{fleet.run_file}: cannot open a runtime: {error}") from None
+
+
+async def _unload(fleet: Fleet, member: Member) -> None:
+    member.scope.cancel()
+    fleet.forget(member)
+    if member.handle is None:
+        return
+    try:
+        await member.runtime.unload(member.handle)
+    except InferactorsError as error:
+        fleet.say(one_line(f"{member.name}: unload: {error}"), instance=member.name)
+
+
+async def _close_unused(fleet: Fleet, wanted: dict[str, Placement]) -> None:
+    for host in list(fleet.hosts):
+        if not any(host.serves(placement) for placement in wanted.values()):
+            fleet.hosts.remove(host)
+            await host.close()
+
+
+def _reorder(fleet: Fleet, wanted: dict[str, Placement]) -> None:
+    """Members in the new file's order."""
+    members = fleet.members
+    fleet.members = {name: members[name] for name in wanted if name in members}

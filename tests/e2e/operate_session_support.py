@@ -1,0 +1,197 @@
+"""The README's Operate session, run for real: its ``$`` commands in a fresh directory
+holding ``examples/operate.toml``, the tiny model and the broken one (issue 10 item 10).
+
+`run_session` runs each command as the README shows it (``bash -c``, with ``inferactors``
+on ``PATH``): ``inferactors run ... &`` in the background, ``kill %1`` as SIGTERM to it.
+Like a person at a terminal, it lets the fleet settle before each command (no instance
+starting or waiting for a restart). `normalized` takes out what differs between runs
+(times, pids, ports, ids, numbers, column widths) so a run can be compared with the README.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+
+from e2e.readme_blocks_support import README, ROOT, console_commands, readme_blocks
+
+INFERACTORS_BIN = Path(sys.executable).parent
+PORTS = ("8090", "8091", "8092", "8093")
+SHOWN_SERVER = "/usr/local/bin/llama-server"
+SETTLE_S = 60.0
+
+
+@attrs.frozen
+class Step:
+    """One ``$`` line: the command as shown, what it printed, its exit status."""
+
+    command: str
+    output: tuple[str, ...]
+    status: int
+
+
+def operate_block() -> str:
+    """The text of the README's Operate ``console`` block."""
+    (block,) = [b for b in readme_blocks(README) if b.lang == "console" and "operate" in b.text]
+    return block.text
+
+
+def shown_session() -> list[tuple[str, list[str]]]:
+    """The README's ``$`` lines (as written) with the output shown under each."""
+    lines = operate_block().splitlines()
+    session = console_commands(operate_block())
+    commands = [line[2:] for line in lines if line.startswith("$ ")]
+    return [(command, output) for command, (_, output) in zip(commands, session, strict=True)]
+
+
+def prepare(where: Path, llama_server: Path, tiny: Path, run_as: str | None) -> dict[str, str]:
+    """``operate.toml`` (its server, ``run_as`` when root, free ports) and ``models.json``
+    with ``tiny`` and ``broken`` registered, in ``where``; the README port -> the real one."""
+    ports = {shown: str(_free_port()) for shown in PORTS}
+    text = (ROOT / "examples" / "operate.toml").read_text().replace(SHOWN_SERVER, str(llama_server))
+    if run_as is not None:
+        text = text.replace("[managed]\n", f'[managed]\nrun_as = "{run_as}"\n')
+    (where / "operate.toml").write_text(_ported(text, ports))
+    (where / "tiny.gguf").write_bytes(tiny.read_bytes())
+    (where / "broken.gguf").write_text("this is not a GGUF model\n")
+    for path in (where / "tiny.gguf", where / "broken.gguf"):
+        path.chmod(0o644)
+    for name in ("tiny", "broken"):
+        add = ["inferactors", "models", "add", f"{name}.gguf", "--name", name]
+        subprocess.run(
+            [*add, "--registry", "models.json"], cwd=where, env=_env(), check=True, timeout=60
+        )
+    return ports
+
+
+def run_session(where: Path, ports: dict[str, str]) -> list[Step]:
+    """Run the README's commands in ``where`` (ports replaced); the supervisor is stopped
+    at the end whatever happened."""
+    steps: list[Step] = []
+    supervisor: subprocess.Popen[bytes] | None = None
+    try:
+        for command, _ in shown_session():
+            real = _ported(command, ports)
+            if real.startswith("inferactors run "):
+                supervisor = _start(where, real)
+            elif real == "kill %1":
+                assert supervisor is not None
+                supervisor.send_signal(signal.SIGTERM)
+                steps.append(Step(command, (), supervisor.wait(timeout=60)))
+                continue
+            else:
+                _settle(where)
+                done = subprocess.run(
+                    ["bash", "-c", real],
+                    cwd=where,
+                    env=_env(),
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                )
+                output = tuple((done.stdout + done.stderr).splitlines())
+                steps.append(Step(command, output, done.returncode))
+                continue
+            steps.append(Step(command, (), 0))
+    finally:
+        if supervisor is not None and supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait()
+    return steps
+
+
+def render(steps: Sequence[Step]) -> str:
+    """The session as a README ``console`` block's text."""
+    lines = []
+    for step in steps:
+        lines.append(f"$ {step.command}")
+        lines.extend(step.output)
+    return "\n".join(lines) + "\n"
+
+
+_VARIABLE = (
+    (re.compile(r"\d{4}-\d\d-\d\dT[\d:.+]+"), "<time>"),
+    (re.compile(r"-[0-9a-f]{8}-"), "-<id>-"),
+    (re.compile(r"/proc/self/fd/\d+"), "/proc/self/fd/<n>"),
+    (re.compile(r"\d+(\.\d+)?(e[+-]?\d+)?"), "<n>"),
+    (re.compile(r"\s+"), " "),
+)
+
+
+def normalized(lines: Sequence[str], ports: dict[str, str] | None = None) -> list[str]:
+    """The lines with what differs between two runs replaced by placeholders."""
+    out = []
+    for line in lines:
+        if ports is not None:
+            line = _unported(line, ports)
+        for pattern, placeholder in _VARIABLE:
+            line = pattern.sub(placeholder, line)
+        out.append(line.strip())
+    return out
+
+
+def _ported(text: str, ports: dict[str, str]) -> str:
+    for shown, real in ports.items():
+        text = text.replace(shown, real)
+    return text
+
+
+def _unported(text: str, ports: dict[str, str]) -> str:
+    for shown, real in ports.items():
+        text = text.replace(real, shown)
+    return text
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PATH": f"{INFERACTORS_BIN}:{os.environ.get('PATH', '')}"}
+
+
+def _start(where: Path, command: str) -> subprocess.Popen[bytes]:
+    words = command.split(">")[0].split()
+    log = (where / "run.log").open("wb")
+    with log:
+        return subprocess.Popen(words, cwd=where, env=_env(), stdout=log, stderr=log)
+
+
+def _settle(where: Path) -> None:
+    """Wait until the supervisor answers and no instance is starting or restarting."""
+    deadline = time.monotonic() + SETTLE_S
+    while time.monotonic() < deadline:
+        done = subprocess.run(
+            ["inferactors", "status", "operate.toml", "--json"],
+            cwd=where,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if done.returncode == 0 and all(_settled(v) for v in json.loads(done.stdout)):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the fleet did not settle in {SETTLE_S} s")
+
+
+def _settled(view: dict[str, object]) -> bool:
+    status = view["status"]
+    assert isinstance(status, dict)
+    supervision = str(status.get("supervision") or "")
+    return status["state"] in ("running", "exited") and not supervision.startswith("restarting")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port

@@ -1,0 +1,65 @@
+"""Whether anything is left to supervise (`_policy/fleet_exit`), instance by instance."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferactors._config.config import RestartPolicy, RestartType
+from inferactors._policy.fleet_exit import (
+    Standing,
+    adopted_retry_delay_s,
+    nothing_left,
+    settled,
+    standing,
+)
+from inferactors._status import InstanceState, InstanceStatus
+
+S = InstanceState
+DOWN, UP, STARTING = Standing.DOWN, Standing.SUPERVISED, Standing.STARTING
+
+
+@pytest.mark.parametrize(
+    ("status", "refused", "retrying", "expected"),
+    [
+        (InstanceStatus(S.RUNNING), None, False, UP),
+        (InstanceStatus(S.DEGRADED, "slow: first token in 12 s"), None, False, UP),
+        (InstanceStatus(S.DEGRADED, "loading model"), None, False, STARTING),
+        (InstanceStatus(S.DEGRADED, "starting: not listening yet"), None, False, STARTING),
+        (InstanceStatus(S.LOADED), None, False, STARTING),
+        (InstanceStatus(S.EXITED, stop_reason="crash", supervision="restarting in 2 s"), None,
+         False, UP),
+        (InstanceStatus(S.EXITED, stop_reason="crash"), None, False, UP),  # not final yet
+        (InstanceStatus(S.EXITED, stop_reason="requested"), None, False, UP),  # operator's
+        (InstanceStatus(S.EXITED, supervision="gave up: restart budget spent (5 of 5)"), None,
+         False, DOWN),
+        (InstanceStatus(S.EXITED, supervision="gave up: config-error: invalid flag"), None,
+         False, DOWN),
+        (InstanceStatus(S.EXITED, stop_reason="exposure"), None, False, DOWN),
+        (InstanceStatus(S.EXITED, stop_reason="tampered"), None, False, DOWN),
+        (InstanceStatus(S.EXITED, "unknown model"), "admission-refused: unknown model", False,
+         DOWN),
+        (InstanceStatus(S.EXITED, "not reachable"), None, True, UP),  # adopted, retried
+    ],
+)  # fmt: skip
+def test_standing(
+    status: InstanceStatus, refused: str | None, retrying: bool, expected: Standing
+) -> None:
+    assert standing(status, refused, retrying) is expected
+
+
+def test_nothing_left_only_when_every_instance_is_down() -> None:
+    assert nothing_left([DOWN, DOWN])
+    assert not nothing_left([DOWN, UP])
+    assert not nothing_left([DOWN, STARTING])
+
+
+def test_settled_once_none_is_starting() -> None:
+    assert settled([UP, DOWN])
+    assert not settled([UP, STARTING])
+
+
+def test_an_adopted_server_is_retried_under_its_policy() -> None:
+    policy = RestartPolicy(max_restarts=3, base_s=0.5, cap_s=1.5)
+    assert [adopted_retry_delay_s(policy, n) for n in range(4)] == [0.5, 1.0, 1.5, None]
+    temporary = RestartPolicy(restart_type=RestartType.TEMPORARY)
+    assert adopted_retry_delay_s(temporary, 0) is None
