@@ -3,7 +3,7 @@
     .venv/bin/python examples/all_flavors.py [WORK_DIR]
 
 It writes the two tiny models, registers them (and an Ollama tag), starts the fake Ollama
-(``python -m inferactors.testing._fake_ollama``; inferactors never starts a real Ollama),
+(``python -m inferactors.testing.fake_ollama``; inferactors never starts a real Ollama),
 writes a run file with a managed llama-server, a managed mlx_lm.server and a managed Ollama
 model, runs ``inferactors run`` on it until all three have passed deep health, then stops
 it with SIGINT. As root the servers run as ``nobody`` (inferactors refuses root), so the
@@ -130,7 +130,7 @@ def main() -> int:
     run_file = write_run_file(
         work, llama=ensure_llama_server(), mlx=mlx_program(work, root), ports=ports, root=root
     )
-    fake = [sys.executable, "-m", "inferactors.testing._fake_ollama"]
+    fake = [sys.executable, "-m", "inferactors.testing.fake_ollama"]
     ollama = subprocess.Popen([*fake, "--port", str(ports["ollama"]), "--model", "tiny:latest"])
     try:
         time.sleep(1.0)  # the fake Ollama starts listening

@@ -50,6 +50,8 @@ class SlowSpawns:
 
     inner: OpenProcess
     delay_s: float
+    entered: trio.Event = attrs.Factory(trio.Event)
+    """Set when the first spawn begins: a test cancels its caller mid-spawn, not before."""
 
     async def __call__(
         self,
@@ -60,6 +62,7 @@ class SlowSpawns:
         run_as: RunAs | None = None,
         pass_fds: Sequence[int] = (),
     ) -> ChildProcess:
+        self.entered.set()
         await trio.sleep(self.delay_s)
         return await self.inner(argv, cwd=cwd, env=env, run_as=run_as, pass_fds=pass_fds)
 
@@ -67,6 +70,25 @@ class SlowSpawns:
 def slow_edges() -> Edges:
     edges = Edges()
     return attrs.evolve(edges, open_process=SlowSpawns(edges.open_process, SPAWN_S))
+
+
+def spawn_begun(edges: Edges) -> trio.Event:
+    """The event `SlowSpawns` sets when the spawn of ``edges`` begins."""
+    assert isinstance(edges.open_process, SlowSpawns)
+    return edges.open_process.entered
+
+
+async def start_cancelled_mid_spawn(
+    runtime: InferRuntime, handle: InstanceHandle, edges: Edges
+) -> bool:
+    """Start ``handle`` and give up once its (slow) spawn has begun; whether it was cancelled."""
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(runtime.start, handle)
+            with trio.fail_after(READY_S):
+                await spawn_begun(edges).wait()
+            scope.cancel()
+    return scope.cancelled_caught
 
 
 async def outcomes_of_starts(runtime: InferRuntime, handle: InstanceHandle, n: int) -> list[object]:
@@ -126,12 +148,11 @@ async def test_concurrent_stops_all_get_the_runs_evidence(lab: Lab, free_port: i
 
 
 async def test_a_cancelled_sole_caller_aborts_the_start(lab: Lab, free_port: int) -> None:
-    async with open_runtime(lab.config(), edges=slow_edges()) as runtime:
+    edges = slow_edges()
+    async with open_runtime(lab.config(), edges=edges) as runtime:
         events = await runtime.subscribe()
         handle = await runtime.load(chat(free_port))
-        with trio.move_on_after(SPAWN_S / 3) as gave_up:
-            await runtime.start(handle)
-        assert gave_up.cancelled_caught  # cancelled mid-spawn
+        assert await start_cancelled_mid_spawn(runtime, handle, edges)
         with trio.fail_after(READY_S):
             status = await runtime.wait_state(handle, InstanceState.EXITED)
         assert (status.stop_reason, status.restarts, status.pid) == ("requested", 0, None)
