@@ -33,6 +33,11 @@ class RunProcess:
         process = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
         )
+        return cls.reading(process)
+
+    @classmethod
+    def reading(cls, process: subprocess.Popen[str]) -> RunProcess:
+        """Collect the lines of ``process`` (its stdout, stderr merged into it)."""
         run = cls(process)
         threading.Thread(target=run._read, daemon=True).start()
         return run

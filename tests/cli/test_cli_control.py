@@ -17,6 +17,7 @@ import trio
 from inferactors._errors import InvalidConfig
 from inferactors._events import ProcessExited, StopReason
 from inferactors._service.control_server import control_socket_path, serve_control
+from inferactors._service.views import ReloadResult
 from service.control_support import FakeFleet
 
 
@@ -161,3 +162,47 @@ async def test_no_supervisor_exits_3(tmp_path: Path) -> None:
     assert stale.returncode == 3
     assert b"nothing answers at" in stale.stderr
     assert both.returncode == 2
+
+
+async def test_reload_prints_each_refused_instance_and_exits_1(
+    fleet: FakeFleet, tmp_path: Path
+) -> None:
+    fleet.reload_result = ReloadResult(
+        added=("new",),
+        changed=("chat",),
+        unchanged=("embed",),
+        refused=(("chat", "flag --bogus is not in the binary's --help"), ("new", "no model x")),
+    )
+    done = await cli("reload", "--state-dir", str(tmp_path))
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.decode().splitlines() == [
+        "added: new",
+        "changed: chat",
+        "unchanged: embed",
+        "refused chat: flag --bogus is not in the binary's --help",
+        "refused new: no model x",
+    ]
+
+
+@pytest.mark.parametrize("command", [["logs", "chat", "-f"], ["events", "-f", "--json"]])
+async def test_a_follow_the_supervisor_ends_prints_what_came_and_exits_0(
+    fleet: FakeFleet, tmp_path: Path, command: list[str]
+) -> None:
+    done: list[subprocess.CompletedProcess[bytes]] = []
+
+    async def follow() -> None:
+        done.append(await cli(*command, "--state-dir", str(tmp_path)))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(follow)
+        for _ in range(1000):  # 10 s for the command to start and subscribe
+            if fleet.open_follows:
+                break
+            await trio.sleep(0.01)
+        fleet.add_line("chat", "last words")
+        fleet.add_event(ProcessExited("id-chat", 101, None, 15, StopReason.REQUESTED, 9.0))
+        fleet.end_follows()
+    (process,) = done
+    assert process.returncode == 0
+    assert process.stderr == f"inferactors {command[0]}: the supervisor stopped\n".encode()
+    assert (b"last words" if command[0] == "logs" else b'"reason": "requested"') in process.stdout

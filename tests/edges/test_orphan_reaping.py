@@ -32,6 +32,7 @@ def test_reap_kills_an_orphan_whose_supervisor_died(
     report = reap_orphans(instance_dir.parent, grace_s=5.0)
     detail = f"orphaned; group {sleeper.pid} ended by SIGTERM"
     assert report == [ReapedOrphan(record.path, sleeper.pid, PORT, OrphanOutcome.KILLED, detail)]
+    assert (report[0].pgid, report[0].program) == (record.pgid, record.argv[0])
     assert sleeper.wait(timeout=5.0) == -signal.SIGTERM
     assert not record.path.exists()
 

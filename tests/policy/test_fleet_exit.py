@@ -8,6 +8,7 @@ from inferactors._config.config import RestartPolicy, RestartType
 from inferactors._policy.fleet_exit import (
     Standing,
     adopted_retry_delay_s,
+    down_reason,
     nothing_left,
     settled,
     standing,
@@ -63,3 +64,15 @@ def test_an_adopted_server_is_retried_under_its_policy() -> None:
     assert [adopted_retry_delay_s(policy, n) for n in range(4)] == [0.5, 1.0, 1.5, None]
     temporary = RestartPolicy(restart_type=RestartType.TEMPORARY)
     assert adopted_retry_delay_s(temporary, 0) is None
+
+
+def test_down_reason_says_why_in_words() -> None:
+    refused = down_reason(InstanceStatus(S.EXITED, "x"), "admission-refused: port held")
+    assert refused == "refused: admission-refused: port held"
+    gave_up = InstanceStatus(S.EXITED, supervision="gave up after 2 restart(s): budget spent")
+    assert down_reason(gave_up) == "gave up after 2 restart(s): budget spent"
+    tampered = InstanceStatus(S.EXITED, stop_reason="tampered")
+    assert down_reason(tampered) == "held down after a stop for tampered"
+    assert down_reason(InstanceStatus(S.EXITED, "server process exited")) == (
+        "exited: server process exited"
+    )

@@ -40,6 +40,9 @@ class FakeFleet:
     is_alive: bool = True
     alive_delay_s: float = 0.0
     reload_error: InvalidConfig | None = None
+    reload_result: ReloadResult = attrs.Factory(
+        lambda: ReloadResult(added=("new",), changed=("chat",), unchanged=("embed",))
+    )
     open_follows: int = 0
     _log_followers: dict[str, list[trio.MemorySendChannel[LogLine]]] = attrs.Factory(dict)
     _event_followers: list[trio.MemorySendChannel[Event]] = attrs.Factory(list)
@@ -75,7 +78,7 @@ class FakeFleet:
         self.calls.append("reload")
         if self.reload_error is not None:
             raise self.reload_error
-        return ReloadResult(added=("new",), changed=("chat",), unchanged=("embed",))
+        return self.reload_result
 
     def log_tail(self, name: str, lines: int) -> tuple[LogLine, ...]:
         self.view(name)
@@ -116,6 +119,14 @@ class FakeFleet:
         self.lines.setdefault(name, []).append(line)
         for send in self._log_followers.get(name, []):
             send.send_nowait(line)
+
+    def end_follows(self) -> None:
+        """End every follow stream, as `Fleet.close` does (what was sent stays queued)."""
+        for lines in self._log_followers.values():
+            for send_line in lines:
+                send_line.close()
+        for send_event in self._event_followers:
+            send_event.close()
 
     def add_event(self, event: Event) -> None:
         self.events.append(event)

@@ -90,3 +90,22 @@ def running(*names: str) -> Check:
         )
 
     return check
+
+
+@attrs.define
+class Recorder:
+    """A `Notifier` that keeps (trio time, fields) of every notification."""
+
+    sent: list[tuple[float, dict[str, str | int]]] = attrs.Factory(list)
+
+    def notify(self, **fields: str | int) -> bool:
+        self.sent.append((trio.current_time(), fields))
+        return True
+
+    def times_of(self, key: str) -> list[float]:
+        return [at for at, fields in self.sent if key in fields]
+
+
+def pids(fleet: Fleet) -> dict[str, int | None]:
+    """Each instance's pid, by name."""
+    return {view.name: view.status.pid for view in fleet.views()}

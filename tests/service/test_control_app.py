@@ -87,6 +87,7 @@ async def test_reload_answers_what_changed_or_400_with_the_config_error() -> Non
         "changed": ["chat"],
         "unchanged": ["embed"],
         "revived": [],
+        "refused": {},
     }
     assert refused.status_code == 400
     assert refused.json()["error"] == {
@@ -113,6 +114,30 @@ async def test_log_tail_is_ndjson_of_the_last_n_lines() -> None:
     assert bad.status_code == 400
     assert bad.json()["error"]["code"] == "invalid-config"
     assert unknown.status_code == 404
+
+
+@pytest.mark.parametrize("value", ["0", "false", "No", "OFF"])
+async def test_follow_off_in_any_usual_word_is_a_plain_tail(value: str) -> None:
+    fleet = FakeFleet()
+    fleet.add_line("chat", "only")
+    async with client(fleet) as http:
+        logs = await http.get("/v1/instances/chat/logs", params={"follow": value})
+        events = await http.get("/v1/events", params={"follow": value})
+    assert [line["text"] for line in ndjson(logs.text)] == ["only"]
+    assert (logs.status_code, events.status_code, fleet.open_follows) == (200, 200, 0)
+
+
+@pytest.mark.parametrize("value", ["", "2", "y", "maybe", "truee", "none"])
+async def test_a_follow_that_is_no_boolean_is_400_on_every_route(value: str) -> None:
+    async with client(FakeFleet()) as http:
+        logs = await http.get("/v1/instances/chat/logs", params={"follow": value})
+        events = await http.get("/v1/events", params={"follow": value})
+    for reply in (logs, events):
+        assert reply.status_code == 400
+        assert reply.json()["error"] == {
+            "code": "invalid-config",
+            "message": "follow must be one of 1, true, yes, on, 0, false, no, off",
+        }
 
 
 async def test_events_are_typed_ndjson_through_the_converter() -> None:
@@ -215,6 +240,11 @@ async def test_errors_of_the_tree_and_unforeseen_ones_are_json() -> None:
         ({}, ("127.0.0.1", 5000), 401),
         ({"Authorization": "Bearer wrong-token-wrong-token"}, ("127.0.0.1", 5000), 401),
         ({"Authorization": "Bearer right-token-right-token"}, ("127.0.0.1", 5000), 200),
+        ({"Authorization": "bearer right-token-right-token"}, ("127.0.0.1", 5000), 200),
+        ({"Authorization": "BEARER  right-token-right-token"}, ("127.0.0.1", 5000), 200),
+        ({"Authorization": "Basic right-token-right-token"}, ("127.0.0.1", 5000), 401),
+        ({"Authorization": "right-token-right-token"}, ("127.0.0.1", 5000), 401),
+        ({"Authorization": "Bearer right-token-right-tokenX"}, ("127.0.0.1", 5000), 401),
         ({}, None, 200),  # the Unix socket: no client address, no token needed
     ],
 )

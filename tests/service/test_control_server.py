@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import stat
+import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -16,6 +17,7 @@ import httpx
 import pytest
 import trio
 
+from inferactors._config.convert_api import event_data
 from inferactors._errors import InvalidConfig, InvalidState
 from inferactors._service.control_server import control_socket_path, serve_control
 from service.control_support import FakeFleet, crash, follow
@@ -223,3 +225,89 @@ async def test_a_follow_ends_when_the_server_is_cancelled(
         with trio.fail_after(5), pytest.raises(h11.RemoteProtocolError, match="incomplete"):
             await stream.next_json()  # the connection closes: the stream is cut, not ended
     assert fleet.open_follows == 0
+
+
+@pytest.mark.parametrize("value", ["1", "true", "YES", "On"])
+async def test_follow_on_in_any_usual_word_streams(
+    tmp_path: Path, nursery: trio.Nursery, value: str
+) -> None:
+    fleet = FakeFleet()
+    await nursery.start(partial(serve_control, fleet, state_dir=tmp_path))
+    async with follow(control_socket_path(tmp_path), f"/v1/events?since=0&follow={value}") as s:
+        assert s.status == 200
+        await wait_for(lambda: fleet.open_follows == 1)
+        fleet.add_event(crash())
+        assert (await s.next_json() or {})["type"] == "ProcessExited"
+
+
+async def test_until_ends_follows_cleanly_with_what_was_queued(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    """As ``inferactors run`` stops: the fleet ends its channels after its last events,
+    then the server is told to stop; each stream ends as a complete reply."""
+    fleet = FakeFleet()
+    closed = trio.Event()
+    done = trio.Event()
+
+    async def serve(task_status: trio.TaskStatus[list[str]]) -> None:
+        await serve_control(fleet, state_dir=tmp_path, until=closed.wait, task_status=task_status)
+        done.set()
+
+    await nursery.start(serve)
+    path = control_socket_path(tmp_path)
+    async with (
+        follow(path, "/v1/events?since=0&follow=1") as events,
+        follow(path, "/v1/instances/chat/logs?lines=0&follow=1") as logs,
+    ):
+        await wait_for(lambda: fleet.open_follows == 2)
+        fleet.add_event(crash())
+        fleet.add_line("chat", "bye")
+        fleet.end_follows()
+        closed.set()
+        with trio.fail_after(5):
+            assert [await events.next_json(), await events.next_json()] == [
+                event_data(crash()),
+                None,
+            ]
+            assert [(await logs.next_json() or {}).get("text"), await logs.next_json()] == [
+                "bye",
+                None,
+            ]
+            await done.wait()
+    assert not path.exists()
+
+
+_FLOOD = """
+import socket, sys
+clients = []
+for _ in range(int(sys.argv[2])):  # every connect at once, before any is answered
+    s = socket.socket(socket.AF_UNIX)
+    s.setblocking(False)
+    try:
+        s.connect(sys.argv[1])
+    except BlockingIOError as error:
+        print("refused", error.errno)
+        continue
+    clients.append(s)
+answers = []
+for s in clients:
+    s.setblocking(True)
+    s.settimeout(20)
+    s.sendall(b"GET /livez HTTP/1.1\\r\\nhost: x\\r\\nconnection: close\\r\\n\\r\\n")
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    answers.append(data.split(b"\\r\\n", 1)[0].decode())
+print(len(answers), sorted(set(answers)))
+"""
+
+
+async def test_200_concurrent_connects_are_all_answered(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    await nursery.start(partial(serve_control, FakeFleet(), state_dir=tmp_path))
+    path = str(control_socket_path(tmp_path))
+    done = await trio.run_process(
+        [sys.executable, "-c", _FLOOD, path, "200"], capture_stdout=True, check=False
+    )
+    assert done.stdout.decode().splitlines() == ["200 ['HTTP/1.1 200 ']"], done.stdout

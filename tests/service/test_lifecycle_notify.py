@@ -8,32 +8,15 @@ tree answers and none while it does not, STATUS= only when the line changes.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import attrs
 import trio
 import trio.testing
 
 from inferactors._edges.sd_notify import monotonic_usec
-from inferactors._events import Event, StateChanged
 from inferactors._service.lifecycle import ServiceNotes, serve_notify
 from inferactors._service.views import InstanceView, Lifecycle, LifecycleNote
 from inferactors._status import InstanceState, InstanceStatus
-
-
-@attrs.define
-class Recorder:
-    """A `Notifier` that keeps (trio time, fields) of every notification."""
-
-    sent: list[tuple[float, dict[str, str | int]]] = attrs.Factory(list)
-
-    def notify(self, **fields: str | int) -> bool:
-        self.sent.append((trio.current_time(), fields))
-        return True
-
-    def times_of(self, key: str) -> list[float]:
-        return [at for at, fields in self.sent if key in fields]
+from service.fleet_support import Recorder
 
 
 def _view(name: str, state: InstanceState) -> InstanceView:
@@ -44,12 +27,13 @@ def _view(name: str, state: InstanceState) -> InstanceView:
 
 @attrs.define
 class StandInFleet:
-    """Views, settledness and an actor tree that answers after ``answer_s`` (None: never)."""
+    """Views, settledness and an actor tree that answers after ``answer_s`` (None: never);
+    `poke` says the views changed."""
 
     states: dict[str, InstanceState]
     answer_s: float | None = 0.01
     settled: trio.Event = attrs.Factory(trio.Event)
-    send: trio.MemorySendChannel[Event] | None = None
+    changed: trio.Event = attrs.Factory(trio.Event)
 
     def views(self) -> tuple[InstanceView, ...]:
         return tuple(_view(name, state) for name, state in self.states.items())
@@ -60,12 +44,12 @@ class StandInFleet:
             return True
         return False
 
-    @contextlib.contextmanager
-    def follow_events(self) -> Iterator[trio.MemoryReceiveChannel[Event]]:
-        send, receive = trio.open_memory_channel[Event](10)
-        self.send = send
-        with receive:
-            yield receive
+    async def until_changed(self) -> None:
+        await self.changed.wait()
+
+    def poke(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
 
 
 async def test_ready_only_once_settled_with_the_status_line(
@@ -112,8 +96,7 @@ async def test_status_is_sent_when_the_line_changes_only(
         await nursery.start(serve_notify, ServiceNotes(recorder, fleet), None)
         await trio.sleep(3.5)
         fleet.states["a"] = InstanceState.RUNNING
-        assert fleet.send is not None
-        await fleet.send.send(_any_event())
+        fleet.poke()
         await trio.sleep(0.01)
         status_at = trio.current_time()
         await trio.sleep(3.0)
@@ -121,10 +104,6 @@ async def test_status_is_sent_when_the_line_changes_only(
     statuses = [(at, fields["STATUS"]) for at, fields in recorder.sent]
     assert statuses == [(0.0, "0 of 2 running; 2 starting"), (3.5, "1 of 2 running; 1 starting")]
     assert status_at == 3.51
-
-
-def _any_event() -> Event:
-    return StateChanged("a-id", InstanceState.DEGRADED, InstanceState.RUNNING, "server up", 0.0)
 
 
 async def test_milestones_become_reloading_ready_and_stopping(

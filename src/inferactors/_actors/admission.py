@@ -42,8 +42,15 @@ async def make_plan(
     registry: ModelRegistry | None,
     edges: Edges,
     instance_dir: Path,
+    dry: bool = False,
 ) -> Plan:
     """Check ``spec`` against ``config`` and build its plan (see the module docstring).
+
+    ``dry`` (a reload's check before it changes anything) leaves out what only the start
+    can tell: the occupied-port check (the port may be held by the very server being
+    replaced) and the probe of an adopted server or of the Ollama daemon. Every other
+    check runs (typed fields, the registry's models and their pins, the binary's flags,
+    the API key file, ``run_as``).
 
     Args:
         spec: the inference spec; validated here.
@@ -63,14 +70,21 @@ async def make_plan(
     spec.validate()
     check_runtime_and_port(spec, config)
     if config.managed is None:
+        if dry:
+            return Plan(spec=spec, mode=ControlMode.ADOPTED, notes=("not probed (dry)",))
         return await _plan_adopted(spec, config, edges)
     if registry is None:
         raise AdmissionRefused("managed mode needs a model registry")
     if spec.runtime is InferFlavor.OLLAMA:
+        if dry:
+            model = await _registered_model(spec, registry)
+            return Plan(spec=spec, mode=ControlMode.MANAGED, notes=(), model=model)
         return await _plan_ollama(spec, config, registry, edges.open_prober)
     euid = edges.containment.euid()
     run_as = _run_as(config.managed, euid)
-    plan = await _plan_process(spec, config.managed, registry, instance_dir, edges, run_as)
+    plan = await _plan_process(
+        spec, config.managed, registry, instance_dir, edges, run_as, check_port=not dry
+    )
     if spec.serve.api_key_file is not None:
         key = await read_api_key(spec.serve.api_key_file, run_as=run_as, euid=euid)
         plan = attrs.evolve(plan, api_key=key, notes=(*plan.notes, "API key read"))
@@ -150,6 +164,8 @@ async def _plan_process(
     instance_dir: Path,
     edges: Edges,
     run_as: RunAs | None,
+    *,
+    check_port: bool = True,
 ) -> Plan:
     model = await _registered_model(spec, registry)
     draft = None
@@ -163,7 +179,7 @@ async def _plan_process(
     await check_binary_flags(
         spec, managed, program, serve_help=help_cache, run_as=run_as, euid=euid
     )
-    if await edges.port_in_use(spec_host(spec), spec.port()):
+    if check_port and await edges.port_in_use(spec_host(spec), spec.port()):
         raise AdmissionRefused(
             f"something already holds port {spec.port()} on {spec_host(spec)}; "
             "adopt it instead of managing over it"

@@ -105,7 +105,7 @@ class InferRuntime(RuntimeLogs):
     node_id: str
     _supervisor: trio.MemorySendChannel[object]
     _events: trio.MemorySendChannel[Event]
-    _registry: ModelRegistry | None
+    registry: ModelRegistry | None  # where its models resolve (None when adopted)
     _edges: Edges
     reaped_orphans: tuple[ReapedOrphan, ...] = ()
     """What start-up found of servers an earlier life left behind in ``data_root`` (FC-13)."""
@@ -329,7 +329,7 @@ class InferRuntime(RuntimeLogs):
         return await make_plan(
             spec,
             self.config,
-            registry=self._registry,
+            registry=self.registry,
             edges=self._edges,
             instance_dir=directory or Path("."),
         )
@@ -354,7 +354,7 @@ class InferRuntime(RuntimeLogs):
                 instance_dir=directory,
                 edges=self._edges,
                 events=self._events,
-                registry=self._registry,
+                registry=self.registry,
             )
         await call(self._supervisor, partial(Load, actor))
 

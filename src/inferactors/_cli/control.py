@@ -19,19 +19,26 @@ from .._config.convert_hooks import converter
 from .._errors import one_line
 from .._events import Event
 from .control_client import (
+    COMMAND_WAIT_S,
+    DEFAULT_TIMEOUT_S,
     EXIT_BAD_INPUT,
+    EXIT_ERROR,
     ControlClient,
     ControlError,
+    IntermixedParser,
     add_target_arguments,
+    add_timeout_argument,
+    positive_seconds,
     socket_of,
 )
 from .output import describe_event
 
 EXIT_STATUSES = """exit status:
-  0  done
-  1  the supervisor answered with an error (unknown instance, refused, failed)
+  0  done (-f: the supervisor stopped)
+  1  the supervisor answered with an error (unknown instance, refused, failed; reload:
+     an instance was refused), or did not answer within --timeout (busy or frozen)
   2  bad arguments or run file (reload: the run file is invalid; nothing changed)
-  3  no supervisor is running (no control socket, or nothing answers on it)"""
+  3  no supervisor is running (no control socket, or the connection is refused)"""
 
 Command = Callable[[ControlClient, argparse.Namespace], int]
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -48,6 +55,7 @@ def register_control_commands(subparsers: Subparsers) -> None:
     ]:
         command = _add(subparsers, verb, what, _instance_command(verb), named=True)
         command.set_defaults(verb=verb)
+        _add_wait(command)
     logs = _add(subparsers, "logs", "print one instance's server output", _logs, named=True)
     logs.add_argument("-n", "--lines", type=int, default=100, help="lines of the tail (100)")
     logs.add_argument("-f", "--follow", action="store_true", help="then print new lines")
@@ -55,7 +63,19 @@ def register_control_commands(subparsers: Subparsers) -> None:
     events.add_argument("-n", "--count", type=int, default=20, help="recent events (20)")
     events.add_argument("-f", "--follow", action="store_true", help="then print new ones")
     events.add_argument("--json", action="store_true", help="print NDJSON as received")
-    _add(subparsers, "reload", "re-read the run file; restart only what changed", _reload)
+    reload = _add(subparsers, "reload", "re-read the run file; restart only what changed", _reload)
+    _add_wait(reload)
+
+
+def _add_wait(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--wait",
+        type=positive_seconds,
+        default=COMMAND_WAIT_S,
+        metavar="SECONDS",
+        help="how long the command may take once the supervisor answered "
+        f"(default {COMMAND_WAIT_S:g}; a start waits for its server to be ready)",
+    )
 
 
 def _add(
@@ -68,9 +88,11 @@ def _add(
         epilog=EXIT_STATUSES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.__class__ = IntermixedParser  # subparsers are made of the main parser's class
     if named:
         parser.add_argument("name", help="the instance's name (its role in the run file)")
     add_target_arguments(parser)
+    add_timeout_argument(parser, DEFAULT_TIMEOUT_S)
     parser.set_defaults(func=lambda args: _run(name, command, args))
     return parser
 
@@ -79,7 +101,7 @@ def _run(name: str, command: Command, args: argparse.Namespace) -> int:
     """Run ``command`` against the supervisor; errors become one line and an exit status.
     Ctrl-C (while following) ends it quietly with 0."""
     try:
-        client = ControlClient.open(socket_of(args))
+        client = ControlClient.open(socket_of(args), args.timeout)
         try:
             return command(client, args)
         finally:
@@ -102,7 +124,7 @@ def _status(client: ControlClient, args: argparse.Namespace) -> int:
 
 def _instance_command(verb: str) -> Command:
     def command(client: ControlClient, args: argparse.Namespace) -> int:
-        view = client.post(f"/v1/instances/{args.name}/{verb}")
+        view = client.post(f"/v1/instances/{args.name}/{verb}", args.wait)
         print(f"{view['name']}: {_state_words(view)}")
         return 0
 
@@ -111,31 +133,34 @@ def _instance_command(verb: str) -> Command:
 
 def _logs(client: ControlClient, args: argparse.Namespace) -> int:
     params: dict[str, str | int] = {"lines": max(args.lines, 0)}
-    if args.follow:
-        params["follow"] = 1
-    for line in client.lines(f"/v1/instances/{args.name}/logs", **params):
+    for line in client.lines(f"/v1/instances/{args.name}/logs", params, follow=args.follow):
         print(log_line(line), flush=True)
-    return 0
+    return _ended(args)
 
 
 def _events(client: ControlClient, args: argparse.Namespace) -> int:
     params: dict[str, str | int] = {"since": max(args.count, 0)}
-    if args.follow:
-        params["follow"] = 1
-    for item in client.lines("/v1/events", **params):
+    for item in client.lines("/v1/events", params, follow=args.follow):
         print(json.dumps(item) if args.json else event_line(item), flush=True)
+    return _ended(args)
+
+
+def _ended(args: argparse.Namespace) -> int:
+    """0; a follow the supervisor ended (it stops) says so on stderr."""
+    if args.follow:
+        print(f"inferactors {args.command}: the supervisor stopped", file=sys.stderr)
     return 0
 
 
 def _reload(client: ControlClient, args: argparse.Namespace) -> int:
     try:
-        result = client.post("/v1/reload")
+        result = client.post("/v1/reload", args.wait)
     except ControlError as error:
         if error.exit_status == EXIT_BAD_INPUT:
             raise ControlError(f"the run file is invalid; nothing changed: {error}", 2) from None
         raise
     print(reload_words(result))
-    return 0
+    return EXIT_ERROR if refused_of(result) else 0
 
 
 # ---- formatting ------------------------------------------------------------------------
@@ -219,11 +244,22 @@ def event_line(item: dict[str, Any]) -> str:
     return json.dumps(item) if event is None else describe_event(event)
 
 
-def reload_words(result: dict[str, list[str]]) -> str:
-    """What a reload did, one line per kind of change (``nothing changed`` when none)."""
+def reload_words(result: dict[str, Any]) -> str:
+    """What a reload did, one line per kind of change (``nothing changed`` when none),
+    then one ``refused NAME: reason`` line per instance refused at its load or start."""
     kinds = ("added", "removed", "changed", "revived")
     lines = [f"{kind}: {', '.join(result[kind])}" for kind in kinds if result.get(kind)]
+    refused = [one_line(f"refused {name}: {why}", 300) for name, why in refused_of(result)]
     if not lines:
-        return f"nothing changed ({len(result.get('unchanged', []))} instance(s) unchanged)"
+        done = f"nothing changed ({len(result.get('unchanged', []))} instance(s) unchanged)"
+        return "\n".join([done, *refused])
     unchanged = result.get("unchanged", [])
-    return "\n".join([*lines, f"unchanged: {', '.join(unchanged) or '-'}"])
+    return "\n".join([*lines, f"unchanged: {', '.join(unchanged) or '-'}", *refused])
+
+
+def refused_of(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """The ``(name, reason)`` of each instance a reload's ``refused`` names: an object by
+    name, or a list of pairs."""
+    refused = result.get("refused") or {}
+    pairs = refused.items() if isinstance(refused, dict) else refused
+    return sorted((str(name), str(why)) for name, why in pairs)

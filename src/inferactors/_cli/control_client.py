@@ -2,15 +2,18 @@
 request, read JSON or NDJSON back (httpx, synchronous, over the Unix socket).
 
 Exit statuses of the commands that use it: 0 done, 1 the supervisor answered with an error
-(unknown instance, a command its state refuses, a failure), 2 bad arguments or an unusable
-run file (and a reload that found the run file invalid), 3 no supervisor is running.
+(unknown instance, a command its state refuses, a failure) or did not answer in time (busy,
+frozen), 2 bad arguments or an unusable run file (and a reload that found the run file
+invalid), 3 no supervisor is running (no socket file, or the connection is refused).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +27,16 @@ from .._service.control_server import control_socket_path
 EXIT_ERROR = 1
 EXIT_BAD_INPUT = 2
 EXIT_NO_SUPERVISOR = 3
-CONNECT_TIMEOUT_S = 5.0
-READ_TIMEOUT_S = 30.0
-"""How long a status or a tail may take to come back, float seconds; commands (start,
-restart, reload) wait as long as the supervisor takes."""
+DEFAULT_TIMEOUT_S = 10.0
+"""How long the supervisor has to answer a request (``--timeout``), float seconds."""
+COMMAND_WAIT_S = 900.0
+"""How long start, stop, restart and reload may take once the supervisor answered
+(``--wait``), float seconds: a start waits for its server to be ready (600 s at most by
+default, ``readiness_timeout_s``), a stop for its grace."""
+FIRST_PAUSE_S = 0.02
+MAX_PAUSE_S = 0.25
+"""The pauses between connects to a busy socket (doubling), float seconds."""
+MIN_WAIT_S = 0.001
 
 
 class ControlError(Exception):
@@ -37,6 +46,25 @@ class ControlError(Exception):
         super().__init__(message)
         self.exit_status = exit_status
         self.code = code
+
+
+class IntermixedParser(argparse.ArgumentParser):
+    """A parser whose options and positionals come in any order (``logs NAME -n 1
+    CONFIG.toml``): argparse's own parser gives an optional positional only the words
+    before the first option."""
+
+    _parsing = False
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self._parsing:  # parse_known_intermixed_args calls back here, twice
+            return super().parse_known_args(args, namespace)
+        self._parsing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._parsing = False
 
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +83,28 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
         help="the supervisor's state directory (default: from CONFIG, else "
         "~/.local/state/inferactors)",
     )
+
+
+def add_timeout_argument(parser: argparse.ArgumentParser, default_s: float) -> None:
+    """``--timeout SECONDS``: how long the supervisor has to answer."""
+    parser.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=default_s,
+        metavar="SECONDS",
+        help=f"how long the supervisor has to answer (default {default_s:g})",
+    )
+
+
+def positive_seconds(text: str) -> float:
+    """An argument that is a positive, finite number of seconds."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return seconds
 
 
 def socket_of(args: argparse.Namespace) -> Path:
@@ -77,14 +127,22 @@ def socket_of(args: argparse.Namespace) -> Path:
 
 @attrs.define(eq=False)
 class ControlClient:
-    """A synchronous client of one supervisor's control socket."""
+    """A synchronous client of one supervisor's control socket.
+
+    Every exchange has a deadline: ``timeout_s`` for the supervisor to answer (a frozen
+    supervisor is reported, not waited on forever). A connection refused, or no socket
+    file, means no supervisor is running (exit 3); a full accept queue (``EAGAIN``) means
+    a busy one, retried until the deadline (then exit 1).
+    """
 
     path: Path
     http: httpx.Client
+    timeout_s: float = DEFAULT_TIMEOUT_S
 
     @classmethod
-    def open(cls, path: Path) -> ControlClient:
-        """A client of the socket at ``path`` (nothing is sent yet).
+    def open(cls, path: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> ControlClient:
+        """A client of the socket at ``path`` (nothing is sent yet); ``timeout_s`` is how
+        long the supervisor has to answer each request, float seconds.
 
         Raises:
             ControlError: no socket there (exit 3).
@@ -94,77 +152,147 @@ class ControlClient:
                 f"no supervisor is running (no socket at {path})", EXIT_NO_SUPERVISOR
             )
         transport = httpx.HTTPTransport(uds=str(path))
-        timeout = httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
-        http = httpx.Client(transport=transport, base_url="http://inferactors", timeout=timeout)
-        return cls(path, http)
+        http = httpx.Client(transport=transport, base_url="http://inferactors")
+        return cls(path, http, timeout_s)
 
     def close(self) -> None:
         self.http.close()
 
     def get(self, route: str, **params: str | int) -> Any:
-        """The JSON answer of ``GET route``.
+        """The JSON answer of ``GET route``, within ``timeout_s``.
 
         Raises:
-            ControlError: as `_checked`.
+            ControlError: as `answer`, or the supervisor answered with an error (exit 1; 2
+                for ``invalid-config``).
         """
-        return self._checked(lambda: self.http.get(route, params=params)).json()
+        return _checked(self.answer("GET", route, params, limit_s=self.timeout_s)).json()
 
-    def post(self, route: str) -> Any:
-        """The JSON answer of ``POST route`` (no read timeout: a start waits for the server).
+    def post(self, route: str, wait_s: float = COMMAND_WAIT_S) -> Any:
+        """The JSON answer of ``POST route``: the supervisor must show it answers within
+        ``timeout_s`` (``GET /readyz``), then has ``wait_s`` float seconds to carry the
+        command out (a start waits for its server to be ready).
 
         Raises:
-            ControlError: as `_checked`.
+            ControlError: as `get`.
         """
-        timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
-        return self._checked(lambda: self.http.post(route, timeout=timeout)).json()
+        self.answer("GET", "/readyz", limit_s=self.timeout_s)
+        return _checked(self.answer("POST", route, limit_s=wait_s)).json()
 
-    def lines(self, route: str, **params: str | int) -> Iterator[dict[str, Any]]:
-        """The NDJSON items of ``GET route`` as they come (a follow waits without end).
+    def lines(
+        self, route: str, params: dict[str, str | int], *, follow: bool = False
+    ) -> Iterator[dict[str, Any]]:
+        """The NDJSON items of ``GET route?params`` as they come. Without ``follow`` all of them
+        must come within ``timeout_s``; a follow shows first that the supervisor answers
+        (``GET /readyz`` within ``timeout_s``), then waits for items without end. The
+        iterator ends when the reply ends (for a follow: the supervisor stopped).
 
         Raises:
-            ControlError: as `_checked`.
+            ControlError: as `get`; the reply was cut (exit 1).
         """
-        timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
-        request = self.http.build_request("GET", route, params=params, timeout=timeout)
-        reply = self._checked(lambda: self.http.send(request, stream=True))
+        if follow:
+            self.answer("GET", "/readyz", limit_s=self.timeout_s)
+            params = {**params, "follow": 1}
+        limit_s = None if follow else self.timeout_s
+        reply = _checked(self.answer("GET", route, params, limit_s=limit_s, stream=True))
         try:
             for line in reply.iter_lines():
                 if line:
                     yield json.loads(line)
+        except httpx.TimeoutException:
+            raise self._silent(self.timeout_s) from None
         except httpx.HTTPError as error:
             raise ControlError(f"the supervisor went away: {error}", EXIT_ERROR) from None
         finally:
             reply.close()
 
-    def _checked(self, send: Any) -> httpx.Response:
-        """Send, and turn what can go wrong into a `ControlError`.
+    def answer(
+        self,
+        method: str,
+        route: str,
+        params: dict[str, str | int] | None = None,
+        *,
+        limit_s: float | None,
+        stream: bool = False,
+    ) -> httpx.Response:
+        """The supervisor's reply to ``method route``, whatever its status. A busy socket
+        (``EAGAIN``) is tried again until ``timeout_s`` has passed; ``limit_s`` then bounds
+        the wait for the reply, float seconds (None: no bound).
 
         Raises:
-            ControlError: nothing answers on the socket (exit 3), it cannot be reached
-                (exit 1), or the supervisor answered with an error (exit 1; 2 for
-                ``invalid-config``).
+            ControlError: no supervisor is running (refused; exit 3), it is busy or did
+                not answer in time, or it cannot be reached (exit 1).
         """
-        try:
-            reply: httpx.Response = send()
-        except httpx.ConnectError as error:
-            raise self._unreachable(error) from None
-        except httpx.HTTPError as error:
-            raise ControlError(f"the supervisor did not answer: {error}", EXIT_ERROR) from None
-        if reply.is_success:
-            return reply
-        reply.read()
-        code, message = _error_of(reply)
-        status = EXIT_BAD_INPUT if code == "invalid-config" else EXIT_ERROR
-        raise ControlError(message, status, code)
+        deadline = time.monotonic() + self.timeout_s
+        pause = FIRST_PAUSE_S
+        while True:
+            remaining = max(deadline - time.monotonic(), MIN_WAIT_S)
+            timeout = httpx.Timeout(limit_s, connect=remaining, pool=remaining)
+            request = self.http.build_request(method, route, params=params, timeout=timeout)
+            try:
+                return self.http.send(request, stream=stream)
+            except httpx.ConnectError as error:
+                if not _busy(error):
+                    raise self._unreachable(error) from None
+                if time.monotonic() + pause > deadline:
+                    raise ControlError(
+                        f"the supervisor at {self.path} is busy: its control socket took no "
+                        f"connection within {float(self.timeout_s)} s",
+                        EXIT_ERROR,
+                    ) from None
+            except httpx.TimeoutException:
+                raise self._silent(limit_s) from None
+            except httpx.HTTPError as error:
+                raise ControlError(f"the supervisor did not answer: {error}", EXIT_ERROR) from None
+            time.sleep(pause)
+            pause = min(pause * 2, MAX_PAUSE_S)
+
+    def _silent(self, waited_s: float | None) -> ControlError:
+        return ControlError(
+            f"the supervisor at {self.path} did not answer within {float(waited_s or 0)} s",
+            EXIT_ERROR,
+        )
 
     def _unreachable(self, error: httpx.ConnectError) -> ControlError:
-        cause = error.__cause__ or error.__context__
+        cause = _os_error(error)
         if isinstance(cause, PermissionError) or "Permission denied" in str(error):
             why = "permission denied (the supervisor runs as another user?)"
             return ControlError(f"cannot reach the supervisor at {self.path}: {why}", EXIT_ERROR)
-        return ControlError(
-            f"no supervisor is running (nothing answers at {self.path})", EXIT_NO_SUPERVISOR
-        )
+        if cause is None or cause.errno in (errno.ECONNREFUSED, errno.ENOENT):
+            return ControlError(
+                f"no supervisor is running (nothing answers at {self.path})", EXIT_NO_SUPERVISOR
+            )
+        why = cause.strerror or str(cause)
+        return ControlError(f"cannot reach the supervisor at {self.path}: {why}", EXIT_ERROR)
+
+
+def _os_error(error: BaseException) -> OSError | None:
+    """The `OSError` under an httpx error (httpx wraps httpcore's, which wraps it)."""
+    seen: BaseException | None = error
+    while seen is not None and not isinstance(seen, OSError):
+        seen = seen.__cause__ or seen.__context__
+    return seen
+
+
+def _busy(error: httpx.ConnectError) -> bool:
+    """Whether the connect failed because the socket's accept queue is full."""
+    cause = _os_error(error)
+    return cause is not None and cause.errno in (errno.EAGAIN, errno.EWOULDBLOCK)
+
+
+def _checked(reply: httpx.Response) -> httpx.Response:
+    """``reply`` when it is a success.
+
+    Raises:
+        ControlError: the supervisor answered with an error (exit 1; 2 for
+            ``invalid-config``).
+    """
+    if reply.is_success:
+        return reply
+    reply.read()
+    reply.close()
+    code, message = _error_of(reply)
+    status = EXIT_BAD_INPUT if code == "invalid-config" else EXIT_ERROR
+    raise ControlError(message, status, code)
 
 
 def _error_of(reply: httpx.Response) -> tuple[str, str]:

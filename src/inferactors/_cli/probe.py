@@ -8,9 +8,10 @@ to the supervisor found from the run file or ``--state-dir`` and prints the answ
 
 exit status:
   0  the supervisor answered 200 (alive; ready)
-  1  it answered anything else (503: not alive, not ready) or not within --timeout
+  1  it answered anything else (503: not alive, not ready), or not within --timeout
+     (busy or frozen)
   2  bad arguments or run file
-  3  no supervisor is running (no control socket, or nothing answers on it)
+  3  no supervisor is running (no control socket, or the connection is refused)
 """
 
 from __future__ import annotations
@@ -19,15 +20,14 @@ import argparse
 import re
 import sys
 
-import httpx
-
 from .._errors import one_line
 from .control_client import (
     EXIT_ERROR,
-    EXIT_NO_SUPERVISOR,
     ControlClient,
     ControlError,
+    IntermixedParser,
     add_target_arguments,
+    add_timeout_argument,
     socket_of,
 )
 
@@ -49,35 +49,25 @@ def add_probe_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.__class__ = IntermixedParser  # subparsers are made of the main parser's class
     parser.add_argument(
         "endpoint", type=_endpoint, metavar="livez|readyz|readyz/NAME", help="which probe"
     )
     add_target_arguments(parser)
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT_S,
-        help=f"seconds to wait for the answer (default {DEFAULT_TIMEOUT_S})",
-    )
+    add_timeout_argument(parser, DEFAULT_TIMEOUT_S)
     parser.set_defaults(func=probe)
 
 
 def probe(args: argparse.Namespace) -> int:
     """Entry point of ``inferactors probe``; returns the exit status."""
     try:
-        client = ControlClient.open(socket_of(args))
+        client = ControlClient.open(socket_of(args), args.timeout)
+        try:
+            reply = client.answer("GET", f"/{args.endpoint}", limit_s=args.timeout)
+        finally:
+            client.close()
     except ControlError as error:
-        print(one_line(str(error)), file=sys.stderr)
+        print(one_line(f"inferactors probe: /{args.endpoint}: {error}"), file=sys.stderr)
         return error.exit_status
-    try:
-        reply = client.http.get(f"/{args.endpoint}", timeout=args.timeout)
-    except httpx.ConnectError:
-        print(f"no supervisor is running (nothing answers at {client.path})", file=sys.stderr)
-        return EXIT_NO_SUPERVISOR
-    except httpx.HTTPError as error:
-        print(one_line(f"inferactors probe: /{args.endpoint}: {error!r}"), file=sys.stderr)
-        return EXIT_ERROR
-    finally:
-        client.close()
     print(one_line(f"{reply.status_code} {reply.text.strip()}"))
     return 0 if reply.status_code == 200 else EXIT_ERROR

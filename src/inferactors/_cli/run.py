@@ -5,7 +5,10 @@ and started, events are logged (``--log-format text|json``, ``--log-level``; ISO
 the date), and the control API is served on ``<state dir>/control.sock`` (and on
 ``--control-port`` with ``--control-token-file``). SIGHUP re-reads the run file and applies
 only what changed (as ``inferactors reload``); on Ctrl-C (SIGINT) or SIGTERM every managed
-server is stopped cleanly.
+server is stopped cleanly. Signals are heard from the very start (`EARLY`, installed by the
+console script before anything heavy is imported): a SIGINT or SIGTERM before trio listens
+stops it at once with exit 0, having started nothing; a SIGHUP then is a reload done once
+the fleet has settled (none when it came before the run file was read).
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ from pathlib import Path
 import attrs
 import trio
 
+from _inferactors_boot import EARLY
+
 from .._config.convert import load_run_config
 from .._config.runfile import RunConfig
 from .._edges.sd_notify import open_notifier, watchdog_interval_s
 from .._errors import InferactorsError, InvalidConfig, InvalidState, one_line
 from .._events import Event
-from .._policy.fleet_exit import EXIT_BAD_CONFIG, EXIT_NOTHING_LEFT, EXIT_STOPPED
+from .._policy.fleet_exit import EXIT_BAD_CONFIG, EXIT_NOTHING_LEFT, EXIT_STOPPED, down_reason
 from .._service.control_server import serve_control
 from .._service.fleet import Fleet, open_fleet
 from .._service.lifecycle import ServiceNotes, serve_notify
@@ -42,7 +47,9 @@ EXIT_CODES = f"""exit status:
   {EXIT_BAD_CONFIG}  the run file is invalid (unreadable, bad TOML, a bad value, no instances)
 
 SIGHUP reloads the run file: removed instances stop, added ones start, changed ones
-restart, the rest keep running; an invalid file changes nothing (the error is logged)."""
+restart, the rest keep running; an invalid file, or an instance to load that fails its
+checks (an unknown model, a flag the binary lacks, ...), changes nothing (the error is
+logged)."""
 
 
 def add_run_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -79,11 +86,13 @@ class _Control:
 
 def run_config(args: argparse.Namespace) -> int:
     """Entry point of ``inferactors run``; returns the exit status (`EXIT_CODES`)."""
+    EARLY.install()  # already, from the console script; not yet under python -m inferactors
     configure_logging(getattr(args, "log_format", "text"), getattr(args, "log_level", "info"))
     control = _Control(
         getattr(args, "control_port", None), getattr(args, "control_token_file", None)
     )
     try:
+        EARLY.take_reload()  # a SIGHUP so far is answered by reading the file now
         config = load_run_config(args.config)
         config.require_instances()
         return trio.run(_supervise, config, args.config, control)
@@ -113,10 +122,15 @@ async def _supervise(config: RunConfig, run_file: Path, control: _Control) -> in
     Ctrl-C/SIGTERM is heard at once, even in the middle of start-up."""
     heard = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     with trio.open_signal_receiver(*heard) as signals, ExitStack() as stack:
+        if (early := EARLY.stop_heard()) is not None:
+            say(f"{signal.Signals(early).name} during start-up: stopping; nothing was started")
+            return EXIT_STOPPED
         async with trio.open_nursery() as printing, open_fleet(config, run_file, say=say) as fleet:
             printing.start_soon(_log_events, stack.enter_context(fleet.follow_events()))
+            # in the outer nursery: the control API serves until the fleet is closed, so a
+            # follow stream gets the last stop events and ends cleanly
+            await printing.start(_serve_control, fleet, control)
             async with trio.open_nursery() as nursery:
-                await nursery.start(_serve_control, fleet, control)
                 notes = ServiceNotes(stack.enter_context(closing(open_notifier())), fleet)
                 fleet.on_lifecycle(notes.on_note)
                 await nursery.start(serve_notify, notes, watchdog_interval_s())
@@ -139,6 +153,7 @@ async def _serve_control(
             state_dir=fleet.state_dir,
             tcp_port=control.port,
             token_file=control.token_file,
+            until=fleet.closed.wait,
             task_status=task_status,
         )
     except InvalidState as error:  # raised before it listens
@@ -155,17 +170,24 @@ async def _until_done(fleet: Fleet, signals: AsyncIterator[int]) -> int:
             nonlocal code
             await fleet.nothing_left.wait()
             code = EXIT_NOTHING_LEFT
+            why = "; ".join(f"{v.name}: {down_reason(v.status, v.refused)}" for v in fleet.views())
             say(
                 "nothing left to supervise: every instance was refused, gave up or is held "
-                "down; stopping (exit 1)",
+                f"down ({why}); stopping (exit 1)",
                 level=logging.ERROR,
             )
             nursery.cancel_scope.cancel()
 
+        async def reload_when_settled() -> None:
+            await fleet.settled.wait()
+            await _reload(fleet, "SIGHUP during start-up")
+
         nursery.start_soon(nothing_left)
+        if EARLY.take_reload():
+            nursery.start_soon(reload_when_settled)
         async for signum in signals:
             if signum == signal.SIGHUP:
-                nursery.start_soon(_reload, fleet)
+                nursery.start_soon(_reload, fleet, "SIGHUP")
                 continue
             say(f"{signal.Signals(signum).name}: stopping managed servers")
             break
@@ -173,14 +195,14 @@ async def _until_done(fleet: Fleet, signals: AsyncIterator[int]) -> int:
     return code
 
 
-async def _reload(fleet: Fleet) -> None:
-    say(f"SIGHUP: reloading {fleet.run_file}")
+async def _reload(fleet: Fleet, why: str) -> None:
+    say(f"{why}: reloading {fleet.run_file}")
     try:
         result = await fleet.reload()
     except InvalidConfig as error:
         say(one_line(f"reload refused, nothing changed: {error}"), level=logging.ERROR)
         return
-    say(describe(result))
+    say(one_line(describe(result)), level=logging.ERROR if result.refused else logging.INFO)
 
 
 async def _log_events(events: trio.MemoryReceiveChannel[Event]) -> None:

@@ -180,6 +180,9 @@ class ReapedOrphan:
         port: The recorded port (None when the record could not be read).
         outcome: What was found and done.
         detail: One phrase for logs: why, and which signal ended the group.
+        pgid: The recorded process group (None when the record could not be read).
+        program: The recorded program, ``argv[0]`` (None when the record could not be
+            read). Neither takes part in equality.
     """
 
     record_path: Path
@@ -187,6 +190,8 @@ class ReapedOrphan:
     port: int | None
     outcome: OrphanOutcome
     detail: str
+    pgid: int | None = attrs.field(default=None, eq=False)
+    program: str | None = attrs.field(default=None, eq=False)
 
 
 def write_record(

@@ -78,7 +78,10 @@ def reap_orphans(
 
 def _reap_one(record: OrphanRecord, table: ProcessTable, grace_s: float) -> ReapedOrphan:
     def report(outcome: OrphanOutcome, detail: str) -> ReapedOrphan:
-        return ReapedOrphan(record.path, record.pid, record.port, outcome, detail)
+        program = record.argv[0] if record.argv else None
+        return ReapedOrphan(
+            record.path, record.pid, record.port, outcome, detail, record.pgid, program
+        )
 
     gone = _why_not_running(record, table)
     same_boot = record.boot_id == table.boot_id()

@@ -63,6 +63,18 @@ def standing(
     return Standing.SUPERVISED
 
 
+def down_reason(status: InstanceStatus, refused: str | None = None) -> str:
+    """Why an instance stands where it does, in words, for the nothing-left line: its
+    refusal, its give-up, its held-down stop, else its state and detail."""
+    if refused is not None:
+        return f"refused: {refused}"
+    if (status.supervision or "").startswith("gave up"):
+        return status.supervision or ""
+    if status.state is InstanceState.EXITED and status.stop_reason in HELD_DOWN:
+        return f"held down after a stop for {status.stop_reason}"
+    return f"{status.state.value}: {status.detail}" if status.detail else status.state.value
+
+
 def settled(standings: Iterable[Standing]) -> bool:
     """Whether every instance reached its first settled state (none is starting)."""
     return all(s is not Standing.STARTING for s in standings)

@@ -17,8 +17,10 @@ Errors are ``{"error": {"code": ..., "message": ...}}``: the exception tree's co
 (500; the message names only the exception's type). A request that reached the TCP listener
 must carry ``Authorization: Bearer <token>`` when the app was made with a token (401
 ``unauthorized`` otherwise); the Unix socket is guarded by its mode and peer credentials
-(`control_server`). A follow stream ends when the client leaves: its subscription is
-closed and no task stays behind.
+(`control_server`). ``follow`` takes ``1 true yes on`` or ``0 false no off`` (any case;
+anything else is a 400). A follow stream ends when the client leaves: its subscription is
+closed and no task stays behind. It also ends when the fleet closes its channel (the
+supervisor is stopping): what was queued is sent, then the body ends cleanly.
 """
 
 from __future__ import annotations
@@ -138,8 +140,21 @@ def _count(request: Request, key: str, default: int) -> int:
     return int(text)
 
 
-def _follows(request: Request) -> bool:
-    return request.query_params.get("follow", "0").lower() in ("1", "true", "yes")
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def _flag(request: Request, key: str) -> bool:
+    """The boolean query parameter ``key`` (absent: false): ``1 true yes on`` or
+    ``0 false no off``, in any case.
+
+    Raises:
+        InvalidConfig: any other value.
+    """
+    text = request.query_params.get(key, "0").lower()
+    if text not in _TRUE | _FALSE:
+        raise InvalidConfig(f"{key} must be one of 1, true, yes, on, 0, false, no, off")
+    return text in _TRUE
 
 
 def _ndjson(item: dict[str, Any]) -> bytes:
@@ -172,7 +187,7 @@ class _Routes:
         name = request.path_params["name"]
         self.fleet.view(name)  # UnknownInstance: 404 before any line
         lines = _count(request, "lines", DEFAULT_LOG_LINES)
-        if not _follows(request):
+        if not _flag(request, "follow"):
             tail = self.fleet.log_tail(name, lines)
             return Response(b"".join(_ndjson(api_data(line)) for line in tail), media_type=NDJSON)
         return StreamingResponse(self._follow_logs(name, lines), media_type=NDJSON)
@@ -187,7 +202,7 @@ class _Routes:
 
     async def events(self, request: Request) -> Response:
         since = _count(request, "since", DEFAULT_EVENTS)
-        if not _follows(request):
+        if not _flag(request, "follow"):
             recent = self.fleet.recent_events(since)
             return Response(_event_lines(recent), media_type=NDJSON)
         return StreamingResponse(self._follow_events(since), media_type=NDJSON)
@@ -227,18 +242,28 @@ def _event_lines(events: Iterable[Event]) -> bytes:
     return b"".join(_ndjson(event_data(event)) for event in events)
 
 
+def bearer_token(authorization: bytes) -> bytes | None:
+    """The credentials of an ``Authorization`` header value whose scheme is ``Bearer``
+    (in any case, RFC 7235), else None."""
+    scheme, _, credentials = authorization.partition(b" ")
+    if scheme.lower() != b"bearer":
+        return None
+    return credentials.strip(b" ")
+
+
 class BearerOnTcp:
     """ASGI middleware: a request that came over TCP (its scope names a client address)
-    must carry ``Authorization: Bearer <token>``; Unix-socket requests pass (their scope
-    has no client address). The comparison takes constant time."""
+    must carry ``Authorization: Bearer <token>`` (the scheme in any case); Unix-socket
+    requests pass (their scope has no client address). The token is compared in constant
+    time."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.expected = token.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope.get("client") is not None:
-            given = dict(scope["headers"]).get(b"authorization", b"")
+            given = bearer_token(dict(scope["headers"]).get(b"authorization", b"")) or b""
             if not hmac.compare_digest(given, self.expected):
                 body = error_body("unauthorized", "a bearer token is required on TCP")
                 answer = JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})

@@ -21,6 +21,7 @@ import ipaddress
 import logging
 import os
 import socket
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import cast
 
@@ -36,7 +37,13 @@ from .control_token import read_token
 
 CONTROL_SOCKET = "control.sock"
 """The control socket's name in the state directory."""
-BACKLOG = 64
+BACKLOG = socket.SOMAXCONN
+"""The listen backlog: connections the kernel holds while the server is busy (the kernel
+caps it at ``net.core.somaxconn``). A full queue makes a client's connect fail with
+``EAGAIN``, which the CLI reports as busy, not as no supervisor."""
+
+GRACE_S = 1.0
+"""How long requests under way may take once the server was told to stop, float seconds."""
 
 log = logging.getLogger("inferactors.control")
 
@@ -124,7 +131,7 @@ def _config() -> Config:
     config = Config()
     config.errorlog = log
     config.accesslog = None
-    config.graceful_timeout = 1.0
+    config.graceful_timeout = GRACE_S
     return config
 
 
@@ -143,9 +150,11 @@ async def serve_control(
     tcp_port: int | None = None,
     tcp_host: str = "127.0.0.1",
     token_file: Path | None = None,
+    until: Callable[[], Awaitable[None]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the control API over ``fleet`` until cancelled (module docstring).
+    """Serve the control API over ``fleet`` until cancelled, or until ``until`` returns
+    (module docstring).
 
     Args:
         fleet: The supervisor's fleet.
@@ -154,6 +163,9 @@ async def serve_control(
             ``token_file``.
         tcp_host: The TCP listener's address; only loopback is accepted.
         token_file: The bearer token's file (`control_token.read_token`).
+        until: When it returns, the server stops taking connections, gives the requests
+            under way `GRACE_S` to finish, and returns. ``inferactors run`` passes the
+            fleet's closing: follow streams end cleanly with the fleet's last events.
         task_status: Started with the bound addresses (``["http://unix:/...",
             "http://127.0.0.1:8765"]``) once both listen.
 
@@ -162,7 +174,7 @@ async def serve_control(
             host, or an address that cannot be bound.
         InvalidState: another supervisor answers on the socket, or its path is not a socket.
 
-    Cancellation stops the server at once (open follow streams end) and removes the
+    Cancellation stops the server at once (open follow streams are cut) and removes the
     socket file, if it is still ours.
     """
     token = _token(tcp_port, token_file)
@@ -177,7 +189,9 @@ async def serve_control(
         asgi = cast(ASGIFramework, control_app(fleet, token=token))
         app = wrap_app(asgi, config.wsgi_max_body_size, "asgi")
         sockets = Sockets(secure_sockets=[], insecure_sockets=listeners, quic_sockets=[])
-        await worker_serve(app, config, sockets=sockets, task_status=task_status)
+        await worker_serve(
+            app, config, sockets=sockets, shutdown_trigger=until, task_status=task_status
+        )
     finally:
         for listener in listeners:
             listener.close()

@@ -22,6 +22,7 @@ from .._config.runfile import RunConfig
 from .._config.state_dir import state_dir_of
 from .._edges.bundle import Edges
 from .._edges.log_ring import LogLine
+from .._edges.orphan_record import ReapedOrphan
 from .._errors import InvalidState, UnknownInstance
 from .._events import Event
 from .._policy import fleet_exit
@@ -66,10 +67,13 @@ class Fleet:
     hosts: list[RuntimeHost] = attrs.Factory(list)
     reload_lock: trio.Lock = attrs.Factory(trio.Lock)
     closing: bool = False
+    closed: trio.Event = attrs.Factory(trio.Event)
+    """Set once `close` is over: the control API's follow streams end with it."""
     _by_iid: dict[str, Member] = attrs.Factory(dict)
     _events: deque[Event] = attrs.Factory(lambda: deque(maxlen=EVENT_RING))
     _followers: set[trio.MemorySendChannel[Event]] = attrs.Factory(set)
     _hooks: list[Callable[[LifecycleNote], None]] = attrs.Factory(list)
+    _views_changed: trio.Event = attrs.Factory(trio.Event)
 
     # Reading: cached, no I/O.
 
@@ -91,6 +95,11 @@ class Fleet:
     def ready(self) -> dict[str, bool]:
         """Per instance, whether it is Running (every instance is required)."""
         return {name: m.status.state is InstanceState.RUNNING for name, m in self.members.items()}
+
+    async def until_changed(self) -> None:
+        """Wait until a member's cached view changes (each is read again on every event
+        of its instance, so this follows the events with the views already fresh)."""
+        await self._views_changed.wait()
 
     def recent_events(self, n: int) -> tuple[Event, ...]:
         """The last ``n`` events (at most `EVENT_RING`), oldest first."""
@@ -198,9 +207,9 @@ class Fleet:
 
     # Inside the fleet.
 
-    def note(self, kind: Lifecycle, detail: str) -> None:
+    def note(self, kind: Lifecycle, detail: str, failed: bool = False) -> None:
         """Pass a milestone to every lifecycle hook."""
-        note = LifecycleNote(kind, detail, trio.current_time())
+        note = LifecycleNote(kind, detail, trio.current_time(), failed)
         for hook in list(self._hooks):
             hook(note)
 
@@ -216,7 +225,10 @@ class Fleet:
             del self._by_iid[member.handle.instance_id]
 
     def changed(self, member: Member) -> None:
-        """A member's view changed: settle, and decide whether anything is left (`Keeper`)."""
+        """A member's view changed: settle, decide whether anything is left, and wake
+        `until_changed` (`Keeper`)."""
+        self._views_changed.set()
+        self._views_changed = trio.Event()
         standings = [m.standing() for m in self.members.values()]
         if not self.settled.is_set() and fleet_exit.settled(standings):
             self.settled.set()
@@ -257,7 +269,7 @@ class Fleet:
         )
         self.hosts.append(host)
         for orphan in host.runtime.reaped_orphans:
-            self.say(f"found a server left by an earlier life: {orphan}")
+            self.say(orphan_words(orphan))
         return host
 
     def _loaded(self, name: str) -> Member:
@@ -274,16 +286,40 @@ class Fleet:
         return member.view()
 
     async def close(self) -> None:
-        """STOPPING, then every managed server stopped and every runtime closed."""
+        """STOPPING, then every managed server stopped and every runtime closed; then the
+        followers' channels (events, output lines) end after what they hold, and `closed`
+        is set (even when this is cancelled)."""
         self.closing = True
-        self.note(Lifecycle.STOPPING, "stopping")
-        for member in self.members.values():
-            member.scope.cancel()
-        async with trio.open_nursery() as nursery:
-            for host in self.hosts:
-                nursery.start_soon(host.close)
-        for follower in list(self._followers):
-            follower.close()
+        try:
+            self.note(Lifecycle.STOPPING, "stopping")
+            for member in self.members.values():
+                member.scope.cancel()
+            async with trio.open_nursery() as nursery:
+                for host in self.hosts:
+                    nursery.start_soon(host.close)
+        finally:
+            for follower in list(self._followers):
+                follower.close()
+            self.edges.logs.close()
+            self.closed.set()
+
+
+def orphan_words(orphan: ReapedOrphan) -> str:
+    """One line for the operator about a server an earlier life left behind, in words: its
+    pid, process group, program and port, the record it was found by, what was done."""
+    done = f"{orphan.outcome.value} ({orphan.detail})"
+    if orphan.pid is None:
+        return (
+            f"found an unreadable record of an earlier life's server, {orphan.record_path}: {done}"
+        )
+    about = [f"process group {orphan.pgid}"] if orphan.pgid is not None else []
+    about += [orphan.program] if orphan.program is not None else []
+    about += [f"port {orphan.port}"] if orphan.port is not None else []
+    listed = f" ({', '.join(about)})" if about else ""
+    return (
+        f"found a server left by an earlier life: pid {orphan.pid}{listed}, "
+        f"by its record {orphan.record_path}: {done}"
+    )
 
 
 def _summary(views: tuple[InstanceView, ...]) -> str:

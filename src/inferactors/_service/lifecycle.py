@@ -4,13 +4,16 @@
 
 - ``READY=1`` once `Fleet.settled` is set (every instance reached its first settled state);
 - ``STATUS=3 of 4 running; 1 restarting`` (`status_line`) whenever that line changes,
-  looked at on every event and at least every `STATUS_EVERY_S`;
+  looked at whenever a member's cached view changes (`Fleet.until_changed`: read again on
+  each of its events, so a crash shows at once, not at the respawn) and at least every
+  `STATUS_EVERY_S`;
 - ``WATCHDOG=1`` every ``WATCHDOG_USEC/2`` while `Fleet.alive` answers within half of that
   period; none while it does not, so systemd's watchdog restarts a stuck supervisor;
 
 and `ServiceNotes.on_note` (a `Fleet.on_lifecycle` hook) turns the fleet's milestones into
-``RELOADING=1`` + ``MONOTONIC_USEC=<CLOCK_MONOTONIC µs>`` when a reload begins,
-``READY=1`` when it ends, and ``STOPPING=1`` when the fleet closes.
+``RELOADING=1`` + ``MONOTONIC_USEC=<CLOCK_MONOTONIC µs>`` when a reload begins (before
+its run file is read), ``READY=1`` when it ends (with ``STATUS=reload failed: ...`` when
+it was refused, TOML syntax errors included), and ``STOPPING=1`` when the fleet closes.
 
 Without ``NOTIFY_SOCKET`` the notifier is a `NullNotifier` and all of this costs a cached
 status line a second.
@@ -18,7 +21,6 @@ status line a second.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -26,24 +28,23 @@ import attrs
 import trio
 
 from .._edges.sd_notify import Notifier, monotonic_usec
-from .._events import Event
 from .._policy.service_status import status_line
 from .views import InstanceView, Lifecycle, LifecycleNote
 
 STATUS_EVERY_S = 1.0
-"""The longest a changed ``STATUS=`` line waits without an event, float seconds."""
+"""The longest a changed ``STATUS=`` line waits without a view change, float seconds."""
+STATUS_MAX_CHARS = 200
+"""A failed reload's ``STATUS=`` text is cut to this many characters."""
 
 
 class NotifiedFleet(Protocol):
-    """What the notifier reads of a `Fleet`: cached views, settledness, liveness, events."""
+    """What the notifier reads of a `Fleet`: cached views, settledness, liveness, changes."""
 
     @property
     def settled(self) -> trio.Event: ...
     def views(self) -> tuple[InstanceView, ...]: ...
     async def alive(self, deadline_s: float) -> bool: ...
-    def follow_events(
-        self,
-    ) -> contextlib.AbstractContextManager[trio.MemoryReceiveChannel[Event]]: ...
+    async def until_changed(self) -> None: ...
 
 
 def fleet_status(views: Sequence[InstanceView]) -> str:
@@ -61,7 +62,8 @@ class ServiceNotes:
 
     def on_note(self, note: LifecycleNote) -> None:
         """Notify for one milestone (`Fleet.on_lifecycle`): RELOADING=1 with
-        MONOTONIC_USEC, READY=1 after a reload, STOPPING=1. SETTLED sends nothing here:
+        MONOTONIC_USEC, READY=1 after a reload (its STATUS= names the failure of a failed
+        one), STOPPING=1. SETTLED sends nothing here:
         `serve_notify` waits on `Fleet.settled` itself, so a READY=1 is never missed by a
         hook registered late, nor sent twice."""
         match note.kind:
@@ -71,6 +73,9 @@ class ServiceNotes:
                 self.notifier.notify(
                     RELOADING=1, MONOTONIC_USEC=monotonic_usec(), STATUS="reloading"
                 )
+            case Lifecycle.RELOADED if note.failed:  # shown until the line changes
+                failed = f"{self._status()}; {note.detail}"
+                self.notifier.notify(READY=1, STATUS=failed[:STATUS_MAX_CHARS])
             case Lifecycle.RELOADED:
                 self.notifier.notify(READY=1, STATUS=self._status())
             case Lifecycle.STOPPING:
@@ -114,14 +119,10 @@ async def _ready_when_settled(notes: ServiceNotes) -> None:
 
 
 async def _follow_status(notes: ServiceNotes) -> None:
-    with notes.fleet.follow_events() as events:
-        while True:
-            notes.status_if_changed()
-            with trio.move_on_after(STATUS_EVERY_S):
-                try:
-                    await events.receive()
-                except trio.EndOfChannel:  # the fleet closed: nothing more will change
-                    return
+    while True:
+        notes.status_if_changed()
+        with trio.move_on_after(STATUS_EVERY_S):
+            await notes.fleet.until_changed()
 
 
 async def _watchdog(fleet: NotifiedFleet, notifier: Notifier, period_s: float) -> None:

@@ -11,7 +11,8 @@ synchronous and cheap, none of them I/O:
 - `FleetMetrics.render` with the fleet's cached views, for the state gauges, when scraped.
 
 Every per-instance family has the labels ``instance`` (its name in the run file),
-``flavor`` and ``mode``. All durations are seconds.
+``flavor`` and ``mode``; `FleetMetrics.forget` drops every series of an instance a reload
+removed. All durations are seconds.
 """
 
 from __future__ import annotations
@@ -107,6 +108,29 @@ class FleetMetrics:
         for view in views:
             if view.instance_id is not None:
                 self._labels[view.instance_id] = (view.name, view.flavor, view.mode)
+
+    def forget(self, name: str) -> None:
+        """Drop every series of the instance ``name`` from every per-instance family, and
+        ignore the later events of its instance ids (a reload removed it)."""
+        for family in self._families():
+            family.remove_by_labels({"instance": name})
+        for iid in [iid for iid, labels in self._labels.items() if labels[0] == name]:
+            del self._labels[iid]
+            self._started_at.pop(iid, None)
+
+    def _families(self) -> tuple[Gauge | Counter | Histogram, ...]:
+        return (
+            self._state,
+            self._restarts,
+            self._exits,
+            self._probe,
+            self._deep,
+            self._deep_failed,
+            self._ready,
+            self._ttft,
+            self._exposure,
+            self._tamper,
+        )
 
     def observe(self, event: Event, views: Iterable[InstanceView] = ()) -> None:
         """Count ``event``; ``views``, when given, are tracked first (`track`). An event of

@@ -1,15 +1,19 @@
 """`reload_fleet`: re-read the run file and apply only what changed (issue 10 item 3).
 
-1. Read and validate ALL of the new run file (the one loader, `load_run_config`, then a
-   non-empty ``instances`` and every runtime's settings): any error raises `InvalidConfig`
-   and nothing has changed.
-2. `Lifecycle.RELOADING`; open the runtimes the new file needs that are not open yet
-   (same flavor and mode but other settings: a new one). One that cannot be opened closes
-   those just opened and raises `InvalidConfig`: still nothing has changed.
+1. `Lifecycle.RELOADING`. Read and validate ALL of the new run file (the one loader,
+   `load_run_config`, then a non-empty ``instances`` and every runtime's settings), then
+   admit every instance to be loaded dry (``reload_check.py``: its model, flags, API key
+   file, run_as, ...): any error raises `InvalidConfig` and nothing has changed.
+2. Open the runtimes the new file needs that are not open yet (same flavor and mode but
+   other settings: a new one). One that cannot be opened closes those just opened and
+   raises `InvalidConfig`: still nothing has changed.
 3. Stop and unload the removed, changed and revived instances (`plan_reload`), close the
    runtimes no instance uses any more, then load and start the added, changed and revived
-   ones, concurrently. Unchanged instances keep their server (same pid).
-4. `Lifecycle.RELOADED` with the summary; return the `ReloadResult`.
+   ones, concurrently. Unchanged instances keep their server (same pid). One refused at
+   its load or start (its port held by another process, ...) is listed in
+   `ReloadResult.refused`.
+4. `Lifecycle.RELOADED` with the summary (``failed`` when refused, or when any instance
+   was refused); return the `ReloadResult`.
 
 Reloads are serialised (`Fleet.reload_lock`). The call returns once each loaded instance's
 first load and start returned (or were refused), not once it is Running.
@@ -26,11 +30,13 @@ import trio
 
 from .._config.convert import load_run_config
 from .._config.runfile import RunConfig
+from .._edges.bundle import Edges
 from .._errors import InferactorsError, InvalidConfig, one_line
 from .._policy.reload_plan import Placement, ReloadPlan, placements, plan_reload
 from .hosts import RuntimeHost, Say
 from .members import Member
 from .metrics import FleetMetrics
+from .reload_check import check_loading
 from .views import InstanceView, Lifecycle, ReloadResult
 
 
@@ -43,9 +49,10 @@ class Fleet(Protocol):
     reload_lock: trio.Lock
     say: Say
     metrics: FleetMetrics
+    edges: Edges
 
     def views(self) -> tuple[InstanceView, ...]: ...
-    def note(self, kind: Lifecycle, detail: str) -> None: ...
+    def note(self, kind: Lifecycle, detail: str, failed: bool = False) -> None: ...
     def forget(self, member: Member) -> None: ...
     def changed(self, member: Member) -> None: ...
     def admit(self, name: str, placement: Placement, host: RuntimeHost) -> Member: ...
@@ -71,27 +78,33 @@ async def reload_fleet(fleet: Fleet) -> ReloadResult:
     """Apply the run file as it is now to ``fleet`` (module docstring).
 
     Raises:
-        InvalidConfig: the run file is invalid, or a runtime it needs cannot be opened;
-            nothing changed.
+        InvalidConfig: the run file is invalid, an instance to load fails its dry
+            admission, or a runtime it needs cannot be opened; nothing changed.
     """
     async with fleet.reload_lock:
-        try:
-            _, wanted = read_run_file(fleet)
-        except InvalidConfig as error:
-            fleet.note(Lifecycle.RELOADED, one_line(f"reload refused: {error}"))
-            raise
-        current = {name: member.placement for name, member in fleet.members.items()}
-        held = {name for name, member in fleet.members.items() if member.held_down()}
-        plan = plan_reload(current, wanted, held)
         fleet.note(Lifecycle.RELOADING, "reloading")
         try:
-            await _apply(fleet, plan, wanted)
+            plan, wanted = await _prepare(fleet)
         except InvalidConfig as error:
-            fleet.note(Lifecycle.RELOADED, one_line(f"reload refused: {error}"))
+            fleet.note(Lifecycle.RELOADED, one_line(f"reload refused: {error}"), failed=True)
             raise
-        result = ReloadResult(**attrs.asdict(plan, recurse=False))
-        fleet.note(Lifecycle.RELOADED, describe(result))
+        refused = await _apply(fleet, plan, wanted)
+        result = ReloadResult(**attrs.asdict(plan, recurse=False), refused=refused)
+        fleet.note(Lifecycle.RELOADED, describe(result), failed=bool(refused))
         return result
+
+
+async def _prepare(fleet: Fleet) -> tuple[ReloadPlan, dict[str, Placement]]:
+    """The plan, once the new file is valid, its instances to load pass their dry
+    admission and the runtimes they need are open. Raises `InvalidConfig`."""
+    _, wanted = read_run_file(fleet)
+    current = {name: member.placement for name, member in fleet.members.items()}
+    held = {name for name, member in fleet.members.items() if member.held_down()}
+    plan = plan_reload(current, wanted, held)
+    loading = {name: wanted[name] for name in plan.to_load}
+    await check_loading(fleet.run_file, loading, fleet.hosts, fleet.edges)
+    await _open_hosts(fleet, loading.values())
+    return plan, wanted
 
 
 def describe(result: ReloadResult) -> str:
@@ -106,18 +119,29 @@ def describe(result: ReloadResult) -> str:
         )
         if names
     ]
-    return "reloaded: " + "; ".join([*parts, f"{len(result.unchanged)} unchanged"])
+    parts.append(f"{len(result.unchanged)} unchanged")
+    parts.extend(f"refused {name}: {why}" for name, why in result.refused)
+    return "reloaded: " + "; ".join(parts)
 
 
-async def _apply(fleet: Fleet, plan: ReloadPlan, wanted: dict[str, Placement]) -> None:
+async def _apply(
+    fleet: Fleet, plan: ReloadPlan, wanted: dict[str, Placement]
+) -> tuple[tuple[str, str], ...]:
+    """Unload, load and start as planned; the (name, reason) of each one refused."""
     loading = {name: wanted[name] for name in plan.to_load}
-    await _open_hosts(fleet, loading.values())
     going = [fleet.members[name] for name in plan.to_unload]
     async with trio.open_nursery() as nursery:
         for member in going:
             nursery.start_soon(_unload, fleet, member)
     for name in plan.removed:
         del fleet.members[name]
+        fleet.metrics.forget(name)
+    for member in going:  # a flavor or mode changed: its series have other labels now
+        if (
+            member.name in wanted
+            and wanted[member.name].runtime_key != member.placement.runtime_key
+        ):
+            fleet.metrics.forget(member.name)
     await _close_unused(fleet, wanted)
     members = []
     for name, placement in loading.items():
@@ -130,6 +154,7 @@ async def _apply(fleet: Fleet, plan: ReloadPlan, wanted: dict[str, Placement]) -
     for member in members:
         fleet.changed(member)
     fleet.metrics.track(fleet.views())
+    return tuple((m.name, m.refused) for m in members if m.refused is not None)
 
 
 async def _open_hosts(fleet: Fleet, loading: Iterable[Placement]) -> None:

@@ -46,6 +46,10 @@ class ReloadResult:
         unchanged: left running as they were (same process).
         revived: unchanged but held down (stopped for exposure or a tampered model, a
             configuration error, given up, refused at load): loaded again and started.
+        refused: ``(name, reason)`` of each added, changed or revived instance that was
+            then refused at its load or start (also listed in its class above), sorted
+            by name; a reload with any refused failed in part (``inferactors reload``
+            exits 1).
     """
 
     added: tuple[str, ...] = ()
@@ -53,6 +57,7 @@ class ReloadResult:
     changed: tuple[str, ...] = ()
     unchanged: tuple[str, ...] = ()
     revived: tuple[str, ...] = ()
+    refused: tuple[tuple[str, str], ...] = ()
 
 
 class Lifecycle(enum.Enum):
@@ -61,17 +66,22 @@ class Lifecycle(enum.Enum):
     SETTLED = "settled"
     """Every instance reached its first settled state (`Fleet.settled` is set)."""
     RELOADING = "reloading"
-    """A reload began (after its run file was read and found valid)."""
+    """A reload began (before its run file is read: a refused reload also ends in
+    RELOADED)."""
     RELOADED = "reloaded"
-    """A reload ended, applied (``detail`` sums it up) or refused (``detail`` says why)."""
+    """A reload ended, applied (``detail`` sums it up) or refused (``failed`` is set and
+    ``detail`` says why)."""
     STOPPING = "stopping"
     """The fleet is closing: every managed server is being stopped."""
 
 
 @attrs.frozen
 class LifecycleNote:
-    """One milestone: its kind, a one-line status text for people, and the trio time."""
+    """One milestone: its kind, a one-line status text for people, and the trio time;
+    ``failed``: a reload that was refused (nothing changed) or whose instances were
+    refused at their load or start."""
 
     kind: Lifecycle
     detail: str
     at: float
+    failed: bool = False
