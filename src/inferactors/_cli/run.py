@@ -129,7 +129,9 @@ async def _supervise(config: RunConfig, run_file: Path, control: _Control) -> in
             printing.start_soon(_log_events, stack.enter_context(fleet.follow_events()))
             # in the outer nursery: the control API serves until the fleet is closed, so a
             # follow stream gets the last stop events and ends cleanly
-            await printing.start(_serve_control, fleet, control)
+            listening = await printing.start(_serve_control, fleet, control)
+            if listening:
+                say(f"control API listening on {', '.join(listening)}")
             async with trio.open_nursery() as nursery:
                 notes = ServiceNotes(stack.enter_context(closing(open_notifier())), fleet)
                 fleet.on_lifecycle(notes.on_note)

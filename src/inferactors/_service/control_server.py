@@ -48,6 +48,17 @@ GRACE_S = 1.0
 log = logging.getLogger("inferactors.control")
 
 
+class _NoBanner(logging.Filter):
+    """Drops hypercorn's start-up banner ("Running on ... (CTRL + C to quit)"): Ctrl-C is
+    not how a supervisor is stopped, and `inferactors run` says where it listens itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Running on ")
+
+
+log.addFilter(_NoBanner())
+
+
 def control_socket_path(state_dir: Path) -> Path:
     """Where the supervisor of ``state_dir`` listens: ``<state_dir>/control.sock``."""
     return state_dir / CONTROL_SOCKET
