@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 from collections.abc import Sequence
 
 import trio
@@ -41,14 +42,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def _serve_forever(config: FakeOllamaConfig, port: int, launcher: int | None) -> None:
+    """Serve until SIGINT or SIGTERM (heard as signals, so Ctrl-C cancels every connection
+    cleanly instead of landing as KeyboardInterrupt inside one), or until orphaned."""
     fake = FakeOllama.create(config)
-    async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(serve_fake_ollama, fake, port)
-        fake.port = listeners[0].socket.getsockname()[1]
-        print(f"fake ollama listening on {fake.base_url}", flush=True)
-        if launcher is not None:
-            await _until_orphaned(launcher)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(serve_fake_ollama, fake, port)
+            fake.port = listeners[0].socket.getsockname()[1]
+            print(f"fake ollama listening on {fake.base_url}", flush=True)
+            if launcher is not None:
+                nursery.start_soon(_cancel_when_orphaned, launcher, nursery.cancel_scope)
+            async for _ in signals:
+                break
             nursery.cancel_scope.cancel()
+
+
+async def _cancel_when_orphaned(launcher: int, scope: trio.CancelScope) -> None:
+    await _until_orphaned(launcher)
+    scope.cancel()
 
 
 async def _until_orphaned(launcher: int) -> None:
