@@ -7,17 +7,26 @@ Issue 8 item 3. ``Path.read_text`` trusts the path: a run file that is a symlink
 writer), accepts only a regular file (``fstat`` of the open descriptor, so a swap after a
 check cannot fool it), refuses one whose size is over the cap, and reads at most cap + 1
 bytes (a file that grows while it is read is refused too). Blocking; a few syscalls.
+
+`read_secret_line` reads a one-line secret (a server's API key, the control API's token):
+not through a symbolic link, a regular file of at most 4 KiB owned by the given user with no
+access for group or others, one line of printable ASCII without spaces; messages name the
+file and never the secret.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
-from ._errors import InvalidConfig
+from ._errors import InferactorsError, InvalidConfig
 
 MiB = 1 << 20
+
+MAX_SECRET_FILE_BYTES = 4096
+"""Largest secret file read (bytes)."""
 
 
 def read_capped(path: Path, cap: int, what: str) -> bytes:
@@ -68,6 +77,73 @@ def read_capped_text(path: Path, cap: int, what: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise InvalidConfig(f"{path}: the {what} is not UTF-8 text (byte {error.start})") from None
+
+
+def read_secret_line(
+    path: Path,
+    *,
+    where: str,
+    owner: int,
+    whose: str,
+    error: type[InferactorsError],
+    rule: str,
+    min_len: int = 1,
+    not_regular: str = "not a regular file",
+    group_use: str = "use",
+    size_first: bool = False,
+    owner_reads: bool = False,
+    check_line: Callable[[bytes], None] | None = None,
+) -> str:
+    """The line in the secret file at ``path`` (module docstring), without one trailing
+    ``\\n``. Every refusal is ``error("<where>: ...")`` and never shows the secret.
+
+    Args:
+        path: The file; a symbolic link is refused (``O_NOFOLLOW``).
+        where: What the file is, with its path, opening every message.
+        owner: The uid that must own the file.
+        whose: Who ``owner`` is, for the message (``"us"``).
+        error: The error raised.
+        rule: The message (after ``where``) for a line shorter than ``min_len`` or with a
+            byte that is not printable ASCII or is a space.
+        min_len: The fewest characters in the line.
+        not_regular: The message (after ``where``) for a file that is not a regular file.
+        group_use: What group or others may do with it, for the message (``"use"``).
+        size_first: Refuse a file over the cap by its size before reading and before the
+            owner and mode checks.
+        owner_reads: Refuse a mode without the owner's read bit.
+        check_line: Run on the line (bytes) before ``rule`` is checked; raises ``error``.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError as failure:
+        raise error(f"{where}: cannot be opened: {failure.strerror}") from None
+    too_large = f"{where}: larger than {MAX_SECRET_FILE_BYTES} bytes"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"{where}: {not_regular}")
+        if size_first and info.st_size > MAX_SECRET_FILE_BYTES:
+            raise error(too_large)
+        if info.st_uid != owner:
+            raise error(f"{where}: owned by uid {info.st_uid}, not by {whose} (uid {owner})")
+        mode = stat.S_IMODE(info.st_mode)
+        if mode & 0o077:
+            raise error(
+                f"{where}: mode {mode:04o} lets group or others {group_use} it; chmod 600 it"
+            )
+        if owner_reads and not mode & 0o400:
+            raise error(f"{where}: mode {mode:04o}: its owner cannot read it")
+        data = os.read(fd, MAX_SECRET_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_SECRET_FILE_BYTES:
+        raise error(too_large)
+    body = data.removesuffix(b"\n")
+    if check_line is not None:
+        check_line(body)
+    if len(body) < min_len or any(byte <= 0x20 or byte > 0x7E for byte in body):
+        raise error(f"{where}: {rule}")
+    return body.decode("ascii")
 
 
 def _too_large(path: Path, what: str, cap: int) -> str:

@@ -6,7 +6,8 @@ account and helper program (the conftest's ``lab`` fixture builds it), and
 `HELPER` is ``tests/helpers/runtime_server.py``, the stand-in server whose behaviour the
 config's environment chooses (``RUNTIME_SERVER=silent,fork,...``). The rest read the event
 stream, wait for a pid file or a process to be gone, and hold a port (`listening`,
-`black_hole`).
+`black_hole`). `fake_fleet_config` and `ClockEvents` are the set-up of the MockClock
+supervision tests on a `FakeFleet`: the config and the event stream they read.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from inferactors import (
     ServeArgs,
 )
 from inferactors._edges.state_lock import LOCK_NAME
+from inferactors._models.registry import ModelRegistry
+from inferactors.testing import FakeFleet
 from support import Unprivileged
 
 HELPER = Path(__file__).parents[1] / "helpers" / "runtime_server.py"
@@ -64,6 +67,45 @@ def managed(
         restart=RestartPolicy(max_restarts=0),
     )
     return InferConfig.managing(InferFlavor.LLAMACPP, settings, **config)  # type: ignore[arg-type]
+
+
+def fake_fleet_config(tmp_path: Path, tiny_gguf: Path, restart: RestartPolicy) -> InferConfig:
+    """A managed llama.cpp config for a `FakeFleet` run: ``tiny_gguf`` registered as "tiny",
+    the given restart policy, readiness deadline 30 s."""
+    registry = tmp_path / "models.json"
+    ModelRegistry.open(registry).add(tiny_gguf, name="tiny")
+    managed = ManagedConfig(
+        registry=registry,
+        data_root=tmp_path / "state",
+        serve_program=Path("/bin/true"),  # never run: the fleet's spawner is a fake
+        restart=restart,
+        readiness_timeout_s=30.0,
+    )
+    return InferConfig.managing(InferFlavor.LLAMACPP, managed)
+
+
+@attrs.define
+class ClockEvents:
+    """A runtime on a `FakeFleet`, its event subscription, the virtual time it began, and
+    every event read so far (``seen``)."""
+
+    runtime: InferRuntime
+    fleet: FakeFleet
+    events: trio.MemoryReceiveChannel[Event]
+    start: float
+    seen: list[Event] = attrs.Factory(list)
+
+    async def next(self, kind: type[Event]) -> Event:
+        """The next event of ``kind`` (others are kept in ``seen``), within 1000 virtual s."""
+        with trio.move_on_after(1000):
+            async for event in self.events:
+                self.seen.append(event)
+                if isinstance(event, kind):
+                    return event
+        raise AssertionError(f"no {kind.__name__} event; seen: {self.seen}")
+
+    def at(self) -> float:
+        return round(trio.current_time() - self.start, 3)
 
 
 def chat(

@@ -22,11 +22,11 @@ import trio
 import trio.testing
 
 from actors.crash_support import BugSwitch, Recorder
+from actors.managed_support import fake_fleet_config
 from inferactors import (
     BackendError,
     Event,
     GaveUp,
-    InferConfig,
     InferenceSpec,
     InferFlavor,
     InferRuntime,
@@ -34,7 +34,6 @@ from inferactors import (
     InstanceHandle,
     InstanceState,
     InvalidState,
-    ManagedConfig,
     ProcessExited,
     ProcessStarted,
     RestartPolicy,
@@ -46,7 +45,6 @@ from inferactors import (
 )
 from inferactors._actors import instance_book
 from inferactors._edges.process import ChildProcess
-from inferactors._models.registry import ModelRegistry
 from inferactors.testing import FakeFleet
 
 PORT = 18530
@@ -81,16 +79,7 @@ class Rig:
 
 @pytest.fixture
 async def rig(tmp_path: Path, tiny_gguf: Path) -> AsyncIterator[Rig]:
-    registry = tmp_path / "models.json"
-    ModelRegistry.open(registry).add(tiny_gguf, name="tiny")
-    managed = ManagedConfig(
-        registry=registry,
-        data_root=tmp_path / "state",
-        serve_program=Path("/bin/true"),  # never run: the fleet's spawner is a fake
-        restart=POLICY,
-        readiness_timeout_s=30.0,
-    )
-    config = InferConfig.managing(InferFlavor.LLAMACPP, managed)
+    config = fake_fleet_config(tmp_path, tiny_gguf, POLICY)
     fleet, bugs = FakeFleet(), BugSwitch()
     edges = fleet.edges()
     spawn, holder = edges.open_process, list[Rig]()

@@ -14,6 +14,7 @@ import pytest
 import trio
 import trio.testing
 
+from actors.managed_support import ClockEvents, fake_fleet_config
 from inferactors import (
     DeepHealthFailed,
     GaveUp,
@@ -22,7 +23,6 @@ from inferactors import (
     InferFlavor,
     InstanceState,
     InvalidState,
-    ManagedConfig,
     ProcessExited,
     ProcessStarted,
     RestartPolicy,
@@ -35,9 +35,8 @@ from inferactors import (
     Watchdog,
     open_runtime,
 )
-from inferactors._actors.runtime import InferRuntime, InstanceHandle
-from inferactors._events import Event, RestartFailed
-from inferactors._models.registry import ModelRegistry
+from inferactors._actors.runtime import InstanceHandle
+from inferactors._events import RestartFailed
 from inferactors.testing import FakeFleet
 
 PORT = 18500
@@ -46,16 +45,7 @@ REFERENCE = RestartPolicy(max_restarts=2, base_s=0.3, cap_s=1.0, jitter=0.0)
 
 @pytest.fixture
 def config(tmp_path: Path, tiny_gguf: Path) -> InferConfig:
-    registry = tmp_path / "models.json"
-    ModelRegistry.open(registry).add(tiny_gguf, name="tiny")
-    managed = ManagedConfig(
-        registry=registry,
-        data_root=tmp_path / "state",
-        serve_program=Path("/bin/true"),  # never run: the fleet's spawner is a fake
-        restart=REFERENCE,
-        readiness_timeout_s=30.0,
-    )
-    return InferConfig.managing(InferFlavor.LLAMACPP, managed)
+    return fake_fleet_config(tmp_path, tiny_gguf, REFERENCE)
 
 
 SPEC = InferenceSpec(
@@ -64,22 +54,7 @@ SPEC = InferenceSpec(
 
 
 @attrs.define
-class Harness:
-    runtime: InferRuntime
-    fleet: FakeFleet
-    events: trio.MemoryReceiveChannel[Event]
-    start: float
-    seen: list[Event] = attrs.Factory(list)
-
-    async def next(self, kind: type[Event]) -> Event:
-        """The next event of ``kind`` (others are kept in ``seen``), within 1000 virtual s."""
-        with trio.move_on_after(1000):
-            async for event in self.events:
-                self.seen.append(event)
-                if isinstance(event, kind):
-                    return event
-        raise AssertionError(f"no {kind.__name__} event; seen: {self.seen}")
-
+class Harness(ClockEvents):
     def drain(self) -> None:
         """Move every event already delivered into ``seen``."""
         while True:
@@ -96,9 +71,6 @@ class Harness:
             return
         self.drain()
         raise AssertionError(f"not running; seen: {self.seen}")
-
-    def at(self) -> float:
-        return round(trio.current_time() - self.start, 3)
 
 
 @pytest.fixture

@@ -14,13 +14,13 @@ import pytest
 import trio
 import trio.testing
 
+from actors.managed_support import ClockEvents, fake_fleet_config
 from inferactors import (
     GaveUp,
     InferConfig,
     InferenceSpec,
     InferFlavor,
     InstanceState,
-    ManagedConfig,
     ProcessExited,
     ProcessStarted,
     RestartPolicy,
@@ -29,9 +29,8 @@ from inferactors import (
     StopReason,
     open_runtime,
 )
-from inferactors._actors.runtime import InferRuntime, InstanceHandle
+from inferactors._actors.runtime import InstanceHandle
 from inferactors._events import Event, FaultKind
-from inferactors._models.registry import ModelRegistry
 from inferactors.testing import FakeFleet
 
 PORT = 18510
@@ -45,42 +44,16 @@ OOM = b"0.00.277.205 E ggml_aligned_malloc: insufficient memory (attempted to al
 
 @pytest.fixture
 def config(tmp_path: Path, tiny_gguf: Path) -> InferConfig:
-    registry = tmp_path / "models.json"
-    ModelRegistry.open(registry).add(tiny_gguf, name="tiny")
-    managed = ManagedConfig(
-        registry=registry,
-        data_root=tmp_path / "state",
-        serve_program=Path("/bin/true"),  # never run: the fleet's spawner is a fake
-        restart=POLICY,
-        readiness_timeout_s=30.0,
-    )
-    return InferConfig.managing(InferFlavor.LLAMACPP, managed)
+    return fake_fleet_config(tmp_path, tiny_gguf, POLICY)
 
 
 @attrs.define
-class Run:
-    runtime: InferRuntime
-    fleet: FakeFleet
-    events: trio.MemoryReceiveChannel[Event]
-    start: float
-    seen: list[Event] = attrs.Factory(list)
-
-    async def next(self, kind: type[Event]) -> Event:
-        with trio.move_on_after(1000):
-            async for event in self.events:
-                self.seen.append(event)
-                if isinstance(event, kind):
-                    return event
-        raise AssertionError(f"no {kind.__name__} event; seen: {self.seen}")
-
+class Run(ClockEvents):
     async def settle(self, seconds: float = 100.0) -> None:
         """Let ``seconds`` of virtual time pass, keeping every event."""
         with trio.move_on_after(seconds):
             async for event in self.events:
                 self.seen.append(event)
-
-    def at(self) -> float:
-        return round(trio.current_time() - self.start, 3)
 
     def count(self, kind: type[Event]) -> int:
         return sum(isinstance(event, kind) for event in self.seen)

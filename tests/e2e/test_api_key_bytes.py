@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from inferactors import open_runtime
-from inferactors._config.config import InferConfig, ManagedConfig
+from inferactors._config.config import InferConfig
 from inferactors._config.spec import InferenceSpec, ServeArgs
 from inferactors._edges.containment import resolve_run_as
 from inferactors._errors import AdmissionRefused
@@ -24,19 +24,6 @@ from inferactors._status import InstanceState
 from support import Unprivileged
 
 READY_S = 60.0
-
-
-@pytest.fixture
-def config(
-    server_dir: Path, registry_path: Path, llama_server: Path, unprivileged: Unprivileged
-) -> InferConfig:
-    managed = ManagedConfig(
-        registry=registry_path,
-        data_root=server_dir / "state",
-        serve_program=llama_server,
-        run_as=unprivileged.run_as,
-    )
-    return InferConfig.managing(InferFlavor.LLAMACPP, managed)
 
 
 def keyed(port: int, path: Path) -> InferenceSpec:
@@ -55,7 +42,7 @@ def write_key(directory: Path, body: bytes, unprivileged: Unprivileged) -> Path:
 
 @pytest.mark.parametrize("ending", [b"\n", b""])
 async def test_a_key_with_or_without_its_newline_is_the_key_the_server_accepts(
-    config: InferConfig,
+    managed_config: InferConfig,
     free_port: int,
     server_dir: Path,
     unprivileged: Unprivileged,
@@ -63,7 +50,7 @@ async def test_a_key_with_or_without_its_newline_is_the_key_the_server_accepts(
 ) -> None:
     key = "sk-" + secrets.token_hex(8)
     path = write_key(server_dir, key.encode() + ending, unprivileged)
-    async with open_runtime(config, node_id="test") as runtime:
+    async with open_runtime(managed_config, node_id="test") as runtime:
         handle = await runtime.load(keyed(free_port, path))
         await runtime.start(handle)
         with trio.fail_after(READY_S):
@@ -82,7 +69,7 @@ async def test_a_key_with_or_without_its_newline_is_the_key_the_server_accepts(
     ],
 )
 async def test_a_key_the_server_would_not_match_is_refused_at_admission(
-    config: InferConfig,
+    managed_config: InferConfig,
     free_port: int,
     server_dir: Path,
     unprivileged: Unprivileged,
@@ -91,7 +78,7 @@ async def test_a_key_the_server_would_not_match_is_refused_at_admission(
 ) -> None:
     key = "sk-" + secrets.token_hex(8)
     path = write_key(server_dir, body.replace(b"KEY", key.encode()), unprivileged)
-    async with open_runtime(config, node_id="test") as runtime:
+    async with open_runtime(managed_config, node_id="test") as runtime:
         with pytest.raises(AdmissionRefused) as refused:
             await runtime.admit(keyed(free_port, path))
     message = str(refused.value)

@@ -19,14 +19,13 @@ import trio
 
 from inferactors import InvalidState, Unsupported, open_runtime
 from inferactors._actors.runtime import InferRuntime, InstanceHandle
-from inferactors._config.config import InferConfig, ManagedConfig
+from inferactors._config.config import InferConfig
 from inferactors._config.spec import InferenceSpec, ServeArgs
 from inferactors._events import ExposureDetected, ProcessExited, StateChanged, StopReason
 from inferactors._flavor import InferFlavor
 from inferactors._status import InstanceState
 from inferactors.testing._recording_proxy import open_recording_proxy
 from proc_checks import group_alive
-from support import Unprivileged
 
 READY_S = 60.0
 
@@ -36,19 +35,6 @@ async def wait_for_state(
 ) -> None:
     with trio.fail_after(READY_S):
         await runtime.wait_state(handle, state)
-
-
-@pytest.fixture
-def managed_config(
-    server_dir: Path, registry_path: Path, llama_server: Path, unprivileged: Unprivileged
-) -> InferConfig:
-    managed = ManagedConfig(
-        registry=registry_path,
-        data_root=server_dir / "state",
-        serve_program=llama_server,
-        run_as=unprivileged.run_as,
-    )
-    return InferConfig.managing(InferFlavor.LLAMACPP, managed)
 
 
 async def test_managed_llama_server_runs_answers_one_token_and_stops_clean(

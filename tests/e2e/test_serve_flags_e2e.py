@@ -18,7 +18,7 @@ import trio
 from inferactors import open_runtime
 from inferactors._actors.admission import make_plan
 from inferactors._actors.instance_pin import PinHold, pin_for_spawn
-from inferactors._config.config import InferConfig, ManagedConfig
+from inferactors._config.config import InferConfig
 from inferactors._config.spec import InferenceSpec, ServeArgs
 from inferactors._edges.bundle import Edges
 from inferactors._edges.containment import resolve_run_as
@@ -33,28 +33,15 @@ READY_S = 60.0
 LLAMA = InferFlavor.LLAMACPP
 
 
-@pytest.fixture
-def config(
-    server_dir: Path, registry_path: Path, llama_server: Path, unprivileged: Unprivileged
-) -> InferConfig:
-    managed = ManagedConfig(
-        registry=registry_path,
-        data_root=server_dir / "state",
-        serve_program=llama_server,
-        run_as=unprivileged.run_as,
-    )
-    return InferConfig.managing(LLAMA, managed)
-
-
 def chat(port: int, **serve: object) -> InferenceSpec:
     args = ServeArgs(port=port, **serve)  # type: ignore[arg-type]  # keyword fields forwarded
     return InferenceSpec(role="chat", runtime=LLAMA, model="tiny", serve=args)
 
 
 async def test_a_flag_this_build_lacks_is_refused_naming_flag_and_version(
-    config: InferConfig, free_port: int, llama_server: Path
+    managed_config: InferConfig, free_port: int, llama_server: Path
 ) -> None:
-    async with open_runtime(config, node_id="test") as runtime:
+    async with open_runtime(managed_config, node_id="test") as runtime:
         for flag in ("--mlock", "--no-mmap"):
             with pytest.raises(InvalidConfig) as info:
                 await runtime.admit(chat(free_port, extra_args=("--threads", "2", flag)))
@@ -63,18 +50,20 @@ async def test_a_flag_this_build_lacks_is_refused_naming_flag_and_version(
                 "(version: 0.5.0-dev (build 0, commit unknown))"
             )
         await runtime.admit(chat(free_port, extra_args=("--load-mode", "mlock")))
-    cache = config.managed.data_root / "serve-help"  # type: ignore[union-attr]
+    cache = managed_config.managed.data_root / "serve-help"  # type: ignore[union-attr]
     assert len(list(cache.glob("*.json"))) == 1  # one --help for three admissions
 
 
-async def test_everyday_flags_start_a_server_that_runs(config: InferConfig, free_port: int) -> None:
+async def test_everyday_flags_start_a_server_that_runs(
+    managed_config: InferConfig, free_port: int
+) -> None:
     template = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
     extra = (
         "--alias", "chat", "--jinja", "--chat-template", template, "-np", "2", "-b", "256",
         "-ub", "128", "-fa", "off", "--metrics", "--slots", "-lv", "3", "--cont-batching",
         "--load-mode", "mmap", "-t", "2", "--temp", "0.5", "--top-k", "20",
     )  # fmt: skip
-    async with open_runtime(config, node_id="test") as runtime:
+    async with open_runtime(managed_config, node_id="test") as runtime:
         handle = await runtime.load(chat(free_port, extra_args=extra))
         await runtime.start(handle)
         with trio.fail_after(READY_S):
@@ -98,12 +87,12 @@ def key_file(directory: Path, owner: int, mode: int = 0o600) -> tuple[Path, str]
 
 
 async def test_a_server_with_an_api_key_runs_and_the_key_stays_hidden(
-    config: InferConfig, free_port: int, server_dir: Path, unprivileged: Unprivileged
+    managed_config: InferConfig, free_port: int, server_dir: Path, unprivileged: Unprivileged
 ) -> None:
     uid = resolve_run_as(unprivileged.run_as).uid if unprivileged.run_as else os.geteuid()
     path, key = key_file(server_dir, uid)
     spec = chat(free_port, api_key_file=str(path))
-    async with open_runtime(config, node_id="test") as runtime:
+    async with open_runtime(managed_config, node_id="test") as runtime:
         events = await runtime.subscribe()
         handle = await runtime.load(spec)
         await runtime.start(handle)
@@ -138,10 +127,10 @@ async def test_a_server_with_an_api_key_runs_and_the_key_stays_hidden(
 
 
 async def test_an_api_key_file_others_can_read_is_refused(
-    config: InferConfig, free_port: int, server_dir: Path, unprivileged: Unprivileged
+    managed_config: InferConfig, free_port: int, server_dir: Path, unprivileged: Unprivileged
 ) -> None:
     uid = resolve_run_as(unprivileged.run_as).uid if unprivileged.run_as else os.geteuid()
-    async with open_runtime(config, node_id="test") as runtime:
+    async with open_runtime(managed_config, node_id="test") as runtime:
         path, key = key_file(server_dir, uid, 0o640)
         with pytest.raises(AdmissionRefused, match="mode 0640 lets group or others") as info:
             await runtime.admit(chat(free_port, api_key_file=str(path)))
@@ -163,16 +152,16 @@ def register_copies(
 
 
 async def test_a_projector_and_adapters_are_resolved_and_pinned_like_the_model(
-    config: InferConfig, free_port: int, tiny_gguf: Path, server_dir: Path
+    managed_config: InferConfig, free_port: int, tiny_gguf: Path, server_dir: Path
 ) -> None:
-    managed = config.managed
+    managed = managed_config.managed
     assert managed is not None
     registry = ModelRegistry.open(managed.registry)
     extras = server_dir / "extras"
     register_copies(registry, tiny_gguf, extras, ("proj", "lora-a", "lora-b"))
     spec = chat(free_port, mmproj="proj", lora=("lora-a", "lora-b"))
     plan = await make_plan(
-        spec, config, registry=registry, edges=Edges(), instance_dir=server_dir / "inst"
+        spec, managed_config, registry=registry, edges=Edges(), instance_dir=server_dir / "inst"
     )
     assert plan.mmproj is not None
     assert plan.mmproj.name == "proj"
@@ -196,6 +185,6 @@ async def test_a_projector_and_adapters_are_resolved_and_pinned_like_the_model(
 
     with pytest.raises(AdmissionRefused, match=r"serve\.mmproj nope: "):
         await make_plan(
-            chat(free_port, mmproj="nope"), config, registry=registry, edges=Edges(),
+            chat(free_port, mmproj="nope"), managed_config, registry=registry, edges=Edges(),
             instance_dir=server_dir / "inst",
         )  # fmt: skip

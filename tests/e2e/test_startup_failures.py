@@ -21,26 +21,13 @@ import pytest
 from e2e.startup_support import assert_config_error, run_until_gave_up
 from inferactors import open_runtime
 from inferactors._actors.runtime import InferRuntime
-from inferactors._config.config import InferConfig, ManagedConfig
+from inferactors._config.config import InferConfig
 from inferactors._config.spec import InferenceSpec, ServeArgs
 from inferactors._edges.bundle import Edges
 from inferactors._flavor import InferFlavor
 from inferactors._models.registry import ModelRegistry
 from inferactors._policy.admission import Plan
 from support import Unprivileged
-
-
-@pytest.fixture
-def managed_config(
-    server_dir: Path, registry_path: Path, llama_server: Path, unprivileged: Unprivileged
-) -> InferConfig:
-    managed = ManagedConfig(
-        registry=registry_path,
-        data_root=server_dir / "state",
-        serve_program=llama_server,
-        run_as=unprivileged.run_as,
-    )
-    return InferConfig.managing(InferFlavor.LLAMACPP, managed)
 
 
 def spec(model: str, port: int) -> InferenceSpec:

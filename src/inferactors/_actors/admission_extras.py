@@ -13,8 +13,6 @@ adapters, and the API key (with their I/O).
 
 from __future__ import annotations
 
-import os
-import stat
 from functools import partial
 from pathlib import Path
 
@@ -29,12 +27,8 @@ from .._models.registry import ModelRegistry
 from .._policy.help_flags import check_known_flags
 from .._policy.launch import check_format
 from .._policy.privilege import RunAs
+from .._untrusted_file import read_secret_line
 from .capabilities import managed_version
-
-MAX_KEY_FILE_BYTES = 4096
-"""Largest API key file read (bytes)."""
-
-_KEY_CHARS = frozenset(map(chr, range(0x21, 0x7F)))
 
 
 async def check_binary_flags(
@@ -112,47 +106,31 @@ async def read_api_key(path: str, *, run_as: RunAs | None, euid: int) -> str:
     return await trio.to_thread.run_sync(_read_key, Path(path), owner)
 
 
+_KEY_RULE = "must hold one line, the key: printable ASCII without spaces, not starting with '#'"
+
+
 def _read_key(path: Path, owner: int) -> str:
     where = f"serve.api_key_file {path}"
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError as error:
-        raise AdmissionRefused(f"{where}: cannot be opened: {error.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        _check_key_file(where, info, owner)
-        data = os.read(fd, MAX_KEY_FILE_BYTES + 1)
-    finally:
-        os.close(fd)
-    return _key_of(where, data)
+    return read_secret_line(
+        path,
+        where=where,
+        owner=owner,
+        whose="the server's user",
+        error=AdmissionRefused,
+        rule=_KEY_RULE,
+        not_regular="not a regular file (or a symbolic link)",
+        group_use="read or write",
+        size_first=True,
+        owner_reads=True,
+        check_line=partial(_check_key_line, where),
+    )
 
 
-def _check_key_file(where: str, info: os.stat_result, owner: int) -> None:
-    if not stat.S_ISREG(info.st_mode):
-        raise AdmissionRefused(f"{where}: not a regular file (or a symbolic link)")
-    if info.st_size > MAX_KEY_FILE_BYTES:
-        raise AdmissionRefused(f"{where}: larger than {MAX_KEY_FILE_BYTES} bytes")
-    if info.st_uid != owner:
-        raise AdmissionRefused(
-            f"{where}: owned by uid {info.st_uid}, not by the server's user (uid {owner})"
-        )
-    mode = stat.S_IMODE(info.st_mode)
-    if mode & 0o077:
-        raise AdmissionRefused(
-            f"{where}: mode {mode:04o} lets group or others read or write it; chmod 600 it"
-        )
-    if not mode & 0o400:
-        raise AdmissionRefused(f"{where}: mode {mode:04o}: its owner cannot read it")
-
-
-def _key_of(where: str, data: bytes) -> str:
-    """The key in ``data``: the line before one optional ``\\n``, exactly what llama-server
-    takes from ``--api-key-file`` (checked with the pinned build: ``sk\\r\\n`` is the key
+def _check_key_line(where: str, body: bytes) -> None:
+    """The key is the line before one optional ``\\n``, exactly what llama-server takes
+    from ``--api-key-file`` (checked with the pinned build: ``sk\\r\\n`` is the key
     ``sk\\r``, which no client can send), so a ``\\r`` or any byte that is not printable
     ASCII is refused, saying where and never the key."""
-    if len(data) > MAX_KEY_FILE_BYTES:
-        raise AdmissionRefused(f"{where}: larger than {MAX_KEY_FILE_BYTES} bytes")
-    body = data.removesuffix(b"\n")
     if b"\r" in body:
         raise AdmissionRefused(
             f"{where}: holds a carriage return (\\r, a Windows line ending); llama-server "
@@ -164,13 +142,8 @@ def _key_of(where: str, data: bytes) -> str:
             f"{where}: holds a control or non-ASCII character; the key must be printable "
             "ASCII (llama-server compares it byte for byte)"
         )
-    key = body.decode("ascii")
-    if not key or not set(key) <= _KEY_CHARS or key.startswith("#"):
-        raise AdmissionRefused(
-            f"{where}: must hold one line, the key: printable ASCII without spaces, "
-            "not starting with '#'"
-        )
-    return key
+    if body.startswith(b"#"):
+        raise AdmissionRefused(f"{where}: {_KEY_RULE}")
 
 
 def _odd_byte(byte: int) -> bool:

@@ -9,12 +9,11 @@ never the token. Blocking; a few syscalls.
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
 from .._errors import InvalidConfig
+from .._untrusted_file import read_secret_line
 
-MAX_TOKEN_FILE_BYTES = 4096
 MIN_TOKEN_CHARS = 16
 """A shorter token is refused: it could be guessed over the loopback port."""
 
@@ -27,36 +26,13 @@ def read_token(path: Path) -> str:
             another user, open to group or others, or not one line of at least 16
             printable ASCII characters without spaces.
     """
-    where = f"control token file {path}"
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError as error:
-        raise InvalidConfig(f"{where}: cannot be opened: {error.strerror}") from None
-    try:
-        _check(where, os.fstat(fd))
-        data = os.read(fd, MAX_TOKEN_FILE_BYTES + 1)
-    finally:
-        os.close(fd)
-    return _token_of(where, data)
-
-
-def _check(where: str, info: os.stat_result) -> None:
-    if not stat.S_ISREG(info.st_mode):
-        raise InvalidConfig(f"{where}: not a regular file")
-    if info.st_uid != os.geteuid():
-        raise InvalidConfig(f"{where}: owned by uid {info.st_uid}, not by us (uid {os.geteuid()})")
-    mode = stat.S_IMODE(info.st_mode)
-    if mode & 0o077:
-        raise InvalidConfig(f"{where}: mode {mode:04o} lets group or others use it; chmod 600 it")
-
-
-def _token_of(where: str, data: bytes) -> str:
-    body = data.removesuffix(b"\n")
-    if len(data) > MAX_TOKEN_FILE_BYTES:
-        raise InvalidConfig(f"{where}: larger than {MAX_TOKEN_FILE_BYTES} bytes")
-    if len(body) < MIN_TOKEN_CHARS or any(byte <= 0x20 or byte > 0x7E for byte in body):
-        raise InvalidConfig(
-            f"{where}: must hold one line: a token of at least {MIN_TOKEN_CHARS} printable "
-            "ASCII characters without spaces"
-        )
-    return body.decode("ascii")
+    return read_secret_line(
+        path,
+        where=f"control token file {path}",
+        owner=os.geteuid(),
+        whose="us",
+        error=InvalidConfig,
+        rule=f"must hold one line: a token of at least {MIN_TOKEN_CHARS} printable ASCII "
+        "characters without spaces",
+        min_len=MIN_TOKEN_CHARS,
+    )
