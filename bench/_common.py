@@ -320,5 +320,58 @@ def print_context(name: str, seed: int | None = None) -> None:
     print(f"{name}: {cores} cores, Python {python}, trio {trio.__version__}{seeded}")
 
 
+# --- options, grids and verdicts (issue 11) ---------------------------------------------------
+
+
+def quick() -> bool:
+    """Whether to run the quick version (a smoke run): ``--quick`` on the command line or
+    ``BENCH_QUICK=1`` in the environment."""
+    return "--quick" in sys.argv[1:] or os.environ.get("BENCH_QUICK", "") not in ("", "0")
+
+
+def env_float(name: str, default: float, quick_default: float | None = None) -> float:
+    """``$name`` as a float, else ``quick_default`` in a `quick` run, else ``default``."""
+    if name in os.environ:
+        return float(os.environ[name])
+    return quick_default if quick_default is not None and quick() else default
+
+
+def env_ints(name: str, default: Sequence[int], quick_default: Sequence[int]) -> list[int]:
+    """``$name`` as comma-separated integers, else the (quick) default."""
+    if name in os.environ:
+        return [int(part) for part in os.environ[name].split(",") if part.strip()]
+    return list(quick_default if quick() else default)
+
+
+def verdict(value: float | None, limit: float, *, at_least: bool = False) -> str:
+    """``ok`` when ``value`` meets ``limit`` (at most it, or at least it), else ``MISSED``;
+    ``MISSED`` when there is no value."""
+    if value is None:
+        return "MISSED"
+    return "ok" if (value >= limit if at_least else value <= limit) else "MISSED"
+
+
+def print_grid(
+    title: str, header: Sequence[str], rows: Sequence[Sequence[str]], notes: Sequence[str] = ()
+) -> None:
+    """Print ``rows`` of cells under ``header`` (first column left-aligned), then ``notes``."""
+    lines = [tuple(header), *(tuple(row) for row in rows)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    print(f"\n{title}")
+    for number, line in enumerate(lines):
+        cells = (c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in _cols(line, widths))
+        print("  " + "  ".join(cells))
+        if number == 0:
+            print("  " + "  ".join("-" * width for width in widths))
+    for note in notes:
+        print(f"  {note}")
+
+
+def load_note() -> str:
+    """The machine's load averages, for the notes on what limited a figure."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
+
+
 if __name__ == "__main__":
     print("bench/_common.py holds shared helpers; run the bench_*.py scripts.")

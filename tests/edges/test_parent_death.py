@@ -1,6 +1,7 @@
 """Tests of the parent-death signal (FC-13): a SIGKILLed supervisor takes its server along,
 also one running as another user, and the signal is tied to the thread that forked, which
-is why spawn forks in the trio thread rather than in a worker thread.
+is why spawn forks in a thread that never ends (the forker, ``test_forker.py``) rather than
+in a trio worker thread.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ async def test_fc13_a_server_run_as_nobody_still_dies_with_its_supervisor(
 async def test_pdeathsig_follows_the_forking_thread_not_the_process(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """Why spawn forks in the trio thread: a worker thread's exit would kill the child."""
+    """Why spawn forks in the forker: a worker thread's exit would kill the child."""
     monkeypatch.setattr(trio._core._thread_cache, "IDLE_TIMEOUT", 0.05)
     child = await trio.lowlevel.open_process(
         ["/bin/sleep", "600"], preexec_fn=_child_setup(os.getpid())

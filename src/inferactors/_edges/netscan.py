@@ -1,8 +1,18 @@
 """The network I/O edge of the exposure and identity checks: socket tables, interfaces, connects.
 
-Everything here reads the OS (psutil) or opens TCP connections (trio); every decision is in
+Everything here reads the OS or opens TCP connections (trio); every decision is in
 `_exposure`. The runtime talks to it through the `NetScanner` protocol, and
 `SystemNetScanner` is the real one, so tests of the supervisor can swap it.
+
+`SystemNetScanner` answers from the runtime's one `SocketTable` (``socket_table``: the
+kernel's LISTEN sockets through netlink, shared by every instance, one dump per 50 ms tick
+at most) and looks a listener's pid up once per listener (issue 11 item 1). The exposure
+connect check runs on the first scan of a server, then about every 5 s per server
+(`ConnectSchedule`, spread at random), and at once whenever the table shows a listener of
+the server bound beyond loopback: the table answers the 200 ms watch, the connect only
+confirms or catches what the table cannot show (a port forwarded to the server). The module
+functions below (`tree_listeners`, `tree_owner`, `port_owner`, `listeners_on`, `scan`) are
+the blocking psutil readings, kept for callers outside a runtime and as the baseline.
 
 Sources: seed-behaviour.md section 4 "Exposure" (active TCP connects with a 300 ms timeout to
 every local address, concurrently); issue 3 item 4 (also the listening sockets of the whole
@@ -26,8 +36,9 @@ another user (root then sees them).
 from __future__ import annotations
 
 import os
+import random as _random
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 import attrs
@@ -38,12 +49,15 @@ from .._errors import InvalidConfig
 from .._policy.exposure import (
     Exposure,
     Listener,
+    covers,
     find_exposure,
+    is_loopback,
     lan_addresses,
     owner_pid,
     parse_address,
 )
 from .netcheck import accepts_connections
+from .socket_table import SocketEntry, SocketTable
 
 LAN_ADDRESSES_ENV = "INFERACTORS_LAN_ADDRESSES"
 """Environment variable that overrides the connect check's target addresses (comma-separated)."""
@@ -52,6 +66,8 @@ CONNECT_TIMEOUT_S = 0.3
 """How long one exposure connect may take before the address counts as not answering (s)."""
 
 _INET_FAMILIES = (socket.AF_INET, socket.AF_INET6)
+
+_SCHEDULE_LIMIT = 4096
 
 
 class Connect(Protocol):
@@ -269,28 +285,107 @@ def owned_by(pid: int | None, group_pgid: int) -> bool:
         return False
 
 
+@attrs.define(eq=False)
+class ConnectSchedule:
+    """When each server's exposure connect check is next due (trio time, float seconds).
+
+    The first scan of a server connects; then one connect every ``every_s`` (default 5 s),
+    each interval drawn from [0.75, 1.25] x ``every_s`` by ``random`` so servers started
+    together drift apart. Entries not due for a minute are forgotten."""
+
+    every_s: float = 5.0
+    random: Callable[[], float] = _random.random
+    _due: dict[tuple[int, int], float] = attrs.Factory(dict)
+
+    def take(self, pid: int, port: int) -> bool:
+        """Whether a connect is due now for ``(pid, port)``; if so, books the next one."""
+        now = trio.current_time()
+        if now < self._due.get((pid, port), now):
+            return False
+        if len(self._due) > _SCHEDULE_LIMIT:
+            self._due = {key: at for key, at in self._due.items() if at > now - 60.0}
+        self._due[(pid, port)] = now + self.every_s * (0.75 + 0.5 * self.random())
+        return True
+
+
 @attrs.frozen
 class SystemNetScanner:
-    """The real `NetScanner`: psutil and TCP connects of ``connect_timeout_s`` (float seconds)."""
+    """The real `NetScanner`: the kernel's listening sockets (`SocketTable`, one per runtime,
+    shared by every instance) and TCP connects of ``connect_timeout_s`` (float seconds),
+    at most one per server every ``connects.every_s`` unless a listener already shows it
+    exposed (see `scan`). Methods never block the loop on the socket tables."""
 
     connect_timeout_s: float = CONNECT_TIMEOUT_S
+    table: SocketTable = attrs.field(factory=SocketTable)
+    connects: ConnectSchedule = attrs.field(factory=ConnectSchedule)
+    _seen: set[int] = attrs.field(factory=set)
+
+    def _first_sight(self, pid: int) -> bool:
+        """True the first time ``pid`` is asked about (a new process: read a fresh dump)."""
+        if pid in self._seen:
+            return False
+        if len(self._seen) > _SCHEDULE_LIMIT:
+            self._seen.clear()
+        self._seen.add(pid)
+        return True
 
     async def scan(self, pid: int, port: int) -> Exposure | None:
-        """See the module function `scan`."""
-        return await scan(pid, port, timeout_s=self.connect_timeout_s)
+        """The exposure of the server rooted at ``pid`` serving on ``port``.
+
+        The tree's listeners come from the shared table: only listeners bound beyond
+        loopback are looked up (`SocketTable.holders_in_tree`, cached by inode), so a
+        loopback-only server costs a share of one dump and no reads. The connect check
+        (`reachable_on`, seed behaviour) runs when such a listener is ours (evidence for
+        the report) and otherwise on the `ConnectSchedule` (first scan, then about every
+        5 s): the kernel table answers the 200 ms question, the connect catches what it
+        cannot see (a forwarded port) a few seconds later.
+
+        Raises:
+            InvalidConfig: ``INFERACTORS_LAN_ADDRESSES`` holds something that is not an address.
+        """
+        listeners = await self._beyond_loopback(pid, fresh=self._first_sight(pid))
+        reachable: tuple[str, ...] = ()
+        if listeners or self.connects.take(pid, port):
+            addresses = local_addresses()
+            reachable = await reachable_on(port, addresses, timeout_s=self.connect_timeout_s)
+        if reachable and not listeners:  # bound since the dump? read the kernel again
+            listeners = await self._beyond_loopback(pid, fresh=True)
+        return find_exposure(listeners, reachable, port=port)
+
+    async def _beyond_loopback(self, pid: int, *, fresh: bool) -> list[Listener]:
+        entries = await self.table.listeners(None, fresh=fresh)
+        beyond = [entry for entry in entries if not is_loopback(entry.address)]
+        holders = await self.table.holders_in_tree(pid, beyond)
+        return [Listener(item.address, item.port, holders[item]) for item in holders]
 
     async def port_owner(self, host: str, port: int) -> int | None:
-        """See the module function `port_owner` (run in a worker thread)."""
-        return await trio.to_thread.run_sync(port_owner, host, port)
+        """See the module function `port_owner`; answered from the shared table, the
+        holder of each listener looked up once per listener."""
+        covering = [
+            entry
+            for entry in await self.table.listeners(port)
+            if entry.port == port and covers(entry.address, host)
+        ]
+        found = [await self._listener(entry) for entry in covering]
+        return owner_pid([item for item in found if item.pid], host, port)
 
     async def tree_owner(self, pid: int, host: str, port: int) -> int | None:
-        """See the module function `tree_owner` (run in a worker thread)."""
-        return await trio.to_thread.run_sync(tree_owner, pid, host, port)
+        """See the module function `tree_owner`. Identity is settled once per listener:
+        while the table shows the same inode on ``host:port``, no process is read again."""
+        host_ip = parse_address(host)
+        entries = await self.table.listeners(port, fresh=self._first_sight(pid))
+        exact = [e for e in entries if e.port == port and parse_address(e.address) == host_ip]
+        holders = await self.table.holders_in_tree(pid, exact)
+        return next((holders[entry] for entry in exact if entry in holders), None)
 
     def owned_by(self, pid: int | None, group_pgid: int) -> bool:
         """See the module function `owned_by`."""
         return owned_by(pid, group_pgid)
 
     async def listeners_on(self, port: int) -> tuple[Listener, ...]:
-        """See the module function `listeners_on` (run in a worker thread)."""
-        return await trio.to_thread.run_sync(listeners_on, port)
+        """See the module function `listeners_on`; from the shared table."""
+        entries = await self.table.listeners(port)
+        return tuple([await self._listener(entry) for entry in entries if entry.port == port])
+
+    async def _listener(self, entry: SocketEntry) -> Listener:
+        return Listener(entry.address, entry.port, await self.table.holder(entry) or 0)

@@ -1,30 +1,20 @@
-"""Open a model's pinned files without following links out of its root, and check each one
-from its open descriptor (issue 8, items 4 and 5).
+"""Check a model's pinned files from their open descriptors (issue 8, items 4 and 5).
 
 `open_and_check` is what the registry runs for every check: it opens the model root once,
-walks to each pinned file from that directory descriptor (`open_beneath`), and checks the
-*open* file: ``fstat`` for its type, size and stamp, and, unless the stamp equals the one
-recorded at the last full hash, BLAKE3 read from the descriptor. What passed is returned as
-a `PinnedModel` holding the descriptors, so a server can be handed exactly the bytes that
-were verified (``/proc/self/fd/N``, see ``design/pinning.md``).
-
-Why a walk with ``O_NOFOLLOW`` and not ``openat2(RESOLVE_BENEATH)``: the walk is plain
-POSIX (``openat``, ``fstatat``, ``readlinkat`` through `os` with ``dir_fd``), so it needs
-no raw system-call numbers through ctypes and runs where ``openat2`` is missing or filtered
-(kernels before 5.6, container seccomp profiles, macOS, where mlx_lm.server lives). It also
-states the rule exactly: a link is followed only while it stays under the model root (or,
-for a Hugging Face ``snapshots/<revision>`` root, in that repository's ``blobs/``), an
-absolute link counts when it names a place inside, and every step is an ``openat`` on a
-directory descriptor we hold, so a component swapped for a link mid-walk fails with
-``ELOOP`` instead of being followed. ``RESOLVE_BENEATH`` refuses every absolute link.
+walks to each pinned file from that directory descriptor (`open_beneath`, in
+``beneath.py``), and checks the *open* file: ``fstat`` for its type, size and stamp, and,
+unless the stamp equals the one recorded at the last full hash in this process or the
+registry's persisted record vouches for it (``verified_record.py``), BLAKE3 read from the
+descriptor. What passed is returned as a `PinnedModel` holding the descriptors, so a server
+can be handed exactly the bytes that were verified (``/proc/self/fd/N``, see
+``design/pinning.md``).
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from types import TracebackType
 from typing import Self
@@ -32,18 +22,13 @@ from typing import Self
 import attrs
 
 from .._flavor import ModelFormat
+from .beneath import MAX_LINKS as MAX_LINKS
+from .beneath import ModelTree as ModelTree
+from .beneath import OutsideRoot as OutsideRoot
+from .beneath import open_beneath as open_beneath
 from .hashing import CheckFailure, FileHasher, FileStamp, ProgressFn
 from .manifest import ModelFile, ModelManifest
-
-MAX_LINKS = 40
-"""Most symbolic links one walk follows (Linux's own limit), then ``ELOOP``."""
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO never blocks
-
-
-class OutsideRoot(Exception):
-    """A walk left the model root; the message says through which link or step."""
+from .verified_record import VerifiedRecord
 
 
 class ClosedOnExit:
@@ -111,172 +96,13 @@ class PinnedModel(ClosedOnExit):
         self.root_fd, self.fds = None, {}
 
 
-@attrs.define(eq=False)
-class ModelTree:
-    """The directory a model's files are walked from, held open.
-
-    For an ordinary root that is the root itself. For a Hugging Face cache root
-    (``.../models--x--y/snapshots/<revision>``, whose files link to ``../../blobs/<hash>``)
-    it is the repository directory, and a walk may end only in that snapshot or in
-    ``blobs/``.
-    """
-
-    base: Path
-    base_fd: int
-    root: tuple[str, ...]
-    allowed: tuple[tuple[str, ...], ...]
-
-    @classmethod
-    def at_root(cls, real_root: Path) -> ModelTree:
-        """Open the tree of the (symlink-free) root ``real_root``.
-
-        Raises:
-            OSError: the directory cannot be opened.
-        """
-        if real_root.parent.name == "snapshots":
-            base, root = real_root.parent.parent, ("snapshots", real_root.name)
-            fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            return cls(base, fd, root, (root, ("blobs",)))
-        fd = os.open(real_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        return cls(real_root, fd, (), ((),))
-
-    @property
-    def real_root(self) -> Path:
-        """The model root (symlink-free)."""
-        return self.base.joinpath(*self.root)
-
-    def open_root(self) -> int:
-        """A new descriptor of the root directory."""
-        return self.open(PurePosixPath(), directory=True)
-
-    def open(self, relative: PurePosixPath, *, directory: bool = False) -> int:
-        """Open ``relative`` (to the root) beneath the tree; see `open_beneath`."""
-        parts = (*self.root, *relative.parts)
-        return open_beneath(self.base_fd, parts, self.base, self.allowed, directory=directory)
-
-    def close(self) -> None:
-        """Close the tree's directory."""
-        os.close(self.base_fd)
-
-
-def open_beneath(
-    base_fd: int,
-    parts: Sequence[str],
-    base: Path,
-    allowed: tuple[tuple[str, ...], ...] = ((),),
-    *,
-    directory: bool = False,
-) -> int:
-    """Open ``base / parts`` from the directory ``base_fd``, never leaving ``base``.
-
-    Each component is opened with ``O_NOFOLLOW`` relative to the directory before it. A
-    symbolic link is read and followed by hand: ``..`` steps back up the walk (never above
-    ``base``), and an absolute target must lie lexically under ``base``. The place reached
-    must start with one of the ``allowed`` component prefixes (``()`` allows all of ``base``).
-
-    Args:
-        base_fd: an open directory descriptor of ``base``; it stays open.
-        parts: the path's components under ``base``.
-        base: the real path of that directory (for absolute links and messages).
-        allowed: component prefixes under ``base`` the walk may end in.
-        directory: open a directory (else a regular file or whatever the last part is).
-
-    Returns:
-        A new close-on-exec descriptor (``O_NONBLOCK`` for a file, so a FIFO cannot block).
-
-    Raises:
-        OutsideRoot: a link or ``..`` led outside ``base``, or the walk ended outside
-            ``allowed``.
-        OSError: a component is missing (``ENOENT``), is not a directory, was swapped for a
-            link during the walk (``ELOOP``), or more than `MAX_LINKS` links were followed.
-    """
-    walk = _Walk(base_fd, base)
-    try:
-        return walk.run(list(reversed(_clean(parts))), allowed, directory=directory)
-    finally:
-        walk.close()
-
-
-def _clean(parts: Sequence[str]) -> list[str]:
-    return [part for part in parts if part not in ("", ".")]
-
-
-@attrs.define(eq=False)
-class _Walk:
-    """One walk's state: the directories opened below ``base`` and their names."""
-
-    base_fd: int
-    base: Path
-    stack: list[int] = attrs.field(factory=list)
-    where: list[str] = attrs.field(factory=list)
-    links: int = 0
-
-    @property
-    def at(self) -> int:
-        return self.stack[-1] if self.stack else self.base_fd
-
-    def run(self, todo: list[str], allowed: tuple[tuple[str, ...], ...], *, directory: bool) -> int:
-        while todo:
-            part = todo.pop()
-            if part == "..":
-                self._up(part)
-                continue
-            info = os.stat(part, dir_fd=self.at, follow_symlinks=False)
-            if stat.S_ISLNK(info.st_mode):
-                todo.extend(reversed(self._follow(part)))
-                continue
-            if not todo and not directory:
-                fd = os.open(part, _FILE_FLAGS, dir_fd=self.at)
-                self.where.append(part)
-                return self._inside(fd, allowed)
-            self.stack.append(os.open(part, _DIR_FLAGS, dir_fd=self.at))
-            self.where.append(part)
-        if not directory:
-            raise IsADirectoryError(errno.EISDIR, "is a directory", str(self.base))
-        fd = self.stack.pop() if self.stack else os.dup(self.base_fd)
-        return self._inside(fd, allowed)
-
-    def _up(self, step: str) -> None:
-        if not self.where:
-            raise OutsideRoot(f"resolves to {self.base}/{step}, outside the model root")
-        os.close(self.stack.pop())
-        self.where.pop()
-
-    def _follow(self, name: str) -> list[str]:
-        """The components a link stands for, from where the walk now is."""
-        self.links += 1
-        if self.links > MAX_LINKS:
-            raise OSError(errno.ELOOP, "too many levels of symbolic links", name)
-        target = os.readlink(name, dir_fd=self.at)
-        path = PurePosixPath(target)
-        if not path.is_absolute():
-            return _clean(path.parts)
-        if not path.is_relative_to(self.base):
-            link = self.base.joinpath(*self.where, name)
-            raise OutsideRoot(f"resolves to {target} (link {link}), outside the model root")
-        self.close()
-        self.stack, self.where = [], []
-        return _clean(path.relative_to(self.base).parts)
-
-    def _inside(self, fd: int, allowed: tuple[tuple[str, ...], ...]) -> int:
-        if any(tuple(self.where[: len(prefix)]) == prefix for prefix in allowed):
-            return fd
-        os.close(fd)
-        reached = self.base.joinpath(*self.where)
-        raise OutsideRoot(f"resolves to {reached}, outside the model root")
-
-    def close(self) -> None:
-        for fd in self.stack:
-            os.close(fd)
-        self.stack = []
-
-
 def open_and_check(
     manifest: ModelManifest,
     stamps: dict[str, FileStamp],
     *,
     full: bool,
     hasher: FileHasher,
+    record: VerifiedRecord | None = None,
     on_progress: ProgressFn | None = None,
 ) -> PinnedModel | CheckFailure:
     """Open every pinned file of ``manifest`` beneath its root and check it from its
@@ -286,9 +112,11 @@ def open_and_check(
         manifest: what to check against.
         stamps: the stamp of each file (by relative path) at its last passing hash; updated
             in place: a passing file's stamp is recorded, a failing file's dropped.
-        full: re-hash every file; else a file whose stamp equals its recorded one is not
-            re-hashed (the cheap check).
+        full: re-hash every file; else a file whose stamp equals its recorded one, or
+            that ``record`` vouches for, is not re-hashed (the cheap check).
         hasher: hashes a descriptor.
+        record: the registry's persisted record of verified files: consulted unless
+            ``full``, and told of every hash that passed or failed.
         on_progress: passed to the hasher.
 
     Returns:
@@ -308,7 +136,14 @@ def open_and_check(
         for label, file in pinned_files(manifest):
             known = None if full else stamps.get(file.path)
             result = check_file(
-                tree, label, file, known=known, hasher=hasher, on_progress=on_progress
+                tree,
+                label,
+                file,
+                known=known,
+                hasher=hasher,
+                on_progress=on_progress,
+                record=record,
+                trust_record=not full,
             )
             if isinstance(result, CheckFailure):
                 stamps.pop(file.path, None)
@@ -341,14 +176,19 @@ def check_file(
     known: FileStamp | None,
     hasher: FileHasher,
     on_progress: ProgressFn | None = None,
+    record: VerifiedRecord | None = None,
+    trust_record: bool = False,
 ) -> tuple[int, FileStamp] | CheckFailure:
-    """Open one pinned file beneath ``tree`` and check it from the descriptor.
+    """Open one pinned file beneath ``tree`` and check it from the descriptor; a file
+    whose stamp is ``known``, or that ``record`` vouches for (when ``trust_record``), is not
+    hashed; a hash that passes or fails is noted in ``record``.
 
     Returns:
         ``(descriptor, stamp)`` when it passed (the caller owns the descriptor), else a
         `CheckFailure`: missing (not sticky), outside the root, not a regular file, resized
         or a BLAKE3 mismatch (sticky: tampering), unreadable or changed while hashed.
     """
+    noted = None if record is None else _Noted(record, trust_record, record.clock_ns())
     try:
         fd = tree.open(PurePosixPath(file.path))
     except OutsideRoot as outside:
@@ -358,7 +198,7 @@ def check_file(
         return CheckFailure(reason, sticky=False, file=file.path)
     try:
         path = tree.real_root / file.path
-        result = _check_open(fd, label, file, known, hasher, path, on_progress)
+        result = _check_open(fd, label, file, known, hasher, path, on_progress, noted)
     except BaseException:
         os.close(fd)
         raise
@@ -376,6 +216,7 @@ def _check_open(
     hasher: FileHasher,
     path: Path,
     on_progress: ProgressFn | None,
+    noted: _Noted | None,
 ) -> FileStamp | CheckFailure:
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
@@ -384,16 +225,33 @@ def _check_open(
         reason = f"{label}: size is {info.st_size} bytes, the registry pins {file.size} (resized)"
         return CheckFailure(reason, sticky=True, file=file.path)
     stamp = FileStamp.of(info)
-    if known == stamp:
+    if known == stamp or (noted is not None and noted.vouches(stamp, file.blake3)):
         return stamp
     try:
         digest = hasher.hash_fd(fd, path=path, on_progress=on_progress)
     except OSError as error:
         return CheckFailure(f"{label}: unreadable: {error.strerror}", sticky=False, file=file.path)
     if digest != file.blake3:
+        if noted is not None:
+            noted.record.forget(stamp)
         reason = f"{label}: BLAKE3 differs from the registry (tampered or replaced)"
         return CheckFailure(reason, sticky=True, file=file.path)
     if FileStamp.of(os.fstat(fd)) != stamp:
         reason = f"{label}: changed while it was hashed; check again once it is complete"
         return CheckFailure(reason, sticky=False, file=file.path)
+    if noted is not None:
+        noted.record.note(stamp, digest, checked_since_ns=noted.since_ns)
     return stamp
+
+
+@attrs.frozen
+class _Noted:
+    """The persisted record as one file's check uses it: trusted or only told, and the
+    wall-clock moment (ns) the check began, read before the file was opened."""
+
+    record: VerifiedRecord
+    trusted: bool
+    since_ns: int
+
+    def vouches(self, stamp: FileStamp, digest: str) -> bool:
+        return self.trusted and self.record.vouches(stamp, digest)

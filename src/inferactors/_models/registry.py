@@ -6,11 +6,13 @@ their pinned sizes and BLAKE3 digests. Files are hashed in place and never copie
 
 Checks (source: seed-behaviour.md section 6, "Registry"):
 
-- The first `ModelRegistry.resolve` of a manifest in a registry object is a *full* check:
-  every shard and tokenizer file is re-hashed. Later resolves are *lazy*: only files whose
-  ``(size, mtime_ns, ctime_ns, inode, device)`` changed since they last passed are re-hashed
-  (the seed compares size and mtime; ctime and inode also catch a file swapped for one with
-  a forged mtime).
+- Checks are *lazy*: a file is re-hashed unless its ``(size, mtime_ns, ctime_ns, inode,
+  device)`` equals the one it had when it last passed a full hash, in this registry object
+  or, for a registry file, in any earlier one: the record beside the registry file
+  (``verified_record.py``, issue 11 item 5) vouches for it only if its digest there is the
+  manifest's pin. The seed compares size and mtime and forgets them with the process; ctime
+  and inode also catch a file swapped for one with a forged mtime. So the first resolve of
+  an in-memory registry, or of files never recorded, re-hashes every file.
 - A resized file, a digest mismatch or a path that resolves outside the root refuses the
   model (`PinMismatch`), and the refusal is sticky: every later resolve is a full check until
   one passes.
@@ -52,6 +54,7 @@ from .manifest import ModelManifest, ModelSource, ResolvedModel
 from .manifest_io import check_manifest, check_model_name, registry_to_text
 from .pinning import PinnedModel, open_and_check
 from .registry_file import file_lock, read_registry, registry_stamp, write_atomic
+from .verified_record import RACY_MARGIN_S, VerifiedRecord
 
 __all__ = ["ModelCheck", "ModelRegistry"]
 
@@ -69,7 +72,6 @@ class _ModelState:
     """Check state of one manifest, guarded by its own lock."""
 
     lock: threading.Lock = attrs.field(factory=threading.Lock)
-    full_done: bool = False
     refused: str | None = None
     stamps: dict[str, FileStamp] = attrs.field(factory=dict)
 
@@ -87,17 +89,29 @@ class ModelRegistry:
     _file_stamp: FileStamp | None = None
     _states: dict[ModelManifest, _ModelState] = attrs.field(factory=dict)
     _lock: threading.RLock = attrs.field(factory=threading.RLock)
+    _record: VerifiedRecord | None = None
 
     @classmethod
-    def open(cls, path: Path, *, hasher: FileHasher | None = None) -> ModelRegistry:
+    def open(
+        cls,
+        path: Path,
+        *,
+        hasher: FileHasher | None = None,
+        racy_margin_s: float = RACY_MARGIN_S,
+    ) -> ModelRegistry:
         """Open the registry file at ``path``; a missing file is an empty registry.
+
+        Files verified by a full hash are recorded in ``<path>.verified``, so a later
+        registry object on the same file need not hash them again (module docstring); a
+        file changed less than ``racy_margin_s`` seconds before its check is not recorded.
 
         Raises:
             InvalidConfig: the file is malformed; the message names the file and the field,
                 for example ``models.json: $.models[2].shards[0].blake3: expected ...``.
             BackendError: the file exists but cannot be read.
         """
-        registry = cls(path=path, hasher=hasher or Blake3Hasher())
+        record = VerifiedRecord.beside(path, racy_margin_s=racy_margin_s)
+        registry = cls(path=path, hasher=hasher or Blake3Hasher(), record=record)
         registry._refresh()
         return registry
 
@@ -199,9 +213,9 @@ class ModelRegistry:
     def resolve(self, name: str, *, on_progress: ProgressFn | None = None) -> ResolvedModel:
         """Check the model's files and return their absolute paths, ready to launch.
 
-        The first resolve of a manifest re-hashes every file; later ones re-hash only files
-        whose stat changed (see the module docstring), unless the model was refused, which
-        forces a full check. ``root`` is the registered root with its symlinks resolved and
+        A file is re-hashed unless its stat is the one it had when it last passed, here or
+        in the registry file's record (see the module docstring); a refused model is always
+        re-hashed in full. ``root`` is the registered root with its symlinks resolved and
         every path is ``root / relative path``; an ollama model has ``root == Path()`` and no
         files.
 
@@ -257,20 +271,26 @@ class ModelRegistry:
     def _check(
         self, manifest: ModelManifest, *, force_full: bool, on_progress: ProgressFn | None
     ) -> PinnedModel | CheckFailure:
-        """Full when forced, for a manifest never checked here, or one refused (sticky).
-        On success the caller owns the open descriptors."""
+        """Full (every file hashed, no stamp or record trusted) when forced or for a
+        manifest refused (sticky). On success the caller owns the open descriptors."""
         with self._lock:
             state = self._states.setdefault(manifest, _ModelState())
         with state.lock:
-            full = force_full or not state.full_done or state.refused is not None
+            full = force_full or state.refused is not None
             result = open_and_check(
-                manifest, state.stamps, full=full, hasher=self._hasher, on_progress=on_progress
+                manifest,
+                state.stamps,
+                full=full,
+                hasher=self._hasher,
+                record=self._record,
+                on_progress=on_progress,
             )
             if isinstance(result, PinnedModel):
-                if full:
-                    state.full_done, state.refused = True, None
+                state.refused = None
             elif result.sticky:
                 state.refused = result.reason
+            if self._record is not None:
+                self._record.save()
         return result
 
     def _current(self) -> dict[str, ModelManifest]:
