@@ -24,29 +24,15 @@ from .._policy.exposure import Exposure
 from .._policy.health_truth import Confirmation, worth_confirming
 from .._policy.matching import completion_model
 from .._policy.probe_parse import CompletionResult, ServerReport, Unreachable, serving
+from .._policy.probe_schedule import FIRST_PROBE_S, LINE_PROBE_S, next_probe_at, phase_of
 from .._policy.status import map_report
 from .._status import InstanceState, InstanceStatus
 from .identity import ensure_ours, listener_owner, wrong_family
 from .instance_msgs import Confirmed, DeepHealthDone, Internal, Probed, WatchdogResult
 from .messages import ReplyTo, answer, refuse
 from .ollama_adopted import guard_adopted_ollama
-
-FIRST_PROBE_S = 0.01
-"""The monitor's first delay after a spawn; it doubles up to `STARTUP_PROBE_CAP_S`."""
-
-STARTUP_PROBE_CAP_S = 0.1
-"""Longest delay between probes of a server that is not up yet."""
-
-RUNNING_PROBE_S = 1.0
-"""Delay between probes of a server that is up."""
-
-CONFIRM_EVERY_S = 10.0
-"""While ``/health`` keeps failing on a server that was Running, the completion that
-checks it is sent again at most this often (float seconds; issue 9 item 5)."""
-
-MISBOUND_SCAN_S = 0.5
-"""While probes are refused, the socket table is read for a listener on the other address
-family at most this often (float seconds): about 11 ms a read."""
+from .probe_look import CONFIRM_EVERY_S as CONFIRM_EVERY_S
+from .probe_look import ProbeLook
 
 PRE_PROBE_SHARE = 0.25
 """Share of a one-token check's deadline that its probe (to name our model) may take; a
@@ -96,7 +82,12 @@ class InstanceProbing:
         )
 
     async def monitor(self, process: ManagedProcess | None, scope: trio.CancelScope) -> None:
-        """Probe until cancelled: fast until the server is up, then every second.
+        """Probe until cancelled: fast until the server is up, then every second on the
+        instance's own phase (``_policy.probe_schedule``), over one kept-alive connection.
+
+        A managed server's readiness line (``_policy.ready_lines``: listening, model loaded)
+        wakes the monitor to probe at once, then every few ms, doubling; a server that prints
+        nothing is probed on the timed schedule alone.
 
         A managed server counts as ready only once it also answered one real token: its
         ``/health`` can say 200 while completions hang or fail (FC-03, FC-07). That first
@@ -108,34 +99,37 @@ class InstanceProbing:
         other address family, at most every `MISBOUND_SCAN_S` (a server that answered and
         went away is not looked for: it was where we probe).
         """
-        look = _Look(token_ok=process is None)  # adopted: no first token
-        delay = FIRST_PROBE_S
+        look = ProbeLook(token_ok=process is None)  # adopted: no first token
+        delay, phase = FIRST_PROBE_S, phase_of(self.plan.spec.base_url())
         prober = self.open_prober(self.plan.spec.base_url(), self.config.probe_timeout_s)
         with scope:
             try:
                 while True:
+                    lines_seen = 0 if process is None else process.lines.ready_count
                     report = await prober.report(self._flavor)
-                    due = look.confirm_due(process, report)
+                    due = look.confirm_due(process, report) and not self._stopped(process, report)
                     if due:  # the probe's own report already says a check is under way
                         look.confirmation = Confirmation(trio.current_time(), pending=True)
                     await self._post(await self._look(process, report, look))
                     if due:
                         await self._confirm(process, report, look)
                     delay = look.next_delay(report, delay)
-                    await trio.sleep(delay)
+                    at = next_probe_at(trio.current_time(), delay, phase)
+                    if await _pause(process, at, lines_seen):
+                        delay = LINE_PROBE_S  # a line: probe now, then 2x, 4x ... this
             finally:
                 with trio.move_on_after(1.0, shield=True):
                     await prober.aclose()
 
     async def _look(
-        self, process: ManagedProcess | None, report: ServerReport, look: _Look
+        self, process: ManagedProcess | None, report: ServerReport, look: ProbeLook
     ) -> Probed:
         """What one monitor probe found: identity, first token, exposure, address family."""
         owner_ok, owner_pid = await self._identity(process, report)
         token: str | None = None
         ttft_s: float | None = None
         if not look.token_ok and owner_ok is not False and self._lists_our_model(report):
-            token, ttft_s, refused = await self._first_token()  # only from our listener
+            token, ttft_s, refused = await self._first_token(report.models)  # ours only
             look.token_ok = token == ""
             report = attrs.evolve(report, refused=report.refused or refused)
         look.note(report)
@@ -149,7 +143,7 @@ class InstanceProbing:
         return attrs.evolve(probed, confirmation=confirmation, ttft_s=ttft_s, misbound=misbound)
 
     async def _confirm(
-        self, process: ManagedProcess | None, report: ServerReport, look: _Look
+        self, process: ManagedProcess | None, report: ServerReport, look: ProbeLook
     ) -> None:
         """``/health`` failed on a server that was Running: ask for one token, within the
         deep-health timeout, to tell a broken health endpoint from a broken server. The
@@ -183,12 +177,13 @@ class InstanceProbing:
         mapped = map_report(report, model=self.plan.listed_names, alive=True, adopted=False)
         return mapped.state is InstanceState.RUNNING
 
-    async def _first_token(self) -> tuple[str, float | None, str | None]:
+    async def _first_token(self, listed: tuple[str, ...]) -> tuple[str, float | None, str | None]:
         """``("", ttft_s, None)`` when one token came back within the instance's deep-health
         timeout (`deep_timeout_s`), else ``(why not, None, refused)``: ``refused`` the status
-        and words of a 401 or 403 (`RequestRefused`), else None."""
+        and words of a 401 or 403 (`RequestRefused`), else None. ``listed``: the ids the
+        monitor's probe just read, so the check asks at once, without a probe of its own."""
         try:
-            result = await self.one_token(self.deep_timeout_s)
+            result = await self.one_token(self.deep_timeout_s, listed=listed)
         except RequestRefused as error:
             return str(error), None, error.refused
         except InferactorsError as error:
@@ -349,49 +344,13 @@ def _words(report: ServerReport) -> str:
     return f"{type(health).__name__.lower()}: {why}" if why else type(health).__name__.lower()
 
 
-@attrs.define
-class _Look:
-    """What the monitor remembers between probes of one process."""
-
-    token_ok: bool
-    ready: bool = False
-    models: tuple[str, ...] = ()
-    confirmation: Confirmation | None = None
-    misbound: str | None = None
-    scanned_at: float | None = None
-    answered: bool = False
-
-    def note(self, report: ServerReport) -> None:
-        """Remember a serving server's list; a serving ``/health`` ends any confirmation."""
-        if serving(report.health):
-            self.models, self.confirmation = report.models, None
-            self.ready = self.ready or self.token_ok
-
-    def confirm_due(self, process: ManagedProcess | None, report: ServerReport) -> bool:
-        """Whether this probe's failed ``/health`` calls for a confirming completion: the
-        managed server was Running and the last check is `CONFIRM_EVERY_S` old."""
-        if process is None or not self.ready or not worth_confirming(report.health):
-            return False
-        last = self.confirmation
-        return last is None or trio.current_time() - last.at >= CONFIRM_EVERY_S
-
-    def scan_due(self, report: ServerReport) -> bool:
-        """Whether a refused probe should read the socket table now (`MISBOUND_SCAN_S`)."""
-        if not isinstance(report.health, Unreachable):
-            self.scanned_at, self.misbound, self.answered = None, None, True
-            return False
-        if self.answered:
-            return False
-        now = trio.current_time()
-        if self.scanned_at is not None and now - self.scanned_at < MISBOUND_SCAN_S:
-            return False
-        self.scanned_at = now
+async def _pause(process: ManagedProcess | None, at: float, lines_seen: int) -> bool:
+    """Sleep until trio time ``at``; True as soon as ``process`` printed a readiness line
+    beyond the first ``lines_seen`` (`LineWatch.wait_ready`), False at ``at``."""
+    if process is None:
+        await trio.sleep_until(at)
+        return False
+    with trio.move_on_at(at):
+        await process.lines.wait_ready(lines_seen)
         return True
-
-    def next_delay(self, report: ServerReport, previous: float) -> float:
-        """Every second once up (or while completions work around a failed ``/health``),
-        else doubling from ``previous`` up to `STARTUP_PROBE_CAP_S`."""
-        confirmed = self.confirmation is not None and self.confirmation.works
-        if (serving(report.health) and self.token_ok) or confirmed:
-            return RUNNING_PROBE_S
-        return min(previous * 2, STARTUP_PROBE_CAP_S)
+    return False

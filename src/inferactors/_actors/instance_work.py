@@ -39,8 +39,11 @@ RECORD_REFRESH_S = 1.0
 """Delay between refreshes of a running server's record (its process group's members)."""
 
 EXPOSURE_CHECK_S = 0.2
-"""Delay between exposure scans of a running managed server: with a scan (~6 ms) and the
-3 s-grace stop's first signal, a listener on 0.0.0.0 is stopped within 250 ms (issue 3)."""
+"""Period of the exposure scans of a running managed server: with a scan (a share of one
+kernel dump, under 1 ms) and the 3 s-grace stop's first signal, a listener on 0.0.0.0 is
+stopped within 250 ms (issue 3). Every server scans on the same grid of trio time (multiples
+of this period), so the runtime's socket table is dumped once per period for all of them
+(issue 11 item 1)."""
 
 
 @attrs.frozen
@@ -78,11 +81,10 @@ class InstanceWork(InstanceProbing):
             except (InferactorsError, OSError) as error:
                 await self._post(SpawnFailed(_start_error(launch, error), reply))
                 return
-            try:
-                await self._record(process, pinned.launch)
-            finally:  # even when recording raises: the actor must know the process to stop it
-                await self._post(Spawned(process, reply, pinned))
+            await self._post(Spawned(process, reply, pinned))  # ProcessStarted: not after I/O
+            await self._record(process, pinned.launch)
             await process.wait_exited()
+            await self.edges.containment.forget(pinned.launch, process.pid)  # after the record
 
     async def _start(self, nursery: trio.Nursery, launch: Launch) -> ManagedProcess:
         spec = self.plan.spec
@@ -99,16 +101,21 @@ class InstanceWork(InstanceProbing):
 
     async def _record(self, process: ManagedProcess, launch: Launch) -> None:
         """Write ``server.json`` (with the argv executed, ``launch``) so a later life can reap
-        this server if we die (FC-13)."""
-        await self.edges.containment.record(launch, process.pid, self.plan.spec.port())
+        this server if we die (FC-13). It runs after `Spawned` is posted, beside the server's
+        start-up (issue 11): the leader is covered from the fork on by its parent-death
+        signal, and the record, for what it forks, reaches the disk as soon as before
+        (``design/supervision.md``). A record that cannot be written is only a missing
+        safety net: the server runs."""
+        try:
+            await self.edges.containment.record(launch, process.pid, self.plan.spec.port())
+        except (InferactorsError, OSError):
+            pass
 
     async def watch_exit(self, process: ManagedProcess) -> None:
-        """Await the process's exit and report it the moment it happens; then drop its
-        record (``server.json``, kept for orphan reaping while it ran)."""
+        """Await the process's exit and report it the moment it happens. Its record
+        (``server.json``) is dropped by `spawn`, after the record's write, never before."""
         evidence = await process.wait_exited()
         await self._post(Exited(process, evidence))
-        if self.plan.launch is not None:
-            await self.edges.containment.forget(self.plan.launch, process.pid)
 
     async def stop(self, process: ManagedProcess, grace_s: float) -> None:
         """TERM the group, wait ``grace_s`` seconds, KILL the group, reap (checklist 48)."""
@@ -140,7 +147,7 @@ class InstanceWork(InstanceProbing):
     async def exposure_watch(
         self, process: ManagedProcess, scope: trio.CancelScope, pins: PinnedLaunch | None = None
     ) -> None:
-        """Scan the server every `EXPOSURE_CHECK_S` until it is found exposed or cancelled;
+        """Scan the server on every `EXPOSURE_CHECK_S` tick until it is found exposed or cancelled;
         every `RECORD_REFRESH_S`, re-check the verified files it serves (``pins``: an
         in-place write changes their stamp; `PinnedLaunch.changed`) and bring its record's
         group members up to date (issue 8 item 8: a forking wrapper's server is found again
@@ -160,11 +167,18 @@ class InstanceWork(InstanceProbing):
                         return
                     process.track_descendants()  # a `setsid` wrapper's server: by pid
                     await self._refresh_record(process)
-                await trio.sleep(EXPOSURE_CHECK_S)
+                await trio.sleep_until(_next_tick(trio.current_time()))
 
     async def _refresh_record(self, process: ManagedProcess) -> None:
         if self.plan.launch is not None:
             await self.edges.containment.refresh(self.plan.launch, process.pid)
+
+
+def _next_tick(now: float) -> float:
+    """The next multiple of `EXPOSURE_CHECK_S` after ``now`` (trio time, float seconds), at
+    least 1 ms ahead (a float quotient can land just short of ``now``)."""
+    tick = (now // EXPOSURE_CHECK_S + 1) * EXPOSURE_CHECK_S
+    return tick if tick > now + 0.001 else tick + EXPOSURE_CHECK_S
 
 
 def _start_error(launch: Launch, error: InferactorsError | OSError) -> InferactorsError:

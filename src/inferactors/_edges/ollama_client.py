@@ -76,8 +76,8 @@ class OllamaApi(Protocol):
 class OllamaClient:
     """HTTP client for one Ollama daemon; open it with `OllamaClient.open`.
 
-    Same httpx settings as `ProbeClient` (no redirects, proxy variables ignored, no idle
-    pooled connections, identity encoding only, at most 1 MiB of a body). Every method but
+    Same httpx settings as `ProbeClient` (no redirects, proxy variables ignored, one idle
+    connection kept for GETs, identity encoding only, at most 1 MiB of a body). Every method but
     `wait_gone` is one request under one deadline of ``timeout_s`` float seconds (the load:
     ``load_timeout_s``). Usable as ``async with``.
     """

@@ -4,9 +4,10 @@ mlx_lm.server whose port is taken prints ``OSError: [Errno 98] Address already i
 hangs (issue 9): waiting for its exit, or for the readiness deadline, only wastes time.
 `LineWatch` is fed the chunks `ManagedProcess` reads from the server's two pipes, splits
 them into lines and reads each with ``_policy.startup_fault.StartupWatch``; the first line
-of a `LIVE_FATAL` kind is kept in `LineWatch.fatal` and wakes `wait_fatal`. Nothing else
-happens per line: no message, no task switch. Once the server is Running, `stop` ends that
-reading.
+of a `LIVE_FATAL` kind is kept in `LineWatch.fatal` and wakes `wait_fatal`; a line that says
+the server listens or loaded its model (``_policy.ready_lines``) is counted and wakes
+`wait_ready`, so the monitor probes at once (issue 11 item 3). Nothing else happens per
+line: no message, no task switch. Once the server is Running, `stop` ends that reading.
 
 The same lines feed the process's evidence (`OutputCapture`, fed line by line: every byte
 but those of a probe's log line, which are only counted) and the instance's ring of lines
@@ -23,6 +24,7 @@ import trio
 
 from .._events import Diagnosis
 from .._policy.probe_lines import is_probe_line
+from .._policy.ready_lines import ready_line
 from .._policy.startup_fault import LIVE_FATAL, StartupWatch
 from .capture import OutputCapture
 
@@ -85,6 +87,8 @@ class StreamLines:
             found = self._watch.feed(text)
             if found is not None and found.kind in LIVE_FATAL:
                 self._owner.found(found)
+            if ready_line(text) is not None:
+                self._owner.ready()
         sink = self._owner.sink
         if is_probe_line(text):
             self.capture.count(len(line) + len(ending))
@@ -105,13 +109,16 @@ class LineWatch:
         fatal: the first `LIVE_FATAL` diagnosis read, else None.
         sink: where every line goes besides the evidence (the instance's ring), or None.
         pid: the process whose lines these are (set at spawn).
+        ready_count: how many readiness lines (listening, model loaded) were read.
     """
 
     active: bool = True
     fatal: Diagnosis | None = None
     sink: LineSink | None = None
     pid: int = 0
+    ready_count: int = 0
     _seen: trio.Event = attrs.Factory(trio.Event)
+    _ready: trio.Event = attrs.Factory(trio.Event)
     stdout: StreamLines = attrs.field(init=False)
     stderr: StreamLines = attrs.field(init=False)
 
@@ -125,6 +132,18 @@ class LineWatch:
             self.fatal = diagnosis
             self._seen.set()
         self.stop()
+
+    def ready(self) -> None:
+        """Count one readiness line and wake every `wait_ready`."""
+        self.ready_count += 1
+        self._ready.set()
+        self._ready = trio.Event()
+
+    async def wait_ready(self, seen: int) -> None:
+        """Wait until more than ``seen`` readiness lines were read (at once if they were
+        already). Waits for ever if none comes: bound it with a deadline."""
+        while self.ready_count <= seen:
+            await self._ready.wait()
 
     def stop(self) -> None:
         """Look for no more faults (the server is Running); lines are still kept."""

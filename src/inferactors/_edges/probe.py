@@ -13,7 +13,8 @@ Bounds: every request asks for ``Accept-Encoding: identity`` and a reply with an
 ``Content-Encoding`` is refused unread (a gzip, deflate, br or zstd body is never decoded,
 so a compression bomb allocates nothing); at most 1 MiB of a body is read, raw; and each
 public call has ONE deadline, ``timeout_s`` from its start, for all of its requests
-(`ProbeClient.report` makes up to three).
+(`ProbeClient.report` makes up to three). Connections are kept alive, one idle per client,
+and a GET that met a stale one is sent again within the deadline (``probe_wire``).
 
 Errors::
 
@@ -28,11 +29,9 @@ Source: seed-behaviour.md section 3 (Probing) and server-apis.md sections 1 to 3
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import ssl
-from collections.abc import AsyncGenerator, Mapping
-from typing import Literal, Protocol, Self, TypeAlias, assert_never, cast
+from collections.abc import Callable, Mapping
+from typing import Protocol, Self, assert_never
 
 import attrs
 import httpx
@@ -59,35 +58,11 @@ from .._policy.probe_parse import (
     refusal,
     serving,
 )
-
-MAX_BODY_BYTES = 1024 * 1024
-"""Largest response body a probe reads: 1 MiB (seed-behaviour.md section 3)."""
-
-
-IDENTITY_HEADERS = {"Accept-Encoding": "identity"}
-"""Sent with every request: a body we read is never compressed (a bomb cannot inflate)."""
-
-FailureKind: TypeAlias = Literal["transport", "timeout", "too-large", "encoded"]
-
-
-class ProbeFailure(BackendError):
-    """A probe request got no usable reply; ``why`` names the request and the cause.
-
-    ``kind`` is ``"transport"`` (refused, reset, protocol error), ``"timeout"`` (no complete
-    reply within the call's deadline), ``"too-large"`` (body over 1 MiB) or ``"encoded"``
-    (a ``Content-Encoding`` other than identity, refused before its body is read).
-    """
-
-    def __init__(self, why: str, *, kind: FailureKind = "transport") -> None:
-        super().__init__(why)
-        self.why = why
-        self.kind: FailureKind = kind
-
-    @property
-    def answered(self) -> bool:
-        """Whether the server did answer, only unusably (too large or encoded): unhealthy
-        rather than unreachable."""
-        return self.kind in ("too-large", "encoded")
+from .probe_wire import IDENTITY_HEADERS as IDENTITY_HEADERS
+from .probe_wire import MAX_BODY_BYTES as MAX_BODY_BYTES
+from .probe_wire import FailureKind as FailureKind
+from .probe_wire import ProbeFailure as ProbeFailure
+from .probe_wire import exchange, pool_limits, shared_ssl_context
 
 
 class Prober(Protocol):
@@ -107,16 +82,21 @@ class Prober(Protocol):
 class ProbeClient:
     """HTTP client for one server's probes; open it with `ProbeClient.open`.
 
-    Never follows redirects, ignores proxy environment variables, keeps no idle pooled
-    connections, asks for identity encoding and refuses any other, reads at most 1 MiB of a
-    body, and bounds each public call, all its requests and bodies included, by one
-    deadline ``timeout_s`` after the call starts (seed-behaviour.md section 3,
-    ``ServerClient::new``). Usable as ``async with``; closing is idempotent.
+    Never follows redirects, ignores proxy environment variables, keeps at most one idle
+    connection alive for 3 s for its GETs (`probe_wire.pool_limits`; a GET that meets it
+    closed by the server is sent again) and sends each POST on a connection of its own
+    (never sent twice, never on a connection the server may be closing), asks for identity
+    encoding and refuses any other, reads at most 1 MiB of a body, and bounds each public
+    call, all its requests and bodies included, by one deadline ``timeout_s`` after the
+    call starts (seed-behaviour.md section 3, ``ServerClient::new``). Usable as
+    ``async with``; closing is idempotent.
     """
 
     base_url: str
     timeout_s: float
     _client: httpx.AsyncClient
+    _open_posting: Callable[[], httpx.AsyncClient] = attrs.field(repr=False)  # holds the key
+    _posting: httpx.AsyncClient | None = attrs.field(default=None, repr=False)
 
     @classmethod
     def open(
@@ -138,21 +118,25 @@ class ProbeClient:
             headers: further headers sent with every request (`probe_auth.api_key_headers`:
                 a server's API key); ``Accept-Encoding`` stays ``identity``.
         """
-        client = httpx.AsyncClient(
+        opener = functools.partial(
+            httpx.AsyncClient,
             base_url=base_url,
             transport=transport,
             follow_redirects=False,
             trust_env=False,
             timeout=httpx.Timeout(timeout_s),
             headers={**(headers or {}), **IDENTITY_HEADERS},
-            limits=httpx.Limits(max_keepalive_connections=0),
-            verify=_shared_ssl_context(),
+            verify=shared_ssl_context(),
         )
-        return cls(base_url=base_url, timeout_s=timeout_s, client=client)
+        client = opener(limits=pool_limits())
+        posting = functools.partial(opener, limits=httpx.Limits(max_keepalive_connections=0))
+        return cls(base_url=base_url, timeout_s=timeout_s, client=client, open_posting=posting)
 
     async def aclose(self) -> None:
-        """Close the underlying httpx client."""
+        """Close the underlying httpx clients."""
         await self._client.aclose()
+        if self._posting is not None:
+            await self._posting.aclose()
 
     async def __aenter__(self) -> Self:
         return self
@@ -312,67 +296,18 @@ class ProbeClient:
     async def _exchange(
         self, method: str, path: str, body: Mapping[str, object] | None, deadline: float | None
     ) -> tuple[int, bytes]:
-        request = f"{method} {path}"
         if deadline is None:
             deadline = trio.current_time() + self.timeout_s
-        try:
-            with trio.fail_at(deadline):
-                async with self._client.stream(method, path, json=body) as response:
-                    return response.status_code, await _read_capped(response, request)
-        except (trio.TooSlowError, httpx.TimeoutException) as exc:
-            why = f"{request}: no complete reply within {self.timeout_s:g} s"
-            raise ProbeFailure(why, kind="timeout") from exc
-        except httpx.HTTPError as exc:
-            raise ProbeFailure(f"{request}: {_describe(exc)}") from exc
+        client = self._client
+        if method != "GET":  # opened at its first POST: most probe clients never send one
+            client = self._posting = self._posting or self._open_posting()
+        return await exchange(client, method, path, body, deadline, self.timeout_s)
 
 
 def failure_health(exc: ProbeFailure) -> Health:
     """What a failed health request says: `Unhealthy` when the server answered unusably
     (`ProbeFailure.answered`), else `Unreachable`; ``why`` is the failure's."""
     return Unhealthy(exc.why) if exc.answered else Unreachable(exc.why)
-
-
-async def _read_capped(response: httpx.Response, request: str) -> bytes:
-    """Read the raw body chunk by chunk; stop as soon as it passes `MAX_BODY_BYTES`.
-
-    A ``Content-Encoding`` other than identity is refused before any byte is read (we asked
-    for identity; decoding would let a small compressed body inflate in memory, since
-    httpx's decoders have no output limit), so the bytes httpx yields are the bytes received,
-    never inflated. A declared Content-Length over the cap fails before any byte is read.
-    A body cut short leaves httpx's nested stream generators unfinished: trio closes them
-    itself, with a ResourceWarning (httpx 0.28, encode/httpx#3686), which is harmless.
-    """
-    encoding = response.headers.get("content-encoding", "").strip().lower()
-    if encoding not in ("", "identity"):
-        shown = encoding[:40]
-        why = f"{request}: reply is {shown}-encoded; we asked for identity (refused unread)"
-        raise ProbeFailure(why, kind="encoded")
-    too_large = ProbeFailure(f"{request}: response too large (over 1 MiB)", kind="too-large")
-    declared = response.headers.get("content-length", "")
-    if declared.isdigit() and (len(declared) > 9 or int(declared) > MAX_BODY_BYTES):
-        raise too_large
-    chunks: list[bytes] = []
-    size = 0
-    stream = cast(AsyncGenerator[bytes, None], response.aiter_bytes())  # it is one
-    async with contextlib.aclosing(stream) as body:
-        async for chunk in body:
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise too_large
-            chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _describe(exc: Exception) -> str:
-    return str(exc) or type(exc).__name__
-
-
-@functools.cache
-def _shared_ssl_context() -> ssl.SSLContext:
-    """One TLS context for every probe client: httpx would otherwise build (and load the CA
-    bundle into) a fresh one per client, 24 to 54 ms of blocked event loop each time on
-    this machine (bench/README.md), although the servers we probe speak plain HTTP."""
-    return ssl.create_default_context()
 
 
 class ProberFactory(Protocol):

@@ -17,6 +17,8 @@ inferactors.testing._fake_server --port P [flags]`` runs the same program, slowe
   ``--pid-file`` (each atomically, by rename), and prints ``inferactors fake server (<flavor>)
   listening on <url> pid <pid>`` on stdout. Relative paths resolve against its working
   directory.
+- On stderr it prints the readiness lines of the server it imitates (``_fake_lines``):
+  llama-server's ``model loaded`` once its load is over, mlx_lm.server's ``Starting httpd``.
 - SIGTERM: flavor ``llamacpp`` exits with status 0 (the real llama-server exits 0 on
   SIGTERM); flavor ``mlx`` dies of the signal: returncode -15, shell status 143, like the real
   mlx_lm.server (real-servers.md). ``--ignore-sigterm`` ignores it (FC-05, FC-11). SIGINT
@@ -73,6 +75,7 @@ from ._fake_launch import LoggedRequest as LoggedRequest
 from ._fake_launch import fake_server_argv as fake_server_argv
 from ._fake_launch import read_request_log as read_request_log
 from ._fake_launch import write_fake_server_program as write_fake_server_program
+from ._fake_lines import say_ready
 from ._fake_parent import SLICE_S as _SLICE_S
 from ._fake_parent import Launcher, exit_if_orphaned, fork_child, sleep_watching
 
@@ -153,6 +156,8 @@ class FakeState:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "inferactors-fake"
+    disable_nagle_algorithm = True  # a reply's head and body are two writes: without this, a
+    # kept-alive connection waits 40 ms for the client's delayed ACK (llama-server does not)
     server: _Server
 
     def do_GET(self) -> None:
@@ -299,6 +304,8 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     for server in servers:
         server.state = state
         threading.Thread(target=server.serve_forever, daemon=True).start()
+    ready = (options, state.load_left_s())
+    threading.Thread(target=say_ready, args=ready, daemon=True).start()
     _await_fate(state, watched)
 
 

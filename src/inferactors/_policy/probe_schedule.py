@@ -1,0 +1,61 @@
+"""When the monitor probes next (pure; no I/O, no clock: the caller passes ``now``).
+
+Three regimes (issue 11 items 1 and 3):
+
+* starting: `FIRST_PROBE_S` after the spawn, doubling up to `STARTUP_PROBE_CAP_S`;
+* a readiness line was read (``ready_lines``): a probe at once, then doubling from
+  `LINE_PROBE_S` up to the same cap, so a server that answers a few ms after its line is seen
+  a few ms later rather than at the next tick of the slower schedule;
+* up: every `RUNNING_PROBE_S`, on ticks of the instance's own phase (`phase_of`): tick
+  ``k`` is at ``(k + phase) * RUNNING_PROBE_S`` on the runtime's clock, so N instances,
+  even admitted together, spread their probes over the second instead of firing at once.
+  A probe that overran its tick waits for the next one (no burst to catch up).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+FIRST_PROBE_S = 0.01
+"""The monitor's first delay after a spawn (float seconds); it doubles up to
+`STARTUP_PROBE_CAP_S`."""
+
+STARTUP_PROBE_CAP_S = 0.1
+"""Longest delay between probes of a server that is not up yet (float seconds)."""
+
+LINE_PROBE_S = 0.001
+"""Where the doubling restarts when a readiness line is read (float seconds): the probe the
+line starts is at once, the next ones 2, 4, 8 ... ms apart, up to `STARTUP_PROBE_CAP_S`."""
+
+RUNNING_PROBE_S = 1.0
+"""Delay between probes of a server that is up (float seconds)."""
+
+_MIN_GAP = 1e-6
+"""Share of the period under which a tick counts as the one just probed (float rounding)."""
+
+
+def phase_of(key: str) -> float:
+    """A phase in [0, 1) spread uniformly over keys, the same for the same key (``key``: the
+    instance's base URL, unique among running instances)."""
+    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def startup_delay(previous: float) -> float:
+    """The next delay of a server that is not up: ``previous`` doubled, at most
+    `STARTUP_PROBE_CAP_S` (float seconds)."""
+    return min(previous * 2, STARTUP_PROBE_CAP_S)
+
+
+def next_probe_at(now: float, delay: float, phase: float) -> float:
+    """When to probe next, ``delay`` float seconds after ``now`` as the regime says: a delay
+    of `RUNNING_PROBE_S` or more lands on the next tick of ``phase`` (`phase_of`) after
+    ``now`` (at most one period away); a shorter one is ``now + delay``."""
+    if delay < RUNNING_PROBE_S:
+        return now + delay
+    offset = phase * RUNNING_PROBE_S
+    at = (math.floor((now - offset) / RUNNING_PROBE_S) + 1) * RUNNING_PROBE_S + offset
+    if at - now < _MIN_GAP * RUNNING_PROBE_S:
+        at += RUNNING_PROBE_S
+    return at

@@ -1,0 +1,104 @@
+"""Arrange code for tests of the monitor alone (`InstanceProbing.monitor`) under MockClock:
+a scripted prober that records when it was asked what, a stand-in for a managed process
+(its output lines and ids, nothing else), and the probing half of an instance around them.
+
+Imported as ``actors.monitor_support``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import cast
+
+import attrs
+import trio
+
+from inferactors import InferConfig, InferenceSpec, InferFlavor, ServeArgs
+from inferactors._actors.instance_msgs import Probed
+from inferactors._actors.instance_probing import InstanceProbing
+from inferactors._config.config import ControlMode
+from inferactors._edges.output_lines import LineWatch
+from inferactors._edges.probe import Prober
+from inferactors._edges.process import ManagedProcess
+from inferactors._policy.admission import Plan
+from inferactors._policy.probe_parse import CompletionResult, Loading, ServerReport, Up
+from inferactors.testing import FakeFleet
+
+MODEL = "tiny"
+
+
+@attrs.define
+class Script:
+    """What every prober it opens answers, and a log of ``(trio time, port, call)``.
+
+    ``loaded``: ``/health`` says Up listing `MODEL` (else Loading); ``calls`` names each
+    ``report`` and ``tiny_completion``, ``opened`` each prober opened.
+    """
+
+    loaded: bool = True
+    calls: list[tuple[float, int, str]] = attrs.Factory(list)
+    opened: int = 0
+
+    def open(
+        self, base_url: str, timeout_s: float, /, *, headers: Mapping[str, str] | None = None
+    ) -> Prober:
+        self.opened += 1
+        return ScriptedProber(self, int(base_url.rsplit(":", 1)[1]))
+
+
+@attrs.define
+class ScriptedProber:
+    script: Script
+    port: int
+
+    async def report(self, flavor: InferFlavor) -> ServerReport:
+        await trio.lowlevel.checkpoint()
+        self.script.calls.append((trio.current_time(), self.port, "report"))
+        if not self.script.loaded:
+            return ServerReport(Loading())
+        return ServerReport(Up(), models=(MODEL,))
+
+    async def tiny_completion(self, model: str | None) -> CompletionResult:
+        await trio.lowlevel.checkpoint()
+        self.script.calls.append((trio.current_time(), self.port, "token"))
+        return CompletionResult(" word", 0.0, "length")
+
+    async def props(self) -> Mapping[str, object] | None:
+        return None
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+@attrs.define(eq=False)
+class StandIn:
+    """What the monitor reads of a managed process: its lines and its ids."""
+
+    lines: LineWatch = attrs.Factory(LineWatch)
+    pid: int = 4242
+    pgid: int = 4242
+    escaped: tuple[int, ...] = ()
+    running: bool = True
+
+    def track_descendants(self) -> None:
+        """Nothing to track."""
+
+    def as_process(self) -> ManagedProcess:
+        return cast(ManagedProcess, self)
+
+
+def probing(script: Script, port: int, post: trio.MemorySendChannel[object]) -> InstanceProbing:
+    """The probing half of an instance of a llama-server listing `MODEL` on ``port``."""
+    spec = InferenceSpec(
+        role="chat", runtime=InferFlavor.LLAMACPP, model=MODEL, serve=ServeArgs(port=port)
+    )
+    plan = Plan(spec=spec, mode=ControlMode.ADOPTED, notes=())
+    edges = attrs.evolve(FakeFleet().edges(), open_prober=script.open)
+    return InstanceProbing(plan, InferConfig.adopted(InferFlavor.LLAMACPP), edges, post)
+
+
+async def drain(receive: trio.MemoryReceiveChannel[object], into: list[Probed]) -> None:
+    """Keep every `Probed` the monitors post, until cancelled."""
+    async for message in receive:
+        if isinstance(message, Probed):
+            into.append(message)
