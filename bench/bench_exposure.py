@@ -104,6 +104,9 @@ class RecordingNet:
     async def listeners_on(self, port: int) -> tuple[Listener, ...]:
         return await self.inner.listeners_on(port)
 
+    async def port_exposure(self, port: int) -> Exposure | None:
+        return await self.inner.port_exposure(port)
+
 
 @attrs.frozen
 class Stopped:

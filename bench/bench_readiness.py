@@ -175,6 +175,9 @@ class RecordingNet:
     async def listeners_on(self, port: int) -> tuple[Listener, ...]:
         return await self.inner.listeners_on(port)
 
+    async def port_exposure(self, port: int) -> Exposure | None:
+        return await self.inner.port_exposure(port)
+
 
 async def bridge_now(port: int, log: Path) -> tuple[Bridge, tuple[LoggedRequest, ...]]:
     """Send `BRIDGES` tagged GETs to the running server; return the best bridge and the log."""

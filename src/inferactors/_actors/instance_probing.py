@@ -133,7 +133,7 @@ class InstanceProbing:
             look.token_ok = token == ""
             report = attrs.evolve(report, refused=report.refused or refused)
         look.note(report)
-        seen = await self._adopted_exposure(process, report)
+        seen = await self._adopted_exposure(process, report, look)
         stopped = self._stopped(process, report)
         if look.scan_due(report):
             look.misbound = await self._misbound(report) or ""
@@ -197,15 +197,16 @@ class InstanceProbing:
         return self.plan.supervision.deep_timeout_s or self.config.deep_timeout_s
 
     async def _adopted_exposure(
-        self, process: ManagedProcess | None, report: ServerReport
+        self, process: ManagedProcess | None, report: ServerReport, look: ProbeLook
     ) -> Exposure | None:
-        """An adopted server's exposure, found through whoever listens on its port; it is
-        only ever reported, never acted on (FC-15)."""
+        """An adopted server's exposure, from the listeners on its port, checked at most every
+        `ADOPTED_EXPOSURE_S` (the last finding stands between checks); it is only ever
+        reported, never acted on (FC-15)."""
         if process is not None or not serving(report.health):
             return None
-        spec = self.plan.spec
-        owner = await self.net.port_owner(str(spec.bind_ip()), spec.port())
-        return None if owner is None else await self.net.scan(owner, spec.port())
+        if look.exposure_due():
+            look.exposure = await self.net.port_exposure(self.plan.spec.port())
+        return look.exposure
 
     async def _scan(self, process: ManagedProcess | None) -> Exposure | None:
         if process is None or not process.running:

@@ -11,6 +11,7 @@ import attrs
 import trio
 
 from .._edges.process import ManagedProcess
+from .._policy.exposure import Exposure
 from .._policy.health_truth import Confirmation, worth_confirming
 from .._policy.probe_parse import ServerReport, Unreachable, serving
 from .._policy.probe_schedule import RUNNING_PROBE_S, startup_delay
@@ -21,7 +22,13 @@ checks it is sent again at most this often (float seconds; issue 9 item 5)."""
 
 MISBOUND_SCAN_S = 0.5
 """While probes are refused, the socket table is read for a listener on the other address
-family at most this often (float seconds): about 11 ms a read."""
+family at most this often (float seconds): one per-port kernel query, under 1 ms."""
+
+ADOPTED_EXPOSURE_S = 5.0
+"""An adopted server's port is checked for listeners beyond loopback at its first serving
+probe and then at most this often (float seconds): the finding is only reported, never
+acted on (FC-15), so a few seconds of lag costs nothing, and a thousand adopted servers
+cost 200 per-port queries a second instead of a thousand (issue 11)."""
 
 
 @attrs.define
@@ -35,6 +42,8 @@ class ProbeLook:
     misbound: str | None = None
     scanned_at: float | None = None
     answered: bool = False
+    exposure: Exposure | None = None
+    exposure_at: float | None = None
 
     def note(self, report: ServerReport) -> None:
         """Remember a serving server's list; a serving ``/health`` ends any confirmation."""
@@ -61,6 +70,15 @@ class ProbeLook:
         if self.scanned_at is not None and now - self.scanned_at < MISBOUND_SCAN_S:
             return False
         self.scanned_at = now
+        return True
+
+    def exposure_due(self) -> bool:
+        """Whether an adopted server's port is due for its exposure check
+        (`ADOPTED_EXPOSURE_S`); if so, the check is booked now."""
+        now = trio.current_time()
+        if self.exposure_at is not None and now - self.exposure_at < ADOPTED_EXPOSURE_S:
+            return False
+        self.exposure_at = now
         return True
 
     def next_delay(self, report: ServerReport, previous: float) -> float:

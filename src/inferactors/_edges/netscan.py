@@ -36,9 +36,8 @@ another user (root then sees them).
 from __future__ import annotations
 
 import os
-import random as _random
 import socket
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 import attrs
@@ -56,6 +55,7 @@ from .._policy.exposure import (
     owner_pid,
     parse_address,
 )
+from .connect_schedule import ConnectSchedule
 from .netcheck import accepts_connections
 from .socket_table import SocketEntry, SocketTable
 
@@ -99,6 +99,11 @@ class NetScanner(Protocol):
     async def listeners_on(self, port: int) -> tuple[Listener, ...]:
         """Every socket listening on TCP ``port``, whatever its address (issue 9 item 5:
         a server on the other address family than the one we probe)."""
+        ...
+
+    async def port_exposure(self, port: int) -> Exposure | None:
+        """Whether whatever listens on TCP ``port`` is reachable beyond loopback: that port's
+        listeners only (an adopted server, whose process is not ours to walk; FC-15)."""
         ...
 
 
@@ -285,29 +290,6 @@ def owned_by(pid: int | None, group_pgid: int) -> bool:
         return False
 
 
-@attrs.define(eq=False)
-class ConnectSchedule:
-    """When each server's exposure connect check is next due (trio time, float seconds).
-
-    The first scan of a server connects; then one connect every ``every_s`` (default 5 s),
-    each interval drawn from [0.75, 1.25] x ``every_s`` by ``random`` so servers started
-    together drift apart. Entries not due for a minute are forgotten."""
-
-    every_s: float = 5.0
-    random: Callable[[], float] = _random.random
-    _due: dict[tuple[int, int], float] = attrs.Factory(dict)
-
-    def take(self, pid: int, port: int) -> bool:
-        """Whether a connect is due now for ``(pid, port)``; if so, books the next one."""
-        now = trio.current_time()
-        if now < self._due.get((pid, port), now):
-            return False
-        if len(self._due) > _SCHEDULE_LIMIT:
-            self._due = {key: at for key, at in self._due.items() if at > now - 60.0}
-        self._due[(pid, port)] = now + self.every_s * (0.75 + 0.5 * self.random())
-        return True
-
-
 @attrs.frozen
 class SystemNetScanner:
     """The real `NetScanner`: the kernel's listening sockets (`SocketTable`, one per runtime,
@@ -350,6 +332,20 @@ class SystemNetScanner:
             reachable = await reachable_on(port, addresses, timeout_s=self.connect_timeout_s)
         if reachable and not listeners:  # bound since the dump? read the kernel again
             listeners = await self._beyond_loopback(pid, fresh=True)
+        return find_exposure(listeners, reachable, port=port)
+
+    async def port_exposure(self, port: int) -> Exposure | None:
+        """The exposure of whatever listens on ``port`` (an adopted server's): one per-port
+        kernel query (no other port, no process walked; the holder of a listener beyond
+        loopback is looked up once, for the report) and the connect check on the
+        `ConnectSchedule`, as in `scan`."""
+        entries = await self.table.listeners(port)
+        beyond = [e for e in entries if e.port == port and not is_loopback(e.address)]
+        listeners = [await self._listener(entry) for entry in beyond]
+        reachable: tuple[str, ...] = ()
+        if listeners or self.connects.take(0, port):
+            addresses = local_addresses()
+            reachable = await reachable_on(port, addresses, timeout_s=self.connect_timeout_s)
         return find_exposure(listeners, reachable, port=port)
 
     async def _beyond_loopback(self, pid: int, *, fresh: bool) -> list[Listener]:

@@ -29,6 +29,7 @@ in a worker thread (pids known, inodes not, so nothing is cached by inode).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -77,7 +78,7 @@ class NetlinkReader:
         self._listen_states = 0
 
     def open(self) -> None:
-        """Import pyroute2 (about 0.3 s, once: call from a worker thread) and nothing else."""
+        """Import pyroute2 (about 0.3 s, once per process; `SocketTable` does it when built)."""
         importlib.import_module("pyroute2.netlink.diag")
 
     def __call__(self, port: int | None) -> list[SocketEntry]:
@@ -198,6 +199,14 @@ class SocketTable:
     _holders: dict[int, int | None] = attrs.Factory(dict)
     _in_tree: dict[tuple[int, int], int | None] = attrs.Factory(dict)
 
+    def __attrs_post_init__(self) -> None:
+        """Import pyroute2 now, while the runtime is being built (about 0.3 s, once per
+        process): not later in a worker thread, where it would stall the first scan after a
+        spawn, and where trio's MockClock would jump while it ran."""
+        if self.read is None:
+            with contextlib.suppress(Exception):  # `_read` falls back and says why
+                NetlinkReader().open()
+
     def refresh_soon(self) -> None:
         """Forget the cached dumps: the next caller reads the kernel again."""
         self._cached.clear()
@@ -253,7 +262,7 @@ class SocketTable:
         if self._netlink is None:
             reader = NetlinkReader()
             try:
-                await trio.to_thread.run_sync(reader.open)
+                reader.open()  # already imported by `__attrs_post_init__`: instant
             except Exception as error:  # not installed or not importable here
                 return await self._fall_back(error, port)
             self._netlink = reader

@@ -282,6 +282,10 @@ class _FakeNet:
         await trio.lowlevel.checkpoint()
         return ()  # a fake child listens where it is probed, never on the other family
 
+    async def port_exposure(self, port: int) -> Exposure | None:
+        await trio.lowlevel.checkpoint()
+        return None  # fakes are managed: their exposure comes from `scan`
+
 
 def _port_of(argv: Sequence[str]) -> int:
     return int(argv[list(argv).index("--port") + 1]) if "--port" in argv else 0

@@ -1,0 +1,40 @@
+"""When each server's exposure connect check is next due (`SystemNetScanner`, issue 11).
+
+The kernel's socket table answers "is it listening beyond loopback?" every 200 ms; the
+connect check (seed-behaviour.md section 4) catches what the table cannot show (a forwarded
+port) and so runs far less often, spread so that servers started together never connect
+together.
+"""
+
+from __future__ import annotations
+
+import random as _random
+from collections.abc import Callable
+
+import attrs
+import trio
+
+_SCHEDULE_LIMIT = 4096
+
+
+@attrs.define(eq=False)
+class ConnectSchedule:
+    """When each server's exposure connect check is next due (trio time, float seconds).
+
+    The first scan of a server connects; then one connect every ``every_s`` (default 5 s),
+    each interval drawn from [0.75, 1.25] x ``every_s`` by ``random`` so servers started
+    together drift apart. Entries not due for a minute are forgotten."""
+
+    every_s: float = 5.0
+    random: Callable[[], float] = _random.random
+    _due: dict[tuple[int, int], float] = attrs.Factory(dict)
+
+    def take(self, pid: int, port: int) -> bool:
+        """Whether a connect is due now for ``(pid, port)``; if so, books the next one."""
+        now = trio.current_time()
+        if now < self._due.get((pid, port), now):
+            return False
+        if len(self._due) > _SCHEDULE_LIMIT:
+            self._due = {key: at for key, at in self._due.items() if at > now - 60.0}
+        self._due[(pid, port)] = now + self.every_s * (0.75 + 0.5 * self.random())
+        return True

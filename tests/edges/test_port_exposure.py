@@ -1,0 +1,71 @@
+"""An adopted server's exposure from its own port only (issue 11: a thousand adopted servers
+cost one per-port kernel query each, never a walk of the whole table or of a process tree).
+
+Real listening processes on loopback and on the wildcard; the connect check's targets are
+``INFERACTORS_LAN_ADDRESSES`` (the test suite points them at ``127.0.0.2``).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import pytest
+
+from edges.socket_table_support import listener_process
+from inferactors._edges.netscan import ConnectSchedule, SystemNetScanner
+from inferactors._edges.socket_table import NetlinkReader, SocketEntry, SocketTable
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="netlink: Linux")
+
+
+class PortsAsked:
+    """The netlink reader, remembering which port each dump asked for (None: all)."""
+
+    def __init__(self) -> None:
+        self.inner = NetlinkReader()
+        self.ports: list[int | None] = []
+
+    def __call__(self, port: int | None) -> Sequence[SocketEntry]:
+        self.ports.append(port)
+        return self.inner(port)
+
+
+def _scanner(reader: PortsAsked) -> SystemNetScanner:
+    return SystemNetScanner(table=SocketTable(read=reader), connects=ConnectSchedule())
+
+
+async def test_a_wildcard_listener_is_exposed_with_its_pid_from_one_port_query() -> None:
+    reader = PortsAsked()
+    net = _scanner(reader)
+    with listener_process("0.0.0.0") as server:
+        found = await net.port_exposure(server.port)
+    assert found is not None
+    assert [(item.address, item.port, item.pid) for item in found.listeners] == [
+        ("0.0.0.0", server.port, server.pid)
+    ]
+    assert reader.ports == [server.port]  # never the whole table
+
+
+async def test_a_loopback_listener_is_not_exposed_and_costs_no_whole_dump(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("INFERACTORS_LAN_ADDRESSES", "127.0.0.2")
+    reader = PortsAsked()
+    net = _scanner(reader)
+    with listener_process("127.0.0.1") as server:
+        assert await net.port_exposure(server.port) is None
+        assert await net.port_exposure(server.port) is None
+    assert None not in reader.ports
+    assert set(reader.ports) == {server.port}
+
+
+async def test_a_port_reachable_on_a_lan_address_is_exposed_by_the_connect_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("INFERACTORS_LAN_ADDRESSES", "127.0.0.2")
+    net = _scanner(PortsAsked())
+    with listener_process("127.0.0.2") as server:  # loopback by address, a LAN one here
+        found = await net.port_exposure(server.port)
+    assert found is not None
+    assert found.reachable_on == ("127.0.0.2",)
