@@ -11,10 +11,12 @@ import sys
 from collections.abc import Sequence
 
 import pytest
+import trio
+import trio.testing
 
 from edges.socket_table_support import listener_process
 from inferactors._edges.netscan import ConnectSchedule, SystemNetScanner
-from inferactors._edges.socket_table import NetlinkReader, SocketEntry, SocketTable
+from inferactors._edges.socket_table import NetlinkReader, SocketEntry, SocketTable, TreeSockets
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="netlink: Linux")
 
@@ -69,3 +71,42 @@ async def test_a_port_reachable_on_a_lan_address_is_exposed_by_the_connect_check
         found = await net.port_exposure(server.port)
     assert found is not None
     assert found.reachable_on == ("127.0.0.2",)
+
+
+def test_the_whole_table_is_wanted_only_while_a_trees_sockets_change() -> None:
+    tree = TreeSockets()
+    assert tree.changing({10: 1, 11: 1}, 0.0)  # first look
+    assert not tree.changing({10: 1, 11: 1}, 2.0)  # quiet
+    assert not tree.changing({10: 1}, 2.5)  # a socket closed: nothing new can listen
+    assert tree.changing({10: 1, 12: 1}, 3.0)  # a new socket
+    assert tree.changing({10: 1, 12: 1}, 3.0 + TreeSockets.SETTLE_S / 2)  # may listen soon
+    assert not tree.changing({10: 1, 12: 1}, 3.0 + TreeSockets.SETTLE_S)
+
+
+async def test_a_quiet_servers_scans_ask_only_for_its_port(
+    monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+) -> None:
+    monkeypatch.setenv("INFERACTORS_LAN_ADDRESSES", "127.0.0.2")
+    reader = PortsAsked()
+    net = _scanner(reader)
+    with listener_process("127.0.0.1") as server:
+        assert await net.scan(server.pid, server.port) is None
+        assert None in reader.ports  # the first look reads the whole table once
+        await trio.sleep(TreeSockets.SETTLE_S + 0.1)
+        reader.ports.clear()
+        for _ in range(5):
+            assert await net.scan(server.pid, server.port) is None
+            await trio.sleep(0.2)
+    assert reader.ports
+    assert set(reader.ports) == {server.port}
+
+
+async def test_a_tree_listening_beyond_loopback_on_another_port_is_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("INFERACTORS_LAN_ADDRESSES", "127.0.0.2")
+    net = _scanner(PortsAsked())
+    with listener_process("0.0.0.0") as other:
+        found = await net.scan(other.pid, other.port + 1)  # we serve on another port
+    assert found is not None
+    assert [(item.port, item.pid) for item in found.listeners] == [(other.port, other.pid)]

@@ -57,7 +57,7 @@ from .._policy.exposure import (
 )
 from .connect_schedule import ConnectSchedule
 from .netcheck import accepts_connections
-from .socket_table import SocketEntry, SocketTable
+from .socket_table import SocketEntry, SocketTable, TreeSockets, tree_sockets
 
 LAN_ADDRESSES_ENV = "INFERACTORS_LAN_ADDRESSES"
 """Environment variable that overrides the connect check's target addresses (comma-separated)."""
@@ -301,6 +301,7 @@ class SystemNetScanner:
     table: SocketTable = attrs.field(factory=SocketTable)
     connects: ConnectSchedule = attrs.field(factory=ConnectSchedule)
     _seen: set[int] = attrs.field(factory=set)
+    _trees: dict[int, TreeSockets] = attrs.field(factory=dict)
 
     def _first_sight(self, pid: int) -> bool:
         """True the first time ``pid`` is asked about (a new process: read a fresh dump)."""
@@ -325,13 +326,13 @@ class SystemNetScanner:
         Raises:
             InvalidConfig: ``INFERACTORS_LAN_ADDRESSES`` holds something that is not an address.
         """
-        listeners = await self._beyond_loopback(pid, fresh=self._first_sight(pid))
+        listeners = await self._beyond_loopback(pid, port, fresh=self._first_sight(pid))
         reachable: tuple[str, ...] = ()
         if listeners or self.connects.take(pid, port):
             addresses = local_addresses()
             reachable = await reachable_on(port, addresses, timeout_s=self.connect_timeout_s)
         if reachable and not listeners:  # bound since the dump? read the kernel again
-            listeners = await self._beyond_loopback(pid, fresh=True)
+            listeners = await self._beyond_loopback(pid, port, fresh=True)
         return find_exposure(listeners, reachable, port=port)
 
     async def port_exposure(self, port: int) -> Exposure | None:
@@ -348,9 +349,18 @@ class SystemNetScanner:
             reachable = await reachable_on(port, addresses, timeout_s=self.connect_timeout_s)
         return find_exposure(listeners, reachable, port=port)
 
-    async def _beyond_loopback(self, pid: int, *, fresh: bool) -> list[Listener]:
-        entries = await self.table.listeners(None, fresh=fresh)
-        beyond = [entry for entry in entries if not is_loopback(entry.address)]
+    async def _beyond_loopback(self, pid: int, port: int, *, fresh: bool) -> list[Listener]:
+        """The listeners of ``pid``'s tree bound beyond loopback: those on ``port`` from a
+        per-port query every time; those on any other port from the whole table, read only
+        while the tree's set of sockets is changing (`TreeSockets`): a quiet server costs a
+        per-port query and a look at its own descriptors, whatever the machine runs."""
+        entries = list(await self.table.listeners(port, fresh=fresh))
+        tree = self._trees.setdefault(pid, TreeSockets())
+        if len(self._trees) > _SCHEDULE_LIMIT:
+            self._trees = {pid: tree}
+        if tree.changing(tree_sockets(pid), trio.current_time()):
+            entries += await self.table.listeners(None, fresh=fresh)
+        beyond = [e for e in dict.fromkeys(entries) if not is_loopback(e.address)]
         holders = await self.table.holders_in_tree(pid, beyond)
         return [Listener(item.address, item.port, holders[item]) for item in holders]
 
