@@ -22,7 +22,7 @@ from collections.abc import Iterable
 import attrs
 import psutil
 
-from .proctable import ProcessTable, SystemProcessTable
+from .proctable import ProcessTable, SystemProcessTable, tree_pids
 
 
 @attrs.define(eq=False)
@@ -83,15 +83,18 @@ class Escapees:
 
 
 def descendants(roots: Iterable[int]) -> list[psutil.Process]:
-    """The descendants of any of ``roots`` (psutil ``children(recursive=True)``), each once;
-    a root that is gone or hidden from us has none."""
+    """The descendants of any of ``roots``, each once, from the kernel's children lists
+    (`proctable.tree_pids`: no walk of every process on the machine); a root that is gone
+    or hidden from us has none."""
     found: dict[int, psutil.Process] = {}
     for root in roots:
-        try:
-            for child in psutil.Process(root).children(recursive=True):
-                found.setdefault(child.pid, child)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
+        for pid in tree_pids(root)[1:]:
+            if pid in found:
+                continue
+            try:
+                found[pid] = psutil.Process(pid)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
     return list(found.values())
 
 

@@ -357,7 +357,8 @@ class SystemNetScanner:
         entries = list(await self.table.listeners(port, fresh=fresh))
         tree = self._trees.setdefault(pid, TreeSockets())
         if len(self._trees) > _SCHEDULE_LIMIT:
-            self._trees = {pid: tree}
+            self._trees.clear()
+            self._trees[pid] = tree
         if tree.changing(tree_sockets(pid), trio.current_time()):
             entries += await self.table.listeners(None, fresh=fresh)
         beyond = [e for e in dict.fromkeys(entries) if not is_loopback(e.address)]

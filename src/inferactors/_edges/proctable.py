@@ -128,3 +128,39 @@ class SystemProcessTable:
 
 def _is_zombie(pid: int) -> bool:
     return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+
+
+_TREE_LIMIT = 4096
+
+
+def tree_pids(root: int) -> list[int]:
+    """``root`` and its descendants, from the kernel's per-thread ``children`` lists (no walk
+    of every process on the machine); through psutil where those lists are missing (a
+    kernel without ``CONFIG_PROC_CHILDREN``). ``[]`` when ``root`` is gone."""
+    if not os.path.exists(f"/proc/{root}"):
+        return []
+    if not os.path.exists(f"/proc/{root}/task/{root}/children"):
+        try:
+            return [root, *(child.pid for child in psutil.Process(root).children(recursive=True))]
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return []
+    pids, index = [root], 0
+    while index < len(pids) and len(pids) < _TREE_LIMIT:
+        pids.extend(pid for pid in _children(pids[index]) if pid not in pids)
+        index += 1
+    return pids
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    found: list[int] = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as listing:
+                found.extend(int(word) for word in listing.read().split())
+        except (OSError, ValueError):
+            continue
+    return found

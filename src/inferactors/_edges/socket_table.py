@@ -42,6 +42,7 @@ import psutil
 import trio
 
 from .._policy.exposure import parse_address
+from .proctable import tree_pids
 
 TICK_S = 0.05
 """How long one dump answers every caller (float seconds); see the module notes."""
@@ -141,39 +142,6 @@ def tree_sockets(root: int) -> dict[int, int]:
     for pid in tree_pids(root):
         for inode in _socket_inodes(pid):
             found.setdefault(inode, pid)
-    return found
-
-
-def tree_pids(root: int) -> list[int]:
-    """``root`` and its descendants, from the kernel's per-thread ``children`` lists (no walk
-    of every process on the machine); through psutil where those lists are missing (a
-    kernel without ``CONFIG_PROC_CHILDREN``). ``[]`` when ``root`` is gone."""
-    if not os.path.exists(f"/proc/{root}"):
-        return []
-    if not os.path.exists(f"/proc/{root}/task/{root}/children"):
-        try:
-            return [root, *(child.pid for child in psutil.Process(root).children(recursive=True))]
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            return []
-    pids, index = [root], 0
-    while index < len(pids) and len(pids) < CACHE_LIMIT:
-        pids.extend(pid for pid in _children(pids[index]) if pid not in pids)
-        index += 1
-    return pids
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []
-    found: list[int] = []
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as listing:
-                found.extend(int(word) for word in listing.read().split())
-        except (OSError, ValueError):
-            continue
     return found
 
 
