@@ -21,7 +21,13 @@ from inferactors._edges.output_lines import LineWatch
 from inferactors._edges.probe import Prober
 from inferactors._edges.process import ManagedProcess
 from inferactors._policy.admission import Plan
-from inferactors._policy.probe_parse import CompletionResult, Loading, ServerReport, Up
+from inferactors._policy.probe_parse import (
+    CompletionResult,
+    Loading,
+    ServerReport,
+    Unreachable,
+    Up,
+)
 from inferactors.testing import FakeFleet
 
 MODEL = "tiny"
@@ -31,11 +37,13 @@ MODEL = "tiny"
 class Script:
     """What every prober it opens answers, and a log of ``(trio time, port, call)``.
 
-    ``loaded``: ``/health`` says Up listing `MODEL` (else Loading); ``calls`` names each
+    ``loaded``: ``/health`` says Up listing `MODEL` (else Loading); ``overloaded``: every
+    report is a timeout that our own late loop caused (no verdict); ``calls`` names each
     ``report`` and ``tiny_completion``, ``opened`` each prober opened.
     """
 
     loaded: bool = True
+    overloaded: bool = False
     calls: list[tuple[float, int, str]] = attrs.Factory(list)
     opened: int = 0
 
@@ -54,6 +62,8 @@ class ScriptedProber:
     async def report(self, flavor: InferFlavor) -> ServerReport:
         await trio.lowlevel.checkpoint()
         self.script.calls.append((trio.current_time(), self.port, "report"))
+        if self.script.overloaded:  # our own loop ran late: no verdict
+            return ServerReport(Unreachable("GET /health: no verdict", overloaded=True))
         if not self.script.loaded:
             return ServerReport(Loading())
         return ServerReport(Up(), models=(MODEL,))

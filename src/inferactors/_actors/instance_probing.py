@@ -107,19 +107,26 @@ class InstanceProbing:
                 while True:
                     lines_seen = 0 if process is None else process.lines.ready_count
                     report = await prober.report(self._flavor)
-                    due = look.confirm_due(process, report) and not self._stopped(process, report)
-                    if due:  # the probe's own report already says a check is under way
-                        look.confirmation = Confirmation(trio.current_time(), pending=True)
-                    await self._post(await self._look(process, report, look))
-                    if due:
-                        await self._confirm(process, report, look)
-                    delay = look.next_delay(report, delay)
+                    if not no_verdict(report):  # else our loop was late, not the server
+                        await self._judge(process, report, look)
+                        delay = look.next_delay(report, delay)
                     at = next_probe_at(trio.current_time(), delay, phase)
                     if await _pause(process, at, lines_seen):
                         delay = LINE_PROBE_S  # a line: probe now, then 2x, 4x ... this
             finally:
                 with trio.move_on_after(1.0, shield=True):
                     await prober.aclose()
+
+    async def _judge(
+        self, process: ManagedProcess | None, report: ServerReport, look: ProbeLook
+    ) -> None:
+        """Post what one monitor probe found and, when due, confirm a failed ``/health``."""
+        due = look.confirm_due(process, report) and not self._stopped(process, report)
+        if due:  # the probe's own report already says a check is under way
+            look.confirmation = Confirmation(trio.current_time(), pending=True)
+        await self._post(await self._look(process, report, look))
+        if due:
+            await self._confirm(process, report, look)
 
     async def _look(
         self, process: ManagedProcess | None, report: ServerReport, look: ProbeLook
@@ -337,6 +344,12 @@ class InstanceProbing:
     async def _probe(self) -> ServerReport:
         base = self.plan.spec.base_url()
         return await probe_once(self.open_prober, base, self.config.probe_timeout_s, self._flavor)
+
+
+def no_verdict(report: ServerReport) -> bool:
+    """Whether ``report`` says nothing about the server: its probe timed out only because
+    our own event loop ran late (`Unreachable.overloaded`)."""
+    return isinstance(report.health, Unreachable) and report.health.overloaded
 
 
 def _words(report: ServerReport) -> str:

@@ -307,7 +307,9 @@ class ProbeClient:
 def failure_health(exc: ProbeFailure) -> Health:
     """What a failed health request says: `Unhealthy` when the server answered unusably
     (`ProbeFailure.answered`), else `Unreachable`; ``why`` is the failure's."""
-    return Unhealthy(exc.why) if exc.answered else Unreachable(exc.why)
+    if exc.answered:
+        return Unhealthy(exc.why)
+    return Unreachable(exc.why, overloaded=exc.kind == "overloaded")
 
 
 class ProberFactory(Protocol):

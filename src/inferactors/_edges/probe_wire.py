@@ -45,7 +45,13 @@ KEEPALIVE_EXPIRY_S = 3.0
 """How long an idle connection is kept (float seconds): over the 1 s probe interval, under
 cpp-httplib's 5 s keep-alive timeout."""
 
-FailureKind: TypeAlias = Literal["transport", "timeout", "too-large", "encoded"]
+FailureKind: TypeAlias = Literal["transport", "timeout", "overloaded", "too-large", "encoded"]
+
+LATE_S = 0.25
+"""A timeout that fires more than this long after its deadline (float seconds) was late
+because our own event loop was starved (too many instances for the CPU), not because the
+server was slow: it gives no verdict on the server (issue 11; at 1,000 adopted servers on
+2 cores, healthy servers were otherwise reported exited)."""
 
 _STALE_ERRORS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
@@ -54,7 +60,9 @@ class ProbeFailure(BackendError):
     """A probe request got no usable reply; ``why`` names the request and the cause.
 
     ``kind`` is ``"transport"`` (refused, reset, protocol error), ``"timeout"`` (no complete
-    reply within the call's deadline), ``"too-large"`` (body over 1 MiB) or ``"encoded"``
+    reply within the call's deadline), ``"overloaded"`` (a timeout that fired more than
+    `LATE_S` after its deadline: our own loop was starved, so no verdict on the server),
+    ``"too-large"`` (body over 1 MiB) or ``"encoded"``
     (a ``Content-Encoding`` other than identity, refused before its body is read).
     """
 
@@ -127,6 +135,13 @@ async def exchange(
                     raise
             return await _attempt(client, method, path, body, _Trace())
     except (trio.TooSlowError, httpx.TimeoutException) as exc:
+        late_s = trio.current_time() - deadline
+        if late_s > LATE_S:
+            why = (
+                f"{request}: no verdict: inferactors' event loop ran {late_s * 1000:.0f} ms "
+                f"late (the supervisor is overloaded; the server may be fine)"
+            )
+            raise ProbeFailure(why, kind="overloaded") from exc
         why = f"{request}: no complete reply within {timeout_s:g} s"
         raise ProbeFailure(why, kind="timeout") from exc
     except httpx.HTTPError as exc:

@@ -63,9 +63,14 @@ class Unhealthy:
 
 @attrs.frozen
 class Unreachable:
-    """No HTTP answer at all (refused, reset, timed out); ``why`` is the transport's message."""
+    """No HTTP answer at all (refused, reset, timed out); ``why`` is the transport's message.
+
+    ``overloaded``: the request timed out only because our own event loop ran late (its
+    deadline fired well after it was due): no verdict on the server (issue 11).
+    """
 
     why: str
+    overloaded: bool = False
 
 
 Health: TypeAlias = Up | Busy | Loading | Unhealthy | Unreachable
