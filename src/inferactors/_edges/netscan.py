@@ -55,7 +55,7 @@ from .._policy.exposure import (
     owner_pid,
     parse_address,
 )
-from .connect_schedule import ConnectSchedule
+from .connect_schedule import ConnectSchedule as ConnectSchedule
 from .netcheck import accepts_connections
 from .socket_table import SocketEntry, SocketTable, TreeSockets, tree_sockets
 
