@@ -8,6 +8,7 @@ Real listening processes on loopback and on the wildcard; the connect check's ta
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -110,3 +111,22 @@ async def test_a_tree_listening_beyond_loopback_on_another_port_is_found(
         found = await net.scan(other.pid, other.port + 1)  # we serve on another port
     assert found is not None
     assert [(item.port, item.pid) for item in found.listeners] == [(other.port, other.pid)]
+
+
+async def test_many_ports_asked_at_once_are_answered_by_one_whole_dump(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    asked: list[int | None] = []
+
+    def read(port: int | None) -> list[SocketEntry]:
+        asked.append(port)
+        time.sleep(0.002)  # each dump, whole or not, costs about the same here
+        ports = range(1000, 1006) if port is None else [port]
+        return [SocketEntry("127.0.0.1", each, 50 + each) for each in ports]
+
+    table = SocketTable(read=read)
+    await table.listeners(None)  # a whole dump, timed
+    await trio.sleep(table.tick_s * 2)
+    for port in range(1000, 1006):
+        assert [entry.port for entry in await table.listeners(port)] == [port]
+    assert asked == [None, 1000, 1001, 1002, None]  # from the 4th port: one dump for all
