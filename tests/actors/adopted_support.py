@@ -18,6 +18,7 @@ import trio
 import trio.testing
 
 from inferactors import (
+    Edges,
     InferConfig,
     InferenceSpec,
     InferFlavor,
@@ -92,13 +93,42 @@ def chat(port: int = PORT, *, role: str = "chat", model: str | None = "tiny") ->
     )
 
 
+@attrs.frozen
+class QuietNet:
+    """Socket tables that show nobody, at once: the real ones read in a worker thread, and
+    under MockClock the clock jumps to the next deadline while a thread works, so a monitor
+    that scans would probe only once per deadline the test sets."""
+
+    async def scan(self, pid: int, port: int) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def port_owner(self, host: str, port: int) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def tree_owner(self, pid: int, host: str, port: int) -> None:
+        await trio.lowlevel.checkpoint()
+
+    def owned_by(self, pid: int | None, group_pgid: int) -> bool:
+        return False
+
+    async def listeners_on(self, port: int) -> tuple[()]:
+        await trio.lowlevel.checkpoint()
+        return ()
+
+    async def port_exposure(self, port: int) -> None:
+        await trio.lowlevel.checkpoint()
+
+
 @asynccontextmanager
 async def adopted(
-    server: FakeLlama, *, node_id: str = "node1", **config: object
+    server: FakeLlama, *, node_id: str = "node1", quiet_net: bool = False, **config: object
 ) -> AsyncIterator[InferRuntime]:
+    """An adopted llama.cpp runtime probing ``server``; ``quiet_net``: through `QuietNet`, so
+    its monitor probes on schedule under MockClock."""
     settings = InferConfig.adopted(InferFlavor.LLAMACPP, **config)  # type: ignore[arg-type]
     prober = http_prober_factory(httpx.MockTransport(server.handle))
-    async with open_runtime(settings, node_id=node_id, open_prober=prober) as runtime:
+    edges = Edges(open_prober=prober, net=QuietNet()) if quiet_net else None
+    async with open_runtime(settings, node_id=node_id, edges=edges, open_prober=prober) as runtime:
         yield runtime
 
 

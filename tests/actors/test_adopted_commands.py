@@ -115,7 +115,7 @@ async def test_adopt_re_registers_a_handle_and_console_is_unsupported(
 
 @pytest.mark.parametrize(
     ("command", "path"),
-    [("status", "/health"), ("health", "/health"), ("deep_health", "/v1/chat/completions")],
+    [("health", "/health"), ("deep_health", "/v1/chat/completions")],
 )
 async def test_a_command_in_flight_when_its_instance_is_unloaded_is_answered(
     autojump_clock: trio.testing.MockClock, command: str, path: str
@@ -142,7 +142,7 @@ async def test_a_command_in_flight_when_its_instance_is_unloaded_is_answered(
 
 @pytest.mark.parametrize(
     ("command", "path"),
-    [("status", "/health"), ("health", "/health"), ("deep_health", "/v1/chat/completions")],
+    [("health", "/health"), ("deep_health", "/v1/chat/completions")],
 )
 async def test_a_caller_that_gives_up_does_not_break_the_runtime(
     autojump_clock: trio.testing.MockClock, command: str, path: str
@@ -156,6 +156,28 @@ async def test_a_caller_that_gives_up_does_not_break_the_runtime(
         await trio.sleep(5.0)  # the answer comes back to nobody meanwhile
         server.slow = None
         assert (await runtime.status(handle)).state is InstanceState.RUNNING
+
+
+async def test_status_answers_at_once_while_the_server_hangs_a_probe(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """`status` reads the published view: it never waits for the server nor for an actor
+    whose probe hangs (under MockClock, any wait would move the clock)."""
+    server = FakeLlama()
+    async with adopted(server) as runtime:
+        handle = await runtime.load(chat())
+        await runtime.start(handle)
+        await runtime.wait_state(handle, InstanceState.RUNNING)
+        server.hang = "/health"
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(runtime.health, handle)
+            await server.entered.wait()  # a probe of ours hangs in the server now
+            before = trio.current_time()
+            with trio.fail_after(1):
+                status = await runtime.status(handle)
+            assert trio.current_time() == before
+            assert status.state is InstanceState.RUNNING
+            nursery.cancel_scope.cancel()
 
 
 async def test_status_after_the_runtime_closed_is_answered(

@@ -31,6 +31,7 @@ from inferactors import (
     Unsupported,
     open_runtime,
 )
+from inferactors._policy.probe_parse import Unreachable
 
 HELPER = Path(__file__).parents[1] / "helpers" / "runtime_server.py"
 
@@ -42,7 +43,7 @@ async def test_an_adopted_server_only_ever_receives_get_requests(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     server = FakeLlama()
-    async with adopted(server) as runtime:
+    async with adopted(server, quiet_net=True) as runtime:
         await runtime.admit(chat())
         handle = await runtime.load(chat())
         await runtime.start(handle)
@@ -74,7 +75,7 @@ async def test_adopted_start_of_a_gone_server_fails_and_stop_is_unsupported(
         assert "inferactors does not start adopted servers" in str(refused.value)
         with pytest.raises(Unsupported):
             await runtime.stop(handle, 0.0)
-        assert (await runtime.status(handle)).state is InstanceState.EXITED
+        assert isinstance((await runtime.health(handle)).health, Unreachable)  # a probe now
     assert server.methods == {"GET"}
 
 
@@ -142,12 +143,14 @@ async def test_status_is_running_on_200_and_degraded_loading_on_503(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     server = FakeLlama()
-    async with adopted(server) as runtime:
+    async with adopted(server, quiet_net=True) as runtime:
         handle = await runtime.load(chat())
-        running = await runtime.status(handle)
+        running = await runtime.status(handle)  # what the load's probe found
         assert (running.state, running.detail) == (InstanceState.RUNNING, "server up")
+        await runtime.start(handle)  # watched from now on
         server.health = 503
-        loading = await runtime.status(handle)
+        with trio.fail_after(5):  # the monitor probes every second once the server is up
+            loading = await runtime.wait_state(handle, InstanceState.DEGRADED)
         assert (loading.state, loading.detail) == (InstanceState.DEGRADED, "loading model")
         assert loading.pid is None
 
@@ -156,26 +159,28 @@ async def test_an_unlisted_model_is_degraded_and_a_gone_server_is_exited_until_b
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     server = FakeLlama(models=("other-model.gguf",))
-    async with adopted(server) as runtime:
+    async with adopted(server, quiet_net=True) as runtime:
         handle = await runtime.load(chat())
-        unlisted = await runtime.status(handle)
+        unlisted = await runtime.status(handle)  # what the load's probe found
         assert unlisted.state is InstanceState.DEGRADED
         assert unlisted.detail == "model tiny is not listed by the server"
+        await runtime.start(handle)  # watched from now on
         server.down = True
-        gone = await runtime.status(handle)
-        assert gone.state is InstanceState.EXITED
+        with trio.fail_after(5):  # the monitor probes every second
+            gone = await runtime.wait_state(handle, InstanceState.EXITED)
         assert gone.detail is not None
         assert "not restart" in gone.detail
         assert "unreachable" in gone.detail
         server.down, server.models = False, ("/srv/models/tiny.gguf",)  # exact: the basename
-        assert (await runtime.status(handle)).state is InstanceState.RUNNING
+        with trio.fail_after(5):
+            await runtime.wait_state(handle, InstanceState.RUNNING)
 
 
 async def test_a_monitored_server_that_goes_away_is_reported_exited_by_an_event(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     server = FakeLlama()
-    async with adopted(server) as runtime:
+    async with adopted(server, quiet_net=True) as runtime:
         handle = await runtime.load(chat())
         await runtime.start(handle)
         with trio.fail_after(5):
@@ -203,11 +208,10 @@ async def test_a_404_health_falls_back_to_the_model_list(
 ) -> None:
     server = FakeLlama(health=404, models_status=models_status)
     async with adopted(server) as runtime:
-        handle = await runtime.load(chat())
-        server.requests.clear()
+        handle = await runtime.load(chat())  # one probe; the status shows what it found
+        assert server.paths == ["/health", "/v1/models"]
         status = await runtime.status(handle)
         assert (status.state, status.detail) == (state, detail)
-        assert server.paths == ["/health", "/v1/models"]
 
 
 async def test_a_302_is_not_followed_and_is_degraded(

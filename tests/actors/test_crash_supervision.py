@@ -12,6 +12,7 @@ in the loop while the server runs is contained like a worker's.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -133,10 +134,9 @@ async def test_a_crash_while_starting_aborts_the_start_and_stops_the_new_server(
         nursery.start_soon(start)
         await trio.sleep(SPAWN_S / 2)
         raise_once(monkeypatch, "idle_status", boom())
-        status = await rig.runtime.status(handle)  # answered, never raised
-        assert status.state is InstanceState.UNKNOWN
-        said = "crashed in its loop, handling GetStatus (ValueError: boom)"
-        assert said in (status.detail or "")
+        said = "crashed in its loop, handling GetHealth (ValueError: boom)"
+        with pytest.raises(BackendError, match=re.escape(said)):  # answered with the crash
+            await rig.runtime.health(handle)  # its loop composes the status after it
     [refused] = outcome
     assert (
         str(refused)
@@ -192,11 +192,10 @@ async def test_a_crash_of_an_idle_managed_instance_restarts_nothing(
 ) -> None:
     handle = await rig.runtime.load(SPEC)
     raise_once(monkeypatch, "idle_status", KeyError("slot"))
-    status = await rig.runtime.status(handle)
-    assert status.state is InstanceState.UNKNOWN
-    assert "KeyError: 'slot'" in (status.detail or "")
+    with pytest.raises(BackendError, match="KeyError: 'slot'"):  # answered with the crash
+        await rig.runtime.health(handle)  # its loop composes the status after it
     crash = await rig.recorder.crash_of(handle.instance_id)
-    assert (crash.error_type, crash.where) == ("KeyError", "its loop, handling GetStatus")
+    assert (crash.error_type, crash.where) == ("KeyError", "its loop, handling GetHealth")
     await trio.sleep(60)
     assert rig.events(RestartScheduled) == []
     assert rig.fleet.children == []

@@ -32,7 +32,11 @@ async def test_a_frozen_running_server_says_it_is_stopped_then_runs_again(
         assert pid is not None
         os.kill(pid, signal.SIGSTOP)
         try:
-            frozen = await runtime.status(handle)
+            with trio.fail_after(10):  # the monitor probes every second
+                while not ((frozen := await runtime.status(handle)).detail or "").startswith(  # noqa: ASYNC110
+                    FROZEN
+                ):
+                    await trio.sleep(0.05)
         finally:
             os.kill(pid, signal.SIGCONT)
         assert frozen.state is InstanceState.DEGRADED

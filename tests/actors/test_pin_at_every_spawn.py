@@ -75,7 +75,8 @@ async def assert_held(
     return error, status.detail
 
 
-def assert_one_tampered_event(log: Recorder, handle: InstanceHandle, why: str) -> None:
+async def assert_one_tampered_event(log: Recorder, handle: InstanceHandle, why: str) -> None:
+    await log.next(ModelTampered)  # on its way through the supervisor as the start fails
     (event,) = log.of(ModelTampered)
     assert (event.instance_id, event.model, event.shard, event.why) == (
         handle.instance_id,
@@ -98,7 +99,7 @@ async def test_a_model_tampered_after_load_is_refused_at_the_first_start_and_hel
         rename_the_model_in_place(pin_lab.model)  # size and mtime kept: ctime gives it away
 
         error, _detail = await assert_held(runtime, handle, "BLAKE3 differs")
-        assert_one_tampered_event(log, handle, error.why)
+        await assert_one_tampered_event(log, handle, error.why)
 
         pin_lab.model.write_bytes(original)  # restored, but not re-registered: still held
         again, _detail = await assert_held(runtime, handle, "BLAKE3 differs")
@@ -125,7 +126,7 @@ async def test_a_start_after_a_stop_is_checked_and_re_registering_lifts_the_hold
 
         error, detail = await assert_held(runtime, handle, "(resized)")
         assert detail.endswith("held until the model is re-registered or the instance reloaded")
-        assert_one_tampered_event(log, handle, error.why)
+        await assert_one_tampered_event(log, handle, error.why)
 
         pin_lab.reregister()  # the operator takes the file as it now is
         await runtime.start(handle)
@@ -235,7 +236,7 @@ async def test_the_real_llama_server_is_held_after_tampering_and_serves_once_re_
 
         rename_the_model_in_place(pin_lab.model)
         error, _detail = await assert_held(runtime, handle, "BLAKE3 differs")
-        assert_one_tampered_event(log, handle, error.why)
+        await assert_one_tampered_event(log, handle, error.why)
 
         pin_lab.reregister()
         await runtime.start(handle)

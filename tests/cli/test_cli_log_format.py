@@ -64,7 +64,7 @@ def test_json_lines_parse_one_object_each_and_arrive_while_it_runs(tmp_path: Pat
     try:
         run = run_adopting(tmp_path, fake.port, "--log-format", "json")
         try:
-            lines = lines_until(run, "-> running")
+            lines = lines_until(run, "supervising")  # an adopted server: Running at load
             assert run.poll() is None  # read from the pipe before it stopped: flushed
         finally:
             stop(run)

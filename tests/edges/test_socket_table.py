@@ -93,18 +93,20 @@ async def test_another_processs_listener_is_found_and_its_pid_read_once(
 async def test_time_wait_sockets_do_not_reach_the_dump() -> None:
     reader = CountingReader()
     table = SocketTable(read=reader)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(1)
-        before = len(await table.listeners(None, fresh=True))
-        entries_before = reader.entries
-        connections_before = len(psutil.net_connections(kind="tcp"))
-        make_time_wait(2000)
-        # The setup worked: the system table grew by about 2,000 TIME_WAIT sockets ...
-        assert len(psutil.net_connections(kind="tcp")) >= connections_before + 1900
-        # ... and the kernel sent us just as many LISTEN sockets as before.
-        assert len(await table.listeners(None, fresh=True)) == before
-    assert reader.entries == 2 * entries_before
+    before = len(await table.listeners(None, fresh=True))
+    port = make_time_wait(2000)
+    # The setup worked: about 2,000 TIME_WAIT sockets to that port are in the system table ...
+    waiting = [
+        item
+        for item in psutil.net_connections(kind="tcp")
+        if item.status == psutil.CONN_TIME_WAIT and item.raddr and item.raddr.port == port
+    ]
+    assert len(waiting) >= 1900
+    # ... and the kernel sent none of them: about as many LISTEN sockets as before (other
+    # processes on the machine may open or close a few meanwhile).
+    after = await table.listeners(None, fresh=True)
+    assert len(after) < before + 100
+    assert all(entry.port != port for entry in after)
     assert reader.calls == 2
 
 

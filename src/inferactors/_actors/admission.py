@@ -113,7 +113,7 @@ async def _plan_adopted(spec: InferenceSpec, config: InferConfig, edges: Edges) 
     ]
     if report.version:
         notes.append(f"version {report.version}")
-    return Plan(spec=spec, mode=ControlMode.ADOPTED, notes=tuple(notes))
+    return Plan(spec=spec, mode=ControlMode.ADOPTED, notes=tuple(notes), admitted=report)
 
 
 async def _plan_ollama(

@@ -62,7 +62,7 @@ from .instance_msgs import (
 )
 from .instance_watch import InstanceWatch
 from .instance_work import InstanceWork
-from .mailbox import Crash, Mailbox
+from .mailbox import Crash, Mailbox, StatusSlot
 from .messages import (
     Annotate,
     DeepHealth,
@@ -120,14 +120,19 @@ class InstanceActor:
         edges: Edges,
         events: trio.MemorySendChannel[Event],
         registry: ModelRegistry | None = None,
+        slot: StatusSlot | None = None,
     ) -> InstanceActor:
         """A new actor in state Loaded; nothing runs until `serve` is started. ``registry``
-        checks the model's pins at every spawn (None: a bare actor pins nothing)."""
-        box = Mailbox.create(instance_id, events)
+        checks the model's pins at every spawn (None: a bare actor pins nothing); ``slot``
+        is where it publishes its status (the runtime's status board)."""
+        box = Mailbox.create(instance_id, events, slot)
         ring = edges.logs.ring(instance_id, config.managed)
         work = InstanceWork(plan, config, edges, box.inbox, registry, ring)
         book = InstanceBook(managed=plan.mode is ControlMode.MANAGED)
         watch = InstanceWatch(instance_id, plan, box, work, book)
+        if plan.admitted is not None:  # adopted: what the load's probe found, until watched
+            watch.on_probed(Probed(plan.admitted, None))
+        box.slot.publish(watch.status())  # on the board once accepted; an event at its 1st message
         return cls(instance_id, runtime_id, plan, instance_dir, box, work, book, watch)
 
     @property
@@ -173,8 +178,8 @@ class InstanceActor:
                 self._on_start(command.reply, restart=True)
             case Stop():
                 self._on_stop(command)
-            case GetStatus():
-                self._on_status(command)
+            case GetStatus():  # `InferRuntime.status` reads the board; no probe
+                answer(command.reply, self._status())
             case GetHealth():
                 self._box.soon(self._work.health, self._book.process, command.reply)
             case DeepHealth():
@@ -277,12 +282,6 @@ class InstanceActor:
             return
         self._stop_waiters.setdefault(book.process, []).append(command.reply)
         self._watch.stop_process(StopReason.REQUESTED, command.grace_s)
-
-    def _on_status(self, command: GetStatus) -> None:
-        if self.managed and (self._book.process is None or self._book.starting):
-            answer(command.reply, self._status())
-            return
-        self._box.soon(self._work.probe_for, self._book.process, command.reply)
 
     def _on_shutdown(self, command: Shutdown) -> None:
         self._closing = True

@@ -23,6 +23,7 @@ from .._errors import BackendError, InferactorsError, UnknownInstance
 from .._events import Event, InstanceCrashed, StateChanged
 from .._status import InstanceState, InstanceStatus
 from .messages import ReplyTo, refuse
+from .status_board import StatusSlot as StatusSlot  # re-exported: the actors' slot type
 
 INBOX_SIZE = 64
 """Commands and internal results waiting for the loop; the loop never blocks, so this is ample."""
@@ -83,12 +84,17 @@ class Mailbox:
     _nursery: trio.Nursery | None = None
     _workers: dict[trio.CancelScope, tuple[ReplyTo[Any], ...]] = attrs.Factory(dict)
     _reported: InstanceStatus = InstanceStatus(InstanceState.LOADED)  # noqa: RUF009  (frozen)
+    slot: StatusSlot = attrs.Factory(StatusSlot)
+    """Where every `report` publishes the actor's whole view (the runtime's status board)."""
 
     @classmethod
-    def create(cls, name: str, events: trio.MemorySendChannel[Event]) -> Mailbox:
-        """A mailbox for the actor ``name`` whose events go to ``events``."""
+    def create(
+        cls, name: str, events: trio.MemorySendChannel[Event], slot: StatusSlot | None = None
+    ) -> Mailbox:
+        """A mailbox for the actor ``name`` whose events go to ``events`` and whose status
+        goes to ``slot`` (a fresh one, on no board, when None)."""
         send, receive = trio.open_memory_channel[object](INBOX_SIZE)
-        return cls(name, events, send, receive)
+        return cls(name, events, send, receive, slot=slot or StatusSlot())
 
     async def run(self, handle: Callable[[object], None], crashed: Callable[[Crash], None]) -> None:
         """Feed every message to ``handle`` until `close` is called or the task is cancelled;
@@ -204,8 +210,9 @@ class Mailbox:
             pass  # the supervisor is gone or swamped; the actor never waits for it
 
     def report(self, status: InstanceStatus) -> None:
-        """Emit `StateChanged` when ``status``'s state, detail or serving differs from the
-        last one."""
+        """Publish ``status`` to the slot (always: uptime, probes and notes move on), and
+        emit `StateChanged` when its state, detail or serving differs from the last one."""
+        self.slot.publish(status)
         old = self._reported
         if (old.state, old.detail, old.serving) != (status.state, status.detail, status.serving):
             self._reported = status

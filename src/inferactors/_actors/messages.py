@@ -19,6 +19,7 @@ from .._events import Event
 from .._policy.admission import Plan
 from .._policy.probe_parse import CompletionResult, ServerReport
 from .._status import InstanceStatus
+from .status_board import StatusSlot
 
 T = TypeVar("T")
 
@@ -144,6 +145,7 @@ InstanceCommand = Start | Stop | GetStatus | GetHealth | DeepHealth | Shutdown |
 class Load:
     instance: object  # an _instance.InstanceActor, not yet serving
     reply: ReplyTo[None]
+    slot: StatusSlot | None = None  # where it publishes; shown on the board once accepted
 
 
 @attrs.frozen

@@ -45,7 +45,7 @@ from .._errors import BackendError, InvalidState, UnknownInstance
 from .._events import Event
 from .._policy.admission import Plan
 from .._policy.ollama_parse import ExpiryWatch, LoadedModel
-from .mailbox import Crash, Mailbox
+from .mailbox import Crash, Mailbox, StatusSlot
 from .messages import (
     Annotate,
     DeepHealth,
@@ -119,6 +119,7 @@ class OllamaActor:
         events: trio.MemorySendChannel[Event],
         open_ollama: OllamaOpener = open_ollama_client,
         watch_interval_s: float = WATCH_INTERVAL_S,
+        slot: StatusSlot | None = None,
     ) -> OllamaActor:
         """A new actor in state Loaded; nothing is sent to Ollama until `serve` runs and a
         command arrives.
@@ -133,7 +134,7 @@ class OllamaActor:
         The load request's timeout is the instance's readiness deadline, else
         `LOAD_TIMEOUT_S`.
         """
-        box = Mailbox.create(instance_id, events)
+        box = Mailbox.create(instance_id, events, slot)  # slot: the status board's
         tag = ollama_tag_of(plan)
         keep_alive = config.managed.keep_alive if config.managed is not None else "30m"
         work = OllamaWork(

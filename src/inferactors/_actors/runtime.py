@@ -2,8 +2,9 @@
 
 The facade holds no lock and no instance state: each method sends a command to the
 supervisor actor (which routes instance commands to the instance's actor) and awaits the
-reply. The API follows seed-behaviour.md section 7 (the ``WorkloadRuntime`` contract) for
-one flavor in one mode; all durations are float seconds.
+reply, except the status queries (``runtime_status``), which read the status board the
+actors publish to. The API follows seed-behaviour.md section 7 (the ``WorkloadRuntime``
+contract) for one flavor in one mode; all durations are float seconds.
 
 Usage::
 
@@ -39,24 +40,20 @@ from .._errors import (
     InferactorsError,
     InvalidConfig,
     InvalidState,
-    UnknownInstance,
     Unsupported,
 )
-from .._events import Event, StateChanged
+from .._events import Event
 from .._flavor import InferFlavor
 from .._models.registry import ModelRegistry
 from .._policy.admission import Admission, Plan, resolve_supervision
 from .._policy.probe_parse import CompletionResult, ServerReport
-from .._status import InstanceState, InstanceStatus
 from .admission import make_plan
 from .capabilities import Capability, probe_capabilities
 from .instance import InstanceActor
 from .messages import (
     DeepHealth,
     GetHealth,
-    GetStatus,
     InstanceCommand,
-    ListInstances,
     Load,
     PlanOf,
     ReplyTo,
@@ -64,17 +61,23 @@ from .messages import (
     Route,
     Start,
     Stop,
-    Subscribe,
     Unload,
     call,
 )
 from .ollama_actor import OllamaActor
 from .runtime_logs import RuntimeLogs
+from .runtime_status import InstanceHandle as InstanceHandle
+from .runtime_status import RuntimeStatus, id_of
+from .status_board import StatusBoard, StatusSlot
 
 T = TypeVar("T")
 
 DEFAULT_STOP_GRACE_S = 10.0
 """Grace between SIGTERM and SIGKILL when ``stop`` is not given one (llama-swap's default)."""
+
+PROBING = 32
+"""Loads (their admission) and adopted starts (their confirming probe) of one runtime that
+run at once; more wait. A thousand at once would time out on their own CPU (issue 11)."""
 
 
 class NetworkExposure(enum.Enum):
@@ -85,17 +88,8 @@ class NetworkExposure(enum.Enum):
     EGRESS = "egress"
 
 
-@attrs.frozen
-class InstanceHandle:
-    """Names one loaded instance; returned by `InferRuntime.load` and `InferRuntime.adopt`."""
-
-    runtime: str
-    instance_id: str
-    workload_id: str
-
-
 @attrs.define(eq=False)
-class InferRuntime(RuntimeLogs):
+class InferRuntime(RuntimeLogs, RuntimeStatus):
     """One flavor of inference server in one mode (adopted or managed).
 
     Get one from `open_runtime` or `serve_runtime`; it is valid while that runs.
@@ -110,6 +104,8 @@ class InferRuntime(RuntimeLogs):
     reaped_orphans: tuple[ReapedOrphan, ...] = ()
     """What start-up found of servers an earlier life left behind in ``data_root`` (FC-13)."""
     _capabilities: tuple[Capability, ...] = ()
+    _board: StatusBoard = attrs.Factory(StatusBoard)  # the supervisor's: read by status()
+    _probing: trio.CapacityLimiter = attrs.Factory(lambda: trio.CapacityLimiter(PROBING))
 
     @property
     def id(self) -> str:
@@ -161,7 +157,8 @@ class InferRuntime(RuntimeLogs):
         spec = checked_spec(spec)  # before the id is derived from its fields
         iid = instance_id(spec, self.control_mode, self.node_id)
         directory = self._instance_dir(iid)
-        plan = await self._plan(spec, directory)
+        async with self._probing:  # loads run concurrently, their probes at most PROBING
+            plan = await self._plan(spec, directory)
         plan = attrs.evolve(plan, supervision=resolve_supervision(supervision, self.config))
         created = directory is not None and not directory.exists()
         if directory is not None:
@@ -184,7 +181,11 @@ class InferRuntime(RuntimeLogs):
             BackendError: port taken, program failed to start, adopted server not answering.
             UnknownInstance: no such instance.
         """
-        await self._route(handle, Start)
+        if self.control_mode is ControlMode.MANAGED:
+            await self._route(handle, Start)
+            return
+        async with self._probing:  # one probe: as for loads, at most PROBING at once
+            await self._route(handle, Start)
 
     async def stop(
         self, handle: InstanceHandle, grace_s: float = DEFAULT_STOP_GRACE_S
@@ -212,21 +213,12 @@ class InferRuntime(RuntimeLogs):
 
         Raises `UnknownInstance` when no such instance is loaded.
         """
-        await call(self._supervisor, partial(ResetRestarts, _id_of(handle)))
+        await call(self._supervisor, partial(ResetRestarts, id_of(handle)))
 
     async def unload(self, handle: InstanceHandle) -> None:
         """Forget the instance; a managed server is stopped (5 s grace) and its directory
         deleted. An adopted server is left untouched (checklist item 22)."""
-        await call(self._supervisor, partial(Unload, _id_of(handle)))
-
-    async def status(self, handle: InstanceHandle) -> InstanceStatus:
-        """The instance's status; never raises (an unknown handle is Unknown). One probe, all
-        its requests within one deadline of ``config.probe_timeout_s`` float seconds (a reply
-        not complete by then counts as none), plus local socket-table reads when managed."""
-        try:
-            return await self._route(handle, GetStatus)
-        except InferactorsError as error:
-            return InstanceStatus(InstanceState.UNKNOWN, str(error))
+        await call(self._supervisor, partial(Unload, id_of(handle)))
 
     async def adopt(self, handle: InstanceHandle, spec: InferenceSpec) -> InstanceHandle:
         """Re-register an adopted server under ``handle``'s id (checklist item 72).
@@ -236,19 +228,19 @@ class InferRuntime(RuntimeLogs):
         """
         if self.control_mode is ControlMode.MANAGED:
             raise Unsupported(
-                f"{self.id} cannot re-adopt {_id_of(handle)}: "
+                f"{self.id} cannot re-adopt {id_of(handle)}: "
                 "a managed server's process is not recoverable"
             )
         plan = await self._plan(spec, None)
         try:
-            await self._install(_id_of(handle), plan, None)
+            await self._install(id_of(handle), plan, None)
         except InvalidState:
             pass  # already registered under that id: nothing to do
-        return InstanceHandle(self.id, _id_of(handle), spec.role)
+        return InstanceHandle(self.id, id_of(handle), spec.role)
 
     async def console(self, handle: InstanceHandle) -> NoReturn:
         """Always raises `Unsupported`: inference servers have no console run."""
-        raise Unsupported(f"{self.id} has no console run ({_id_of(handle)})")
+        raise Unsupported(f"{self.id} has no console run ({id_of(handle)})")
 
     async def health(self, handle: InstanceHandle) -> ServerReport:
         """One probe report of the instance's server: all its requests within one deadline of
@@ -278,37 +270,6 @@ class InferRuntime(RuntimeLogs):
         """The registry name when managed, the spec's model when adopted (checklist 71)."""
         return (await self._plan_of(handle)).served_model
 
-    async def instances(self) -> tuple[InstanceHandle, ...]:
-        """Handles of every loaded instance, in load order."""
-        ids = await call(self._supervisor, ListInstances)
-        plans = [await self._plan_of_id(iid) for iid in ids]
-        return tuple(
-            InstanceHandle(self.id, iid, p.spec.role) for iid, p in zip(ids, plans, strict=True)
-        )
-
-    async def wait_state(self, handle: InstanceHandle, state: InstanceState) -> InstanceStatus:
-        """Wait, without polling, until the instance reports ``state``; return that status.
-
-        Put a deadline around it (``trio.fail_after``). Raises `UnknownInstance` if the
-        instance is not (or no longer) loaded.
-        """
-        events = await self.subscribe()
-        with events:
-            while True:
-                status = await self.status(handle)
-                if status.state is state:
-                    return status
-                if status.state is InstanceState.UNKNOWN:
-                    raise UnknownInstance(status.detail or _id_of(handle))
-                await _next_change(events, _id_of(handle))
-
-    async def subscribe(self, buffer: int = 256) -> trio.MemoryReceiveChannel[Event]:
-        """A stream of every event from now on; a subscriber that falls ``buffer`` events
-        behind loses the newest ones (the supervisor never waits for a subscriber)."""
-        if buffer < 0:
-            raise InvalidConfig(f"subscribe: buffer must not be negative, got {buffer}")
-        return await call(self._supervisor, partial(Subscribe, buffer))
-
     async def stop_all(self, grace_s: float = DEFAULT_STOP_GRACE_S) -> None:
         """Stop every running managed server concurrently; nothing is unloaded."""
         _grace(grace_s)
@@ -336,6 +297,7 @@ class InferRuntime(RuntimeLogs):
 
     async def _install(self, iid: str, plan: Plan, directory: Path | None) -> None:
         actor: InstanceActor | OllamaActor
+        slot = StatusSlot(role=plan.spec.role)
         if plan.mode is ControlMode.MANAGED and plan.spec.runtime is InferFlavor.OLLAMA:
             actor = OllamaActor.create(
                 instance_id=iid,
@@ -344,6 +306,7 @@ class InferRuntime(RuntimeLogs):
                 config=self.config,
                 instance_dir=directory,
                 events=self._events,
+                slot=slot,
             )
         else:
             actor = InstanceActor.create(
@@ -355,23 +318,21 @@ class InferRuntime(RuntimeLogs):
                 edges=self._edges,
                 events=self._events,
                 registry=self.registry,
+                slot=slot,
             )
-        await call(self._supervisor, partial(Load, actor))
+        await call(self._supervisor, partial(Load, actor, slot=slot))
 
     def _instance_dir(self, iid: str) -> Path | None:
         managed = self.config.managed
         return None if managed is None else managed.data_root / iid
 
     async def _plan_of(self, handle: InstanceHandle) -> Plan:
-        return await self._plan_of_id(_id_of(handle))
-
-    async def _plan_of_id(self, iid: str) -> Plan:
-        return await call(self._supervisor, partial(PlanOf, iid))
+        return await call(self._supervisor, partial(PlanOf, id_of(handle)))
 
     async def _route(
         self, handle: InstanceHandle, make: Callable[[ReplyTo[T]], InstanceCommand]
     ) -> T:
-        iid = _id_of(handle)
+        iid = id_of(handle)
         return await call(self._supervisor, lambda reply: Route(iid, make(reply)))
 
 
@@ -381,20 +342,8 @@ def _grace(grace_s: float) -> float:
     return grace_s
 
 
-async def _next_change(events: trio.MemoryReceiveChannel[Event], iid: str) -> None:
-    async for event in events:
-        if isinstance(event, StateChanged) and event.instance_id == iid:
-            return
-
-
 async def _make_dir(directory: Path) -> None:
     try:
         await trio.to_thread.run_sync(lambda: directory.mkdir(parents=True, exist_ok=True))
     except OSError as error:
         raise BackendError(f"cannot create the instance directory {directory}: {error}") from error
-
-
-def _id_of(handle: object) -> str:  # a caller's handle, refused in words if it is not one
-    if not isinstance(handle, InstanceHandle):
-        raise InvalidConfig(f"handle: expected an InstanceHandle, got {type(handle).__name__}")
-    return handle.instance_id

@@ -120,7 +120,14 @@ async def _prepare(
         reaped = tuple(await trio.to_thread.run_sync(reap_orphans, data_root))
     supervisor = Supervisor.create(random=edges.random)
     runtime = InferRuntime(
-        config, node_id, supervisor.inbox, supervisor.events, registry, edges, reaped
+        config,
+        node_id,
+        supervisor.inbox,
+        supervisor.events,
+        registry,
+        edges,
+        reaped,
+        board=supervisor.board,
     )
     return runtime, supervisor
 

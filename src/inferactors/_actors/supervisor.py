@@ -5,7 +5,8 @@ both), refuses a second instance on an ip:port that a managed instance uses (che
 30), forwards each instance command to its actor's inbox in arrival order, and fans events
 out to subscribers. Events from instance actors reach it through its own inbox (`Notify`),
 so it decides about a crash the moment the exit is observed, with no caller's poll
-(FC-10). Every handler is synchronous; restarts wait in their own tasks.
+(FC-10). Every handler is synchronous; restarts wait in their own tasks. It keeps the
+status board (``status_board``) with its table: attached at load, detached at unload.
 
 A crash stays inside its instance (OTP's one_for_one): an instance actor contains the
 exceptions of its loop and workers itself (``mailbox``); a managed server it stops reports
@@ -64,6 +65,7 @@ from .messages import (
     call,
     refuse,
 )
+from .status_board import StatusBoard
 
 
 class Actor(Protocol):
@@ -102,6 +104,8 @@ class Supervisor:
     _subscribers: list[trio.MemorySendChannel[Event]] = attrs.Factory(list)
     _nursery: trio.Nursery | None = None
     dropped_events: int = 0
+    board: StatusBoard = attrs.Factory(StatusBoard)
+    """Every loaded instance's published status (`status_board`), kept with the table."""
 
     @classmethod
     def create(cls, *, random: Callable[[], float] = random_module.random) -> Supervisor:
@@ -135,6 +139,7 @@ class Supervisor:
                     self._dispatch(command)  # type: ignore[arg-type]  # only commands arrive
         finally:
             self._inbox_recv.close()
+            self.board.close()
             for subscriber in self._subscribers:
                 subscriber.close()
 
@@ -184,6 +189,8 @@ class Supervisor:
             return
         self._actors[actor.instance_id] = actor
         self._budgets[actor.instance_id] = RestartBudget(actor.plan.restart_policy)
+        if command.slot is not None:
+            self.board.attach(actor.instance_id, command.slot)
         self._nursery_or_fail().start_soon(self._serve_actor, actor)
         answer(command.reply, None)
 
@@ -197,6 +204,7 @@ class Supervisor:
             self._publish(Crash.of(error, "the actor").event(actor.instance_id))
             if self._actors.get(actor.instance_id) is actor:  # sync: one writer at a time
                 del self._actors[actor.instance_id]
+                self.board.detach(actor.instance_id)
                 self._budgets.pop(actor.instance_id, None)
                 self._cancel_pending(actor.instance_id)
 
@@ -233,6 +241,7 @@ class Supervisor:
             return
         self._cancel_pending(command.instance_id)
         self._budgets.pop(command.instance_id, None)
+        self.board.detach(command.instance_id)
         self._forward(actor, Shutdown(UNLOAD_GRACE_S, command.reply))
 
     def _forward(self, actor: Actor, command: object) -> None:
@@ -357,6 +366,7 @@ class Supervisor:
         budget = self._budgets.get(iid)
         if actor is None or budget is None:
             return
+        self.board.annotate(iid, note, budget.attempts)  # readers see it before the actor
         send, _unread = trio.open_memory_channel[Reply[None]](1)  # nobody waits for it
         self._forward(actor, Annotate(note, budget.attempts, send))
 

@@ -11,19 +11,17 @@ connect check runs on the first scan of a server, then about every 5 s per serve
 (`ConnectSchedule`, spread at random), and at once whenever the table shows a listener of
 the server bound beyond loopback: the table answers the 200 ms watch, the connect only
 confirms or catches what the table cannot show (a port forwarded to the server). The module
-functions below (`tree_listeners`, `tree_owner`, `port_owner`, `listeners_on`, `scan`) are
-the blocking psutil readings, kept for callers outside a runtime and as the baseline.
+functions below are the blocking psutil readings: callers outside a runtime, the baseline.
 
 Sources: seed-behaviour.md section 4 "Exposure" (active TCP connects with a 300 ms timeout to
 every local address, concurrently); issue 3 item 4 (also the listening sockets of the whole
 process tree, checked at least every 250 ms); issue 3 item 5 and FC-14 (the socket on our port
 must belong to our process group); checklist items 59 and 60.
 
-``INFERACTORS_LAN_ADDRESSES``: when set, a comma-separated list of IP addresses that replaces
-the interface addresses as the targets of the connect check, taken exactly as given (loopback
-included; an empty value means no connect check). It is meant for tests, which set it to
-``127.0.0.2`` so that no test connection ever leaves loopback, and for hosts with so many
-addresses that connecting to each of them would be wasteful.
+``INFERACTORS_LAN_ADDRESSES`` (comma-separated IPs, taken as given; empty: no connect check)
+replaces the interface addresses as the connect check's targets (tests use ``127.0.0.2``).
+A negative identity answer ("nobody", "not in our tree") is always read fresh, never from
+a cached dump: it is what lets a request through, or calls a listener an impostor.
 
 Permissions: as root every socket's process is visible. Without root, on Linux, sockets of
 other users' processes are listed without a pid, so `port_owner` returns None for them (and
@@ -225,11 +223,8 @@ async def scan(
 ) -> Exposure | None:
     """Whether the server rooted at ``pid`` and serving on ``port`` is reachable beyond loopback.
 
-    Reads the process tree's listening sockets and the local addresses in a worker thread
-    (`tree_listeners`, `local_addresses`), then connects to ``port`` on every such address
-    (`reachable_on`), and lets `find_exposure` decide. Measured here: median 7.7 ms for a
-    two-process tree and one target (psutil parses the TCP tables once per process, about
-    3.5 ms each), so it can run every 250 ms; plus up to ``timeout_s`` when a target hangs.
+    The psutil baseline of `SystemNetScanner.scan`: the tree's listeners and the local
+    addresses (a worker thread), a connect to each (`reachable_on`), `find_exposure` decides.
 
     Raises:
         InvalidConfig: ``INFERACTORS_LAN_ADDRESSES`` holds something that is not an address.
@@ -368,22 +363,29 @@ class SystemNetScanner:
     async def port_owner(self, host: str, port: int) -> int | None:
         """See the module function `port_owner`; answered from the shared table, the
         holder of each listener looked up once per listener."""
-        covering = [
-            entry
-            for entry in await self.table.listeners(port)
-            if entry.port == port and covers(entry.address, host)
-        ]
+        covering = await self._covering(host, port, fresh=False)
+        if not covering:  # "nobody" lets a request through: never from a cached dump
+            covering = await self._covering(host, port, fresh=True)
         found = [await self._listener(entry) for entry in covering]
         return owner_pid([item for item in found if item.pid], host, port)
+
+    async def _covering(self, host: str, port: int, *, fresh: bool) -> list[SocketEntry]:
+        entries = await self.table.listeners(port, fresh=fresh)
+        return [e for e in entries if e.port == port and covers(e.address, host)]
 
     async def tree_owner(self, pid: int, host: str, port: int) -> int | None:
         """See the module function `tree_owner`. Identity is settled once per listener:
         while the table shows the same inode on ``host:port``, no process is read again."""
         host_ip = parse_address(host)
-        entries = await self.table.listeners(port, fresh=self._first_sight(pid))
-        exact = [e for e in entries if e.port == port and parse_address(e.address) == host_ip]
-        holders = await self.table.holders_in_tree(pid, exact)
-        return next((holders[entry] for entry in exact if entry in holders), None)
+        fresh = self._first_sight(pid)
+        while True:
+            entries = await self.table.listeners(port, fresh=fresh)
+            exact = [e for e in entries if e.port == port and parse_address(e.address) == host_ip]
+            holders = await self.table.holders_in_tree(pid, exact)
+            found = next((holders[entry] for entry in exact if entry in holders), None)
+            if found is not None or fresh:
+                return found
+            fresh = True  # "not ours" is never said from a cached dump
 
     def owned_by(self, pid: int | None, group_pgid: int) -> bool:
         """See the module function `owned_by`."""

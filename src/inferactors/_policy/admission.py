@@ -20,6 +20,7 @@ from .._models.manifest import ResolvedModel
 from .launch import Launch
 from .pin_launch import view_path
 from .privilege import RunAs
+from .probe_parse import ServerReport
 
 
 @attrs.frozen
@@ -52,6 +53,8 @@ class Plan:
     api_key: str | None = attrs.field(default=None, repr=False)
     """The server's API key (``serve.api_key_file``'s content), sent by our probes; never
     shown (no repr, no event, no status)."""
+    admitted: ServerReport | None = attrs.field(default=None, repr=False, eq=False)
+    """An adopted server's report at admission: its status until it is watched."""
 
     @property
     def weight_files(self) -> tuple[Path, ...]:

@@ -249,7 +249,7 @@ class Fleet:
                 self._followers.discard(follower)
         member = self._by_iid.get(event.instance_id)
         if member is not None:
-            member.dirty.set()
+            member.hear(event)
 
     def admit(self, name: str, placement: Placement, host: RuntimeHost) -> Member:
         """Add a member and start its task (load, start, keep)."""

@@ -18,6 +18,7 @@ import trio
 from .._actors.runtime import InferRuntime, InstanceHandle
 from .._config.config import ControlMode, RestartPolicy
 from .._errors import AdmissionRefused, BackendError, InferactorsError, one_line
+from .._events import Event, StateChanged
 from .._policy.fleet_exit import Standing, adopted_retry_delay_s, standing
 from .._policy.reload_plan import Placement
 from .._status import InstanceState, InstanceStatus
@@ -26,6 +27,10 @@ from .views import InstanceView
 
 REFRESH_S = 5.0
 """The longest a member's cached status goes without being read again, float seconds."""
+
+SETTLE_S = 0.001
+"""How long a member waits after an event before it reads the status again, float seconds,
+so the event's log line comes first."""
 
 _STARTING = InstanceStatus(InstanceState.LOADED, "loading")
 
@@ -55,6 +60,8 @@ class Member:
     retrying: bool = False
     scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
     dirty: trio.Event = attrs.Factory(trio.Event)
+    heard: InstanceState | None = None
+    """The state its last `StateChanged` announced (None before any)."""
     first_done: trio.Event = attrs.Factory(trio.Event)
     """Set once its first load and start returned (or were refused)."""
     _updated: trio.Event = attrs.Factory(trio.Event)
@@ -83,6 +90,12 @@ class Member:
     def held_down(self) -> bool:
         """Whether only a reload brings it back (refused, given up, held down)."""
         return self.standing() is Standing.DOWN
+
+    def hear(self, event: Event) -> None:
+        """One event of its instance: read the status again (`keep`)."""
+        if isinstance(event, StateChanged):
+            self.heard = event.new
+        self.dirty.set()
 
     def update(self, status: InstanceStatus, keeper: Keeper) -> None:
         """Take a fresh status and tell the fleet and the member's waiters."""
@@ -176,12 +189,22 @@ async def _unload_quietly(runtime: InferRuntime, handle: InstanceHandle) -> None
 
 
 async def _refresh(member: Member, keeper: Keeper) -> None:
+    """Keep the member's view: read on every event of its instance, at least every
+    `REFRESH_S`. The status board runs ahead of the event stream (the actor publishes its
+    view as it emits the event), so a view whose state no `StateChanged` has announced yet
+    waits for that event (or for `REFRESH_S`): the fleet's verdicts (nothing left to
+    supervise) come after the lines that explain them, as when a status was a probe."""
     assert member.handle is not None
+    timed_out = True
     while True:
         dirty = member.dirty = trio.Event()  # an event during the read reads again
-        member.update(await member.runtime.status(member.handle), keeper)
-        with trio.move_on_after(REFRESH_S):
+        status = await member.runtime.status(member.handle)
+        if timed_out or member.heard in (None, status.state):
+            member.update(status, keeper)
+        with trio.move_on_after(REFRESH_S) as timer:
             await dirty.wait()
+            await trio.sleep(SETTLE_S)
+        timed_out = timer.cancelled_caught
 
 
 async def _first_deep_health(member: Member, keeper: Keeper) -> None:
