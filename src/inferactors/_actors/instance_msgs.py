@@ -11,7 +11,6 @@ from .._events import Diagnosis
 from .._policy.exposure import Exposure
 from .._policy.health_truth import Confirmation
 from .._policy.probe_parse import ServerReport
-from .._status import InstanceStatus
 from .instance_pin import PinHold, PinnedLaunch
 from .messages import ReplyTo
 
@@ -63,7 +62,6 @@ class Probed:
 
     report: ServerReport
     process: ManagedProcess | None
-    reply: ReplyTo[InstanceStatus] | None = None
     owner_ok: bool | None = None
     owner_pid: int | None = None
     exposure: Exposure | None = None

@@ -26,7 +26,7 @@ from .._policy.matching import completion_model
 from .._policy.probe_parse import CompletionResult, ServerReport, Unreachable, serving
 from .._policy.probe_schedule import FIRST_PROBE_S, LINE_PROBE_S, next_probe_at, phase_of
 from .._policy.status import map_report
-from .._status import InstanceState, InstanceStatus
+from .._status import InstanceState
 from .identity import ensure_ours, listener_owner, wrong_family
 from .instance_msgs import Confirmed, DeepHealthDone, Internal, Probed, WatchdogResult
 from .messages import ReplyTo, answer, refuse
@@ -67,19 +67,6 @@ class InstanceProbing:
             pass  # the actor is gone; its teardown answered everyone
 
     # Probing, identity and exposure.
-
-    async def probe_for(
-        self, process: ManagedProcess | None, reply: ReplyTo[InstanceStatus]
-    ) -> None:
-        """Probe once for a status request; a running managed server is also scanned for
-        exposure (checked on every status call) and its listener's identity."""
-        exposure = await self._scan(process)
-        report = await self._probe()
-        owner_ok, owner_pid = await self._identity(process, report)
-        stopped = self._stopped(process, report)
-        await self._post(
-            Probed(report, process, reply, owner_ok, owner_pid, exposure, None, stopped)
-        )
 
     async def monitor(self, process: ManagedProcess | None, scope: trio.CancelScope) -> None:
         """Probe until cancelled: fast until the server is up, then every second on the
@@ -145,7 +132,7 @@ class InstanceProbing:
         if look.scan_due(report):
             look.misbound = await self._misbound(report) or ""
         misbound = look.misbound
-        probed = Probed(report, process, None, owner_ok, owner_pid, seen, token, stopped)
+        probed = Probed(report, process, owner_ok, owner_pid, seen, token, stopped)
         confirmation = None if serving(report.health) else look.confirmation
         return attrs.evolve(probed, confirmation=confirmation, ttft_s=ttft_s, misbound=misbound)
 

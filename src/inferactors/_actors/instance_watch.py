@@ -43,7 +43,6 @@ from .instance_msgs import (
 from .instance_pin import PinnedLaunch
 from .instance_work import InstanceWork
 from .mailbox import Mailbox, ScopeGroup, scoped
-from .messages import answer
 
 EXPOSURE_GRACE_S = 3.0
 """Grace for a server stopped for listening beyond loopback (seed-behaviour section 4)."""
@@ -122,7 +121,7 @@ class InstanceWatch:
     # What the tasks report.
 
     def on_probed(self, message: Probed) -> None:
-        """Apply a probe's report, or its exposure; answer a status request that asked."""
+        """Apply a probe's report, or its exposure."""
         book = self._book
         if message.exposure is not None and not book.managed:
             self._on_adopted_exposure(message.exposure.describe())
@@ -130,8 +129,6 @@ class InstanceWatch:
             self.on_exposure(message.process, message.exposure.describe())
         elif message.process is book.process and not (book.managed and book.process is None):
             self._apply_report(message)
-        if message.reply is not None:
-            answer(message.reply, self.status())
 
     def on_exposure(self, process: ManagedProcess, detail: str) -> None:
         """Stop a managed server found listening beyond loopback; it stays stopped until
