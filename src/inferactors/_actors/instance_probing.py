@@ -94,7 +94,7 @@ class InstanceProbing:
                 while True:
                     lines_seen = 0 if process is None else process.lines.ready_count
                     report = await prober.report(self._flavor)
-                    if not no_verdict(report):  # else our loop was late, not the server
+                    if not look.passes_over(no_verdict(report)):  # our loop was late
                         await self._judge(process, report, look)
                         delay = look.next_delay(report, delay)
                     at = next_probe_at(trio.current_time(), delay, phase)

@@ -105,11 +105,8 @@ class InstanceWork(InstanceProbing):
         start-up (issue 11): the leader is covered from the fork on by its parent-death
         signal, and the record, for what it forks, reaches the disk as soon as before
         (``design/supervision.md``). A record that cannot be written is only a missing
-        safety net: the server runs."""
-        try:
-            await self.edges.containment.record(launch, process.pid, self.plan.spec.port())
-        except (InferactorsError, OSError):
-            pass
+        safety net: the server runs (`Containment.record` never raises for it)."""
+        await self.edges.containment.record(launch, process.pid, self.plan.spec.port())
 
     async def watch_exit(self, process: ManagedProcess) -> None:
         """Await the process's exit and report it the moment it happens. Its record

@@ -24,6 +24,9 @@ MISBOUND_SCAN_S = 0.5
 """While probes are refused, the socket table is read for a listener on the other address
 family at most this often (float seconds): one per-port kernel query, under 1 ms."""
 
+NO_VERDICT_LIMIT = 3
+"""Probes in a row that may be passed over for our own late loop (issue 11)."""
+
 ADOPTED_EXPOSURE_S = 5.0
 """An adopted server's port is checked for listeners beyond loopback at its first serving
 probe and then at most this often (float seconds): the finding is only reported, never
@@ -44,6 +47,7 @@ class ProbeLook:
     answered: bool = False
     exposure: Exposure | None = None
     exposure_at: float | None = None
+    late_in_a_row: int = 0
 
     def note(self, report: ServerReport) -> None:
         """Remember a serving server's list; a serving ``/health`` ends any confirmation."""
@@ -71,6 +75,13 @@ class ProbeLook:
             return False
         self.scanned_at = now
         return True
+
+    def passes_over(self, late: bool) -> bool:
+        """Whether to pass over a probe that gave no verdict because our own loop ran late:
+        at most `NO_VERDICT_LIMIT` in a row; after that it is judged as the timeout it is,
+        so a server that hangs is not hidden by a supervisor that stays overloaded."""
+        self.late_in_a_row = self.late_in_a_row + 1 if late else 0
+        return late and self.late_in_a_row <= NO_VERDICT_LIMIT
 
     def exposure_due(self) -> bool:
         """Whether an adopted server's port is due for its exposure check

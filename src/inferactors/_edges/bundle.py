@@ -86,7 +86,8 @@ class Containment(Protocol):
         ...
 
     async def record(self, launch: Launch, pid: int, port: int) -> None:
-        """Write the server's ``server.json`` so a later life can reap it (FC-13)."""
+        """Write the server's ``server.json`` so a later life can reap it (FC-13). Never
+        raises: a record not written is a missing safety net, not a failed spawn."""
         ...
 
     async def refresh(self, launch: Launch, pid: int) -> None:
@@ -95,7 +96,8 @@ class Containment(Protocol):
         ...
 
     async def forget(self, launch: Launch, pid: int) -> None:
-        """Remove that record once the server was reaped."""
+        """Remove that record once the server was reaped. Never raises (a record left behind
+        is reaped as stale by a later life)."""
         ...
 
 
@@ -114,7 +116,7 @@ class SystemContainment:
         argv = (str(launch.program), *launch.args)
         try:
             await trio.to_thread.run_sync(write_record, launch.cwd, pid, port, argv)
-        except OSError:
+        except (OSError, BackendError):
             pass  # the server runs; only the safety net for a later life is missing
 
     async def refresh(self, launch: Launch, pid: int) -> None:
@@ -124,7 +126,10 @@ class SystemContainment:
             pass  # as for `record`: only the safety net is missing
 
     async def forget(self, launch: Launch, pid: int) -> None:
-        await trio.to_thread.run_sync(partial(remove_record, launch.cwd, pid=pid))
+        try:
+            await trio.to_thread.run_sync(partial(remove_record, launch.cwd, pid=pid))
+        except (OSError, BackendError):
+            pass  # a record left behind is reaped as stale by a later life (FC-13)
 
 
 def _prepare(launch: Launch, run_as: RunAs | None, files: Sequence[Path]) -> None:
