@@ -10,12 +10,14 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 
 import pytest
 import trio
 import trio.testing
 
 from edges.socket_table_support import listener_process
+from inferactors._edges import socket_table
 from inferactors._edges.netscan import ConnectSchedule, SystemNetScanner
 from inferactors._edges.socket_table import NetlinkReader, SocketEntry, SocketTable, TreeSockets
 
@@ -130,3 +132,30 @@ async def test_many_ports_asked_at_once_are_answered_by_one_whole_dump(
     for port in range(1000, 1006):
         assert [entry.port for entry in await table.listeners(port)] == [port]
     assert asked == [None, 1000, 1001, 1002, None]  # from the 4th port: one dump for all
+
+
+async def test_holders_of_many_new_listeners_share_one_psutil_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reads: list[int | None] = []
+    real = socket_table.psutil_listeners
+
+    def counted(port: int | None) -> list[SocketEntry]:
+        reads.append(port)
+        return real(port)
+
+    monkeypatch.setattr(socket_table, "psutil_listeners", counted)
+    table = SocketTable()
+    with ExitStack() as stack:
+        servers = [stack.enter_context(listener_process("0.0.0.0")) for _ in range(4)]
+        entries = [(await table.listeners(server.port))[0] for server in servers]
+        found: dict[int, int | None] = {}
+
+        async def look(entry: SocketEntry) -> None:
+            found[entry.port] = await table.holder(entry)
+
+        async with trio.open_nursery() as nursery:
+            for entry in entries:
+                nursery.start_soon(look, entry)
+    assert found == {server.port: server.pid for server in servers}
+    assert reads == [None]  # one whole-table read for the four, not one each

@@ -55,7 +55,8 @@ from .._policy.exposure import (
 )
 from .connect_schedule import ConnectSchedule as ConnectSchedule
 from .netcheck import accepts_connections
-from .socket_table import SocketEntry, SocketTable, TreeSockets, tree_sockets
+from .proctable import tree_sockets
+from .socket_table import CACHE_LIMIT, SocketEntry, SocketTable, TreeSockets
 
 LAN_ADDRESSES_ENV = "INFERACTORS_LAN_ADDRESSES"
 """Environment variable that overrides the connect check's target addresses (comma-separated)."""
@@ -64,8 +65,6 @@ CONNECT_TIMEOUT_S = 0.3
 """How long one exposure connect may take before the address counts as not answering (s)."""
 
 _INET_FAMILIES = (socket.AF_INET, socket.AF_INET6)
-
-_SCHEDULE_LIMIT = 4096
 
 
 class Connect(Protocol):
@@ -302,7 +301,7 @@ class SystemNetScanner:
         """True the first time ``pid`` is asked about (a new process: read a fresh dump)."""
         if pid in self._seen:
             return False
-        if len(self._seen) > _SCHEDULE_LIMIT:
+        if len(self._seen) > CACHE_LIMIT:
             self._seen.clear()
         self._seen.add(pid)
         return True
@@ -322,10 +321,7 @@ class SystemNetScanner:
             InvalidConfig: ``INFERACTORS_LAN_ADDRESSES`` holds something that is not an address.
         """
         listeners = await self._beyond_loopback(pid, port, fresh=self._first_sight(pid))
-        reachable: tuple[str, ...] = ()
-        if listeners or self.connects.take(pid, port):
-            addresses = local_addresses()
-            reachable = await reachable_on(port, addresses, timeout_s=self.connect_timeout_s)
+        reachable = await self._reachable(port, bool(listeners) or self.connects.take(pid, port))
         if reachable and not listeners:  # bound since the dump? read the kernel again
             listeners = await self._beyond_loopback(pid, port, fresh=True)
         return find_exposure(listeners, reachable, port=port)
@@ -333,16 +329,19 @@ class SystemNetScanner:
     async def port_exposure(self, port: int) -> Exposure | None:
         """The exposure of whatever listens on ``port`` (an adopted server's): one per-port
         kernel query (no other port, no process walked; the holder of a listener beyond
-        loopback is looked up once, for the report) and the connect check on the
-        `ConnectSchedule`, as in `scan`."""
+        loopback is looked up once, for the report) and the connect check, every call:
+        the caller paces it (`probe_look.ADOPTED_EXPOSURE_S`)."""
         entries = await self.table.listeners(port)
         beyond = [e for e in entries if e.port == port and not is_loopback(e.address)]
         listeners = [await self._listener(entry) for entry in beyond]
-        reachable: tuple[str, ...] = ()
-        if listeners or self.connects.take(0, port):
-            addresses = local_addresses()
-            reachable = await reachable_on(port, addresses, timeout_s=self.connect_timeout_s)
-        return find_exposure(listeners, reachable, port=port)
+        return find_exposure(listeners, await self._reachable(port, True), port=port)
+
+    async def _reachable(self, port: int, due: bool) -> tuple[str, ...]:
+        """The local addresses on which ``port`` accepts a connect, when ``due``; else ()."""
+        if not due:
+            return ()
+        addresses = local_addresses()
+        return await reachable_on(port, addresses, timeout_s=self.connect_timeout_s)
 
     async def _beyond_loopback(self, pid: int, port: int, *, fresh: bool) -> list[Listener]:
         """The listeners of ``pid``'s tree bound beyond loopback: those on ``port`` from a
@@ -351,7 +350,7 @@ class SystemNetScanner:
         per-port query and a look at its own descriptors, whatever the machine runs."""
         entries = list(await self.table.listeners(port, fresh=fresh))
         tree = self._trees.setdefault(pid, TreeSockets())
-        if len(self._trees) > _SCHEDULE_LIMIT:
+        if len(self._trees) > CACHE_LIMIT:
             self._trees.clear()
             self._trees[pid] = tree
         if tree.changing(tree_sockets(pid), trio.current_time()):

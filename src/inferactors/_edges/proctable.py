@@ -164,3 +164,42 @@ def _children(pid: int) -> list[int]:
         except (OSError, ValueError):
             continue
     return found
+
+
+def tree_sockets(root: int) -> dict[int, int]:
+    """Socket inode -> pid for every descriptor of process ``root`` and its descendants
+    (root first, so a socket shared across a fork is the root's). Reads ``/proc/<pid>/fd``
+    links of the tree's processes only (`tree_pids`); processes that vanish or deny access
+    are skipped. Blocking, about 0.1 ms for a one-process server."""
+    found: dict[int, int] = {}
+    for pid in tree_pids(root):
+        for inode in _socket_inodes(pid):
+            found.setdefault(inode, pid)
+    return found
+
+
+def _socket_inodes(pid: int) -> list[int]:
+    where = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(where)
+    except OSError:
+        return []
+    inodes = []
+    for name in names:
+        try:
+            target = os.readlink(f"{where}/{name}")
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            inodes.append(int(target[8:-1]))
+    return inodes
+
+
+def descends_from(pid: int, root: int) -> bool:
+    """Whether ``pid`` is ``root`` or one of its descendants (walks parents: a few reads)."""
+    if pid == root:
+        return True
+    try:
+        return any(parent.pid == root for parent in psutil.Process(pid).parents())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False

@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-import os
+import math
 import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -43,10 +43,15 @@ import psutil
 import trio
 
 from .._policy.exposure import parse_address
-from .proctable import tree_pids
+from .proctable import descends_from
+from .proctable import tree_sockets as tree_sockets  # tests count its reads here
 
 TICK_S = 0.05
 """How long one dump answers every caller (float seconds); see the module notes."""
+
+PSUTIL_REUSE_S = 1.0
+"""One psutil whole-table read (for holders, 11 to 46 ms) answers every listener looked up
+within this long (float seconds); a listener it does not show gets a fresh read."""
 
 WHOLE_AT_PORTS = 4
 """From this many different ports asked for within `ASKED_WINDOW_S`, one whole dump may
@@ -142,45 +147,6 @@ def psutil_listeners(port: int | None) -> list[SocketEntry]:
     ]
 
 
-def tree_sockets(root: int) -> dict[int, int]:
-    """Socket inode -> pid for every descriptor of process ``root`` and its descendants
-    (root first, so a socket shared across a fork is the root's). Reads ``/proc/<pid>/fd``
-    links of the tree's processes only (`tree_pids`); processes that vanish or deny access
-    are skipped. Blocking, about 0.1 ms for a one-process server."""
-    found: dict[int, int] = {}
-    for pid in tree_pids(root):
-        for inode in _socket_inodes(pid):
-            found.setdefault(inode, pid)
-    return found
-
-
-def _socket_inodes(pid: int) -> list[int]:
-    where = f"/proc/{pid}/fd"
-    try:
-        names = os.listdir(where)
-    except OSError:
-        return []
-    inodes = []
-    for name in names:
-        try:
-            target = os.readlink(f"{where}/{name}")
-        except OSError:
-            continue  # closed meanwhile
-        if target.startswith("socket:["):
-            inodes.append(int(target[8:-1]))
-    return inodes
-
-
-def descends_from(pid: int, root: int) -> bool:
-    """Whether ``pid`` is ``root`` or one of its descendants (walks parents: a few reads)."""
-    if pid == root:
-        return True
-    try:
-        return any(parent.pid == root for parent in psutil.Process(pid).parents())
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
-
-
 @attrs.define
 class TreeSockets:
     """The socket inodes of one server's process tree, as last seen, and when they last
@@ -219,12 +185,11 @@ class SocketTable:
     """The runtime's shared view of listening sockets; see the module notes.
 
     ``read`` is the reader (None: netlink, falling back to psutil); ``tick_s`` how long a
-    dump answers every caller (float seconds). ``dumps`` counts the reads made.
+    dump answers every caller (float seconds).
     """
 
     read: Reader | None = None
     tick_s: float = TICK_S
-    dumps: int = 0
     _netlink: NetlinkReader | None = None
     _fallback: bool = False
     _cached: dict[int | None, _Dump] = attrs.Factory(dict)
@@ -232,6 +197,8 @@ class SocketTable:
     _holders: dict[int, int | None] = attrs.Factory(dict)
     _in_tree: dict[tuple[int, int], int | None] = attrs.Factory(dict)
     _asked: dict[int, float] = attrs.Factory(dict)
+    _owners: tuple[float, dict[tuple[object, int], int]] = (-math.inf, {})
+    _owners_read: trio.Event | None = None
     _cost: dict[str | None, float] = attrs.Factory(lambda: {None: 1.0, "port": 0.0})
 
     def __attrs_post_init__(self) -> None:
@@ -293,7 +260,6 @@ class SocketTable:
             began = time.perf_counter()
             entries = tuple(await self._read(port))
             self._cost[None if port is None else "port"] = time.perf_counter() - began
-            self.dumps += 1
             self._cached[port] = _Dump(trio.current_time(), entries)
             if port is None:
                 self._prune(entries)
@@ -370,16 +336,40 @@ class SocketTable:
 
     async def holder(self, entry: SocketEntry) -> int | None:
         """The pid holding ``entry`` (any process), or None when it cannot be seen. Kept by
-        inode; found in psutil's whole table (a worker thread) at most once per listener."""
+        inode; found in psutil's whole table (a worker thread), one read shared by every
+        listener looked up within `PSUTIL_REUSE_S`, and a fresh one when it is not there."""
         if entry.pid is not None or not entry.inode:
             await trio.lowlevel.checkpoint()
             return entry.pid
         if entry.inode in self._holders:
             await trio.lowlevel.checkpoint()
             return self._holders[entry.inode]
-        listed = await trio.to_thread.run_sync(psutil_listeners, entry.port)
-        where = parse_address(entry.address)
-        same = [item.pid for item in listed if parse_address(item.address) == where and item.pid]
-        pid = same[0] if same else None
+        where = (parse_address(entry.address), entry.port)
+        pid = (await self._psutil_owners(fresh=False)).get(where)
+        if pid is None:
+            pid = (await self._psutil_owners(fresh=True)).get(where)
         self._holders[entry.inode] = pid
         return pid
+
+    async def _psutil_owners(self, *, fresh: bool) -> dict[tuple[object, int], int]:
+        """(address, port) -> pid of every LISTEN socket, from one psutil read begun within
+        `PSUTIL_REUSE_S` (``fresh``: begun after this call); callers share a read."""
+        asked = trio.current_time()
+        while True:
+            began, owners = self._owners
+            if asked - began < PSUTIL_REUSE_S and (began >= asked or not fresh):
+                await trio.lowlevel.checkpoint()
+                return owners
+            if self._owners_read is None:
+                break
+            await self._owners_read.wait()
+        self._owners_read = done = trio.Event()
+        try:
+            began = trio.current_time()
+            listed = await trio.to_thread.run_sync(psutil_listeners, None)
+            owners = {(parse_address(i.address), i.port): i.pid for i in listed if i.pid}
+            self._owners = (began, owners)
+            return owners
+        finally:
+            self._owners_read = None
+            done.set()
