@@ -18,7 +18,7 @@ import pytest
 
 from inferactors import ModelNotReady, PinMismatch
 from inferactors._models.registry import ModelRegistry
-from inferactors._models.verified_record import RECORD_SCHEMA
+from inferactors._models.verified_record import RECORD_SCHEMA, boot_id
 from models.registry_support import CountingHasher, flip_byte
 
 
@@ -107,6 +107,19 @@ def test_a_record_edited_to_claim_another_digest_is_not_trusted(
     runtime(registry_path, hasher).resolve("tiny")
     assert hasher.take() == ["tiny.gguf"]
     assert json.loads(recorded.read_text())["blobs"][0]["blake3"] == pinned  # rewritten
+
+
+def test_a_record_written_at_another_boot_is_not_trusted(
+    recorded: Path, registry_path: Path, hasher: CountingHasher
+) -> None:
+    data = json.loads(recorded.read_text())
+    assert data["boot"] == boot_id()
+    data["boot"] = "another-boot"  # device numbers may have been handed out again since
+    recorded.write_text(json.dumps(data))
+
+    runtime(registry_path, hasher).resolve("tiny")
+    assert hasher.take() == ["tiny.gguf"]
+    assert json.loads(recorded.read_text())["boot"] == boot_id()  # rewritten for this boot
 
 
 @pytest.mark.parametrize(

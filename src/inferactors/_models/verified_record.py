@@ -190,9 +190,22 @@ def _ours(info: os.stat_result) -> bool:
 def _parse(data: object) -> list[VerifiedBlob]:
     if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
         raise ValueError(f"not a record of schema {RECORD_SCHEMA}")
-    if set(data) != {"schema", "blobs"} or not isinstance(data["blobs"], list):
-        raise ValueError("expected the keys schema and blobs, blobs a list")
+    if set(data) != {"schema", "boot", "blobs"} or not isinstance(data["blobs"], list):
+        raise ValueError("expected the keys schema, boot and blobs, blobs a list")
+    if data["boot"] != boot_id():
+        return []  # device numbers are handed out again at each boot: nothing carries over
     return [_blob(item) for item in data["blobs"]]
+
+
+def boot_id() -> str:
+    """This boot's id (Linux ``/proc/sys/kernel/random/boot_id``), or ``""`` where there is
+    none: a record is believed only within the boot that wrote it, since a filesystem
+    mounted at another boot may get the same device number (NFS, FUSE, overlay)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as source:
+            return source.read(64).strip()
+    except OSError:
+        return ""
 
 
 def _blob(item: object) -> VerifiedBlob:
@@ -226,7 +239,8 @@ def write_blobs(path: Path, blobs: list[VerifiedBlob]) -> None:
     Raises:
         OSError: the file could not be written.
     """
-    text = json.dumps({"schema": RECORD_SCHEMA, "blobs": [_blob_json(b) for b in blobs]})
+    entries = [_blob_json(blob) for blob in blobs]
+    text = json.dumps({"schema": RECORD_SCHEMA, "boot": boot_id(), "blobs": entries})
     fd, staging = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
