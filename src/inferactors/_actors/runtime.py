@@ -157,8 +157,7 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
         spec = checked_spec(spec)  # before the id is derived from its fields
         iid = instance_id(spec, self.control_mode, self.node_id)
         directory = self._instance_dir(iid)
-        async with self._probing:  # loads run concurrently, their probes at most PROBING
-            plan = await self._plan(spec, directory)
+        plan = await self._plan(spec, directory)  # loads run concurrently
         plan = attrs.evolve(plan, supervision=resolve_supervision(supervision, self.config))
         created = directory is not None and not directory.exists()
         if directory is not None:
@@ -287,13 +286,16 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
             pass  # not running, or gone meanwhile: nothing to stop
 
     async def _plan(self, spec: InferenceSpec, directory: Path | None) -> Plan:
-        return await make_plan(
-            spec,
-            self.config,
-            registry=self.registry,
-            edges=self._edges,
-            instance_dir=directory or Path("."),
-        )
+        """Admit ``spec``: at most `PROBING` admissions (each may probe) at once, whoever
+        asks (`admit`, `load`, `adopt`)."""
+        async with self._probing:
+            return await make_plan(
+                spec,
+                self.config,
+                registry=self.registry,
+                edges=self._edges,
+                instance_dir=directory or Path("."),
+            )
 
     async def _install(self, iid: str, plan: Plan, directory: Path | None) -> None:
         actor: InstanceActor | OllamaActor
