@@ -7,6 +7,7 @@ Real listening processes on loopback and on the wildcard; the connect check's ta
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -159,3 +160,39 @@ async def test_holders_of_many_new_listeners_share_one_psutil_read(
                 nursery.start_soon(look, entry)
     assert found == {server.port: server.pid for server in servers}
     assert reads == [None]  # one whole-table read for the four, not one each
+
+
+_LATE_BIND = """
+import socket, sys
+first = socket.socket(); first.bind(("127.0.0.1", 0)); first.listen(8)
+print(first.getsockname()[1], flush=True)
+sys.stdin.readline()  # then, long after it settled: a second listener beyond loopback
+second = socket.socket(); second.bind(("0.0.0.0", 0)); second.listen(8)
+print(second.getsockname()[1], flush=True)
+sys.stdin.readline()
+"""
+
+
+async def test_a_settled_server_that_later_listens_beyond_loopback_is_found_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("INFERACTORS_LAN_ADDRESSES", "127.0.0.2")
+    net = _scanner(PortsAsked())
+    args = [sys.executable, "-c", _LATE_BIND]
+    pipe = subprocess.PIPE
+    with subprocess.Popen(args, stdin=pipe, stdout=pipe) as server:  # noqa: ASYNC220  quick child
+        assert server.stdin is not None
+        assert server.stdout is not None
+        try:
+            port = int(server.stdout.readline())
+            assert await net.scan(server.pid, port) is None
+            await trio.sleep(TreeSockets.SETTLE_S + 0.2)
+            assert await net.scan(server.pid, port) is None  # settled: own port only
+            server.stdin.write(b"\n")
+            server.stdin.flush()
+            other = int(server.stdout.readline())
+            found = await net.scan(server.pid, port)  # the very next scan
+        finally:
+            server.kill()
+    assert found is not None
+    assert [(item.port, item.pid) for item in found.listeners] == [(other, server.pid)]
