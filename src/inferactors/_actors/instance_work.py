@@ -21,6 +21,7 @@ from .._edges.process import ManagedProcess
 from .._errors import BackendError, InferactorsError
 from .._models.registry import ModelRegistry
 from .._policy.launch import Launch
+from .._policy.probe_schedule import next_tick
 from .instance_msgs import (
     Exited,
     ExposureFound,
@@ -164,18 +165,11 @@ class InstanceWork(InstanceProbing):
                         return
                     process.track_descendants()  # a `setsid` wrapper's server: by pid
                     await self._refresh_record(process)
-                await trio.sleep_until(_next_tick(trio.current_time()))
+                await trio.sleep_until(next_tick(trio.current_time(), EXPOSURE_CHECK_S))
 
     async def _refresh_record(self, process: ManagedProcess) -> None:
         if self.plan.launch is not None:
             await self.edges.containment.refresh(self.plan.launch, process.pid)
-
-
-def _next_tick(now: float) -> float:
-    """The next multiple of `EXPOSURE_CHECK_S` after ``now`` (trio time, float seconds), at
-    least 1 ms ahead (a float quotient can land just short of ``now``)."""
-    tick = (now // EXPOSURE_CHECK_S + 1) * EXPOSURE_CHECK_S
-    return tick if tick > now + 0.001 else tick + EXPOSURE_CHECK_S
 
 
 def _start_error(launch: Launch, error: InferactorsError | OSError) -> InferactorsError:

@@ -54,8 +54,15 @@ def next_probe_at(now: float, delay: float, phase: float) -> float:
     ``now`` (at most one period away); a shorter one is ``now + delay``."""
     if delay < RUNNING_PROBE_S:
         return now + delay
-    offset = phase * RUNNING_PROBE_S
-    at = (math.floor((now - offset) / RUNNING_PROBE_S) + 1) * RUNNING_PROBE_S + offset
-    if at - now < _MIN_GAP * RUNNING_PROBE_S:
-        at += RUNNING_PROBE_S
+    return next_tick(now, RUNNING_PROBE_S, phase)
+
+
+def next_tick(now: float, period: float, phase: float = 0.0) -> float:
+    """The next tick after ``now`` of a grid of ``period`` float seconds shifted by ``phase``
+    (a fraction of the period), at least `_MIN_GAP` of a period ahead (a float quotient can
+    land just short of ``now``). Shared by the probes and the exposure watch."""
+    offset = phase * period
+    at = (math.floor((now - offset) / period) + 1) * period + offset
+    if at - now < _MIN_GAP * period:
+        at += period
     return at

@@ -32,11 +32,12 @@ from __future__ import annotations
 import re
 from typing import Literal, TypeAlias
 
+from .startup_fault import LLAMA_PREFIX
+
 ReadyLine: TypeAlias = Literal["listening", "loaded"]
 """What a line says: the server ``listening`` (its model may still load) or its model
 ``loaded`` (it should answer at once)."""
 
-_LLAMA_PREFIX = re.compile(r"^\d+\.\d+\.\d+\.\d+ [A-Z] ")
 _LOADED = re.compile(
     r"^(?:srv\s+)?(?:llama_server|main): model loaded\s*$"
     r"|^(?:srv\s+)?update_slots: all slots are idle\s*$"
@@ -54,7 +55,7 @@ def ready_line(line: str) -> ReadyLine | None:
     """What ``line`` (one output line, without its newline) says about readiness: `ReadyLine`,
     or None for every other line. llama.cpp's log prefix (``0.00.015.172 I ``) is dropped
     first; only the servers' own phrasing matches (see the module docstring)."""
-    text = _LLAMA_PREFIX.sub("", line.strip(), count=1)
+    text = LLAMA_PREFIX.sub("", line.strip(), count=1)
     if " " not in text or len(text) > 400:  # the quick answer for most lines
         return None
     if _LOADED.search(text):

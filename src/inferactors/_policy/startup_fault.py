@@ -114,7 +114,8 @@ _WEAK_RULES: tuple[tuple[FaultKind, re.Pattern[str]], ...] = (
     ),
 )
 
-_LLAMA_PREFIX = re.compile(r"^\d+\.\d+\.\d+\.\d+ ([A-Z]) ")
+LLAMA_PREFIX = re.compile(r"^\d+\.\d+\.\d+\.\d+ ([A-Z]) ")
+"""llama.cpp's log prefix (``0.00.015.172 I ``), its level letter captured."""
 _LOGGING_STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - ")
 _LOGGING_BELOW_ERROR = re.compile(r"^(DEBUG|INFO|WARNING) - ")
 _BLANKS = re.compile(r"[ \t]+")
@@ -141,7 +142,7 @@ def clean(line: str, limit: int = LINE_CHARS) -> str:
     blanks and log prefixes (llama.cpp's, Python logging's time stamp), cut to about
     ``limit`` characters (`_errors.cut`)."""
     text = _BLANKS.sub(" ", _CONTROL.sub("", strip_escapes(line))).strip()
-    text = _LOGGING_STAMP.sub("", _LLAMA_PREFIX.sub("", text))
+    text = _LOGGING_STAMP.sub("", LLAMA_PREFIX.sub("", text))
     return cut(text, limit)
 
 
@@ -270,7 +271,7 @@ class StartupWatch:
 
 def _not_an_error(raw: str) -> bool:
     """llama.cpp lines logged below error level, and warnings of any program."""
-    level = _LLAMA_PREFIX.match(raw)
+    level = LLAMA_PREFIX.match(raw)
     if level is not None and level.group(1) != "E":
         return True
     if _LOGGING_BELOW_ERROR.match(_LOGGING_STAMP.sub("", raw)):
