@@ -11,6 +11,7 @@ Every error the library raises on purpose derives from `InferactorsError`::
     │   ├── DeepHealthTimeout the one-token completion did not finish in time (also TimeoutError)
     │   └── RequestRefused    the server answered 401 or 403: it wants an API key, or not ours
     ├── Unsupported           the runtime does not do that in this mode
+    ├── FrontDoorRefused      the front door cannot serve a request now (or ever)
     └── ModelError            the model registry refused a name or a file
         ├── UnknownModel      no manifest with that name
         └── ModelNotReady     a shard is missing, resized or its BLAKE3 digest differs
@@ -23,6 +24,7 @@ alone; messages name the field, file or instance at fault.
 
 from __future__ import annotations
 
+import enum
 from typing import ClassVar
 
 
@@ -123,6 +125,58 @@ class PinMismatch(ModelNotReady):
         self.model = model
         self.shard = shard
         self.why = why
+
+
+class RefusalKind(enum.Enum):
+    """Why the front door refused a request: the client's HTTP status and whether a retry
+    can help are set by the kind (`FrontDoorRefused.status`)."""
+
+    UNKNOWN_MODEL = "unknown-model"
+    """No instance serves that name (404; the message names the models that exist)."""
+    QUEUE_FULL = "queue-full"
+    """The global or the model's queue is at its depth (503, Retry-After)."""
+    WAIT_TIMEOUT = "wait-timeout"
+    """The request waited its maximum and was not granted (503, Retry-After)."""
+    CONCURRENCY_LIMIT = "concurrency-limit"
+    """The model's concurrency limit is reached (429, Retry-After)."""
+    NEVER_FITS = "never-fits"
+    """The model can never fit the memory budget (not retryable: names the need, the budget
+    and what blocks)."""
+    MEMORY_NOT_RECOVERED = "memory-not-recovered"
+    """After an eviction the machine's free memory did not cover the need in time (503,
+    Retry-After)."""
+    START_FAILED = "start-failed"
+    """The instance could not be started or gave up (the diagnosis in the server's own
+    words); 503 with Retry-After when its supervisor will try again, else 502."""
+
+
+class FrontDoorRefused(InferactorsError):
+    """The front door cannot serve this request now (or ever: ``retry_after_s`` is None).
+
+    Attributes:
+        kind: why (`RefusalKind`).
+        status: the HTTP status the client gets.
+        retry_after_s: seconds after which a retry may succeed (``Retry-After``), None when
+            a retry cannot help.
+        model: the name the request asked for.
+    """
+
+    code = "front-door-refused"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: RefusalKind,
+        status: int,
+        model: str,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+        self.model = model
+        self.retry_after_s = retry_after_s
 
 
 SHOWN_CHARS = 200
