@@ -17,8 +17,9 @@ import argparse
 import logging
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import ExitStack, closing
+from functools import partial
 from pathlib import Path
 
 import attrs
@@ -126,7 +127,8 @@ async def _supervise(config: RunConfig, run_file: Path, control: _Control) -> in
             say(f"{signal.Signals(early).name} during start-up: stopping; nothing was started")
             return EXIT_STOPPED
         async with trio.open_nursery() as printing, open_fleet(config, run_file, say=say) as fleet:
-            printing.start_soon(_log_events, stack.enter_context(fleet.follow_events()))
+            log_events = stack.enter_context(fleet.follow_events())
+            printing.start_soon(_log_events, log_events)
             # in the outer nursery: the control API serves until the fleet is closed, so a
             # follow stream gets the last stop events and ends cleanly
             listening = await printing.start(_serve_control, fleet, control)
@@ -136,7 +138,7 @@ async def _supervise(config: RunConfig, run_file: Path, control: _Control) -> in
                 notes = ServiceNotes(stack.enter_context(closing(open_notifier())), fleet)
                 fleet.on_lifecycle(notes.on_note)
                 await nursery.start(serve_notify, notes, watchdog_interval_s())
-                code = await _until_done(fleet, signals)
+                code = await _until_done(fleet, signals, partial(_flush_events, log_events))
                 nursery.cancel_scope.cancel()
     return code
 
@@ -163,8 +165,10 @@ async def _serve_control(
         task_status.started([])
 
 
-async def _until_done(fleet: Fleet, signals: AsyncIterator[int]) -> int:
-    """The exit status: 0 at SIGINT/SIGTERM, 1 once nothing is left; SIGHUP reloads."""
+async def _until_done(fleet: Fleet, signals: AsyncIterator[int], flush: Callable[[], None]) -> int:
+    """The exit status: 0 at SIGINT/SIGTERM, 1 once nothing is left; SIGHUP reloads.
+    ``flush`` prints the events heard but not yet printed, so the last state changes come
+    before the line that says nothing is left."""
     code = EXIT_STOPPED
     async with trio.open_nursery() as nursery:
 
@@ -172,6 +176,7 @@ async def _until_done(fleet: Fleet, signals: AsyncIterator[int]) -> int:
             nonlocal code
             await fleet.nothing_left.wait()
             code = EXIT_NOTHING_LEFT
+            flush()
             why = "; ".join(f"{v.name}: {down_reason(v.status, v.refused)}" for v in fleet.views())
             say(
                 "nothing left to supervise: every instance was refused, gave up or is held "
@@ -209,4 +214,14 @@ async def _reload(fleet: Fleet, why: str) -> None:
 
 async def _log_events(events: trio.MemoryReceiveChannel[Event]) -> None:
     async for event in events:
+        log_event(event)
+
+
+def _flush_events(events: trio.MemoryReceiveChannel[Event]) -> None:
+    """Print the events already queued for `_log_events` now, in their order."""
+    while True:
+        try:
+            event = events.receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+            return
         log_event(event)
