@@ -14,8 +14,8 @@ import attrs
 import trio
 
 from inferactors import InferConfig, InferenceSpec, InferFlavor, ServeArgs
-from inferactors._actors.instance_msgs import Probed
-from inferactors._actors.instance_probing import InstanceProbing
+from inferactors._actors.instance.messages import Probed
+from inferactors._actors.instance.probing import InstanceProbing
 from inferactors._config.config import ControlMode
 from inferactors._edges.output_lines import LineWatch
 from inferactors._edges.probe import Prober

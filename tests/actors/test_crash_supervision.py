@@ -44,7 +44,7 @@ from inferactors import (
     StopReason,
     open_runtime,
 )
-from inferactors._actors import instance_book
+from inferactors._actors.instance import book as instance_book
 from inferactors._edges.process import ChildProcess
 from inferactors.testing import FakeFleet
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import attrs
 import trio
 
-from .._edges.bundle import ProbeTimed
-from .._edges.process import ManagedProcess
-from .._events import (
+from ..._edges.bundle import ProbeTimed
+from ..._edges.process import ManagedProcess
+from ..._events import (
     DeepHealthFailed,
     DeepHealthPassed,
     ExposureDetected,
@@ -27,12 +27,13 @@ from .._events import (
     ModelTampered,
     StopReason,
 )
-from .._flavor import InferFlavor
-from .._policy.admission import Plan
-from .._policy.status import map_ollama_report
-from .._status import InstanceState, InstanceStatus
-from .instance_book import InstanceBook
-from .instance_msgs import (
+from ..._flavor import InferFlavor
+from ..._policy.admission import Plan
+from ..._policy.status import map_ollama_report
+from ..._status import InstanceState, InstanceStatus
+from ..mailbox import Mailbox, ScopeGroup, scoped
+from .book import InstanceBook
+from .messages import (
     DeepHealthDone,
     PinChanged,
     Probed,
@@ -40,9 +41,8 @@ from .instance_msgs import (
     StartupFault,
     WatchdogResult,
 )
-from .instance_pin import PinnedLaunch
-from .instance_work import InstanceWork
-from .mailbox import Mailbox, ScopeGroup, scoped
+from .pins import PinnedLaunch
+from .work import InstanceWork
 
 EXPOSURE_GRACE_S = 3.0
 """Grace for a server stopped for listening beyond loopback (seed-behaviour section 4)."""

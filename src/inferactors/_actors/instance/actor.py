@@ -34,17 +34,32 @@ from typing import assert_never
 import attrs
 import trio
 
-from .._config.config import ControlMode, InferConfig
-from .._edges.bundle import Edges
-from .._edges.capture import RunEvidence
-from .._edges.process import ManagedProcess
-from .._errors import InvalidState, UnknownInstance, Unsupported
-from .._events import Event, ModelTampered, ProcessExited, ProcessStarted, StopReason
-from .._models.registry import ModelRegistry
-from .._policy.admission import Plan
-from .._status import InstanceState, InstanceStatus
-from .instance_book import InstanceBook
-from .instance_msgs import (
+from ..._config.config import ControlMode, InferConfig
+from ..._edges.bundle import Edges
+from ..._edges.capture import RunEvidence
+from ..._edges.process import ManagedProcess
+from ..._errors import InvalidState, UnknownInstance, Unsupported
+from ..._events import Event, ModelTampered, ProcessExited, ProcessStarted, StopReason
+from ..._models.registry import ModelRegistry
+from ..._policy.admission import Plan
+from ..._status import InstanceState, InstanceStatus
+from ..mailbox import Crash, Mailbox, StatusSlot
+from ..messages import (
+    Annotate,
+    DeepHealth,
+    GetHealth,
+    GetStatus,
+    InstanceCommand,
+    ReplyTo,
+    Restart,
+    Shutdown,
+    Start,
+    Stop,
+    answer,
+    refuse,
+)
+from .book import InstanceBook
+from .messages import (
     Confirmed,
     DeepHealthDone,
     Exited,
@@ -60,24 +75,9 @@ from .instance_msgs import (
     Stopped,
     WatchdogResult,
 )
-from .instance_watch import InstanceWatch
-from .instance_work import InstanceWork
-from .mailbox import Crash, Mailbox, StatusSlot
-from .messages import (
-    Annotate,
-    DeepHealth,
-    GetHealth,
-    GetStatus,
-    InstanceCommand,
-    ReplyTo,
-    Restart,
-    Shutdown,
-    Start,
-    Stop,
-    answer,
-    refuse,
-)
 from .start_calls import StartWaiters, abandoning_stop, caller_gone
+from .watch import InstanceWatch
+from .work import InstanceWork
 
 EMERGENCY_GRACE_S = 5.0
 """Grace for a server still running when the actor is torn down without an unload."""

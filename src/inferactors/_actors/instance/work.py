@@ -15,14 +15,15 @@ from pathlib import Path
 import attrs
 import trio
 
-from .._config.binding import spec_host
-from .._edges.log_ring import LogRing
-from .._edges.process import ManagedProcess
-from .._errors import BackendError, InferactorsError
-from .._models.registry import ModelRegistry
-from .._policy.launch import Launch
-from .._policy.probe_schedule import next_tick
-from .instance_msgs import (
+from ..._config.binding import spec_host
+from ..._edges.log_ring import LogRing
+from ..._edges.process import ManagedProcess
+from ..._errors import BackendError, InferactorsError
+from ..._models.registry import ModelRegistry
+from ..._policy.launch import Launch
+from ..._policy.probe_schedule import next_tick
+from ..messages import ReplyTo
+from .messages import (
     Exited,
     ExposureFound,
     PinChanged,
@@ -32,9 +33,8 @@ from .instance_msgs import (
     SpawnFailed,
     Stopped,
 )
-from .instance_pin import PinHold, PinnedLaunch, pin_spawn
-from .instance_probing import InstanceProbing
-from .messages import ReplyTo
+from .pins import PinHold, PinnedLaunch, pin_spawn
+from .probing import InstanceProbing
 
 RECORD_REFRESH_S = 1.0
 """Delay between refreshes of a running server's record (its process group's members)."""

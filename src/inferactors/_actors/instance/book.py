@@ -12,22 +12,22 @@ from __future__ import annotations
 
 import attrs
 
-from .._edges.capture import RunEvidence
-from .._edges.process import ManagedProcess
-from .._events import Diagnosis, FaultKind, ProcessExited, StopReason
-from .._policy.health_truth import (
+from ..._edges.capture import RunEvidence
+from ..._edges.process import ManagedProcess
+from ..._events import Diagnosis, FaultKind, ProcessExited, StopReason
+from ..._policy.health_truth import (
     Confirmation,
     confirmed_status,
     refused_detail,
     slow_detail,
     worth_confirming,
 )
-from .._policy.probe_parse import Busy, Loading, ServerReport, Unhealthy, Unreachable, Up, serving
-from .._policy.restart import CONFIG_ERROR
-from .._policy.startup_fault import read_exit
-from .._policy.status import map_report
-from .._status import InstanceState, InstanceStatus
-from .instance_pin import PinHold
+from ..._policy.probe_parse import Busy, Loading, ServerReport, Unhealthy, Unreachable, Up, serving
+from ..._policy.restart import CONFIG_ERROR
+from ..._policy.startup_fault import read_exit
+from ..._policy.status import map_report
+from ..._status import InstanceState, InstanceStatus
+from .pins import PinHold
 
 UNHEALTHY_KILL_AFTER_S = 3.0
 """How long a ready managed server may stay unhealthy (every probe) before it is killed."""

@@ -25,9 +25,9 @@ from typing import Any
 import attrs
 import trio
 
-from .._edges.capture import RunEvidence
-from .._errors import InferactorsError, InvalidState
-from .messages import Reply, ReplyTo, Stop, answer, refuse
+from ..._edges.capture import RunEvidence
+from ..._errors import InferactorsError, InvalidState
+from ..messages import Reply, ReplyTo, Stop, answer, refuse
 
 ABANDONED_GRACE_S = 5.0
 """SIGTERM grace for the server of a start every caller gave up on."""

@@ -11,26 +11,26 @@ from __future__ import annotations
 import attrs
 import trio
 
-from .._config.config import InferConfig, Watchdog
-from .._edges.bundle import Edges
-from .._edges.netscan import NetScanner
-from .._edges.probe import Prober, ProberFactory, probe_once
-from .._edges.probe_auth import with_api_key
-from .._edges.process import ManagedProcess
-from .._errors import BackendError, DeepHealthTimeout, InferactorsError, RequestRefused
-from .._flavor import InferFlavor
-from .._policy.admission import Plan
-from .._policy.exposure import Exposure
-from .._policy.health_truth import Confirmation, worth_confirming
-from .._policy.matching import completion_model
-from .._policy.probe_parse import CompletionResult, ServerReport, Unreachable, serving
-from .._policy.probe_schedule import FIRST_PROBE_S, LINE_PROBE_S, next_probe_at, phase_of
-from .._policy.status import map_report
-from .._status import InstanceState
-from .identity import ensure_ours, listener_owner, wrong_family
-from .instance_msgs import Confirmed, DeepHealthDone, Internal, Probed, WatchdogResult
-from .messages import ReplyTo, answer, refuse
-from .ollama_adopted import guard_adopted_ollama
+from ..._config.config import InferConfig, Watchdog
+from ..._edges.bundle import Edges
+from ..._edges.netscan import NetScanner
+from ..._edges.probe import Prober, ProberFactory, probe_once
+from ..._edges.probe_auth import with_api_key
+from ..._edges.process import ManagedProcess
+from ..._errors import BackendError, DeepHealthTimeout, InferactorsError, RequestRefused
+from ..._flavor import InferFlavor
+from ..._policy.admission import Plan
+from ..._policy.exposure import Exposure
+from ..._policy.health_truth import Confirmation, worth_confirming
+from ..._policy.matching import completion_model
+from ..._policy.probe_parse import CompletionResult, ServerReport, Unreachable, serving
+from ..._policy.probe_schedule import FIRST_PROBE_S, LINE_PROBE_S, next_probe_at, phase_of
+from ..._policy.status import map_report
+from ..._status import InstanceState
+from ..identity import ensure_ours, listener_owner, wrong_family
+from ..messages import ReplyTo, answer, refuse
+from ..ollama_adopted import guard_adopted_ollama
+from .messages import Confirmed, DeepHealthDone, Internal, Probed, WatchdogResult
 from .probe_look import CONFIRM_EVERY_S as CONFIRM_EVERY_S
 from .probe_look import ProbeLook
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import attrs
 
-from .._edges.capture import RunEvidence
-from .._edges.process import ManagedProcess
-from .._errors import InferactorsError
-from .._events import Diagnosis
-from .._policy.exposure import Exposure
-from .._policy.health_truth import Confirmation
-from .._policy.probe_parse import ServerReport
-from .instance_pin import PinHold, PinnedLaunch
-from .messages import ReplyTo
+from ..._edges.capture import RunEvidence
+from ..._edges.process import ManagedProcess
+from ..._errors import InferactorsError
+from ..._events import Diagnosis
+from ..._policy.exposure import Exposure
+from ..._policy.health_truth import Confirmation
+from ..._policy.probe_parse import ServerReport
+from ..messages import ReplyTo
+from .pins import PinHold, PinnedLaunch
 
 
 @attrs.frozen
