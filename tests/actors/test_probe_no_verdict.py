@@ -12,7 +12,7 @@ import trio.testing
 
 from actors.monitor_support import Script, drain, probing
 from inferactors._actors.instance.messages import Probed
-from inferactors._actors.instance.probe_look import NO_VERDICT_LIMIT
+from inferactors._actors.instance.probing import NO_VERDICT_LIMIT
 from inferactors._policy.probe_parse import Unreachable, Up
 from inferactors._policy.probe_schedule import RUNNING_PROBE_S
 
