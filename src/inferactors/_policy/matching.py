@@ -7,8 +7,7 @@ mlx_lm.server under a Hub repo id or a resolved path (``mlx-community/Qwen3-Code
 Ollama under its own names (``qwen2.5:0.5b``, ``hf.co/org/repo:Q4_K_M``).
 
 Identity is exact, never a substring (the original matched loosely): ``llama`` is not
-``codellama-34b``, and
-``qwen`` is not resident when only ``qwen2.5:0.5b`` is loaded.
+``codellama-34b``, and ``qwen`` is not resident when only ``qwen2.5:0.5b`` is loaded.
 """
 
 from __future__ import annotations
