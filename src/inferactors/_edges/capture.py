@@ -4,8 +4,8 @@ Pure values and pure logic, no I/O: `OutputCapture` folds the chunks a reader ta
 into a bounded record, `describe_exit` splits a returncode, and `RunEvidence` is the frozen
 record that `ManagedProcess` (in ``process.py``) hands back when a process is gone.
 
-Sizes follow the reference: the first 1 MiB of each stream is kept and the total is counted. A 4
-KiB tail of each stream is kept as well, because a crashing server prints its reason last.
+The first 1 MiB of each stream is kept and the total is counted. A 4 KiB tail of each
+stream is kept as well, because a crashing server prints its reason last.
 """
 
 from __future__ import annotations
