@@ -1,17 +1,16 @@
 """Admission: the read-only checks shared by ``admit`` and ``load``, with their I/O.
 
-Source: seed-behaviour.md section 4, ``plan()``, steps 1 to 8, and checklist items 16 to
-19, 36 to 38. Planning only ever sends GET requests and TCP connects, so ``admit`` may run
+Planning only ever sends GET requests and TCP connects, so ``admit`` may run
 before any permission is granted. Every refusal is `AdmissionRefused` unless the spec itself
 is malformed (`InvalidConfig`).
 
-Besides the model, a managed process plan checks (issue 9 item 4):
+Besides the model, a managed process plan checks:
 
 - `check_binary_flags`: every ``extra_args`` flag must be one the serve program's
   ``--help`` lists (`ServeHelp`, cached by the program's digest); refused naming the flag
   and the program's version.
 - `resolve_extras`: ``serve.mmproj`` and ``serve.lora`` resolved and verified by the
-  registry like the model (and later pinned at every spawn like it, ``instance_pin.py``).
+  registry like the model (and later pinned at every spawn like it, ``instance/pins.py``).
 - `read_api_key`: ``serve.api_key_file`` read once, through one descriptor: a regular file
   of at most 4 KiB, owned by the user the server runs as, with no access for group or
   others, holding one line. The key itself never appears in a message.
@@ -73,7 +72,7 @@ async def make_plan(
         registry: the model registry; required when managed.
         edges: the runtime's edges: the HTTP prober, the occupied-port check (a bind on the
             host's footprint), the supervisor's effective uid (as root, a managed server
-            needs ``run_as``, checklist item 45) and the serve programs' ``--help`` cache.
+            needs ``run_as``) and the serve programs' ``--help`` cache.
         instance_dir: where a managed server will run (its cwd); not created here.
 
     Raises:
@@ -137,8 +136,8 @@ async def _plan_ollama(
     registry: ModelRegistry,
     open_prober: ProberFactory,
 ) -> Plan:
-    """Plan a managed Ollama model (seed-behaviour.md section 4, ``plan()`` steps 6 and 7;
-    checklist 63 and 64): the registry model, then one probe of the daemon (GETs only).
+    """Plan a managed Ollama model: the registry model, then one probe of the daemon (GETs
+    only).
 
     The tag is the manifest's ``ollama_tag`` (else the model name); it must be listed by
     ``/api/tags`` as Ollama reads names (``m`` is ``library/m:latest``; `same_tag`),

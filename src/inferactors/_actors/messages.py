@@ -1,8 +1,8 @@
 """Commands, replies and the request/reply helper of the actor tree.
 
 A caller sends a frozen command carrying a fresh reply channel and awaits exactly one
-`Reply` on it; the actor answers every command it receives, with a value or a typed error
-(style.md, "Actors"). Nothing here does I/O.
+`Reply` on it; the actor answers every command it receives, with a value or a typed error.
+Nothing here does I/O.
 """
 
 from __future__ import annotations

@@ -2,26 +2,25 @@
 
 Same shape as the process instance actor (design/actors.md): one trio task with a bounded
 inbox whose loop never awaits inside a handler; the requests run as workers
-(``_ollama_work``) that post their results back; replies go through ``answer``/``refuse``
+(``ollama_work``) that post their results back; replies go through ``answer``/``refuse``
 and every change of the reported status is a `StateChanged` event.
 
-What it does (seed-behaviour.md sections 4 and 5; checklist 63 to 71; FC-18 to FC-21; where
-issue 4 says more, the issue wins):
+What it does:
 
 - Start reads ``/api/tags`` and ``/api/ps`` first: a cloud model (``remote_host``) is never
   loaded (the start fails: adopt it), and a model already resident belongs to someone else
   and is never loaded or unloaded by us. Otherwise it loads the model with the configured
-  keep_alive in a background task (one load in flight: a start meanwhile joins it, issue 9
-  item 8), keeping the request open for the whole load (FC-18), and confirms the result in
-  ``/api/ps``. A failure is reported, never retried (FC-19).
-- We never unload a model we did not bring in (issue 9 item 7, over checklist 68): a load
+  keep_alive in a background task (one load in flight: a start meanwhile joins it),
+  keeping the request open for the whole load, and confirms the result in
+  ``/api/ps``. A failure is reported, never retried.
+- We never unload a model we did not bring in: a load
   Ollama answered with 200 owes one unload (keep_alive 0), at stop or unload, then
   ``/api/ps`` is polled until the model is gone within a deadline (the stop's grace, float
-  seconds); a model still lingering then is reported, never re-sent (FC-21). A load that failed,
+  seconds); a model still lingering then is reported, never re-sent. A load that failed,
   timed out, was cancelled (Ollama aborts it) or is then not in ``/api/ps`` owes none.
 - After our load, the model's ``expires_at`` is watched (a periodic ``/api/ps`` look and
   every status probe); a foreign client changing it is reported as ownership lost, and a
-  model unloaded by someone else as such; neither is ever silently re-pinned (FC-20).
+  model unloaded by someone else as such; neither is ever silently re-pinned.
 - There is no process: `Restart` is refused, stop returns empty evidence, and the daemon is
   never started or stopped.
 - A crash (an exception nobody foresaw in the loop or a worker; ``mailbox``) is reported as
@@ -78,7 +77,7 @@ from .ollama_work import (
 
 LOAD_TIMEOUT_S = 900.0
 """The load request's timeout when the instance has no readiness deadline (the reference's
-Ollama load client, seed-behaviour.md section 3)."""
+Ollama load client)."""
 
 WATCH_INTERVAL_S = 2.0
 """Seconds between the ownership watch's ``/api/ps`` looks while our model is loaded."""
@@ -91,7 +90,7 @@ EMERGENCY_UNLOAD_S = 3.0
 class OllamaActor:
     """One managed Ollama instance; create with `OllamaActor.create`, run
     ``nursery.start_soon(actor.serve)``, and talk to it only through `inbox` with the
-    commands of ``_messages`` (it satisfies the supervisor's ``Actor`` protocol)."""
+    commands of ``messages`` (it satisfies the supervisor's ``Actor`` protocol)."""
 
     instance_id: str
     runtime_id: str
@@ -300,7 +299,7 @@ class OllamaActor:
             book.phase, book.failure = Phase.FAILED, load_failure(message.error)
             book.owner = book.owner if book.unload_owed else None  # never ours: no unload
             return
-        if message.entry is None:  # not resident: nothing of ours to unload (issue 9 item 7)
+        if message.entry is None:  # not resident: nothing of ours to unload
             book.phase, book.unload_owed, book.owner = Phase.FAILED, False, None
             book.failure = f"ollama answered the load, but /api/ps does not list {book.tag}"
             return

@@ -1,4 +1,4 @@
-"""Deep health of an adopted Ollama: never change the daemon's state (issue 9 item 4).
+"""Deep health of an adopted Ollama: never change the daemon's state.
 
 A completion names its model, and Ollama loads a model that is not resident (with its own
 default keep_alive) or, for a cloud model (``/api/tags`` ``remote_host``), forwards the

@@ -1,9 +1,8 @@
 """The bookkeeping of a managed Ollama instance and how it becomes a status (pure; no I/O).
 
-`OllamaBook` holds what one Ollama actor (``_ollama_actor.py``) knows; the actor is its only
-writer. `ollama_status` follows seed-behaviour.md section 4 (``status``, the Ollama rows)
-and checklist 65, and adds what issue 4 asks for: a lingering unload (FC-21), a lost
-ownership or a model unloaded by someone else (FC-20), and who loaded the model.
+`OllamaBook` holds what one Ollama actor (``ollama_actor.py``) knows; the actor is its only
+writer. `ollama_status` says where a load is, and also a lingering unload, a lost
+ownership or a model unloaded by someone else, and who loaded the model.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ class Phase(enum.Enum):
 
 
 class Owner(enum.Enum):
-    """Who loaded the model: us, or someone else before we looked (checklist 67)."""
+    """Who loaded the model: us, or someone else before we looked."""
 
     OURS = "ours"
     THEIRS = "theirs"
@@ -47,7 +46,7 @@ class OllamaBook:
 
     ``attempt`` numbers starts and stops, so a worker's result from an earlier start is
     recognised and dropped. ``unload_owed`` is set when we ask for a load and cleared by the
-    one unload, which therefore happens at most once per load (checklist 68).
+    one unload, which therefore happens at most once per load.
     """
 
     tag: str
@@ -98,7 +97,7 @@ class OllamaBook:
         return owed
 
     def saw(self, resident: tuple[LoadedModel, ...], now: float) -> None:
-        """A fresh ``/api/ps``: is our model there, and did its expiry move (FC-20)?"""
+        """A fresh ``/api/ps``: is our model there, and did its expiry move?"""
         entry = entry_for(resident, self.tag)
         self.resident = entry is not None
         if entry is None:
@@ -115,10 +114,10 @@ class OllamaBook:
 
 
 def ollama_status(book: OllamaBook) -> InstanceStatus:
-    """The status of a managed Ollama instance (seed-behaviour.md section 4 ``status`` for
-    Ollama; checklist 65): Loaded, then Degraded "loading model", then Running "model
-    resident"; a failed load is Degraded "load failed: ..."; an unpulled tag, a daemon that
-    does not answer, a lingering unload and a lost ownership are reported as such."""
+    """The status of a managed Ollama instance: Loaded, then Degraded "loading model", then
+    Running "model resident"; a failed load is Degraded "load failed: ..."; an unpulled tag,
+    a daemon that does not answer, a lingering unload and a lost ownership are reported as
+    such."""
     status = _status_without_notes(book)
     return attrs.evolve(status, restarts=book.restarts, supervision=book.supervision)
 
@@ -188,7 +187,7 @@ def _when_value(value: datetime | str | None) -> str:
 
 def load_failure(error: InferactorsError) -> str:
     """The words after "load failed: " for a load error: a runner or request timeout reads
-    "load timeout: ..." (FC-19), anything else its message."""
+    "load timeout: ...", anything else its message."""
     if isinstance(error, OllamaLoadTimeout):
         return f"load timeout: {error}"
     return str(error) or type(error).__name__
@@ -196,7 +195,7 @@ def load_failure(error: InferactorsError) -> str:
 
 def ollama_tag_of(plan: Plan) -> str:
     """The tag Ollama knows the plan's model by: the manifest's ``ollama_tag``, else the
-    registry name, else the spec's model (checklist 64)."""
+    registry name, else the spec's model."""
     if plan.model is not None:
         return plan.model.ollama_tag
     return plan.spec.model or ""

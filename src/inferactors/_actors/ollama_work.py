@@ -8,7 +8,7 @@ deep health) answer their caller directly.
 The requests are only ``GET /api/version``, ``GET /api/tags``, ``GET /api/ps``, ``POST
 /api/generate`` (load, unload) and ``POST /v1/chat/completions`` (deep health): never
 ``/api/pull``, ``/api/delete`` or an HTTP DELETE, and nothing ever starts or stops the
-daemon (seed-behaviour.md section 5; checklist 70).
+daemon.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ OllamaOpener = Callable[[str, float, float], OllamaApi]
 edge of the Ollama actor; tests pass one built on ``FakeOllama.transport``)."""
 
 START_LINGER_WAIT_S = 10.0
-"""How long a start waits for our own earlier unload to leave ``/api/ps`` (FC-21)."""
+"""How long a start waits for our own earlier unload to leave ``/api/ps``."""
 
 SHUTDOWN_GONE_S = 5.0
-"""How long an unload of the instance polls ``/api/ps`` for the model to go (FC-21)."""
+"""How long an unload of the instance polls ``/api/ps`` for the model to go."""
 
 CLOSE_S = 1.0
 """Bound on closing a client (shielded, so a cancelled worker still closes it)."""
@@ -97,7 +97,7 @@ class Checked:
 class LoadTicket:
     """Set by the load worker the moment Ollama answers our load with HTTP 200, before the
     worker yields again: from then on the model is one we brought in, and owes its unload,
-    even if a stop cancels the worker before it can post `Loaded` (issue 9 item 7)."""
+    even if a stop cancels the worker before it can post `Loaded`."""
 
     answered: bool = False
 
@@ -206,7 +206,7 @@ class OllamaWork:
         keep_alive: what the load sends (`inferactors._policy.ollama_parse.keep_alive_json`
             decides the JSON type).
         probe_timeout_s: float seconds for each ordinary request.
-        load_timeout_s: float seconds the load request may stay open (FC-18).
+        load_timeout_s: float seconds the load request may stay open.
         deep_timeout_s: float seconds for the deep-health completion.
         watch_interval_s: float seconds between the ownership watch's ``/api/ps`` looks.
         open_api: the HTTP edge.
@@ -237,7 +237,7 @@ class OllamaWork:
 
     async def check(self, attempt: int, lingering: bool) -> None:
         """Is the model a cloud model (never loaded by us), or resident before we load it?
-        (checklist 67). If our own earlier unload was still lingering, wait up to
+        If our own earlier unload was still lingering, wait up to
         `START_LINGER_WAIT_S` for it to go first."""
         async with self._client() as api:
             try:
@@ -255,11 +255,11 @@ class OllamaWork:
         await self._post(Checked(attempt, entry))
 
     async def load(self, attempt: int, scope: trio.CancelScope, ticket: LoadTicket) -> None:
-        """Load the model with our keep_alive and confirm it in ``/api/ps`` (FC-18).
+        """Load the model with our keep_alive and confirm it in ``/api/ps``.
 
         The request stays open up to ``load_timeout_s``; cancelling ``scope`` (a stop) closes
-        it, which makes Ollama abort the load. A failure is posted as it is, never retried
-        (FC-19). ``ticket`` is marked the moment Ollama answers 200.
+        it, which makes Ollama abort the load. A failure is posted as it is, never retried.
+        ``ticket`` is marked the moment Ollama answers 200.
         """
         with scope:
             async with self._client() as api:
@@ -285,7 +285,7 @@ class OllamaWork:
 
     async def unload(self, deadline_s: float) -> None:
         """Send the one unload (keep_alive 0), then poll ``/api/ps`` until the model is gone
-        or ``deadline_s`` float seconds pass (FC-21). The unload is never re-sent."""
+        or ``deadline_s`` float seconds pass. The unload is never re-sent."""
         async with self._client() as api:
             try:
                 await api.unload(self.tag)
@@ -296,8 +296,8 @@ class OllamaWork:
         await self._post(Unloaded(gone, deadline_s))
 
     async def close(self, owed: bool, instance_dir: Path | None, reply: ReplyTo[None]) -> None:
-        """The instance is unloaded: send the unload we owe (best effort, seed-behaviour
-        section 4 ``unload``), remove the instance directory, and end the actor."""
+        """The instance is unloaded: send the unload we owe (best effort), remove the
+        instance directory, and end the actor."""
         if owed:
             async with self._client() as api:
                 try:
@@ -343,7 +343,7 @@ class OllamaWork:
 
     async def deep_health(self, reply: ReplyTo[CompletionResult]) -> None:
         """One real token, asked by the model's TAG (the original asked by registry name, a
-        bug; seed-behaviour.md section 5), with ONE deadline of ``deep_timeout_s`` for the
+        bug), with ONE deadline of ``deep_timeout_s`` for the
         residency check and the completion together (`DeepHealthTimeout` when it passes).
 
         Refused with `BackendError` when the model is not resident: a completion would make

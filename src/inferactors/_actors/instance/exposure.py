@@ -28,9 +28,9 @@ RECORD_REFRESH_S = 1.0
 EXPOSURE_CHECK_S = 0.2
 """Period of the exposure scans of a running managed server: with a scan (a share of one
 kernel dump, under 1 ms) and the 3 s-grace stop's first signal, a listener on 0.0.0.0 is
-stopped within 250 ms (issue 3). Every server scans on the same grid of trio time (multiples
-of this period), so the runtime's socket table is dumped once per period for all of them
-(issue 11 item 1)."""
+stopped within 250 ms. Every server scans on the same grid of trio time (multiples
+of this period), so the runtime's socket table is dumped once per period for all of them.
+"""
 
 
 @attrs.frozen
@@ -48,7 +48,7 @@ class ExposureWatch:
         """Scan the server on every `EXPOSURE_CHECK_S` tick until it is found exposed or cancelled;
         every `RECORD_REFRESH_S`, re-check the verified files it serves (``pins``: an
         in-place write changes their stamp; `PinnedLaunch.changed`) and bring its record's
-        group members up to date (issue 8 item 8: a forking wrapper's server is found again
+        group members up to date (a forking wrapper's server is found again
         after a supervisor SIGKILL)."""
         refresh_at = trio.current_time()
         with scope:

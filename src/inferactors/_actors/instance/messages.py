@@ -72,7 +72,7 @@ class Probed:
     stopped: bool = False
     """True when a managed server that did not answer is stopped by a signal (SIGSTOP)."""
     confirmation: Confirmation | None = None
-    """The completion that checks a server whose ``/health`` failed (issue 9 item 5)."""
+    """The completion that checks a server whose ``/health`` failed."""
     ttft_s: float | None = None
     """Time to first token, float seconds, of a deep health this probe measured (the first
     token, or a confirmation that worked); None when it measured none."""
@@ -100,7 +100,7 @@ class PinChanged:
 @attrs.frozen
 class StartupFault:
     """A starting server printed a fault it will not exit on (``address in use``:
-    mlx_lm.server then hangs); it must be stopped (issue 9)."""
+    mlx_lm.server then hangs); it must be stopped."""
 
     process: ManagedProcess
     diagnosis: Diagnosis

@@ -1,4 +1,4 @@
-"""The pin check at every spawn (issue 8, items 4 and 5).
+"""The pin check at every spawn.
 
 Before each spawn of a managed server (first start, start after stop, supervised restart,
 and the first start after a reload), `pin_for_spawn` asks the registry to check the plan's

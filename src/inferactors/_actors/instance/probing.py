@@ -49,20 +49,20 @@ PRE_PROBE_SHARE = 0.25
 
 CONFIRM_EVERY_S = 10.0
 """While ``/health`` keeps failing on a server that was Running, the completion that
-checks it is sent again at most this often (float seconds; issue 9 item 5)."""
+checks it is sent again at most this often (float seconds)."""
 
 MISBOUND_SCAN_S = 0.5
 """While probes are refused, the socket table is read for a listener on the other address
 family at most this often (float seconds): one per-port kernel query, under 1 ms."""
 
 NO_VERDICT_LIMIT = 3
-"""Probes in a row that may be passed over for our own late loop (issue 11)."""
+"""Probes in a row that may be passed over for our own late loop."""
 
 ADOPTED_EXPOSURE_S = 5.0
 """An adopted server's port is checked for listeners beyond loopback at its first serving
 probe and then at most this often (float seconds): the finding is only reported, never
-acted on (FC-15), so a few seconds of lag costs nothing, and a thousand adopted servers
-cost 200 per-port queries a second instead of a thousand (issue 11)."""
+acted on, so a few seconds of lag costs nothing, and a thousand adopted servers
+cost 200 per-port queries a second instead of a thousand."""
 
 
 @attrs.define
@@ -167,7 +167,7 @@ class Probing:
         nothing is probed on the timed schedule alone.
 
         A managed server counts as ready only once it also answered one real token: its
-        ``/health`` can say 200 while completions hang or fail (FC-03, FC-07). That first
+        ``/health`` can say 200 while completions hang or fail. That first
         token is asked once per process, when the probe first finds it up and listing our
         model, within the instance's deep-health timeout; an adopted server is never sent
         one (it only ever receives GETs). Once ready, a managed server whose ``/health``
@@ -231,7 +231,7 @@ class Probing:
     ) -> None:
         """``/health`` failed on a server that was Running: ask for one token, within the
         deep-health timeout, to tell a broken health endpoint from a broken server. The
-        probe's report said the check is under way; this posts how it went (issue 9 item 5)."""
+        probe's report said the check is under way; this posts how it went."""
         started = trio.current_time()
         try:
             await self.ensure_ours(process)
@@ -285,7 +285,7 @@ class Probing:
     ) -> Exposure | None:
         """An adopted server's exposure, from the listeners on its port, checked at most every
         `ADOPTED_EXPOSURE_S` (the last finding stands between checks); it is only ever
-        reported, never acted on (FC-15)."""
+        reported, never acted on."""
         if process is not None or not serving(report.health):
             return None
         if look.exposure_due():
@@ -300,7 +300,7 @@ class Probing:
         return await listener_owner(self.net, self.plan.spec, process)
 
     async def confirm_adopted(self, reply: ReplyTo[None]) -> None:
-        """An adopted start only checks that the server answers (checklist item 21); one
+        """An adopted start only checks that the server answers; one
         that listens only on the other address family is refused saying so."""
         report = await self._probe()
         if isinstance(report.health, Unreachable):
@@ -319,7 +319,7 @@ class Probing:
 
     async def health(self, process: ManagedProcess | None, reply: ReplyTo[ServerReport]) -> None:
         """Answer one probe report; a managed server that is not running is not probed, so
-        nothing goes to whoever holds its port now (issue 8 item 6)."""
+        nothing goes to whoever holds its port now."""
         if self.plan.launch is not None and (process is None or not process.running):
             answer(reply, ServerReport(Unreachable("the server is not running; nothing was sent")))
             return
@@ -328,7 +328,7 @@ class Probing:
     async def deep_health(
         self, process: ManagedProcess | None, reply: ReplyTo[CompletionResult]
     ) -> None:
-        """Ask the server for one real token (checklist item 62; FC-07, FC-09), once its
+        """Ask the server for one real token, once its
         port is proven to be ``process``'s (`ensure_ours`): nothing goes to an impostor.
         A token that came back is published (`DeepHealthPassed`, ``InstanceStatus.ttft_s``)
         before the caller is answered."""

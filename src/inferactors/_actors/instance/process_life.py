@@ -56,9 +56,9 @@ class ProcessLife:
     async def spawn(
         self, nursery: trio.Nursery, reply: ReplyTo[None], held: PinHold | None = None
     ) -> None:
-        """Start the managed server unless its model fails its pins (checked at every spawn,
-        issue 8; ``held``: the instance's hold, see `instance_pin`) or its port is taken
-        (checklist items 47, 54). The server opens the verified descriptors; they stay open
+        """Start the managed server unless its model fails its pins (checked at every spawn;
+        ``held``: the instance's hold, see ``pins.py``) or its port is taken. The server
+        opens the verified descriptors; they stay open
         here until it is reaped, so the exposure watch can re-check them (`exposure_watch`).
         """
         launch = self.plan.launch
@@ -97,8 +97,8 @@ class ProcessLife:
 
     async def _record(self, process: ManagedProcess, launch: Launch) -> None:
         """Write ``server.json`` (with the argv executed, ``launch``) so a later life can reap
-        this server if we die (FC-13). It runs after `Spawned` is posted, beside the server's
-        start-up (issue 11): the leader is covered from the fork on by its parent-death
+        this server if we die. It runs after `Spawned` is posted, beside the server's
+        start-up: the leader is covered from the fork on by its parent-death
         signal, and the record, for what it forks, reaches the disk as soon as before
         (``design/supervision.md``). A record that cannot be written is only a missing
         safety net: the server runs (`Containment.record` never raises for it)."""
@@ -111,7 +111,7 @@ class ProcessLife:
         await self._post(Exited(process, evidence))
 
     async def stop(self, process: ManagedProcess, grace_s: float) -> None:
-        """TERM the group, wait ``grace_s`` seconds, KILL the group, reap (checklist 48)."""
+        """TERM the group, wait ``grace_s`` seconds, KILL the group, reap."""
         evidence = await process.terminate(grace_s)
         await self._post(Stopped(process, evidence))
 
