@@ -34,7 +34,7 @@ class InstanceHandle:
 
 
 class RuntimeStatus:
-    """The status methods of `InferRuntime` (which provides ``id``, ``supervisor`` and
+    """The status methods of `InferRuntime` (which provides ``id``, ``_supervisor`` and
     ``_board``)."""
 
     _supervisor: trio.MemorySendChannel[object]
