@@ -62,13 +62,14 @@ POLICY_IO_CALLS = frozenset(
 ``_policy``."""
 
 PURE_ACTOR_MODULES = frozenset(
-    {"_actors.instance.effects", "_actors.instance.messages", "_actors.instance.state",
-     "_actors.instance.status", "_actors.instance.step"}
+    {f"_actors.{actor}.{module}" for actor in ("instance", "ollama")
+     for module in ("effects", "messages", "state", "status", "step")}
 )  # fmt: skip
-"""Modules of the actors layer that hold pure rules and values (the instance actor's state
-machine, design/actors.md): like ``_policy``, none imports an I/O library (trio included)
-or calls file I/O itself. Unlike ``_policy`` they may import our modules that do, to name
-the classes of the values they handle (a process, a reply channel, a command)."""
+"""Modules of the actors layer that hold pure rules and values (the instance and Ollama
+actors' state machines, design/actors.md): like ``_policy``, none imports an I/O library
+(trio included) or calls file I/O itself. Unlike ``_policy`` they may import our modules
+that do, to name the classes of the values they handle (a process, a reply channel, a
+command)."""
 
 _FOLDERS = {"_actors": "actors", "_cli": "cli", "_config": "config", "_edges": "edges",
             "_models": "models", "_policy": "policy", "_service": "service",

@@ -197,6 +197,11 @@ def append(path: Path, code: str) -> None:
             "inferactors._actors.instance.state (pure) imports the I/O library socket",
         ),
         (
+            "_actors/ollama/step.py",
+            "import httpx",
+            "inferactors._actors.ollama.step (pure) imports the I/O library httpx",
+        ),
+        (
             "_actors/instance/status.py",
             "def f(p):\n    return p.read_text()",
             "inferactors._actors.instance.status (pure) calls read_text()",

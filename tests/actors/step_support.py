@@ -27,7 +27,6 @@ from inferactors import (
 from inferactors._actors.instance.effects import Effect, Emit
 from inferactors._actors.instance.messages import (
     Confirmed,
-    Crashed,
     DeepHealthDone,
     Exited,
     ExposureFound,
@@ -45,7 +44,7 @@ from inferactors._actors.instance.pins import PinHold
 from inferactors._actors.instance.state import Setup, State
 from inferactors._actors.instance.status import status_of
 from inferactors._actors.instance.step import NOTHING_SEEN, Message, Seen, step
-from inferactors._actors.mailbox import Crash
+from inferactors._actors.mailbox import Crash, Crashed
 from inferactors._actors.messages import (
     Annotate,
     DeepHealth,

@@ -64,7 +64,6 @@ from inferactors._actors.instance.effects import (
     Terminate,
 )
 from inferactors._actors.instance.messages import (
-    Crashed,
     Exited,
     ExposureFound,
     PinChanged,
@@ -78,6 +77,7 @@ from inferactors._actors.instance.messages import (
     WatchdogResult,
 )
 from inferactors._actors.instance.step import Message, Seen
+from inferactors._actors.mailbox import Crashed
 from inferactors._actors.messages import (
     Annotate,
     DeepHealth,

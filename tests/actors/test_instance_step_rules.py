@@ -45,7 +45,6 @@ from inferactors._actors.instance.effects import (
 )
 from inferactors._actors.instance.messages import (
     Confirmed,
-    Crashed,
     Exited,
     ExposureFound,
     PinChanged,
@@ -55,6 +54,7 @@ from inferactors._actors.instance.messages import (
     Stopped,
 )
 from inferactors._actors.instance.step import ABANDONED_GRACE_S, CRASH_GRACE_S, Seen
+from inferactors._actors.mailbox import Crashed
 from inferactors._actors.messages import Annotate, Restart, Shutdown, Start, Stop
 
 

@@ -67,6 +67,15 @@ class Crash:
 
 
 @attrs.frozen
+class Crashed:
+    """An actor crashed (an exception nobody foresaw in its loop or a worker): the mailbox
+    emitted `InstanceCrashed`, cancelled the cancellable workers and answered their callers;
+    the actor's rules reset it (a message to its ``step``)."""
+
+    crash: Crash
+
+
+@attrs.frozen
 class _WorkerCrashed:
     """Posted by a worker that raised; the loop resets the actor when it takes it."""
 

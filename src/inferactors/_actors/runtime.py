@@ -64,7 +64,7 @@ from .messages import (
     Unload,
     call,
 )
-from .ollama_actor import OllamaActor
+from .ollama import OllamaActor
 from .runtime_logs import RuntimeLogs
 from .runtime_status import InstanceHandle as InstanceHandle
 from .runtime_status import RuntimeStatus, id_of

@@ -32,7 +32,7 @@ from ..._events import Event, ProcessExited, StopReason
 from ..._models.registry import ModelRegistry
 from ..._policy.admission import Plan
 from ..._status import InstanceStatus
-from ..mailbox import Crash, Mailbox, ScopeGroup, StatusSlot, scoped
+from ..mailbox import Crash, Crashed, Mailbox, ScopeGroup, StatusSlot, scoped
 from ..messages import ReplyTo, answer, refuse
 from .effects import (
     Answer,
@@ -56,7 +56,7 @@ from .effects import (
     WatchProcess,
 )
 from .exposure import ExposureWatch
-from .messages import Crashed, Probed, ShutdownDone, SpawnFailed
+from .messages import Probed, ShutdownDone, SpawnFailed
 from .probing import Probing
 from .process_life import ProcessLife
 from .state import Setup, State

@@ -1,5 +1,5 @@
-"""The instance actor's internal messages: what its workers post back to its loop, and
-`Crashed` (pure values; the rules that apply them are ``step.py``)."""
+"""The instance actor's internal messages: what its workers post back to its loop (pure
+values; the rules that apply them are ``step.py``; a crash arrives as `mailbox.Crashed`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from ..._events import Diagnosis
 from ..._policy.exposure import Exposure
 from ..._policy.health_truth import Confirmation
 from ..._policy.probe_parse import ServerReport
-from ..mailbox import Crash
 from ..messages import ReplyTo
 from .pins import PinHold, PinnedLaunch
 
@@ -145,15 +144,6 @@ class ShutdownDone:
     """The unload finished its cleanup; the actor ends after answering."""
 
     reply: ReplyTo[None]
-
-
-@attrs.frozen
-class Crashed:
-    """The actor crashed (an exception nobody foresaw in its loop or a worker): the
-    mailbox emitted `InstanceCrashed`, cancelled the watching workers and answered their
-    callers; the rules reset the instance."""
-
-    crash: Crash
 
 
 Internal = (

@@ -39,7 +39,7 @@ from ..._status import InstanceState
 from ..identity import ensure_ours, listener_owner, wrong_family
 from ..mailbox import post
 from ..messages import ReplyTo, answer, refuse
-from ..ollama_adopted import guard_adopted_ollama
+from ..ollama.adopted import guard_adopted_ollama
 from .messages import Confirmed, DeepHealthDone, Internal, Probed, WatchdogResult
 
 PRE_PROBE_SHARE = 0.25

@@ -65,7 +65,7 @@ from ..._policy.probe_parse import Loading, Unhealthy, Unreachable, serving
 from ..._policy.startup_fault import read_exit
 from ..._policy.status import map_ollama_report, map_report
 from ..._status import InstanceState, InstanceStatus
-from ..mailbox import Crash
+from ..mailbox import Crash, Crashed
 from ..messages import (
     Annotate,
     DeepHealth,
@@ -102,7 +102,6 @@ from .effects import (
 )
 from .messages import (
     Confirmed,
-    Crashed,
     DeepHealthDone,
     Exited,
     ExposureFound,

@@ -10,11 +10,11 @@ Ollama model is the Ollama actor's (``ollama_work``): unchanged.
 
 from __future__ import annotations
 
-from .._edges.probe import ProbeFailure
-from .._errors import BackendError
-from .._flavor import InferFlavor
-from .._policy.admission import Plan
-from .ollama_work import OllamaOpener, _opened, cloud_host, open_ollama_client
+from ..._edges.probe import ProbeFailure
+from ..._errors import BackendError
+from ..._flavor import InferFlavor
+from ..._policy.admission import Plan
+from .work import OllamaOpener, _opened, cloud_host, open_ollama_client
 
 
 async def guard_adopted_ollama(
