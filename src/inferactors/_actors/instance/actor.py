@@ -62,7 +62,7 @@ from .process_life import ProcessLife
 from .state import Setup, State
 from .status import status_of
 from .step import CRASH_GRACE_S as CRASH_GRACE_S
-from .step import Message, Seen, step
+from .step import NOTHING_SEEN, Message, Seen, step
 
 EMERGENCY_GRACE_S = 5.0
 """Grace for a server still running when the actor is torn down without an unload."""
@@ -172,6 +172,8 @@ class InstanceActor:
         reply = getattr(message, "reply", None)
         if isinstance(reply, trio.MemorySendChannel):
             callers.append(reply)
+        if process is None and not callers:
+            return NOTHING_SEEN  # an adopted server's probe: nothing live to read
         return Seen(
             running=process.running if process is not None else True,
             fatal=process.lines.fatal if process is not None else None,

@@ -219,8 +219,13 @@ class State:
         return self.setup.managed
 
     def with_findings(self, **changes: Any) -> State:
-        """This state with `findings` changed as ``changes`` say."""
-        return attrs.evolve(self, findings=attrs.evolve(self.findings, **changes))
+        """This state with `findings` changed as ``changes`` say (itself when nothing
+        changes: most probes of a steady server change nothing)."""
+        found = self.findings
+        for name, value in changes.items():
+            if getattr(found, name) != value:
+                return attrs.evolve(self, findings=attrs.evolve(found, **changes))
+        return self
 
     def spawned(self, process: ManagedProcess) -> State:
         """A new process runs: forget everything found about the previous one."""
