@@ -1,11 +1,12 @@
 """Exposure: a managed server with a listener on 0.0.0.0, found and stopped.
 
 Issue 3, "Speed": a listener on 0.0.0.0 stopped within 250 ms; item 4: scan at least every
-250 ms while the server runs (the exposure watch, ``_actors/instance_work.py``), then stop it with a
-3 s grace. Measured on the fake llama-server (``inferactors.testing``) run as ``nobody``,
-serving on 127.0.0.1 and also listening on an extra port of 0.0.0.0 (``--extra-port``,
-FC-15). Nothing connects to that port: the scan finds it in the process tree's socket
-table, and the connect check only ever tries 127.0.0.2 (``INFERACTORS_LAN_ADDRESSES``).
+250 ms while the server runs (the exposure watch, ``_actors/instance/exposure.py``), then
+stop it with a 3 s grace. Measured on the fake llama-server (``inferactors.testing``) run as
+``nobody``, serving on 127.0.0.1 and also listening on an extra port of 0.0.0.0
+(``--extra-port``, FC-15). Nothing connects to that port: the scan finds it in the process
+tree's socket table, and the connect check only ever tries 127.0.0.2
+(``INFERACTORS_LAN_ADDRESSES``).
 
 "Bind" is the modification time of the server's pid file, which it writes right after both
 sockets listen (ext4 and tmpfs stamp it to the microsecond), moved to trio's clock. Every

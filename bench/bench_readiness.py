@@ -2,7 +2,7 @@
 
 Issue 3, "Speed": median within 25 ms of the server's first 200 on ``/health`` (peers poll
 every 1 to 3 s), with probing that starts fast and backs off to a bounded interval (the
-monitor: 10 ms doubling to 100 ms until up, ``_actors/instance_work.py``).
+monitor: 10 ms doubling to 100 ms until up, ``_actors/instance/probing.py``).
 
 The server is the fake llama-server (``inferactors.testing``) run as ``nobody`` with
 ``--load-s L`` (503 "Loading model" for L seconds after it listens, then 200), L drawn at

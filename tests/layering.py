@@ -5,6 +5,8 @@ the graph of imports between its modules, and returns one line per broken rule:
 
 - a module imports from a layer that its own layer may not import (`ALLOWED`);
 - a ``_policy`` module imports an I/O library (`POLICY_FORBIDDEN`);
+- a pure module beside the actors (`PURE_ACTOR_MODULES`: the instance actor's rules and
+  values) imports an I/O library itself or calls file I/O;
 - a module outside ``_cli`` calls ``trio.run``;
 - an import circle.
 
@@ -58,6 +60,16 @@ POLICY_IO_CALLS = frozenset(
 )  # fmt: skip
 """Calls that do file I/O (the builtin ``open`` and `pathlib.Path` methods): none in
 ``_policy``."""
+
+PURE_ACTOR_MODULES = frozenset(
+    {f"_actors.{actor}.{module}" for actor in ("instance", "ollama")
+     for module in ("effects", "messages", "state", "status", "step")}
+)  # fmt: skip
+"""Modules of the actors layer that hold pure rules and values (the instance and Ollama
+actors' state machines, design/actors.md): like ``_policy``, none imports an I/O library
+(trio included) or calls file I/O itself. Unlike ``_policy`` they may import our modules
+that do, to name the classes of the values they handle (a process, a reply channel, a
+command)."""
 
 _FOLDERS = {"_actors": "actors", "_cli": "cli", "_config": "config", "_edges": "edges",
             "_models": "models", "_policy": "policy", "_service": "service",
@@ -273,6 +285,16 @@ def _policy_io(name: str, modules: dict[str, Module], graph: dict[str, set[str]]
     return problems
 
 
+def _pure_io(name: str, module: Module, known: set[str]) -> list[str]:
+    """What I/O a pure actor module does itself: libraries it imports, file I/O calls."""
+    problems = [
+        f"{name} (pure) imports the I/O library {imported}"
+        for imported in sorted(set(imports_of(module, known)))
+        if imported.split(".")[0] in POLICY_FORBIDDEN
+    ]
+    return problems + [f"{name} (pure) calls {call}()" for call in sorted(set(_io_calls(module)))]
+
+
 def check_package(root: Path) -> list[str]:
     """Every broken layering rule in the package at ``root``, one line each (empty: clean)."""
     modules = load_modules(root)
@@ -285,6 +307,8 @@ def check_package(root: Path) -> list[str]:
                 problems.append(f"{name} ({layer}) imports {target} ({layer_of(target)})")
         if layer == "policy":
             problems += _policy_io(name, modules, graph)
+        if name.partition(".")[2] in PURE_ACTOR_MODULES:
+            problems += _pure_io(name, module, set(modules))
         if layer != "cli" and _calls_trio_run(module):
             problems.append(f"{name} calls trio.run outside _cli")
     problems += [f"import circle: {' -> '.join(c)}" for c in cycles(graph)]

@@ -186,7 +186,7 @@ SHOWN_CHARS = 200
 def shown(value: object, limit: int = SHOWN_CHARS) -> str:
     """``repr(value)`` for an error message, cut to about ``limit`` characters with the
     original length: ``'aaaa...'... (52428800 characters)``. Input can be megabytes long;
-    a message that echoes it must stay one short line (issue 8 item 3)."""
+    a message that echoes it must stay one short line."""
     if isinstance(value, str) and len(value) > limit:
         return f"{value[:limit]!r}... ({len(value)} characters)"
     text = repr(value)

@@ -15,7 +15,7 @@ from ._status import InstanceState
 
 
 class StopReason(enum.Enum):
-    """Why a managed server's process ended, recorded apart from its exit status (FC-22)."""
+    """Why a managed server's process ended, recorded apart from its exit status."""
 
     REQUESTED = "requested"
     CRASH = "crash"
@@ -113,7 +113,7 @@ class ProcessStarted:
 class ProcessExited:
     """A managed server's process ended: exit code or signal, and why (``reason``);
     ``survivors``: descendants that had left its process group and outlived even the
-    SIGKILL (issue 8 item 8), so the stop was not clean."""
+    SIGKILL, so the stop was not clean."""
 
     instance_id: str
     pid: int
@@ -221,8 +221,8 @@ class InstanceCrashed:
 
 @attrs.frozen
 class ModelTampered:
-    """A spawn was refused because a pinned model file no longer matches its pin (issue 8,
-    item 4), or a running server's verified file changed in place (``why``: "changed while
+    """A spawn was refused because a pinned model file no longer matches its pin, or a
+    running server's verified file changed in place (``why``: "changed while
     served: ..."; the server is stopped, stop reason ``tampered``): ``shard`` is the file's
     path relative to the model root, ``why`` what the check found (resized, BLAKE3 differs,
     resolves outside the root). No process is left running; the instance is held down

@@ -1,7 +1,4 @@
-"""Inference server flavors and model formats (pure; no I/O).
-
-Source: seed-behaviour.md section 1 (InferFlavor table) and section 2 (``check_format``).
-"""
+"""Inference server flavors and model formats (pure; no I/O)."""
 
 from __future__ import annotations
 

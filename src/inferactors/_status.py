@@ -1,8 +1,6 @@
 """Instance states and the status snapshot: the vocabulary every layer speaks.
 
-Source: seed-behaviour.md section 4, ``status`` and ``map_report``; checklist items 23, 24,
-42 and 52. A status is a snapshot: it never raises and it is never stale by more than one
-probe.
+A status is a snapshot: it never raises and it is never stale by more than one probe.
 """
 
 from __future__ import annotations
@@ -32,7 +30,7 @@ class InstanceStatus:
         exit_code: the last process's exit status when it exited with one.
         stop_reason: why the last process ended (``"requested"``, ``"crash"``, ``"start-up
             failure"``, ``"config-error"`` once the supervisor gave up on the same start-up
-            failure twice in a row, ...), kept apart from the exit status (FC-22).
+            failure twice in a row, ...), kept apart from the exit status.
         pid: the live process id of a managed server, else None.
         uptime_s: seconds since the live process was spawned, else None.
         last_probe: what the last probe found (``"up"``, ``"loading"``, ``"unreachable:

@@ -1,12 +1,12 @@
 """Reading a file we were pointed at (a run file, a registry, a model's ``config.json``) with
 a bound on what it may cost.
 
-Issue 8 item 3. ``Path.read_text`` trusts the path: a run file that is a symlink to
-``/dev/zero`` grew to 5.5 GB, a FIFO blocked forever, a directory failed with an OS error.
-`read_capped` opens with ``O_NONBLOCK | O_CLOEXEC`` (opening a FIFO does not wait for a
-writer), accepts only a regular file (``fstat`` of the open descriptor, so a swap after a
-check cannot fool it), refuses one whose size is over the cap, and reads at most cap + 1
-bytes (a file that grows while it is read is refused too). Blocking; a few syscalls.
+``Path.read_text`` trusts the path: a run file that is a symlink to ``/dev/zero`` grew to
+5.5 GB, a FIFO blocked forever, a directory failed with an OS error. `read_capped` opens
+with ``O_NONBLOCK | O_CLOEXEC`` (opening a FIFO does not wait for a writer), accepts only a
+regular file (``fstat`` of the open descriptor, so a swap after a check cannot fool it),
+refuses one whose size is over the cap, and reads at most cap + 1 bytes (a file that grows
+while it is read is refused too). Blocking; a few syscalls.
 
 `read_secret_line` reads a one-line secret (a server's API key, the control API's token):
 not through a symbolic link, a regular file of at most 4 KiB owned by the given user with no

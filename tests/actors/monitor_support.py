@@ -1,4 +1,4 @@
-"""Arrange code for tests of the monitor alone (`InstanceProbing.monitor`) under MockClock:
+"""Arrange code for tests of the monitor alone (`Probing.monitor`) under MockClock:
 a scripted prober that records when it was asked what, a stand-in for a managed process
 (its output lines and ids, nothing else), and the probing half of an instance around them.
 
@@ -14,8 +14,8 @@ import attrs
 import trio
 
 from inferactors import InferConfig, InferenceSpec, InferFlavor, ServeArgs
-from inferactors._actors.instance_msgs import Probed
-from inferactors._actors.instance_probing import InstanceProbing
+from inferactors._actors.instance.messages import Probed
+from inferactors._actors.instance.probing import Probing
 from inferactors._config.config import ControlMode
 from inferactors._edges.output_lines import LineWatch
 from inferactors._edges.probe import Prober
@@ -97,14 +97,14 @@ class StandIn:
         return cast(ManagedProcess, self)
 
 
-def probing(script: Script, port: int, post: trio.MemorySendChannel[object]) -> InstanceProbing:
+def probing(script: Script, port: int, post: trio.MemorySendChannel[object]) -> Probing:
     """The probing half of an instance of a llama-server listing `MODEL` on ``port``."""
     spec = InferenceSpec(
         role="chat", runtime=InferFlavor.LLAMACPP, model=MODEL, serve=ServeArgs(port=port)
     )
     plan = Plan(spec=spec, mode=ControlMode.ADOPTED, notes=())
     edges = attrs.evolve(FakeFleet().edges(), open_prober=script.open)
-    return InstanceProbing(plan, InferConfig.adopted(InferFlavor.LLAMACPP), edges, post)
+    return Probing(plan, InferConfig.adopted(InferFlavor.LLAMACPP), edges, post)
 
 
 async def drain(receive: trio.MemoryReceiveChannel[object], into: list[Probed]) -> None:

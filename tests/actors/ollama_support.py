@@ -49,7 +49,7 @@ from inferactors._actors.messages import (
     Unload,
     call,
 )
-from inferactors._actors.ollama_actor import OllamaActor
+from inferactors._actors.ollama import OllamaActor
 from inferactors._actors.supervisor import Supervisor
 from inferactors._edges.bundle import Edges, http_prober_factory
 from inferactors._edges.ollama_client import OllamaApi, OllamaClient

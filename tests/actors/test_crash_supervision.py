@@ -44,7 +44,9 @@ from inferactors import (
     StopReason,
     open_runtime,
 )
-from inferactors._actors import instance_book
+from inferactors._actors.instance import status as instance_status
+from inferactors._actors.instance import step as instance_step
+from inferactors._actors.instance.state import State
 from inferactors._edges.process import ChildProcess
 from inferactors.testing import FakeFleet
 
@@ -102,17 +104,17 @@ def boom() -> Exception:
 
 
 def raise_once(monkeypatch: pytest.MonkeyPatch, name: str, error: Exception) -> None:
-    """The next call of ``InstanceBook.<name>`` raises ``error``: a bug in the actor's loop
-    (a managed server that is not running is never probed, so no edge is asked then)."""
-    real = getattr(instance_book.InstanceBook, name)
+    """The next call of ``instance.status.<name>`` raises ``error``: a bug in the actor's
+    loop (a managed server that is not running is never probed, so no edge is asked then)."""
+    real = getattr(instance_status, name)
     armed = [error]
 
-    def patched(book: instance_book.InstanceBook, *args: object) -> object:
+    def patched(state: State, *args: object) -> object:
         if armed:
             raise armed.pop()
-        return real(book, *args)
+        return real(state, *args)
 
-    monkeypatch.setattr(instance_book.InstanceBook, name, patched)
+    monkeypatch.setattr(instance_status, name, patched)
 
 
 async def test_a_crash_while_starting_aborts_the_start_and_stops_the_new_server(
@@ -235,15 +237,15 @@ async def test_a_bug_in_the_actor_loop_crashes_its_instance_alone(
     await rig.runtime.start(sibling)
     await rig.running(sibling)
     pid = rig.fleet.last.pid
-    real = instance_book.InstanceBook.note_report
+    real = instance_step.judge_report
     victim = rig.fleet.children[0]
 
-    def note_report(book: instance_book.InstanceBook, *args: object, **kwargs: object) -> None:
-        if book.process is not None and book.process.pid == victim.pid:
+    def judge_report(state: State, *args: Any, **kwargs: Any) -> object:
+        if state.process is not None and state.process.pid == victim.pid:
             raise AttributeError("a bug in the loop")
-        real(book, *args, **kwargs)  # type: ignore[arg-type]
+        return real(state, *args, **kwargs)
 
-    monkeypatch.setattr(instance_book.InstanceBook, "note_report", note_report)
+    monkeypatch.setattr(instance_step, "judge_report", judge_report)
     crash = await rig.recorder.crash_of(handle.instance_id)
     assert crash.where == "its loop, handling Probed"
     assert (crash.error_type, crash.message) == ("AttributeError", "a bug in the loop")

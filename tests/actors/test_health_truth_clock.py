@@ -39,8 +39,8 @@ from inferactors import (
     Supervision,
     open_runtime,
 )
-from inferactors._actors.instance_book import UNHEALTHY_KILL_AFTER_S
-from inferactors._actors.instance_probing import CONFIRM_EVERY_S
+from inferactors._actors.instance.probing import CONFIRM_EVERY_S
+from inferactors._actors.instance.step import UNHEALTHY_KILL_AFTER_S
 from inferactors._edges.probe import Prober, ProberFactory
 from inferactors._errors import BackendError, RequestRefused
 from inferactors._flavor import InferFlavor as Flavor

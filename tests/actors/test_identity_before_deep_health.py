@@ -1,6 +1,6 @@
 """Tests of issue 8 item 6: after our server is gone, nothing we send reaches whoever holds
 its port now. The listener's identity is re-checked right before each deep health
-(``InstanceWork.ensure_ours``); a managed server that is not running is neither asked for
+(``Probing.ensure_ours``); a managed server that is not running is neither asked for
 a token nor probed; an impostor on a live server's port is refused by name, and no
 completion request ever reaches it.
 

@@ -34,7 +34,7 @@ from inferactors import (
     ResolvedModel,
     open_runtime,
 )
-from inferactors._actors.ollama_book import ollama_tag_of
+from inferactors._actors.ollama.state import ollama_tag_of
 from inferactors._config.config import ControlMode
 from inferactors._policy.admission import Plan
 from inferactors.testing._fake_ollama import FakeOllama, open_fake_ollama

@@ -35,7 +35,7 @@ from inferactors import (
     StopReason,
     open_runtime,
 )
-from inferactors._actors.instance_work import RECORD_REFRESH_S
+from inferactors._actors.instance.exposure import RECORD_REFRESH_S
 from inferactors._models.registry import ModelRegistry
 from inferactors.testing import FakeFleet
 

@@ -11,8 +11,8 @@ import trio
 import trio.testing
 
 from actors.monitor_support import Script, drain, probing
-from inferactors._actors.instance_msgs import Probed
-from inferactors._actors.probe_look import NO_VERDICT_LIMIT
+from inferactors._actors.instance.messages import Probed
+from inferactors._actors.instance.probing import NO_VERDICT_LIMIT
 from inferactors._policy.probe_parse import Unreachable, Up
 from inferactors._policy.probe_schedule import RUNNING_PROBE_S
 

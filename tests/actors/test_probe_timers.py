@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 from actors.monitor_support import Script, StandIn, drain, probing
-from inferactors._actors.instance_msgs import Probed
+from inferactors._actors.instance.messages import Probed
 from inferactors._policy.probe_schedule import RUNNING_PROBE_S
 
 INSTANCES = 100

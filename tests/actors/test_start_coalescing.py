@@ -4,7 +4,7 @@ Real processes (the helper server, ``tests/helpers/runtime_server.py``) under a 
 runtime: every caller of concurrent starts gets the one outcome (the same success, the same
 error), concurrent stops all get the run's evidence, and a caller cancelled mid-spawn
 aborts the start (the server stopped once spawned: Exited, ``requested``, not counted)
-unless another caller still waits, which then gets the outcome (``_actors/start_calls.py``).
+unless another caller still waits, which then gets the outcome (``_actors/instance/step.py``).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import trio
 
 from inferactors import open_runtime
 from inferactors._actors.admission import make_plan
-from inferactors._actors.instance_pin import PinHold, pin_for_spawn
+from inferactors._actors.instance.pins import PinHold, pin_for_spawn
 from inferactors._config.config import InferConfig
 from inferactors._config.spec import InferenceSpec, ServeArgs
 from inferactors._edges.bundle import Edges

@@ -23,7 +23,7 @@ import trio
 from edges.hostile_server_support import Reply, hostile_server
 from inferactors import InferConfig, InferenceSpec, InferFlavor, ServeArgs, open_runtime
 from inferactors._actors.messages import Reply as Answer
-from inferactors._actors.ollama_work import OllamaWork, open_ollama_client, survey
+from inferactors._actors.ollama.work import OllamaWork, open_ollama_client, survey
 from inferactors._edges.ollama_client import OllamaClient
 from inferactors._edges.probe import ProbeClient
 from inferactors._errors import DeepHealthTimeout

@@ -1,16 +1,15 @@
 """Capabilities: what a runtime can claim, only after a probe found it.
 
-Source: seed-behaviour.md section 7, "Capabilities", and checklist items 32 to 35. Nothing
-is claimed before `probe_capabilities` runs. A managed llama.cpp or mlx-lm runtime needs an
+Nothing is claimed before `probe_capabilities` runs. A managed llama.cpp or mlx-lm runtime needs an
 executable server program and, when a version probe is configured (llama.cpp: the server's
 ``--version`` by default), a zero exit from it; its first output line (at most 120
-characters) is the version. mlx-lm's version is its package version (issue 4, item 4):
+characters) is the version. mlx-lm's version is its package version:
 asked of the Python the serve program's ``#!`` line names, else read from our own
 environment. An adopted runtime claims only a server that answers Up or Loading on
 ``127.0.0.1`` at the probe port (a 500 or a dead port claims nothing).
 
 Every probe program runs as the servers' ``run_as`` with their containment
-(``_edges/version_probe.py``, issue 8 item 7); as root without ``run_as`` nothing is run
+(``_edges/version_probe.py``); as root without ``run_as`` nothing is run
 and nothing is claimed, since no server could be started either.
 """
 
@@ -92,7 +91,7 @@ async def managed_version(flavor: InferFlavor, managed: ManagedConfig) -> tuple[
 
 
 async def _mlx_version(program: Path, managed: ManagedConfig) -> tuple[bool, str | None]:
-    """mlx-lm's package version as ``"mlx-lm 0.32.2"`` (issue 4, item 4; checklist 35).
+    """mlx-lm's package version as ``"mlx-lm 0.32.2"``.
 
     A serve program whose ``#!`` line names a Python (``#!/venv/bin/python3``, or
     ``#!/usr/bin/env python3``) runs that interpreter, so that interpreter is asked, as a
@@ -135,7 +134,7 @@ def python_of(program: Path) -> tuple[str, ...] | None:
 async def _run_version_probe(
     argv: tuple[str, ...], managed: ManagedConfig
 ) -> tuple[bool, str | None]:
-    """Run ``argv`` as the servers' ``run_as`` with their containment (issue 8 item 7)."""
+    """Run ``argv`` as the servers' ``run_as`` with their containment."""
     try:
         run_as = resolve_run_as(managed.run_as) if managed.run_as else None
     except InvalidConfig:

@@ -1,6 +1,6 @@
-"""Is the listener on a managed server's port still ours? (FC-14; issue 8 item 6.)
+"""Is the listener on a managed server's port still ours?
 
-The instance's workers (``instance_work``) ask before they trust a reply (the monitor's
+The instance's workers (``instance/probing.py``) ask before they trust a reply (the monitor's
 identity check) and before they send anything that matters (`ensure_ours`, right before
 each deep health and each watchdog token), so nothing goes to whoever holds the port after
 our server is gone.
@@ -23,7 +23,7 @@ async def listener_owner(
 
     Our own tree holding the exact binding settles it (the kernel routes to it); else the
     socket table's owner must be in our group, or be a descendant that left it (a ``setsid``
-    wrapper's server, issue 8 item 8). A descendant outside the group is ours for identity,
+    wrapper's server). A descendant outside the group is ours for identity,
     but it is tracked by pid from then on (`ManagedProcess.track_descendants`, so a stop
     reaches it) and the status says so. A table that names nobody (no permission to see)
     contradicts nothing: ``(True, None)``. Identity is settled once per listener: the
@@ -65,8 +65,7 @@ async def wrong_family(net: NetScanner, spec: InferenceSpec, report: ServerRepor
     """When ``report`` is a refused probe and ``spec``'s port listens only on the other
     address family (``::1`` while we probe 127.0.0.1, or the reverse), that configuration
     error in words (`health_truth.misbound`); else None. Reads the socket table (a
-    per-port kernel dump, under 1 ms) only for a refusal, never for a timeout (issue 9
-    item 5)."""
+    per-port kernel dump, under 1 ms) only for a refusal, never for a timeout."""
     health = report.health
     if not isinstance(health, Unreachable) or "no complete reply" in health.why:
         return None

@@ -67,6 +67,15 @@ class Crash:
 
 
 @attrs.frozen
+class Crashed:
+    """An actor crashed (an exception nobody foresaw in its loop or a worker): the mailbox
+    emitted `InstanceCrashed`, cancelled the cancellable workers and answered their callers;
+    the actor's rules reset it (a message to its ``step``)."""
+
+    crash: Crash
+
+
+@attrs.frozen
 class _WorkerCrashed:
     """Posted by a worker that raised; the loop resets the actor when it takes it."""
 
@@ -192,10 +201,7 @@ class Mailbox:
             self._workers.pop(scope, None)
 
     async def _post(self, message: object) -> None:
-        try:
-            await self.inbox.send(message)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass  # the actor is ending anyway
+        await post(self.inbox, message)
 
     def close(self) -> None:
         """End `run`: the loop stops and every worker is cancelled."""
@@ -231,6 +237,15 @@ class Mailbox:
                 break
             _refuse_reply(message, gone)
         self._receive.close()
+
+
+async def post(inbox: trio.MemorySendChannel[object], message: object) -> None:
+    """Send ``message`` to an actor's ``inbox`` (a worker's result); nothing when the actor
+    is gone: its teardown answered everyone."""
+    try:
+        await inbox.send(message)
+    except (trio.ClosedResourceError, trio.BrokenResourceError):
+        pass
 
 
 def _refuse_reply(message: object, error: InferactorsError) -> None:

@@ -1,8 +1,8 @@
 """Commands, replies and the request/reply helper of the actor tree.
 
 A caller sends a frozen command carrying a fresh reply channel and awaits exactly one
-`Reply` on it; the actor answers every command it receives, with a value or a typed error
-(style.md, "Actors"). Nothing here does I/O.
+`Reply` on it; the actor answers every command it receives, with a value or a typed error.
+Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import trio
 
 from .._edges.capture import RunEvidence
 from .._errors import BackendError, InferactorsError
-from .._events import Event
+from .._events import Event, StopReason
 from .._policy.admission import Plan
 from .._policy.probe_parse import CompletionResult, ServerReport
 from .._status import InstanceStatus
@@ -90,8 +90,13 @@ class Start:
 
 @attrs.frozen
 class Stop:
+    """Stop the server: TERM its group, KILL it after ``grace_s`` seconds; the answer is
+    its exit's evidence. ``reason`` is what its `ProcessExited` reports (an operator's
+    stop: ``requested``); any stop leaves the server stopped until the next start."""
+
     grace_s: float
     reply: ReplyTo[RunEvidence]
+    reason: StopReason = StopReason.REQUESTED
 
 
 @attrs.frozen

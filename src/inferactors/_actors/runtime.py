@@ -3,8 +3,8 @@
 The facade holds no lock and no instance state: each method sends a command to the
 supervisor actor (which routes instance commands to the instance's actor) and awaits the
 reply, except the status queries (``runtime_status``), which read the status board the
-actors publish to. The API follows seed-behaviour.md section 7 (the ``WorkloadRuntime``
-contract) for one flavor in one mode; all durations are float seconds.
+actors publish to. One runtime drives one flavor in one mode; all durations are float
+seconds.
 
 Usage::
 
@@ -64,7 +64,7 @@ from .messages import (
     Unload,
     call,
 )
-from .ollama_actor import OllamaActor
+from .ollama import OllamaActor
 from .runtime_logs import RuntimeLogs
 from .runtime_status import InstanceHandle as InstanceHandle
 from .runtime_status import RuntimeStatus, id_of
@@ -77,11 +77,11 @@ DEFAULT_STOP_GRACE_S = 10.0
 
 PROBING = 32
 """Loads (their admission) and adopted starts (their confirming probe) of one runtime that
-run at once; more wait. A thousand at once would time out on their own CPU (issue 11)."""
+run at once; more wait. A thousand at once would time out on their own CPU."""
 
 
 class NetworkExposure(enum.Enum):
-    """How far a runtime's servers may be reachable (checklist item 31)."""
+    """How far a runtime's servers may be reachable."""
 
     NONE = "none"
     LAN = "lan"
@@ -102,14 +102,14 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
     registry: ModelRegistry | None  # where its models resolve (None when adopted)
     _edges: Edges
     reaped_orphans: tuple[ReapedOrphan, ...] = ()
-    """What start-up found of servers an earlier life left behind in ``data_root`` (FC-13)."""
+    """What start-up found of servers an earlier life left behind in ``data_root``."""
     _capabilities: tuple[Capability, ...] = ()
     _board: StatusBoard = attrs.Factory(StatusBoard)  # the supervisor's: read by status()
     _probing: trio.CapacityLimiter = attrs.Factory(lambda: trio.CapacityLimiter(PROBING))
 
     @property
     def id(self) -> str:
-        """``infer.<x>`` when managed, ``infer.<x>.adopted`` when adopted (checklist 1)."""
+        """``infer.<x>`` when managed, ``infer.<x>.adopted`` when adopted."""
         return self.config.adapter_id
 
     @property
@@ -120,7 +120,7 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
     @property
     def network_exposure(self) -> NetworkExposure:
         """NONE when managed (loopback enforced); LAN when adopted, whose bind we cannot
-        choose (checklist item 31)."""
+        choose."""
         return NetworkExposure.NONE if self.config.managed else NetworkExposure.LAN
 
     def provides(self) -> tuple[Capability, ...]:
@@ -128,7 +128,7 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
         return self._capabilities
 
     async def probe_capabilities(self) -> tuple[Capability, ...]:
-        """Probe and remember what this runtime can offer (checklist items 32 to 35)."""
+        """Probe and remember what this runtime can offer."""
         self._capabilities = await probe_capabilities(self.config, self._edges.open_prober)
         return self._capabilities
 
@@ -199,7 +199,7 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
     async def restart(self, handle: InstanceHandle, grace_s: float = DEFAULT_STOP_GRACE_S) -> None:
         """Stop the server if it runs (a "not running" answer is fine), then start it.
 
-        The restart budget is kept, as for a plain start (checklist items 51, 56).
+        The restart budget is kept, as for a plain start.
         """
         try:
             await self.stop(handle, grace_s)
@@ -216,11 +216,11 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
 
     async def unload(self, handle: InstanceHandle) -> None:
         """Forget the instance; a managed server is stopped (5 s grace) and its directory
-        deleted. An adopted server is left untouched (checklist item 22)."""
+        deleted. An adopted server is left untouched."""
         await call(self._supervisor, partial(Unload, id_of(handle)))
 
     async def adopt(self, handle: InstanceHandle, spec: InferenceSpec) -> InstanceHandle:
-        """Re-register an adopted server under ``handle``'s id (checklist item 72).
+        """Re-register an adopted server under ``handle``'s id.
 
         Raises:
             Unsupported: in managed mode, where a lost process cannot be recovered.
@@ -266,7 +266,7 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
         return (await self._plan_of(handle)).spec.base_url()
 
     async def served_model(self, handle: InstanceHandle) -> str | None:
-        """The registry name when managed, the spec's model when adopted (checklist 71)."""
+        """The registry name when managed, the spec's model when adopted."""
         return (await self._plan_of(handle)).served_model
 
     async def stop_all(self, grace_s: float = DEFAULT_STOP_GRACE_S) -> None:

@@ -1,12 +1,12 @@
 """The supervisor actor: owns the instance actors, routes commands, enforces restarts.
 
 It keeps the instance table and every instance's restart budget (the only writer of
-both), refuses a second instance on an ip:port that a managed instance uses (checklist item
-30), forwards each instance command to its actor's inbox in arrival order, and fans events
-out to subscribers. Events from instance actors reach it through its own inbox (`Notify`),
-so it decides about a crash the moment the exit is observed, with no caller's poll
-(FC-10). Every handler is synchronous; restarts wait in their own tasks. It keeps the
-status board (``status_board``) with its table: attached at load, detached at unload.
+both), refuses a second instance on an ip:port that a managed instance uses, forwards each
+instance command to its actor's inbox in arrival order, and fans events out to subscribers.
+Events from instance actors reach it through its own inbox (`Notify`), so it decides about a
+crash the moment the exit is observed, with no caller's poll. Every handler is synchronous;
+restarts wait in their own tasks. It keeps the status board (``status_board``) with its
+table: attached at load, detached at unload.
 
 A crash stays inside its instance (OTP's one_for_one): an instance actor contains the
 exceptions of its loop and workers itself (``mailbox``); a managed server it stops reports
@@ -86,7 +86,7 @@ class Actor(Protocol):
 INBOX_SIZE = 64
 EVENT_BUFFER = 1024
 UNLOAD_GRACE_S = 5.0
-"""Grace given to a managed server stopped by an unload (seed-behaviour section 4)."""
+"""Grace given to a managed server stopped by an unload."""
 
 
 @attrs.define(eq=False)
@@ -253,7 +253,7 @@ class Supervisor:
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             refuse(command.reply, _unknown(actor.instance_id))  # type: ignore[attr-defined]
 
-    # Restarts (checklist items 50 to 57; OTP restart types and intensity).
+    # Restarts (OTP restart types and intensity).
 
     def _on_reset(self, command: ResetRestarts) -> None:
         budget = self._budgets.get(command.instance_id)
@@ -345,7 +345,7 @@ class Supervisor:
         if isinstance(done.error, InvalidState | UnknownInstance):
             self._annotate(done.instance_id, None)  # stopped or unloaded meanwhile
             return
-        if isinstance(done.error, PinMismatch):  # held down by its actor: not a crash (issue 8)
+        if isinstance(done.error, PinMismatch):  # held down by its actor: not a crash
             self._annotate(done.instance_id, None)
             return
         now = trio.current_time()

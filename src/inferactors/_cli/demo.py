@@ -30,7 +30,8 @@ from .output import StatusRow, describe_event, evidence_block, stamp, status_tab
 
 DEMO_MODEL = "tiny-llama"
 UNPRIVILEGED_USER = "nobody"
-"""Who the demo's server runs as when the demo runs as root (root is refused: issue 3)."""
+"""Who the demo's server runs as when the demo runs as root (a managed server never runs
+as root)."""
 READY_TIMEOUT_S = 120.0
 STOP_GRACE_S = 5.0
 

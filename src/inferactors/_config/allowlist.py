@@ -5,9 +5,7 @@ from a list per flavor are accepted (`flag_rules.FLAG_RULES`), each followed by 
 number of values it takes, each value checked by its flag's rule. Host, port, model, draft,
 context size and KV cache type are set by inferactors itself and are on no list; a flag that
 takes a path or a secret is refused with the typed field to use instead. Whether the binary
-at hand knows a flag is checked at admission (``_policy/help_flags.py``). Source:
-seed-behaviour.md section 1 ("extra_args allowlist", "The validation walk"), checklist
-items 8-11, issue 9 item 4.
+at hand knows a flag is checked at admission (``_policy/help_flags.py``).
 """
 
 from __future__ import annotations
@@ -200,7 +198,7 @@ _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+:-]{0,127}")
 def check_typed_fields(
     flavor: InferFlavor, mmproj: str | None, lora: Sequence[str], api_key_file: str | None
 ) -> None:
-    """Check the typed fields that replace path and secret flags (issue 9 item 4).
+    """Check the typed fields that replace path and secret flags.
 
     Raises:
         InvalidConfig: ``serve.mmproj`` or a ``serve.lora[i]`` that is not a registry name

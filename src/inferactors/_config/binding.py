@@ -1,8 +1,8 @@
 """Which addresses a server's bind takes, and when two binds collide (pure).
 
-One rule serves the run file's validation (two instances on one ip:port are refused,
-issue 8 item 10) and the occupied-port check before a launch (``_edges/netcheck.py``,
-item 6), so the two can never disagree:
+One rule serves the run file's validation (two instances on one ip:port are refused)
+and the occupied-port check before a launch (``_edges/netcheck.py``), so the two can
+never disagree:
 
 - ``localhost`` and ``::1`` take both loopback families, ``127.0.0.1`` and ``::1``: a client
   that says "localhost" reaches either (``/etc/hosts`` lists both), so a foreign listener on

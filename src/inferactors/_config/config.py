@@ -1,9 +1,8 @@
 """Runtime configuration: restart policy, managed settings, per-runtime and per-instance configs.
 
 Pure values with ``validate()`` methods, and the field checks they share; the run file's
-classes (`RunConfig`, `ManagedSection`, `RunInstance`) are in `_runfile`, and loading them
-from TOML is `_convert`'s job. All durations are float seconds. Source: seed-behaviour.md
-section 1 ("Config") and checklist item 15.
+classes (`RunConfig`, `ManagedSection`, `RunInstance`) are in `runfile`, and loading them
+from TOML is `convert`'s job. All durations are float seconds.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from .server_logs import ServerLogs
 DEFAULT_PASSTHROUGH: tuple[str, ...] = ()
 """Environment variables handed from the supervisor to a managed server by default: none.
 A server gets its own instance directory as HOME and a minimal PATH (``_policy/launch.py``),
-never the supervisor's (root's, perhaps; issue 8 item 7); name them to pass them on."""
+never the supervisor's (root's, perhaps); name them to pass them on."""
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _USER_NAME = re.compile(r"[a-z_][a-z0-9_.-]*\$?")
@@ -57,8 +56,8 @@ class RestartPolicy:
     """How often and how fast a crashed managed server is restarted.
 
     Attributes:
-        max_restarts: Restarts allowed before giving up (the budget; seed-behaviour
-            section 1), refilled once the server stays up for ``stable_after_s``.
+        max_restarts: Restarts allowed before giving up (the budget), refilled once the
+            server stays up for ``stable_after_s``.
         base_s: Delay before the first restart, seconds.
         cap_s: Longest delay, seconds.
         stable_after_s: Seconds a server must stay up before the budget is refilled.
@@ -83,7 +82,7 @@ class RestartPolicy:
         """Seconds to wait before restart number ``n`` (0-based).
 
         ``min(base_s * 2**min(n, 16), cap_s)``; with base 2 s and cap 10 s that gives
-        2, 4, 8, 10, 10. Source: seed-behaviour.md section 1, ``delay(n)``.
+        2, 4, 8, 10, 10.
         """
         return min(self.base_s * (1 << min(max(n, 0), 16)), self.cap_s)
 
@@ -219,7 +218,7 @@ class InferConfig:
     @property
     def adapter_id(self) -> str:
         """``infer.llamacpp`` when managed, ``infer.llamacpp.adopted`` when adopted (likewise
-        for the other flavors). Source: seed-behaviour.md checklist item 1."""
+        for the other flavors)."""
         suffix = ".adopted" if self.mode is ControlMode.ADOPTED else ""
         return self.flavor.id + suffix
 
@@ -239,7 +238,7 @@ class InferConfig:
 
 @attrs.frozen
 class Watchdog:
-    """The deep-health watchdog of one instance (issue 3; FC-04, FC-05, FC-07).
+    """The deep-health watchdog of one instance.
 
     Every ``interval_s`` seconds while the server is up, ask it for one token with a
     ``timeout_s`` deadline; after ``failures`` failures in a row report it unhealthy and,
@@ -269,8 +268,7 @@ class Supervision:
     Attributes:
         restart: the restart policy (default: ``ManagedConfig.restart``).
         readiness_timeout_s: seconds a started server may take to answer Up before it is
-            killed and counted as a failure (default: ``ManagedConfig.readiness_timeout_s``;
-            FC-01, FC-02, FC-06).
+            killed and counted as a failure (default: ``ManagedConfig.readiness_timeout_s``).
         watchdog: the deep-health watchdog, off when None.
         deep_timeout_s: seconds one deep health may take (the probe and the one-token
             completion together): readiness's first token, a `deep_health` call, and the
@@ -309,7 +307,7 @@ class Supervision:
 
 def check_env(field: str, env: Sequence[tuple[str, str]]) -> None:
     """Raise `InvalidConfig` (``field[i]``) for a bad name, a ``LLAMA_ARG_*`` name (llama-server
-    reads those as flags; server-apis.md section 1) or a value containing NUL."""
+    reads those as flags) or a value containing NUL."""
     for index, (name, value) in enumerate(env):
         _check_env_name(f"{field}[{index}]", name)
         if "\x00" in value:
@@ -335,7 +333,7 @@ def _check_env_name(field: str, name: str) -> None:
 
 def check_run_as(field: str, run_as: str | None) -> None:
     """Raise `InvalidConfig` unless ``run_as`` is None, a user name other than root, or
-    ``uid[:gid]`` with uid (and gid) not 0. Source: checklist item 45 (uid 0 is refused)."""
+    ``uid[:gid]`` with uid (and gid) not 0 (a managed server never runs as root)."""
     if run_as is None:
         return
     ids = _IDS.fullmatch(run_as)

@@ -1,11 +1,10 @@
 """Loading config text (TOML, JSON) into inferactors' frozen values, and specs back to JSON.
 
-Parsed TOML or JSON goes through the one converter (`_convert_hooks.converter`) into
+Parsed TOML or JSON goes through the one converter (`convert_hooks.converter`) into
 `InferenceSpec` and `RunConfig`. Every failure is `InvalidConfig` whose message names the
 path, e.g. ``$.instances[0].serve.port: expected int, got string``; a syntax error names the
-line. Structured specs and run files are then ``validate()``d. Source: style.md (one
-converter, transform_error-style paths); seed-behaviour.md section 1 (unknown keys refused;
-empty and default fields skipped when serializing).
+line. Structured specs and run files are then ``validate()``d. Unknown keys are refused;
+fields that are empty or at their default are left out when serializing.
 
 Hostile text is refused the same way, never with a traceback: JSON goes through the one safe
 parser (`inferactors._safe_json.parse_json`: depth, duplicate keys, huge integers), and

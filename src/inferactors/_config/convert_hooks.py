@@ -4,9 +4,8 @@ A single cattrs converter, strict about types (no ``"8090"`` for an int, no ``tr
 number, no string where a list belongs) and about keys (unknown keys are refused), with the
 hooks that make it so, and `describe_error`, which turns its failures into lines that name
 the path, e.g. ``$.instances[0].serve.port: expected int, got string``. Reading text and
-validating what it yields is `_convert`'s job. Source: style.md (one converter,
-transform_error-style paths); seed-behaviour.md section 1 (unknown keys refused; empty and
-default fields skipped when serializing).
+validating what it yields is `convert`'s job. Unknown keys are refused; fields that are
+empty or at their default are left out when serializing.
 """
 
 from __future__ import annotations

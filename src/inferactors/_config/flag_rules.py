@@ -1,7 +1,7 @@
 """The ``serve.extra_args`` allowlist as data: each flag, its flavors and its value rule
 (pure; the walk that applies it is ``allowlist.py``).
 
-Issue 9 item 4. Every spelling was checked against the ``--help`` of the pinned servers
+Every spelling was checked against the ``--help`` of the pinned servers
 (``tests/policy/help_texts/``); a spelling some builds lack (``--mlock``, ``--no-mmap``) is
 listed, and admission refuses it when the binary at hand does not list it
 (``_policy/help_flags.py``). Flags that take a path or a secret are never accepted raw:

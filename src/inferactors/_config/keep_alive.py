@@ -4,7 +4,7 @@ Ollama takes a JSON number as whole seconds (``int(t) * time.Second``: negative 
 forever, and a number above `MAX_KEEP_ALIVE_S` overflows Go's int64 nanoseconds) and a
 string as a Go duration (``time.ParseDuration``, which refuses one beyond int64
 nanoseconds); ``"-1"`` and ``"3600"`` are read by us as that int and sent as a number
-(``_policy/ollama_parse.keep_alive_json``; issue 9 item 7). So an int, a numeric string and
+(``_policy/ollama_parse.keep_alive_json``). So an int, a numeric string and
 a duration string are bounded alike. A managed model must also stay loaded: a keep_alive
 under one second (``0``, ``"0s"``, ``"300ms"``) would unload it at once
 (`check_managed_keep_alive`).
@@ -35,7 +35,7 @@ def check_keep_alive(field: str, keep_alive: str | int) -> None:
     """Raise `InvalidConfig` naming ``field`` unless Ollama accepts ``keep_alive``: an int
     or a string of whole seconds (``"-1"``, ``"3600"``) within ±`MAX_KEEP_ALIVE_S`, or a Go
     duration string (``"30m"``, ``"1h30m"``, ``"-1m"``, ``"0"``) within Go's int64
-    nanoseconds (server-apis.md section 3). A bool or a float is refused (whole seconds)."""
+    nanoseconds. A bool or a float is refused (whole seconds)."""
     _nanoseconds(field, keep_alive)
 
 

@@ -1,7 +1,7 @@
 """The CLI's run file: `RunConfig`, its ``[managed]`` section and its ``[[instances]]``.
 
 Pure values with ``validate()`` methods, built from the per-runtime settings of `_config`
-(`ManagedConfig`, `InferConfig`, `Supervision`); loading them from TOML is `_convert`'s job.
+(`ManagedConfig`, `InferConfig`, `Supervision`); loading them from TOML is `convert`'s job.
 All durations are float seconds. The run file is inferactors' own (no seed counterpart).
 """
 
@@ -180,10 +180,10 @@ def check_roles(instances: Sequence[RunInstance]) -> None:
 
 
 def check_endpoints(instances: Sequence[RunInstance]) -> None:
-    """Refuse two instances on one ip:port, whatever their flavors and modes (issue 8 item 10).
+    """Refuse two instances on one ip:port, whatever their flavors and modes.
 
     Ports are the specs' (the flavor's default when unset); addresses collide as
-    `_binding.hosts_collide` says (``localhost`` and ``::1`` take both loopback families).
+    `binding.hosts_collide` says (``localhost`` and ``::1`` take both loopback families).
 
     Raises:
         InvalidConfig: ``$.instances[1].serve.port: 8080 on 127.0.0.1 is already used by

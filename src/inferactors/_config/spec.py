@@ -1,8 +1,8 @@
 """What one inference instance should serve, and how it is checked (pure; no I/O).
 
 An `InferenceSpec` names a role, a runtime flavor, an optional registry model and the
-server's arguments. `InferenceSpec.validate` applies every rule of seed-behaviour.md
-section 1 in the reference's order; each failure is `InvalidConfig` whose message begins
+server's arguments. `InferenceSpec.validate` applies every rule, in the
+order `InferenceSpec.validate` lists; each failure is `InvalidConfig` whose message begins
 with the field path (``role``, ``serve.host``, ``serve.extra_args[3]``, ``memory.kv_budget_bytes``).
 """
 
@@ -33,8 +33,6 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 def valid_token(s: str, max_len: int) -> bool:
     """Whether ``s`` is a plain token: 1 to ``max_len`` characters, the first one from
     ``[A-Za-z0-9]``, the rest from ``[A-Za-z0-9._+:-]``.
-
-    Source: seed-behaviour.md section 1, ``valid_token``.
     """
     return 0 < len(s) <= max_len and _TOKEN.fullmatch(s) is not None
 
@@ -88,8 +86,6 @@ class ServeArgs:
 @attrs.frozen
 class InferenceSpec:
     """One inference instance: what to serve, where, and with which arguments.
-
-    Source: seed-behaviour.md section 1 (``InferenceSpec``, ``ServeArgs``).
 
     Attributes:
         role: Plain token (1-64 chars) naming the instance's job, e.g. ``planner``.
@@ -165,7 +161,7 @@ class InferenceSpec:
         return f"http://{host}:{self.port()}"
 
     def validate(self) -> None:
-        """Check every rule, in the order of seed-behaviour.md section 1 (``validate()``).
+        """Check every rule, in the order below; the first one broken is raised.
 
         Order: role, model and draft names, host then port, ctx, kv_quant, draft flavor,
         extra_args allowlist, mmproj, lora and api_key_file, memory caps, excludes, api.

@@ -1,6 +1,6 @@
 """A linear scan of TOML text for nesting too deep, run BEFORE tomllib sees the text.
 
-Issue 8 item 3. tomllib recurses once per nested array or inline table, and a dotted key
+tomllib recurses once per nested array or inline table, and a dotted key
 of n segments (``a.a.a...=1``, or a ``[a.a.a...]`` header) costs it time and memory that
 grow faster than n: a 200 KB key 100,000 segments deep took over 120 s and 21 GB. So the
 depth is judged on the text first, in one pass: table-header segments (plus one for an

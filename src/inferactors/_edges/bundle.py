@@ -86,13 +86,13 @@ class Containment(Protocol):
         ...
 
     async def record(self, launch: Launch, pid: int, port: int) -> None:
-        """Write the server's ``server.json`` so a later life can reap it (FC-13). Never
+        """Write the server's ``server.json`` so a later life can reap it. Never
         raises: a record not written is a missing safety net, not a failed spawn."""
         ...
 
     async def refresh(self, launch: Launch, pid: int) -> None:
         """Bring that record's group members up to date while the server runs, so a
-        forking wrapper's server is found again after a supervisor SIGKILL (issue 8)."""
+        forking wrapper's server is found again after a supervisor SIGKILL."""
         ...
 
     async def forget(self, launch: Launch, pid: int) -> None:
@@ -103,7 +103,7 @@ class Containment(Protocol):
 
 @attrs.frozen
 class SystemContainment:
-    """The real `Containment`: ``os.geteuid``, ``_containment``'s checks, ``_orphans``'
+    """The real `Containment`: ``os.geteuid``, ``containment``'s checks, ``orphans``'
     records, each file operation in a worker thread."""
 
     def euid(self) -> int:
@@ -129,7 +129,7 @@ class SystemContainment:
         try:
             await trio.to_thread.run_sync(partial(remove_record, launch.cwd, pid=pid))
         except (OSError, BackendError):
-            pass  # a record left behind is reaped as stale by a later life (FC-13)
+            pass  # a record left behind is reaped as stale by a later life
 
 
 def _prepare(launch: Launch, run_as: RunAs | None, files: Sequence[Path]) -> None:

@@ -2,11 +2,10 @@
 
 Pure values and pure logic, no I/O: `OutputCapture` folds the chunks a reader task receives
 into a bounded record, `describe_exit` splits a returncode, and `RunEvidence` is the frozen
-record that `ManagedProcess` (in ``_process.py``) hands back when a process is gone.
+record that `ManagedProcess` (in ``process.py``) hands back when a process is gone.
 
-Sizes follow the reference (seed-behaviour.md section 4, "Supervised"; checklist item 44):
-the first 1 MiB of each stream is kept and the total is counted. A 4 KiB tail of each stream
-is kept as well, because a crashing server prints its reason last.
+The first 1 MiB of each stream is kept and the total is counted. A 4 KiB tail of each
+stream is kept as well, because a crashing server prints its reason last.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import attrs
 import blake3
 
 HEAD_LIMIT_BYTES = 1 << 20
-"""How many leading bytes of each stream are kept (1 MiB, checklist item 44)."""
+"""How many leading bytes of each stream are kept (1 MiB)."""
 
 TAIL_LIMIT_BYTES = 4096
 """How many trailing bytes of each stream are kept for display (4 KiB)."""
@@ -137,11 +136,11 @@ class RunEvidence:
         runtime: The adapter id that ran the process (set by the caller, see `owned_by`).
         instance_id: The instance the process served (set by the caller).
         killed_after_grace: True when a stop had to send SIGKILL because the leader was still
-            alive after its grace period (FC-05, FC-11), or because the stop was cancelled.
+            alive after its grace period, or because the stop was cancelled.
         output_eof: False when a pipe was still open 2 s after the exit: something that left
             the process group kept the server's stdout or stderr open.
         escaped: Descendants that had left the process group (a ``setsid`` wrapper's
-            server), tracked by pid and stopped with the group (issue 8 item 8).
+            server), tracked by pid and stopped with the group.
         survivors: Those of them still alive after the SIGKILL: the stop was not clean.
     """
 

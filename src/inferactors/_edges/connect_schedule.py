@@ -1,7 +1,7 @@
-"""When each server's exposure connect check is next due (`SystemNetScanner`, issue 11).
+"""When each server's exposure connect check is next due (`SystemNetScanner`).
 
 The kernel's socket table answers "is it listening beyond loopback?" every 200 ms; the
-connect check (seed-behaviour.md section 4) catches what the table cannot show (a forwarded
+connect check catches what the table cannot show (a forwarded
 port) and so runs far less often, spread so that servers started together never connect
 together.
 """

@@ -1,15 +1,14 @@
 """Containment: which user a managed server runs as, and whether that user can reach its files.
 
-Sources: seed-behaviour.md section 4 ("Supervised": root without ``run_as`` is refused, uid 0
-is refused, the child drops to ``run_as`` before exec), checklist item 45, and issue 3 item 6
-(the instance directory, the model files and the server program must be reachable by that
-user, and the error says exactly which one is not).
+Root without ``run_as`` is refused, uid 0 is refused, and the child drops to ``run_as``
+before exec; the instance directory, the model files and the server program must be
+reachable by that user, and the error says exactly which one is not.
 
 `resolve_run_as` turns the config's ``run_as`` text into ids (reads the user database);
 `require_unprivileged` is the refusal to run a server as root; `check_reachable` walks the
 permission bits the way the kernel does for that user (``os.stat`` only; `os.access` would
 answer for the caller, which is root); `prepare_instance_dir` hands the instance directory
-to the user. The child side (setgroups, setgid, setuid) is in ``_spawn.py``.
+to the user. The child side (setgroups, setgid, setuid) is in ``spawn.py``.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ def resolve_run_as(spec: str) -> RunAs:
 
     Raises:
         InvalidConfig: ``"run_as must name a non-root user"`` for uid 0 (or gid 0, root's
-            group; checklist item 45); an unknown user name; a bare uid with no user entry
+            group); an unknown user name; a bare uid with no user entry
             (give ``uid:gid``); an id out of range.
     """
     ids = _IDS.fullmatch(spec)
@@ -85,7 +84,7 @@ def _from_entry(entry: pwd.struct_passwd) -> RunAs:
 def check_reachable(
     run_as: RunAs, *, directory: Path, files: Sequence[Path], program: Path
 ) -> None:
-    """Check that ``run_as`` can use everything a managed server needs (issue 3, item 6).
+    """Check that ``run_as`` can use everything a managed server needs.
 
     For that user's uid, gid and supplementary groups, every directory on each path must be
     searchable; the ``files`` (model shards) readable; the ``program`` an executable regular
@@ -200,8 +199,8 @@ def prepare_instance_dir(path: Path, run_as: RunAs | None) -> None:
 
     With ``run_as`` the directory becomes owned by ``run_as.uid:run_as.gid`` with mode 0700
     (the server's private workspace; root still writes the ``server.json`` record there, see
-    ``_orphan_record.py``). Only the directory itself changes hands, not what it already holds.
-    Call it before `check_reachable` and before the spawn (issue 3, item 6).
+    ``orphan_record.py``). Only the directory itself changes hands, not what it already holds.
+    Call it before `check_reachable` and before the spawn.
 
     Raises:
         BackendError: the directory cannot be created or changed, or ``path`` is a symbolic

@@ -1,4 +1,4 @@
-"""Descendants of a managed server that left its process group (issue 8 item 8).
+"""Descendants of a managed server that left its process group.
 
 A wrapper that runs ``setsid llama-server "$@" & wait`` (llama-swap #804) puts the real
 server in a session and process group of its own: a signal to our group never reaches

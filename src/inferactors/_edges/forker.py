@@ -1,4 +1,4 @@
-"""The forker: the one thread every managed server is forked from (issue 11).
+"""The forker: the one thread every managed server is forked from.
 
 Linux sends a child its parent-death signal when the *thread* that forked it ends. trio's
 worker threads end after 10 s idle, and forking in the trio thread blocks the event loop

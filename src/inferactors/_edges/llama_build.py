@@ -1,8 +1,8 @@
 """Find a real llama-server, or build the pinned one once into a per-user cache.
 
-Order (issue 2, item 2): ``$INFERACTORS_LLAMA_SERVER`` if set, else ``llama-server`` on
+Order: ``$INFERACTORS_LLAMA_SERVER`` if set, else ``llama-server`` on
 ``PATH``, else the cached build of the llama.cpp source pinned inside the
-``llama-cpp-python==0.3.36`` source distribution (recipe: reference ``real-servers.md``).
+``llama-cpp-python==0.3.36`` source distribution (``design/llama-server.md``).
 The cache lives outside any clone, keyed by that version, so later runs, other clones and CI
 on the same machine reuse it: ``$INFERACTORS_CACHE_DIR``, else ``/var/cache/inferactors`` for
 root (so the unprivileged user a server runs as can reach the binary), else

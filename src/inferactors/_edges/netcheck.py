@@ -1,15 +1,14 @@
 """Is a TCP port taken? A bind, as the server would do it; and a bare connect, never HTTP.
 
-`port_in_use` is the occupied-port check before a launch (issue 8 item 6; FC-14: a foreign
+`port_in_use` is the occupied-port check before a launch (a foreign
 socket on our port must be found before launch). It binds, because only a bind answers the
 question the server will ask: a connect misses a socket that is bound but not listening
 (the server's own bind then fails), and a connect that times out on loopback says nothing
 at all. The footprint of a host (both loopback families for ``localhost`` and ``::1``) is
 `_config.binding.bind_footprint`, the rule the run file's validation uses too.
 
-`accepts_connections` is the exposure check's TCP connect (seed-behaviour.md section 3,
-"Timeouts": port connects 300 ms; checklist item 37): it asks whether a listener answers on
-an address, which only a connect can tell.
+`accepts_connections` is the exposure check's TCP connect (bounded by 300 ms): it asks
+whether a listener answers on an address, which only a connect can tell.
 """
 
 from __future__ import annotations

@@ -1,22 +1,21 @@
 """The network I/O edge of the exposure and identity checks: socket tables, interfaces, connects.
 
 Everything here reads the OS or opens TCP connections (trio); every decision is in
-`_exposure`. The runtime talks to it through the `NetScanner` protocol, and
+`exposure`. The runtime talks to it through the `NetScanner` protocol, and
 `SystemNetScanner` is the real one, so tests of the supervisor can swap it.
 
 `SystemNetScanner` answers from the runtime's one `SocketTable` (``socket_table``: the
 kernel's LISTEN sockets through netlink, shared by every instance, one dump per 50 ms tick
-at most) and looks a listener's pid up once per listener (issue 11 item 1). The exposure
+at most) and looks a listener's pid up once per listener. The exposure
 connect check runs on the first scan of a server, then about every 5 s per server
 (`ConnectSchedule`, spread at random), and at once whenever the table shows a listener of
 the server bound beyond loopback: the table answers the 200 ms watch, the connect only
 confirms or catches what the table cannot show (a port forwarded to the server). The module
 functions below are the blocking psutil readings: callers outside a runtime, the baseline.
 
-Sources: seed-behaviour.md section 4 "Exposure" (active TCP connects with a 300 ms timeout to
-every local address, concurrently); issue 3 item 4 (also the listening sockets of the whole
-process tree, checked at least every 250 ms); issue 3 item 5 and FC-14 (the socket on our port
-must belong to our process group); checklist items 59 and 60.
+The rules: active TCP connects with a 300 ms timeout to every local address, concurrently;
+also the listening sockets of the whole process tree, checked at least every 250 ms; and
+the socket on our port must belong to our process group (else it is an impostor's).
 
 ``INFERACTORS_LAN_ADDRESSES`` (comma-separated IPs, taken as given; empty: no connect check)
 replaces the interface addresses as the connect check's targets (tests use ``127.0.0.2``).
@@ -68,7 +67,7 @@ _INET_FAMILIES = (socket.AF_INET, socket.AF_INET6)
 
 
 class Connect(Protocol):
-    """A TCP connect check, as `_netcheck.accepts_connections`: True if ``host:port`` accepted."""
+    """A TCP connect check, as `netcheck.accepts_connections`: True if ``host:port`` accepted."""
 
     async def __call__(self, host: str, port: int, *, timeout_s: float) -> bool: ...
 
@@ -86,7 +85,7 @@ class NetScanner(Protocol):
 
     async def tree_owner(self, pid: int, host: str, port: int) -> int | None:
         """The pid in ``pid``'s process tree bound to exactly ``host:port``, or None: the
-        cheap first answer to "is the listener on our port ours?" (FC-14)."""
+        cheap first answer to "is the listener on our port ours?"."""
         ...
 
     def owned_by(self, pid: int | None, group_pgid: int) -> bool:
@@ -94,13 +93,13 @@ class NetScanner(Protocol):
         ...
 
     async def listeners_on(self, port: int) -> tuple[Listener, ...]:
-        """Every socket listening on TCP ``port``, whatever its address (issue 9 item 5:
-        a server on the other address family than the one we probe)."""
+        """Every socket listening on TCP ``port``, whatever its address (a
+        server on the other address family than the one we probe)."""
         ...
 
     async def port_exposure(self, port: int) -> Exposure | None:
         """Whether whatever listens on TCP ``port`` is reachable beyond loopback: that port's
-        listeners only (an adopted server, whose process is not ours to walk; FC-15)."""
+        listeners only (an adopted server, whose process is not ours to walk)."""
         ...
 
 
@@ -193,8 +192,7 @@ async def reachable_on(
 
     Tries every address at once (one task each), each connect bounded by ``timeout_s``
     (float seconds, default 0.3), so the whole check takes at most about ``timeout_s``.
-    An address that refuses, fails or does not answer in time is left out. Source:
-    seed-behaviour.md section 4, ``reachable_beyond_loopback``.
+    An address that refuses, fails or does not answer in time is left out.
     """
     targets = tuple(dict.fromkeys(addresses))
     answered: set[str] = set()
@@ -252,11 +250,11 @@ def port_owner(host: str, port: int) -> int | None:
     """The pid of the process listening on ``host:port`` or on a wildcard that covers it.
 
     Reads the system-wide TCP socket table (``psutil.net_connections``) and picks with
-    `_exposure.owner_pid` (an exact binding beats a wildcard). None when nothing listens, and
+    `exposure.owner_pid` (an exact binding beats a wildcard). None when nothing listens, and
     also when the listener's pid cannot be seen (see the module notes on permissions). A
     socket held by several processes (inherited across a fork) is reported under one of
     them, as psutil lists it. Blocking (reads every process's file descriptors in ``/proc``,
-    about 4 ms with 80 processes). Source: issue 3 item 5, FC-14.
+    about 4 ms with 80 processes).
     """
     try:
         connections = psutil.net_connections(kind="tcp")
@@ -274,7 +272,7 @@ def owned_by(pid: int | None, group_pgid: int) -> bool:
     """Whether process ``pid`` belongs to the process group ``group_pgid`` (our server's).
 
     False for None (no visible owner) and for a pid that no longer exists or cannot be
-    asked. Source: issue 3 item 5, FC-14 (never take an impostor's answers for ours).
+    asked: an impostor's answers are never taken for ours.
     """
     if pid is None:
         return False

@@ -1,10 +1,10 @@
 """The Ollama API client: list, load, unload and watch models through Ollama's HTTP API.
 
-Two layers (style.md "Layers"):
+Two layers:
 
 - pure helpers: `keep_alive_json`, `same_tag`, `load_body`, `check_load_reply`,
   `parse_tags`, `parse_ps`, `parse_expiry` and `ExpiryWatch`; no I/O; they live in
-  `_ollama_parse.py`;
+  `ollama_parse.py`;
 - `OllamaClient`, the I/O edge (this module), on two `ProbeClient` s (one for ordinary
   requests, one with the long load timeout), so it shares their httpx settings, identity
   encoding (any other refused unread), 1 MiB body cap, failure mapping and replies read by
@@ -16,8 +16,7 @@ Deadlines: each method makes one request under one deadline (``timeout_s``, the 
 
 It only ever uses ``GET /api/version``, ``GET /api/tags``, ``GET /api/ps``,
 ``POST /api/generate`` and ``POST /v1/chat/completions``: never ``/api/pull``,
-``/api/delete`` or an HTTP DELETE, and it never starts or stops Ollama (seed-behaviour.md
-section 5; checklist 70).
+``/api/delete`` or an HTTP DELETE, and it never starts or stops Ollama.
 
 Errors::
 
@@ -25,11 +24,9 @@ Errors::
     ├── ProbeFailure        (inferactors._edges.probe) no usable reply: refused, reset,
     │                       timeout, > 1 MiB, compressed
     └── OllamaLoadTimeout   (inferactors._policy.ollama_parse) a load did not finish: the
-                            runner timed out (FC-19) or our load request ran out of
+                            runner timed out or our load request ran out of
                             ``load_timeout_s``
                             (also TimeoutError)
-
-Source: seed-behaviour.md section 5, server-apis.md section 3, FC-18 to FC-21.
 """
 
 from __future__ import annotations
@@ -103,7 +100,7 @@ class OllamaClient:
             base_url: the daemon's root URL.
             timeout_s: float seconds bounding each call but the load, body included.
             load_timeout_s: float seconds the load request may stay open; at least the
-                model's load budget, since closing it aborts the load (FC-18).
+                model's load budget, since closing it aborts the load.
             transport: an httpx transport instead of the network (``httpx.MockTransport``).
         """
         api = ProbeClient.open(base_url, timeout_s=timeout_s, transport=transport)
@@ -158,11 +155,11 @@ class OllamaClient:
     async def load(self, tag: str, keep_alive: str | int) -> None:
         """Load ``tag``: ``POST /api/generate`` with `load_body`; returns once Ollama answers,
         which is after the load finished. The request stays open up to ``load_timeout_s``,
-        since Ollama aborts a load whose client disconnects (FC-18). Callers should confirm
+        since Ollama aborts a load whose client disconnects. Callers should confirm
         the result with `resident`.
 
         Raises:
-            OllamaLoadTimeout: runner timeout (FC-19) or no reply within ``load_timeout_s``.
+            OllamaLoadTimeout: runner timeout or no reply within ``load_timeout_s``.
             BackendError: any other non-200 reply (see `check_load_reply`).
             ProbeFailure: no HTTP reply at all (the daemon is unreachable).
         """
@@ -189,8 +186,8 @@ class OllamaClient:
             raise BackendError(f"ollama unload returned HTTP {status}: {snippet(body)}")
 
     async def wait_gone(self, tag: str, *, deadline_s: float, interval_s: float = 0.1) -> bool:
-        """Poll ``/api/ps`` every ``interval_s`` float seconds until ``tag`` is not listed
-        (FC-21); give up after ``deadline_s`` float seconds (trio time, from now). The
+        """Poll ``/api/ps`` every ``interval_s`` float seconds until ``tag`` is not listed;
+        give up after ``deadline_s`` float seconds (trio time, from now). The
         deadline bounds the whole call, polls in flight included.
 
         A failed poll counts as "still listed", so an unreachable daemon never reads as gone.
@@ -211,7 +208,7 @@ class OllamaClient:
 
     async def tiny_completion(self, tag: str) -> CompletionResult:
         """One token through ``POST /v1/chat/completions`` with ``model`` = the Ollama tag
-        (not the registry name, the original's bug; seed-behaviour.md section 5) and no
+        (not the registry name, the original's bug) and no
         keep_alive field, so the model's keep_alive and our ownership stay unchanged. One
         request, within ``timeout_s``.
 

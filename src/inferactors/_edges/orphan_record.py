@@ -1,6 +1,6 @@
 """The server record: ``server.json`` in a managed server's instance directory, written and trusted.
 
-The record I/O of the orphan reaper (``_orphans.py``; issue 3 item 7, FC-13). When a managed
+The record I/O of the orphan reaper (``orphans.py``). When a managed
 server starts, `write_record` writes ``server.json`` into its instance directory: pid, pgid,
 the process's start (psutil ``create_time``, with the boot it belongs to), port, argv, and
 the supervisor's own pid and start, and the group's members with their starts, which
@@ -60,10 +60,10 @@ class OrphanRecord:
         supervisor_create_time: That supervisor's psutil ``create_time`` (epoch seconds).
         members: ``(pid, create_time)`` of every live process of the group when last
             refreshed (`refresh_record`): what proves a group whose leader is gone (a
-            forking wrapper's server) to be this server's (issue 8 item 8).
+            forking wrapper's server) to be this server's.
         escaped: ``(pid, create_time)`` of the descendants that left the group (a
             ``setsid`` wrapper's server), refreshed alongside: the reaper stops each one
-            that is still the recorded process (issue 8 item 8).
+            that is still the recorded process.
     """
 
     path: Path
@@ -116,7 +116,7 @@ class OrphanRecord:
 
 
 def _members(raw: object) -> tuple[tuple[int, float], ...]:
-    """``[[pid, create_time], ...]`` as pairs (a record from before issue 8 has none)."""
+    """``[[pid, create_time], ...]`` as pairs (an older record has none)."""
     if not isinstance(raw, list):
         raise ValueError("members must be a list of [pid, create_time] pairs")
     return tuple(_member(item) for item in raw)
@@ -231,7 +231,7 @@ def write_record(
 
 
 def refresh_record(instance_dir: Path, process_pid: int) -> OrphanRecord | None:
-    """Bring the group members of ``instance_dir/server.json`` up to date (issue 8 item 8).
+    """Bring the group members of ``instance_dir/server.json`` up to date.
 
     Only a trusted record that names ``process_pid`` is touched, and only while that pid is
     still the recorded process (same start, not a zombie): a record is never created here,

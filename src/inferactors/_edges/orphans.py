@@ -1,20 +1,20 @@
 """No orphans: reap the managed servers an earlier life of a supervisor left behind.
 
-Issue 3 item 7 and FC-13 (llama-swap #100, #138, #159: a killed supervisor left llama-server
-holding the GPU and the port). The parent-death signal (``_spawn.py``) kills the leader when
+A killed supervisor must not leave llama-server holding the GPU and the port (llama-swap
+issues #100, #138, #159). The parent-death signal (``spawn.py``) kills the leader when
 the supervisor dies; this module covers what it cannot: a platform without it, a grandchild
 of a forking wrapper (the signal is not inherited across fork), a server that cleared it.
 
 - When a managed server starts, a record (``server.json``) is written into its instance
   directory; the records, their file I/O and the rule for trusting them are in
-  ``_orphan_record.py``.
+  ``orphan_record.py``.
 - At start-up `reap_orphans` reads every ``data_root/*/server.json`` and takes down (SIGTERM
   to the group, ``grace_s``, SIGKILL to the group) each recorded server that is still the
   same process and whose supervisor is gone, then removes the stale records.
 
-Identity (``_proctable.py``): a process is "the same" only when the boot and its start are
+Identity (``proctable.py``): a process is "the same" only when the boot and its start are
 the same as recorded; a recycled pid is never signalled. When the leader is gone but members
-of its group live on (a forking wrapper's server, issue 8 item 8), the group is ours only
+of its group live on (a forking wrapper's server), the group is ours only
 if one of them is a member the record lists with the same start (the runtime refreshes the
 list every second, ``refresh_record``); otherwise they are reported and left alone.
 Descendants that left the group (a ``setsid`` wrapper's server) are recorded by pid and
@@ -45,7 +45,7 @@ POLL_S = 0.02
 def reap_orphans(
     data_root: Path, *, grace_s: float = 3.0, table: ProcessTable | None = None
 ) -> list[ReapedOrphan]:
-    """Take down the servers an earlier life of a supervisor left behind (FC-13).
+    """Take down the servers an earlier life of a supervisor left behind.
 
     For each record under ``data_root``: a server that is gone, or whose pid now belongs to
     another process, is STALE (nothing signalled, record removed). One that is still the

@@ -1,12 +1,12 @@
 """A starting server's output, read line by line for a fault that will not end it.
 
 mlx_lm.server whose port is taken prints ``OSError: [Errno 98] Address already in use`` and
-hangs (issue 9): waiting for its exit, or for the readiness deadline, only wastes time.
+hangs: waiting for its exit, or for the readiness deadline, only wastes time.
 `LineWatch` is fed the chunks `ManagedProcess` reads from the server's two pipes, splits
 them into lines and reads each with ``_policy.startup_fault.StartupWatch``; the first line
 of a `LIVE_FATAL` kind is kept in `LineWatch.fatal` and wakes `wait_fatal`; a line that says
 the server listens or loaded its model (``_policy.ready_lines``) is counted and wakes
-`wait_ready`, so the monitor probes at once (issue 11 item 3). Nothing else happens per
+`wait_ready`, so the monitor probes at once. Nothing else happens per
 line: no message, no task switch. Once the server is Running, `stop` ends that reading.
 
 The same lines feed the process's evidence (`OutputCapture`, fed line by line: every byte

@@ -1,11 +1,11 @@
 """The HTTP probe of an inference server: health, model lists, identity and a one-token completion.
 
-Two layers (style.md "Layers"):
+Two layers:
 
 - pure functions that turn a status code and a body into a value (`classify_health`,
   `classify_models_status`, `classify_ollama_version`, `parse_model_ids`,
   `parse_ollama_version`, `completion_body`, `parse_completion`) and the values they return;
-  no I/O, tested without an event loop; they live in `_probe_parse.py`;
+  no I/O, tested without an event loop; they live in `probe_parse.py`;
 - `ProbeClient`, the one I/O edge (this module), on an injectable httpx transport so tests
   use ``httpx.MockTransport``. The runtime sees it through the `Prober` protocol.
 
@@ -23,8 +23,6 @@ Errors::
     │                      1 MiB or in a content encoding we did not ask for
     ├── DeepHealthTimeout  the one-token completion did not finish within the client's timeout
     └── RequestRefused     the completion was answered 401 or 403 (an API key is wanted)
-
-Source: seed-behaviour.md section 3 (Probing) and server-apis.md sections 1 to 3.
 """
 
 from __future__ import annotations
@@ -88,7 +86,7 @@ class ProbeClient:
     (never sent twice, never on a connection the server may be closing), asks for identity
     encoding and refuses any other, reads at most 1 MiB of a body, and bounds each public
     call, all its requests and bodies included, by one deadline ``timeout_s`` after the
-    call starts (seed-behaviour.md section 3, ``ServerClient::new``). Usable as
+    call starts. Usable as
     ``async with``; closing is idempotent.
     """
 
@@ -170,7 +168,7 @@ class ProbeClient:
         return await self._exchange("POST", path, body, deadline)
 
     async def report(self, flavor: InferFlavor) -> ServerReport:
-        """Probe the server as ``flavor`` speaks (seed-behaviour.md section 3).
+        """Probe the server as ``flavor`` speaks.
 
         llama.cpp and mlx-lm: ``GET /health`` (404 falls back to ``GET /v1/models``), then, only
         when `Up`, the ids of ``/v1/models``. Ollama: ``GET /api/version``, then, only when
@@ -196,7 +194,7 @@ class ProbeClient:
         """llama-server's ``GET /props`` JSON object (``build_info``, ``model_path``, ...).
 
         None on any failure: transport error, non-200 status, or a body that is not a JSON
-        object (server-apis.md section 1).
+        object.
         """
         try:
             status, body = await self.get("/props")
@@ -211,9 +209,8 @@ class ProbeClient:
         return value if isinstance(value, str) else None
 
     async def tiny_completion(self, model: str | None) -> CompletionResult:
-        """Ask for one token through ``POST /v1/chat/completions`` (body: `completion_body`).
-
-        Source: seed-behaviour.md section 3 (``tiny_completion``), FC-04, FC-07, FC-09.
+        """Ask for one token through ``POST /v1/chat/completions`` (body: `completion_body`):
+        the truth about a server whose ``/health`` may say 200 while completions hang.
 
         Raises:
             DeepHealthTimeout: no complete reply within ``timeout_s``; the message names it.

@@ -1,4 +1,4 @@
-"""A server's API key on our probes (issue 9 item 4): ``Authorization: Bearer <key>`` on
+"""A server's API key on our probes: ``Authorization: Bearer <key>`` on
 every request of a prober opened for a server started with ``--api-key-file``. The key is
 only ever in request headers, never in a URL, a message or a repr."""
 

@@ -1,7 +1,7 @@
 """One probe request on the wire: kept-alive connections, the one-deadline exchange, the
 stale-connection retry, the body cap and the identity encoding (split from ``probe``).
 
-Keep-alive (issue 11 item 1): a probe client keeps at most one idle connection
+Keep-alive: a probe client keeps at most one idle connection
 (`KEEPALIVE_CONNECTIONS`) for `KEEPALIVE_EXPIRY_S`, longer than the 1 s probe interval, so
 the monitor's probes of one server reuse one TCP connection instead of leaving a socket in
 TIME_WAIT per request. One, because llama-server's HTTP layer (cpp-httplib) parks a worker
@@ -33,7 +33,7 @@ import trio
 from .._errors import BackendError
 
 MAX_BODY_BYTES = 1024 * 1024
-"""Largest response body a probe reads: 1 MiB (seed-behaviour.md section 3)."""
+"""Largest response body a probe reads: 1 MiB."""
 
 IDENTITY_HEADERS = {"Accept-Encoding": "identity"}
 """Sent with every request: a body we read is never compressed (a bomb cannot inflate)."""
@@ -50,7 +50,7 @@ FailureKind: TypeAlias = Literal["transport", "timeout", "overloaded", "too-larg
 LATE_S = 0.25
 """A timeout that fires more than this long after its deadline (float seconds) was late
 because our own event loop was starved (too many instances for the CPU), not because the
-server was slow: it gives no verdict on the server (issue 11; at 1,000 adopted servers on
+server was slow: it gives no verdict on the server (at 1,000 adopted servers on
 2 cores, healthy servers were otherwise reported exited)."""
 
 _STALE_ERRORS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)

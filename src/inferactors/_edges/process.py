@@ -1,29 +1,28 @@
 """The process edge: start a managed server in its own process group and take it down again.
 
 `ManagedProcess.spawn` starts a server (llama-server, mlx_lm.server) from a launch
-description; `ManagedProcess.terminate` stops it. The behaviour follows seed-behaviour.md
-section 4 ("Supervised") and checklist items 43-44, 48, 52 and 61:
+description; `ManagedProcess.terminate` stops it:
 
 - the child runs in a new session, so its process group id equals its pid and every signal
-  goes to the whole group (FC-12: a wrapper that forks cannot hide a grandchild);
+  goes to the whole group (a wrapper that forks cannot hide a grandchild);
 - stdin is ``/dev/null``; stdout and stderr are read line by line (`LineWatch`): into the
-  evidence (`OutputCapture`), the instance's ring (`LineSink`, issue 10) and, until it is
-  Running, a fault it may hang on (issue 9);
+  evidence (`OutputCapture`), the instance's ring (`LineSink`) and, until it is
+  Running, a fault it may hang on;
 - the child gets resource limits, drops to ``run_as`` when one is given, and on Linux gets
   ``PR_SET_PDEATHSIG`` = SIGKILL, so a supervisor killed with SIGKILL does not leave a
-  server behind (FC-13). That child setup, and why the fork happens in the trio thread, is
-  in ``_spawn.py``;
+  server behind. That child setup, and why the fork happens in the trio thread, is
+  in ``spawn.py``;
 - stopping is llama-swap's numbered kill steps: 1. SIGTERM the group, 2. wait the grace,
-  3. SIGKILL the group, 4. wait for the exit (FC-05, FC-11). Each SIGTERM is followed at
+  3. SIGKILL the group, 4. wait for the exit. Each SIGTERM is followed at
   once by a SIGCONT, as systemd does: a server stopped by SIGSTOP/SIGTSTP would otherwise
-  never handle it and be killed after the whole grace (issue 8 item 8). The grace is the whole
-  group's (issue 8 item 8): a wrapper that forks without exec dies of the SIGTERM at once
+  never handle it and be killed after the whole grace. The grace is the whole
+  group's: a wrapper that forks without exec dies of the SIGTERM at once
   while its server is still shutting down, so after the leader's exit the stop waits for
   the rest of the group until the grace is spent, and only then sends SIGKILL. The leader
   stays unreaped (a zombie) meanwhile, which keeps the group id ours. Descendants that
   left the group (``setsid``) are tracked by pidfd and share its steps (``escapees.py``);
 - when the leader exits on its own its group is killed at once, so no grandchild outlives
-  it (checklist item 52), and if the nursery that runs the process's tasks is cancelled, the
+  it, and if the nursery that runs the process's tasks is cancelled, the
   group is killed and reaped (item 61).
 
 Cleanup after an exit or during a stop runs in scopes shielded *and* bounded
@@ -66,7 +65,7 @@ GROUP_POLL_S = 0.02
 
 
 class LaunchLike(Protocol):
-    """What `ManagedProcess.spawn` reads from a launch description (``_launch.Launch``)."""
+    """What `ManagedProcess.spawn` reads from a launch description (``launch.Launch``)."""
 
     @property
     def program(self) -> Path: ...
@@ -129,10 +128,10 @@ class ManagedProcess:
                 is inherited from ours), and, when it has ``pass_fds``, the descriptors the
                 server inherits (the verified model files, still open in the caller).
             open_process: The spawn function; tests and higher layers may inject a fake.
-            run_as: Run the server as this user (issue 3 item 6, checklist item 45); None
+            run_as: Run the server as this user; None
                 keeps ours. Refusing root without it is `require_unprivileged`'s job, and
                 handing over the instance directory `prepare_instance_dir`'s (both in
-                ``_containment.py``), done before the spawn.
+                ``containment.py``), done before the spawn.
             log: Where its output lines go besides the evidence (the instance's ring).
 
         Raises:
@@ -288,7 +287,7 @@ class ManagedProcess:
         Polls every `GROUP_POLL_S` until no live process is left in the group or the
         grace is spent; the leader is not reaped meanwhile, so its group id cannot be
         reused. Without a stop (the leader exited on its own) it returns at once, and the
-        group is SIGKILLed (checklist item 52).
+        group is SIGKILLed.
         """
         if self._stop_deadline is None:
             return

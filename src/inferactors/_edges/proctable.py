@@ -1,6 +1,6 @@
 """The process table edge: who a pid is now, who is in a process group, group signals, a clock.
 
-Used by the orphan reaper (``_orphans.py``, issue 3 item 7). Identity rests on the process's
+Used by the orphan reaper (``orphans.py``). Identity rests on the process's
 start time, not its pid alone: here ``pid_max`` is 32768, so pids come round quickly. psutil's
 ``create_time`` is in epoch seconds and moves when the wall clock is stepped (it adds the
 boot time read at that moment), so `ProcessStart` keeps the boot time read alongside, and

@@ -1,6 +1,6 @@
 """systemd's notify protocol: ``KEY=value`` lines in one datagram to ``$NOTIFY_SOCKET``.
 
-Issue 10 item 8. Under ``Type=notify`` systemd hands the service an ``AF_UNIX`` datagram
+Under ``Type=notify`` systemd hands the service an ``AF_UNIX`` datagram
 socket's address in ``NOTIFY_SOCKET`` (a path, or an abstract name when it starts with
 ``@``); each notification is one datagram of newline-separated assignments (``READY=1``,
 ``STATUS=...``, ``WATCHDOG=1``, ``RELOADING=1``, ``MONOTONIC_USEC=...``, ``STOPPING=1``).

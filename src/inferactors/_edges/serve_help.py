@@ -1,6 +1,6 @@
 """The flags a serve program knows, from its own ``--help``, read once per program digest.
 
-Issue 9 item 4. `ServeHelp.known_flags` hashes the program (BLAKE3, in a worker thread),
+`ServeHelp.known_flags` hashes the program (BLAKE3, in a worker thread),
 and for a digest not seen before runs ``<program> --help`` as a version probe is run
 (``version_probe.py``: as ``run_as``, contained, cleared environment, a deadline), parses
 the flags it lists (``_policy/help_flags.py``) and asks for its version. The answer is kept

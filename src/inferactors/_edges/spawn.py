@@ -1,8 +1,7 @@
 """The child side of the process edge: fork, set the child up, exec.
 
-`open_child_process` is the real `OpenProcess` that ``ManagedProcess.spawn`` (``_process.py``)
-uses. Between fork and exec the child runs `_child_setup`, in this order (seed-behaviour.md
-section 4, "Supervised"; checklist items 44, 45; issue 3 items 6 and 7):
+`open_child_process` is the real `OpenProcess` that ``ManagedProcess.spawn`` (``process.py``)
+uses. Between fork and exec the child runs `_child_setup`, in this order:
 
 1. resource limits (`CHILD_RLIMITS`): ``RLIMIT_CORE`` 0, ``RLIMIT_NOFILE`` 4096,
    ``RLIMIT_FSIZE`` ``1 << 44``, each clamped to the current hard limit. The reference also
@@ -11,24 +10,24 @@ section 4, "Supervised"; checklist items 44, 45; issue 3 items 6 and 7):
    limit, while a bound on resident memory is not what ``RLIMIT_AS`` measures anyway;
 2. with ``run_as``: ``setgroups`` (its supplementary groups, or none), ``setgid``, ``setuid``;
 3. on Linux, ``PR_SET_PDEATHSIG`` = SIGKILL, so a supervisor killed with SIGKILL does not
-   leave a server holding memory and the port (FC-13). It comes *after* the user switch
+   leave a server holding memory and the port. It comes *after* the user switch
    because the kernel clears the parent-death signal whenever the effective uid or gid
    changes (prctl(2)); set first, it would silently be lost for every ``run_as`` server;
-4. on Linux, ``PR_SET_NO_NEW_PRIVS`` = 1 (issue 8 item 7): from the exec on, nothing the
+4. on Linux, ``PR_SET_NO_NEW_PRIVS`` = 1: from the exec on, nothing the
    server or its children run can gain privileges (setuid and setgid bits and file
    capabilities are ignored); it is inherited across fork and exec and cannot be unset;
 5. if the parent died before the signal was armed, the child exits at once.
 
 The child also starts a new session, so its process group id equals its pid and every signal
-goes to the whole group (FC-12: a wrapper that forks cannot hide a grandchild).
+goes to the whole group (a wrapper that forks cannot hide a grandchild).
 
 Why the fork happens in a thread of its own, the *forker*, and not in
 `trio.lowlevel.open_process`: Linux sends the parent-death signal when the *thread* that
 forked the child ends, not the process. ``open_process`` forks in a trio worker thread, and
 idle worker threads end after 10 s, which would SIGKILL every server 10 s after it started.
 The forker is one daemon thread started at the first spawn that never ends (it waits for
-work), so a server dies with the process and not before. Until issue 11 the fork happened in
-the trio thread, which blocked the event loop for the whole `subprocess.Popen`: the fork,
+work), so a server dies with the process and not before. The fork used to happen in the trio
+thread, which blocked the event loop for the whole `subprocess.Popen`: the fork,
 the child's setup above and its exec (3 ms here, 14 ms in a busy supervisor). Now the loop
 only waits for the GIL while the forker is inside ``fork()`` itself (CPython holds it there
 when a ``preexec_fn`` is given); the child's setup and exec run while the loop runs.
@@ -63,7 +62,7 @@ CHILD_RLIMITS: tuple[tuple[str, int], ...] = (
     ("RLIMIT_NOFILE", 4096),
     ("RLIMIT_FSIZE", 1 << 44),
 )
-"""Resource limits set in the child, by `resource` name (seed-behaviour.md section 4)."""
+"""Resource limits set in the child, by `resource` name."""
 
 
 class ChildProcess(Protocol):
@@ -183,7 +182,7 @@ async def open_child_process(
         argv: The program and its arguments; never run through a shell.
         cwd: The working directory (entered before the user switch).
         env: The whole environment of the child.
-        run_as: The user to run as (checklist item 45); None keeps our own user.
+        run_as: The user to run as; None keeps our own user.
         pass_fds: Descriptors the child inherits at the same numbers (the verified model
             files it is told to open as ``/proc/self/fd/N``); all others are closed.
 

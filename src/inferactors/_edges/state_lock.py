@@ -1,11 +1,11 @@
 """One state directory, one supervisor: an exclusive lock on the ``data_root`` directory.
 
-Issue 8 item 9. Two supervisors on one ``data_root`` would each reap the other's servers
+Two supervisors on one ``data_root`` would each reap the other's servers
 as orphans and write over each other's instance directories. The lock is ``flock(2)`` on
 the directory's own descriptor: the kernel drops it when its holder's descriptor closes,
 however the holder ends (SIGKILL included), so nothing stale ever blocks. It is the
 directory, not a file in it, that is locked: a lock file could be unlinked and a second
-supervisor would lock a new file of the same name (issue 8 item 9, found by a hostile
+supervisor would lock a new file of the same name (found by a hostile
 tester). ``data_root/supervisor.lock`` holds the holder's pid, for the refusal's message
 only; deleting it loses the pid, not the lock.
 

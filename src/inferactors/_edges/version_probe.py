@@ -1,9 +1,9 @@
 """The version probe: run a server program's ``--version`` (or a configured argv) contained.
 
-Issue 8 item 7: nothing of ours runs as root. The probe is started exactly as a managed
+Nothing of ours runs as root. The probe is started exactly as a managed
 server is (`ManagedProcess.spawn` through `open_child_process`): its own session, the
 child limits, the switch to ``run_as``, the parent-death signal and ``PR_SET_NO_NEW_PRIVS``
-(``_spawn.py``), stdin on ``/dev/null``, a cleared environment (`PROBE_ENV`) and ``/`` as
+(``spawn.py``), stdin on ``/dev/null``, a cleared environment (`PROBE_ENV`) and ``/`` as
 its directory. As root without ``run_as`` nothing is run at all. A probe that outlives its
 deadline is killed with its whole group.
 """

@@ -1,5 +1,5 @@
-"""Open a path beneath a model root without following links out of it (issue 8, items 4
-and 5): `open_beneath`, and `ModelTree`, the root (or Hugging Face repository) held open.
+"""Open a path beneath a model root without following links out of it: `open_beneath`, and
+`ModelTree`, the root (or Hugging Face repository) held open (``design/pinning.md``).
 
 Why a walk with ``O_NOFOLLOW`` and not ``openat2(RESOLVE_BENEATH)``: the walk is plain
 POSIX (``openat``, ``fstatat``, ``readlinkat`` through `os` with ``dir_fd``), so it needs

@@ -3,14 +3,13 @@
 `FileHasher` is the Protocol everything hashes through; `Blake3Hasher` is the real one, and
 tests swap in a counting wrapper to see which files a lazy check re-hashed. Files are read
 with ``pread`` in 4 MiB chunks into two reused buffers, the next chunk read in a thread of
-its own while BLAKE3 hashes the current one on every core (``max_threads=AUTO``; issue 11
-item 5), so memory stays flat whatever the model size, and nothing is ever copied to disk.
-Not ``update_mmap``: it maps by path, not the descriptor that was checked, and a file
-truncated while mapped is a SIGBUS that ends the whole supervisor (``design/pinning.md``).
-Checking a pinned file (from a descriptor opened beneath the model root) is ``pinning.py``.
-Source: seed-behaviour.md section 6 (adoption "hashes files in place (streaming BLAKE3) and
-never copies them"; ``scan_file`` and ``scan_dir``; "every file resolves inside the root (or
-its HF ``blobs/``)").
+its own while BLAKE3 hashes the current one on every core (``max_threads=AUTO``), so memory
+stays flat whatever the model size, and nothing is ever copied to disk. Not ``update_mmap``: it
+maps by path, not the descriptor that was checked, and a file truncated while mapped is a SIGBUS
+that ends the whole supervisor (``design/pinning.md``). Checking a pinned file (from a
+descriptor opened beneath the model root) is ``pinning.py``. Files are hashed in place
+(streaming BLAKE3) and never copied, and every file must resolve inside the model root (or, for
+a Hugging Face repository, its ``blobs/``).
 """
 
 from __future__ import annotations

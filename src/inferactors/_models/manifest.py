@@ -2,8 +2,8 @@
 
 A manifest names a model, its format, the directory its files live in, and for each file its
 path relative to that directory, its size in bytes and its BLAKE3 digest (64 lower-case hex
-characters). Source: seed-behaviour.md section 6 (manifest body), without the signature
-envelope: inferactors pins digests, the operator's registry file is the trust anchor.
+characters). There is no signature envelope: inferactors pins digests, and the operator's
+registry file is the trust anchor.
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ Unknown keys are refused. Every error is an `InvalidConfig` whose message names 
 JSON path, for example ``$.models[2].shards[0].blake3: expected 64 lower-case hex characters``.
 The text is read by the one safe parser (`inferactors._safe_json.parse_json`), so nesting
 bombs, duplicate keys and huge integers are refused the same way, naming line or path.
-Source: seed-behaviour.md section 6 (manifest body: token names, 1 to 255 shards sorted by
-path, relative paths, 64 lower-hex BLAKE3), with names up to 128 characters (checklist item 5)
-and no signature envelope.
+A manifest body has a token name of up to 128 characters and 1 to 255 shards sorted by
+path, each a relative path with a size and a 64 lower-hex BLAKE3 digest; there is no
+signature envelope.
 """
 
 from __future__ import annotations
@@ -270,7 +270,7 @@ def _optional_tag(obj: object, where: str) -> str | None:
 
 
 WEIGHT_SUFFIXES = frozenset({".safetensors", ".gguf", ".bin", ".pt", ".pth", ".npz", ".ckpt"})
-"""File suffixes scanned as shards (seed-behaviour.md section 6, ``scan_dir``)."""
+"""File suffixes scanned as shards."""
 TOKENIZER_SUFFIXES = frozenset({".json", ".model", ".tiktoken", ".txt", ".jinja"})
 """File suffixes pinned as tokenizer, config and template files."""
 

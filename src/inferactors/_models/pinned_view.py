@@ -1,5 +1,5 @@
-"""A private directory that shows a server a model's pinned files and nothing else (issue 8,
-items 4 and 5; ``design/pinning.md``).
+"""A private directory that shows a server a model's pinned files and nothing else
+(``design/pinning.md``).
 
 A server that reads a model as a directory (mlx_lm.server globs ``model*.safetensors``;
 llama.cpp opens a split model's other files by name) would read any file added to, or

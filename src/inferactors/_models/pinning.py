@@ -1,4 +1,4 @@
-"""Check a model's pinned files from their open descriptors (issue 8, items 4 and 5).
+"""Check a model's pinned files from their open descriptors.
 
 `open_and_check` is what the registry runs for every check: it opens the model root once,
 walks to each pinned file from that directory descriptor (`open_beneath`, in

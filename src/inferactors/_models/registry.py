@@ -1,17 +1,17 @@
 """The model registry: named, digest-pinned models kept in one JSON file.
 
-A `ModelRegistry` records `ModelManifest`s (see `_manifest.py`) in a JSON file (format in
-`_manifest_io.py`) and hands out `ResolvedModel`s only for models whose files still match
+A `ModelRegistry` records `ModelManifest`s (see `manifest.py`) in a JSON file (format in
+`manifest_io.py`) and hands out `ResolvedModel`s only for models whose files still match
 their pinned sizes and BLAKE3 digests. Files are hashed in place and never copied.
 
-Checks (source: seed-behaviour.md section 6, "Registry"):
+Checks:
 
 - Checks are *lazy*: a file is re-hashed unless its ``(size, mtime_ns, ctime_ns, inode,
   device)`` equals the one it had when it last passed a full hash, in this registry object
   or, for a registry file, in any earlier one: the record beside the registry file
-  (``verified_record.py``, issue 11 item 5) vouches for it only if its digest there is the
-  manifest's pin. The seed compares size and mtime and forgets them with the process; ctime
-  and inode also catch a file swapped for one with a forged mtime. So the first resolve of
+  (``verified_record.py``) vouches for it only if its digest there is the manifest's pin.
+  Size and mtime alone, forgotten with the process, would not do: ctime and inode also
+  catch a file swapped for one with a forged mtime. So the first resolve of
   an in-memory registry, or of files never recorded, re-hashes every file.
 - A resized file, a digest mismatch or a path that resolves outside the root refuses the
   model (`PinMismatch`), and the refusal is sticky: every later resolve is a full check until
@@ -27,7 +27,7 @@ A registry object may be shared by threads: checks of one model are serialised, 
 of the file hold an exclusive ``flock`` on ``<registry>.lock`` so that two processes adding
 models do not lose each other's entries. The file is re-read when it changed on disk, and
 every save is atomic (temporary file, fsync, ``os.replace``): a crash leaves the old file.
-The file I/O itself (saving, locking, stamping, reading) is in `_registry_file.py`.
+The file I/O itself (saving, locking, stamping, reading) is in `registry_file.py`.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ class ModelRegistry:
         ``path`` is one ``.gguf`` file or a model directory: top-level ``*.safetensors,
         *.gguf, *.bin, *.pt, *.pth, *.npz, *.ckpt`` are shards, ``*.json, *.model,
         *.tiktoken, *.txt, *.jinja`` tokenizer files; ``format`` overrides the detected format
-        (see `_hashing.scan_model`). Nothing is copied; the file is saved atomically.
+        (see `hashing.scan_model`). Nothing is copied; the file is saved atomically.
 
         Returns:
             The manifest as stored.

@@ -1,5 +1,4 @@
-"""The registry's record of verified blobs: the cheap re-check that survives a restart
-(issue 11, item 5).
+"""The registry's record of verified blobs: the cheap re-check that survives a restart.
 
 Beside the registry file ``models.json`` lies ``models.json.verified``: for each file that
 passed a full BLAKE3 hash, its digest and the stat identity that proves it unchanged since,

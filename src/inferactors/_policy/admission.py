@@ -1,7 +1,6 @@
 """Admission's pure part: what a checked spec becomes (`Plan`), and the checks that need
 no I/O.
 
-Source: seed-behaviour.md section 4, ``plan()``, and checklist items 16 to 19, 36 to 38.
 The checks that probe, connect or read files are the admission actor's
 (`inferactors._actors.admission.make_plan`).
 """
@@ -79,7 +78,7 @@ class Plan:
         mlx_lm.server its ``--model`` directory resolved, which is the model's view in the
         instance directory (``_models/pinned_view.py``), whatever the registry calls the
         model, so those count as well as the registry name; an adopted server must list the
-        spec's model (checklist 24).
+        spec's model.
         """
         model = self.model
         if model is None:
@@ -93,7 +92,7 @@ class Plan:
     @property
     def served_model(self) -> str | None:
         """The tag for managed Ollama, the registry name for a managed process, the spec's
-        model when adopted (checklist 71)."""
+        model when adopted."""
         if self.model is None:
             return self.spec.model
         if self.spec.runtime is InferFlavor.OLLAMA:

@@ -1,18 +1,19 @@
 """Is a managed server reachable beyond loopback? Address classification and the decision (pure).
 
-No I/O here: `_netscan` gathers the facts (listening sockets of the server's process tree,
+No I/O here: `netscan` gathers the facts (listening sockets of the server's process tree,
 local addresses, which of them answer a TCP connect) and this module decides.
 
-Sources:
+The rules:
 
-- seed-behaviour.md section 4 "Exposure": ``local_addrs()`` drops loopback, unspecified and
-  IPv6 ``fe80::/10`` addresses, then sorts and dedups (`lan_addresses`); a server that
-  answers on any of them is exposed;
-- checklist items 59 and 60: a server reachable on a non-loopback local address is stopped,
-  a loopback-only server is left running;
-- issue 3 item 4: also look at the listening sockets of the server's whole process tree, so
-  a server that opens a second port on ``0.0.0.0`` is caught (`find_exposure`);
-- issue 3 item 5 and FC-14: which process listens on our port (`owner_pid`, `covers`).
+- the local addresses are those left after dropping loopback, unspecified and IPv6
+  ``fe80::/10`` addresses, sorted and deduplicated (`lan_addresses`); a server that answers
+  on any of them is exposed;
+- a server reachable on a non-loopback local address is stopped, a loopback-only server is
+  left running;
+- the listening sockets of the server's whole process tree count too, so a server that
+  opens a second port on ``0.0.0.0`` is caught (`find_exposure`);
+- which process listens on our port tells our server from an impostor (`owner_pid`,
+  `covers`).
 
 Addresses are strings as the OS reports them (``"127.0.0.1"``, ``"::"``, ``"fe80::1%eth0"``).
 A string that is not an IP address is neither loopback nor a wildcard.
@@ -77,7 +78,6 @@ def lan_addresses(addresses: Iterable[str]) -> tuple[str, ...]:
     Drops loopback, unspecified and IPv6 link-local (``fe80::/10``) addresses and strings that
     are not IP addresses; normalises the rest (``::ffff:10.0.0.1`` becomes ``10.0.0.1``,
     IPv6 compressed); returns them deduplicated and sorted, IPv4 before IPv6, numerically.
-    Source: seed-behaviour.md section 4 "Exposure".
     """
     parsed = (parse_address(address) for address in addresses)
     kept = {ip for ip in parsed if ip is not None and _is_lan(ip)}
@@ -111,7 +111,7 @@ def endpoint(address: str, port: int | None) -> str:
 
 @attrs.frozen
 class Exposure:
-    """Evidence that a server is reachable beyond loopback (checklist 59, FC-15).
+    """Evidence that a server is reachable beyond loopback.
 
     Attributes:
         reachable_on: local addresses (no port) on which the serving port accepted a TCP
@@ -158,8 +158,6 @@ def find_exposure(
             given: the caller chose which addresses to try (`lan_addresses`, or the
             ``INFERACTORS_LAN_ADDRESSES`` override, which tests point at ``127.0.0.2``).
         port: the serving port, kept for `Exposure.describe`.
-
-    Source: issue 3 item 4 (both detections), checklist items 59 and 60.
     """
     beyond = {item for item in listeners if not is_loopback(item.address)}
     answered = sorted(set(reachable))
@@ -194,8 +192,8 @@ def owner_pid(listeners: Iterable[Listener], host: str, port: int) -> int | None
     """The pid of the process that answers connections to ``host:port``, or None.
 
     Among the listeners on ``port`` that `covers` ``host``, an exact address binding wins
-    over a wildcard (the kernel routes the connection to it), then the lowest pid. Source:
-    issue 3 item 5 and FC-14 (is the socket on our port ours?).
+    over a wildcard (the kernel routes the connection to it), then the lowest pid: is the
+    socket on our port ours?
     """
     matching = [item for item in listeners if item.port == port and covers(item.address, host)]
     if not matching:

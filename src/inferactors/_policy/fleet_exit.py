@@ -1,6 +1,6 @@
 """Whether ``inferactors run`` has anything left to supervise, and its exit status (pure).
 
-Issue 10 item 7. Each instance has a `Standing`:
+Each instance has a `Standing`:
 
 - **starting**: not yet at its first settled state (loading, starting, Unknown);
 - **supervised**: Running, Degraded, Exited and being restarted, stopped by an operator

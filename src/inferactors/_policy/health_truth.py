@@ -1,6 +1,6 @@
 """What a health probe really says about a server that was running (pure; no I/O).
 
-Issue 9 item 5: a server's ``/health`` is a claim, a token is the truth.
+A server's ``/health`` is a claim, a token is the truth.
 
 - **Confirmation.** When ``/health`` fails on a server that was Running (a timeout, a
   reset, a refused connection, an HTTP error), the monitor asks for one token

@@ -1,6 +1,6 @@
 """The flags a server program says it knows, read from its ``--help`` (pure; no I/O).
 
-Issue 9 item 4. The static allowlist (``_config/allowlist.py``) says which flags we let
+The static allowlist (``_config/allowlist.py``) says which flags we let
 through; whether the binary at hand has them is another question (this llama-server build
 has neither ``--mlock`` nor ``--no-mmap``). So admission reads the program's own ``--help``
 once per program digest (``_edges/serve_help.py``) and `check_known_flags` refuses an

@@ -3,9 +3,8 @@
 `build_launch` turns a validated spec and its verified model into a `Launch`; spawning it is
 another module's job. The argv uses the real servers' own flags (llama-server's ``-m``,
 ``-c``, ``-ctk``/``-ctv``, ``-md``; mlx_lm.server's ``--model``), not the original's
-launcher-script dialect. Sources: seed-behaviour.md section 2 (``check_format``,
-``build_launch``), checklist items 39, 40 and 43 (adapted to the real flags), and
-server-apis.md sections 1 and 2 (flags; ``LLAMA_ARG_*`` variables act as flags).
+launcher-script dialect. llama-server reads ``LLAMA_ARG_*`` environment variables as flags,
+so none reaches it from our environment (`launch_env`).
 """
 
 from __future__ import annotations
@@ -65,7 +64,7 @@ def check_format(flavor: InferFlavor, model: ResolvedModel) -> None:
     """Refuse a model the flavor cannot load.
 
     llama.cpp loads gguf; mlx-lm loads mlx or safetensors; a managed Ollama loads only
-    models registered in its own format (seed-behaviour.md section 2, ``check_format``).
+    models registered in its own format.
 
     Raises:
         AdmissionRefused: ``"infer.llamacpp cannot load a mlx model (NAME)"``.
@@ -144,9 +143,9 @@ def build_launch(
 def _offline_mlx(launch: Launch) -> Launch:
     """mlx_lm.server can never reach the Hugging Face Hub: ``HF_HUB_OFFLINE=1`` and a private,
     existing ``HF_HUB_CACHE`` in the instance directory override whatever the config says
-    (issue 4, item 1; without an existing cache ``/v1/models`` answers an empty body, see
-    real-servers.md). ``PYTHONUNBUFFERED=1``: its lines reach us as they are written, so a
-    bind failure it hangs on is seen at once (issue 9)."""
+    (without an existing cache its ``/v1/models`` answers an empty body).
+    ``PYTHONUNBUFFERED=1``: its lines reach us as they are written, so a
+    bind failure it hangs on is seen at once."""
     cache = launch.cwd / "hf-cache"
     forced = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache), "PYTHONUNBUFFERED": "1"}
     env = tuple((k, v) for k, v in launch.env if k not in forced) + tuple(forced.items())
@@ -163,8 +162,8 @@ def launch_env(
     """The cleared environment of a server: default PATH and ``HOME=home`` (when given),
     then ``env``, then each ``passthrough`` name present in ``parent_env``; ``LLAMA_ARG_*``
     names are dropped. Later sources replace earlier values, so the supervisor's own PATH
-    and HOME (root's, perhaps) reach a server only when the config names them. Sources:
-    checklist item 43, server-apis.md section 1, issue 8 item 7.
+    and HOME (root's, perhaps) reach a server only when the config names them; a
+    ``LLAMA_ARG_*`` variable would act as a flag, so it is never passed.
     """
     result = {"PATH": DEFAULT_PATH}
     if home is not None:

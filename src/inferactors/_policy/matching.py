@@ -6,9 +6,8 @@ started ``-m /proc/self/fd/N --alias <planned path>`` and lists the planned path
 mlx_lm.server under a Hub repo id or a resolved path (``mlx-community/Qwen3-Coder-Next-4bit``),
 Ollama under its own names (``qwen2.5:0.5b``, ``hf.co/org/repo:Q4_K_M``).
 
-Identity is exact, never a substring (issue 9 item 6, which overrides the seed's loose rule 3
-of seed-behaviour.md section 3 and checklist item 27): ``llama`` is not ``codellama-34b``, and
-``qwen`` is not resident when only ``qwen2.5:0.5b`` is loaded.
+Identity is exact, never a substring (the original matched loosely): ``llama`` is not
+``codellama-34b``, and ``qwen`` is not resident when only ``qwen2.5:0.5b`` is loaded.
 """
 
 from __future__ import annotations
@@ -68,7 +67,7 @@ def completion_model(
 ) -> str | None:
     """The ``model`` field of a deep-health completion, or None to leave it out.
 
-    mlx_lm.server loads whatever a request names (mlx-lm #1892, FC-09), so it gets none;
+    mlx_lm.server loads whatever a request names (mlx-lm #1892), so it gets none;
     llama-server ignores the field in single-model mode and routes by it in router mode, so
     it gets the listed id that is our model (`same_model`), else our model's name, else the
     first id.

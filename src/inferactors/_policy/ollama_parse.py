@@ -1,17 +1,15 @@
 """What Ollama's replies mean: its model values, request bodies, reply parsing and `ExpiryWatch`.
 
-The pure layer of the Ollama client (style.md "Layers"): `keep_alive_json`, `same_tag`,
+The pure layer of the Ollama client: `keep_alive_json`, `same_tag`,
 `load_body`, `unload_body`, `check_load_reply`, `parse_tags`, `parse_ps`, `parse_expiry`, the
 values they return (`OllamaModel`, `LoadedModel`) and `ExpiryWatch`; no I/O. The HTTP edge
-that uses them is `_ollama.OllamaClient`.
+that uses them is `ollama_client.OllamaClient`.
 
 Errors::
 
     BackendError (inferactors._errors)
-    └── OllamaLoadTimeout   a load did not finish: the runner timed out (FC-19) or our
+    └── OllamaLoadTimeout   a load did not finish: the runner timed out or our
                             load request ran out of ``load_timeout_s`` (also TimeoutError)
-
-Source: seed-behaviour.md section 5, server-apis.md section 3, FC-19, FC-20.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ from .._errors import BackendError, InvalidConfig
 from .._safe_json import NotJson, parse_json
 
 RUNNER_TIMEOUT_TEXT = "timed out waiting for llama runner to start"
-"""Ollama's error text when its runner did not start within OLLAMA_LOAD_TIMEOUT (FC-19)."""
+"""Ollama's error text when its runner did not start within OLLAMA_LOAD_TIMEOUT."""
 
 _SNIPPET_CHARS = 200
 _I64 = re.compile(r"[+-]?[0-9]+")
@@ -37,7 +35,7 @@ _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
 class OllamaLoadTimeout(BackendError, TimeoutError):
     """An Ollama load did not finish: its runner timed out starting (HTTP 500 "timed out
-    waiting for llama runner to start", FC-19) or the load request outlived
+    waiting for llama runner to start") or the load request outlived
     ``load_timeout_s``. The daemon itself is alive; do not retry blindly."""
 
     code = "ollama-load-timeout"
@@ -95,7 +93,7 @@ ExpiryVerdict: TypeAlias = Literal["kept", "changed", "gone"]
 
 @attrs.frozen
 class ExpiryWatch:
-    """Notices a foreign client changing our model's keep_alive (FC-20); pure.
+    """Notices a foreign client changing our model's keep_alive; pure.
 
     Ollama restarts a model's idle timer whenever a request on it finishes, so ``expires_at``
     legitimately moves forward by at most the time elapsed (our own deep health does this).
@@ -153,8 +151,7 @@ class ExpiryWatch:
 
 def keep_alive_json(value: str | int) -> int | str:
     """The JSON value of a keep_alive: an int, or a string that parses as a 64-bit integer
-    (``"-1"`` -> -1), is sent as a number; anything else (``"30m"``) as the string
-    (seed-behaviour.md section 5; checklist 66).
+    (``"-1"`` -> -1), is sent as a number; anything else (``"30m"``) as the string.
 
     Raises:
         InvalidConfig: ``value`` is a bool.
@@ -178,12 +175,12 @@ def same_tag(a: str, b: str) -> bool:
 
 def load_body(tag: str, keep_alive: str | int) -> dict[str, object]:
     """``{"model": tag, "prompt": "", "stream": false, "keep_alive": K}`` with K from
-    `keep_alive_json` (seed-behaviour.md section 5, ``load``)."""
+    `keep_alive_json`."""
     return {"model": tag, "prompt": "", "stream": False, "keep_alive": keep_alive_json(keep_alive)}
 
 
 def unload_body(tag: str) -> dict[str, object]:
-    """``{"model": tag, "keep_alive": 0}`` (seed-behaviour.md section 5, ``unload``)."""
+    """``{"model": tag, "keep_alive": 0}``."""
     return {"model": tag, "keep_alive": 0}
 
 
@@ -191,7 +188,7 @@ def check_load_reply(status: int, body: bytes) -> None:
     """Accept an HTTP 200 load reply; raise for anything else.
 
     Raises:
-        OllamaLoadTimeout: a non-200 reply whose text contains `RUNNER_TIMEOUT_TEXT` (FC-19).
+        OllamaLoadTimeout: a non-200 reply whose text contains `RUNNER_TIMEOUT_TEXT`.
         BackendError: any other non-200 reply; the message is
             ``"ollama load returned HTTP c: <first 200 chars of body>"``.
     """

@@ -1,5 +1,5 @@
 """A launch that hands the server the model descriptors that were verified, and nothing
-else (pure; issue 8, items 4 and 5).
+else (pure).
 
 A path names whatever is there when it is opened; a descriptor names the file that was
 checked. So the spawn keeps the registry's verified descriptors open across exec, at the

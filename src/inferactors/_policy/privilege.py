@@ -1,6 +1,6 @@
 """Who a managed server runs as, and the refusal to run one as root (pure; no I/O).
 
-Source: seed-behaviour.md checklist item 45. Resolving a user name through the user
+A managed server never runs as root (uid or gid 0). Resolving a user name through the user
 database is the containment edge's job (`inferactors._edges.containment.resolve_run_as`).
 """
 
@@ -37,7 +37,7 @@ class RunAs:
 
 
 def refuse_root(run_as: RunAs) -> RunAs:
-    """``run_as`` itself, unless it is root's user or group (checklist item 45).
+    """``run_as`` itself, unless it is root's user or group.
 
     Raises:
         InvalidConfig: uid 0, or gid 0 (root's group).
@@ -50,7 +50,7 @@ def refuse_root(run_as: RunAs) -> RunAs:
 
 
 def require_unprivileged(run_as: RunAs | None, euid: int) -> None:
-    """Refuse to run a managed server as root (checklist item 45).
+    """Refuse to run a managed server as root.
 
     Args:
         run_as: The configured account, if any.

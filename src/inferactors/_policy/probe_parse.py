@@ -1,17 +1,16 @@
 """What a probe reply means: health values, the probe report, and the pure parsing of replies.
 
-The pure layer of the probe (style.md "Layers"): values (`Up`, `Loading`, `Unhealthy`,
+The pure layer of the probe: values (`Up`, `Loading`, `Unhealthy`,
 `Unreachable`, `ServerReport`, `CompletionResult`) and functions that turn a status code and
 a body into one (`classify_health`, `classify_models_status`, `classify_ollama_version`,
 `parse_model_ids`, `model_list_problem`, `parse_ollama_version`, `completion_body`,
 `parse_completion`). No I/O, tested without an event loop; the HTTP edge that uses them is
-`_probe.ProbeClient`.
+`probe.ProbeClient`.
 
 Every body is read through `inferactors._safe_json.parse_json` (`reply_object`): a reply
 nested too deep, with a duplicate key or a huge integer is a bad reply (`BackendError`, or
 "nothing" for the lenient readers), never a RecursionError or ValueError.
 
-Source: seed-behaviour.md section 3 (Probing) and server-apis.md sections 1 to 3.
 """
 
 from __future__ import annotations
@@ -66,7 +65,7 @@ class Unreachable:
     """No HTTP answer at all (refused, reset, timed out); ``why`` is the transport's message.
 
     ``overloaded``: the request timed out only because our own event loop ran late (its
-    deadline fired well after it was due): no verdict on the server (issue 11).
+    deadline fired well after it was due): no verdict on the server.
     """
 
     why: str
@@ -94,7 +93,7 @@ class ServerReport:
         latency_s: seconds the health request (with its ``/v1/models`` fallback) took.
         models_problem: why the model list could not be read (``"model list unreadable:
             ..."``, see `model_list_problem`), or None: read, possibly empty, or no list
-            endpoint (404). A list nobody could read confirms no model (issue 8 item 9).
+            endpoint (404). A list nobody could read confirms no model.
         router: the per-model status entries of a llama-server in router mode
             (`router_models.RouterModel`); empty for a single-model server.
         refused: ``"HTTP 401: Invalid API Key"`` when a request was refused for want of a
@@ -134,13 +133,13 @@ def classify_health(status: int, body: bytes = b"") -> Health | None:
     """Classify a llama-server or mlx_lm.server ``GET /health`` status.
 
     200 is `Up`, 503 is `Loading`, 404 is None (the caller falls back to ``GET /v1/models``),
-    and any other code, 302 and 500 included, is ``Unhealthy("/health returned HTTP c")``
-    (seed-behaviour.md section 3). Two refinements read a 503's body:
+    and any other code, 302 and 500 included, is ``Unhealthy("/health returned HTTP c")``.
+    Two refinements read a 503's body:
 
     - mlx_lm.server's ``{"status": "unavailable"}`` (0.32.2 and later, once its generation
-      thread has died; server-apis.md section 2, FC-07) is `Unhealthy` (``dead``), not
+      thread has died) is `Unhealthy` (``dead``), not
       `Loading`, since it will never load;
-    - a server that says it has no free slot is `Busy`, not `Loading` (issue 9 item 5):
+    - a server that says it has no free slot is `Busy`, not `Loading`:
       old llama-server builds' ``{"status": "no slot available", "slots_idle": 0, ...}``
       (llama.cpp PR #5548), ``/slots?fail_on_no_slot=1``'s error, or any 503 whose
       ``status`` or ``error.message`` speaks of busy or unavailable slots. llama-server's
@@ -158,13 +157,13 @@ def classify_health(status: int, body: bytes = b"") -> Health | None:
 
 def classify_models_status(status: int) -> Health:
     """Classify ``GET /v1/models`` when ``/health`` was 404: 200 `Up`, 503 `Loading`, else
-    ``Unhealthy("/v1/models returned HTTP c")`` (seed-behaviour.md section 3)."""
+    ``Unhealthy("/v1/models returned HTTP c")``."""
     return _by_status(status, "/v1/models")
 
 
 def classify_ollama_version(status: int) -> Health:
     """Classify Ollama's ``GET /api/version``: 200 `Up`, 503 `Loading`, else
-    ``Unhealthy("/api/version returned HTTP c")`` (seed-behaviour.md section 3)."""
+    ``Unhealthy("/api/version returned HTTP c")``."""
     return _by_status(status, "/api/version")
 
 
@@ -173,8 +172,8 @@ def parse_model_ids(body: bytes) -> tuple[str, ...]:
 
     Reads an OpenAI list (``{"data": [{"id": ...}]}``, llama-server and mlx_lm.server
     ``/v1/models``) or an Ollama list (``{"models": [{"name": ...}]}``, ``/api/tags`` and
-    ``/api/ps``); server-apis.md sections 1 to 3. Lenient: a body that is not JSON (mlx_lm.server
-    can send 200 with an empty body, real-servers.md), or entries without a string id, yield
+    ``/api/ps``). Lenient: a body that is not JSON (mlx_lm.server
+    can send 200 with an empty body), or entries without a string id, yield
     nothing rather than an error, since the list only informs matching.
     """
     return model_ids_of(json_object(body))
@@ -240,8 +239,7 @@ def completion_body(model: str | None) -> dict[str, object]:
 
     ``{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "stream": false}``,
     plus ``"model"`` only when ``model`` is not None: mlx_lm.server must get no model field or
-    exactly its ``--model`` path, or it tries to load another model (FC-09, server-apis.md
-    section 2). Source: seed-behaviour.md section 3 (``tiny_completion``).
+    exactly its ``--model`` path, or it tries to load another model.
     """
     body: dict[str, object] = {
         "messages": [{"role": "user", "content": "hi"}],

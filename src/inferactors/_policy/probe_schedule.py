@@ -1,6 +1,6 @@
 """When the monitor probes next (pure; no I/O, no clock: the caller passes ``now``).
 
-Three regimes (issue 11 items 1 and 3):
+Three regimes:
 
 * starting: `FIRST_PROBE_S` after the spawn, doubling up to `STARTUP_PROBE_CAP_S`;
 * a readiness line was read (``ready_lines``): a probe at once, then doubling from

@@ -2,7 +2,7 @@
 
 A server that starts prints a line when it listens and when its model is loaded; probing
 the moment such a line is read, rather than at the next tick of the timed schedule, is what
-makes readiness seen as it happens (issue 11 item 3). Lines seen on the real servers:
+makes readiness seen as it happens. Lines seen on the real servers:
 
 * llama-server of llama-cpp-python 0.3.36 (the build tested here), on stderr::
 

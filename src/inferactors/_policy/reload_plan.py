@@ -1,4 +1,4 @@
-"""What a reload does to each instance (pure; issue 10 item 3): `plan_reload`.
+"""What a reload does to each instance (pure): `plan_reload`.
 
 An instance is named by its ``role`` in the run file. Each one's `Placement` is its run-file
 entry (mode, spec, supervision) together with the settings of the runtime it is built in:

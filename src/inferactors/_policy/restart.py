@@ -2,7 +2,7 @@
 
 Two limits apply together, and the first one spent gives up:
 
-* the reference's **budget** (seed-behaviour section 1 and checklist items 53 to 57):
+* the reference's **budget**:
   ``max_restarts`` restarts, with delay ``min(base_s * 2**n, cap_s)`` before restart ``n``
   (0-based), refilled only after the server stayed up for ``stable_after_s``; a plain start
   keeps it, ``reset_restarts`` refills it;
@@ -12,7 +12,7 @@ Two limits apply together, and the first one spent gives up:
 Which exits are restarted at all follows OTP's restart type (permanent, transient,
 temporary); an operator's stop, an unload and an exposure stop never are.
 
-A **configuration error** is no crash loop (issue 9): a start-up failure whose output was
+A **configuration error** is no crash loop: a start-up failure whose output was
 diagnosed (reason ``start-up failure``) with the same fault kind as the exit just before it
 gives up at once, ``config-error: <kind>: <the server's line>``; restarting would only say
 it again. The first such failure is restarted as usual (a port taken for a moment frees

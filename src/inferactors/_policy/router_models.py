@@ -3,7 +3,7 @@
 A llama-server started without ``-m`` (``--models-dir``, ``--models-preset`` or its cache)
 is a router: each model runs in a child server it spawns on demand, and ``GET /models`` and
 ``GET /v1/models`` list every model it knows with a ``status`` object (llama.cpp
-``tools/server/server-models.cpp``, ``get_router_models``; server-apis.md section 1)::
+``tools/server/server-models.cpp``, ``get_router_models``)::
 
     {"id": "m", "status": {"value": "loaded", "args": [...]}}
     {"id": "m", "status": {"value": "unloaded", "args": [...], "failed": true, "exit_code": 1}}

@@ -49,7 +49,7 @@ LAST_LINES = 20
 LIVE_FATAL = frozenset({FaultKind.ADDRESS_IN_USE, FaultKind.CANNOT_BIND})
 """Kinds that end a start-up even while the process lives: without its socket a server can
 never serve (mlx_lm.server prints the bind error and hangs). Other kinds are left to the
-process's own exit, or to the readiness deadline and the health checks (FC-07)."""
+process's own exit, or to the readiness deadline and the health checks."""
 
 
 _I = re.IGNORECASE

@@ -1,8 +1,4 @@
-"""The mapping from a probe report to a status (pure; no I/O).
-
-Source: seed-behaviour.md section 4, ``status`` and ``map_report``; checklist items 23, 24,
-42 and 52.
-"""
+"""The mapping from a probe report to a status (pure; no I/O)."""
 
 from __future__ import annotations
 
@@ -81,8 +77,7 @@ def _router_trouble(report: ServerReport, names: tuple[str, ...]) -> str | None:
 def map_ollama_report(report: ServerReport, *, tag: str, adopted: bool) -> InstanceStatus:
     """Map a probe of an Ollama daemon, for the model ``tag``, to a status.
 
-    Source: seed-behaviour.md section 4 (``map_report``, Ollama) and checklist item 65; the
-    managed load states are the Ollama actor's to add.
+    The managed load states are the Ollama actor's to add.
     """
     health = report.health
     if not isinstance(health, Up):

@@ -1,4 +1,4 @@
-"""Tell systemd how the supervisor stands (issue 10 item 8), through a `Notifier`.
+"""Tell systemd how the supervisor stands, through a `Notifier`.
 
 `serve_notify` runs beside the `Fleet` in ``inferactors run``:
 

@@ -1,4 +1,4 @@
-"""`reload_fleet`: re-read the run file and apply only what changed (issue 10 item 3).
+"""`reload_fleet`: re-read the run file and apply only what changed.
 
 1. `Lifecycle.RELOADING`. Read and validate ALL of the new run file (the one loader,
    `load_run_config`, then a non-empty ``instances`` and every runtime's settings), then

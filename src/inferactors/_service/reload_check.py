@@ -1,4 +1,4 @@
-"""A reload's dry admission (issue 10 item 3): `check_loading`, before anything changes.
+"""A reload's dry admission: `check_loading`, before anything changes.
 
 Every instance a reload would load (added, changed, revived) is admitted with its new
 settings as far as that can be done without starting it: `make_plan` with ``dry`` (its

@@ -17,7 +17,7 @@ ROUTER_STATUSES = ("loaded", "loading", "unloaded", "failed")
 LLAMA_SERVER_HELP = Path(__file__).with_name("llama_server_help.txt")
 """The real llama-server's ``--help`` (the pinned build's), shipped with the kit: the fake's
 own ``--help`` ends with it, so admission's check of ``extra_args`` against the program's
-flags (issue 9 item 4) lets through what the real server takes. The fake accepts those
+flags lets through what the real server takes. The fake accepts those
 flags and ignores the ones it does not act on (``parse_known_args``)."""
 
 

@@ -7,7 +7,7 @@ its flag with ``-`` for ``_``); `FakeServerOptions.args` writes them and
 with its sockets, signals and files, is ``_fake_server``. No I/O here (the replies'
 ``created`` fields read the wall clock).
 
-The answers follow the real servers' HTTP APIs (server-apis.md sections 1 and 2; the shapes
+The answers follow the real servers' HTTP APIs (the shapes
 were checked against the real llama-server here):
 
 - flavor ``llamacpp`` (llama-server): ``GET /health`` 200 ``{"status":"ok"}``, or 503
@@ -371,7 +371,7 @@ def _health(fault: str | None) -> Reply | Hang | Reset:
             return Reset()
         case "500":
             return Reply(500, {"error": {"code": 500, "message": "boom", "type": "server_error"}})
-        case "busy":  # builds from PR #5548 to PR #9056 (server-apis.md section 1)
+        case "busy":  # builds from PR #5548 to PR #9056
             return Reply(
                 503, {"status": "no slot available", "slots_idle": 0, "slots_processing": 4}
             )

@@ -5,7 +5,7 @@ socket tables, port check and jitter are all fakes: a spawned "server" is a `Fak
 that answers llama-server's ``/health``, ``/v1/models`` and one-token completions on its
 ``--port`` while it lives, and that a test crashes, hangs or slows at will. Nothing touches
 the operating system, so trio's ``MockClock(autojump_threshold=0)`` drives every delay,
-backoff and deadline exactly (issue 3, "Under MockClock").
+backoff and deadline exactly.
 """
 
 from __future__ import annotations

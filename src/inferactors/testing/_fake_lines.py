@@ -1,5 +1,5 @@
 """The readiness lines the fake server prints on stderr, as the server it imitates does
-(``_policy.ready_lines`` reads them; issue 11 item 3).
+(``_policy.ready_lines`` reads them).
 
 Flavor ``llamacpp``, once its load is over (at once without ``--load-s``, never with
 ``--load-forever``), llama-server 0.3.36's::

@@ -1,6 +1,6 @@
 """A fake Ollama daemon for tests and examples: the documented HTTP API on loopback, with faults.
 
-Speaks (server-apis.md section 3): ``GET|HEAD /`` ("Ollama is running"), ``GET|HEAD
+Speaks: ``GET|HEAD /`` ("Ollama is running"), ``GET|HEAD
 /api/version``, ``GET /api/tags``, ``GET /api/ps`` (``expires_at``, latest first),
 ``POST /api/generate`` (load without a prompt, unload with keep_alive 0, completion with a
 prompt and ``options.num_predict``) and ``POST /v1/chat/completions``. Everything else is

@@ -1,6 +1,6 @@
 """The behaviour of the fake Ollama: routes, replies, loads and faults (no sockets).
 
-`FakeOllama.respond` answers one request as Ollama would (server-apis.md section 3); the
+`FakeOllama.respond` answers one request as Ollama would; the
 bookkeeping of models and expiry is `inferactors.testing._fake_ollama_state`; the HTTP
 framing and the command line are `inferactors.testing.fake_ollama`.
 """

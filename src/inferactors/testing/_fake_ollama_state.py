@@ -1,8 +1,8 @@
 """The bookkeeping of the fake Ollama: pulled models, loaded runners, keep_alive and expiry.
 
 Pure: every time is a float of trio seconds passed in by the caller; the HTTP side lives in
-`inferactors.testing.fake_ollama`. The rules follow Ollama's scheduler (server-apis.md
-section 3; ``server/sched.go``):
+`inferactors.testing.fake_ollama`. The rules follow Ollama's scheduler (its
+``server/sched.go``):
 
 - a fresh load gets the request's keep_alive, else the default (``5m``);
 - a request without keep_alive leaves a loaded runner's duration unchanged; one with a value

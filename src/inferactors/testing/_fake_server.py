@@ -1,4 +1,4 @@
-"""The fake inference server program with injectable faults (issue 3, "Real processes").
+"""The fake inference server program with injectable faults.
 
 Its flags are `FakeServerOptions` and `FakeServerFaults`, and what it answers is decided by
 the pure functions of ``_fake_faults``; this module is the I/O: the standard library's
@@ -21,7 +21,7 @@ inferactors.testing._fake_server --port P [flags]`` runs the same program, slowe
   llama-server's ``model loaded`` once its load is over, mlx_lm.server's ``Starting httpd``.
 - SIGTERM: flavor ``llamacpp`` exits with status 0 (the real llama-server exits 0 on
   SIGTERM); flavor ``mlx`` dies of the signal: returncode -15, shell status 143, like the real
-  mlx_lm.server (real-servers.md). ``--ignore-sigterm`` ignores it (FC-05, FC-11). SIGINT
+  mlx_lm.server. ``--ignore-sigterm`` ignores it (FC-05, FC-11). SIGINT
   kills it.
 - A crash prints ``inferactors fake server: crash (<signal or exit status>)`` on stderr, then
   kills itself with the signal or exits with the status. Core dumps are off (RLIMIT_CORE 0).

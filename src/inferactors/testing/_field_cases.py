@@ -2,7 +2,7 @@
 
 ``field_case("FC-07")`` is the timeline of that incident; `FIELD_CASES` says which fake
 plays each one and what the incident was; `NOT_REPRODUCIBLE` says, for each case a fake
-server cannot reproduce, why. Source: the project's field-cases reference (FC-01 to FC-22).
+server cannot reproduce, why. Each case names the upstream issue it comes from.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A recording HTTP proxy for tests: forwards every request to an upstream server and
 remembers its method and target, so a test can prove what a server received (for example
-that an adopted server only ever got GET requests; seed-behaviour checklist item 20).
+that an adopted server only ever got GET requests).
 
 HTTP/1.1 framing is h11's; forwarding is httpx's. Loopback only.
 """

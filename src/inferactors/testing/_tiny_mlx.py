@@ -16,9 +16,8 @@ second:
 
 Only the rows of the output matrix that belong to whole ``Ġword`` pieces are non-zero, so
 the model only ever generates words (`` two`` and the like) and practically never EOS:
-``finish_reason`` is ``length``. Every byte is the same on every run. Source: issue 4,
-item 1 ("the tiny model directory is written on the spot"); real-servers.md, "mlx_lm.server
-on Linux, CPU".
+``finish_reason`` is ``length``. Every byte is the same on every run: the directory is
+written on the spot, never downloaded, and mlx_lm.server serves it on Linux on the CPU.
 
 ``numpy``, ``safetensors`` and ``tokenizers`` (the ``testing`` extra; no mlx needed) are
 imported only when the function runs.

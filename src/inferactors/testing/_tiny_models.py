@@ -5,8 +5,7 @@
 (3 specials, 256 byte-fallback pieces, printable ASCII, ``▁`` and 66 ``▁word`` pieces) so any
 UTF-8 prompt tokenizes. Only the ``▁word`` rows of the output matrix are non-zero, so the model
 only ever generates `` word word ...`` and never EOS (``finish_reason`` is always ``length``).
-The bytes are identical on every run: SHA-256 ``768c01cc...``. Source: real-servers.md, "The
-tiny GGUF model".
+The bytes are identical on every run: SHA-256 ``768c01cc...``.
 
 ``gguf`` and ``numpy`` (the ``testing`` extra) are imported only when the function runs.
 """

@@ -1,4 +1,4 @@
-"""The pin check at every spawn (issue 8, items 4 and 5).
+"""The pin check at every spawn.
 
 Before each spawn of a managed server (first start, start after stop, supervised restart,
 and the first start after a reload), `pin_for_spawn` asks the registry to check the plan's
@@ -23,16 +23,16 @@ from pathlib import Path
 
 import attrs
 
-from .._edges.bundle import FileWork
-from .._errors import PinMismatch
-from .._flavor import InferFlavor
-from .._models.manifest import ModelManifest
-from .._models.pinned_view import build_views
-from .._models.pinning import ClosedOnExit, PinnedModel
-from .._models.registry import ModelRegistry
-from .._policy.admission import Plan
-from .._policy.launch import Launch
-from .._policy.pin_launch import (
+from ..._edges.bundle import FileWork
+from ..._errors import PinMismatch
+from ..._flavor import InferFlavor
+from ..._models.manifest import ModelManifest
+from ..._models.pinned_view import build_views
+from ..._models.pinning import ClosedOnExit, PinnedModel
+from ..._models.registry import ModelRegistry
+from ..._policy.admission import Plan
+from ..._policy.launch import Launch
+from ..._policy.pin_launch import (
     FD_DIR,
     VIEWS,
     PinnedFds,

@@ -1,14 +1,14 @@
-"""The Ollama actor's workers: every request a managed Ollama instance makes, and their results.
+"""The Ollama actor's workers: every request a managed Ollama instance makes.
 
 Each worker runs as a task in the actor's nursery, opens its own `OllamaApi` client through
 the actor's `OllamaOpener`, and posts what it found back to the actor's inbox as one of the
-messages below; only the actor's loop changes state. Workers that change nothing (health,
-deep health) answer their caller directly.
+messages of ``messages.py``; only the actor's rules (``step.py``) change state. Workers that
+change nothing (health, deep health) answer their caller directly.
 
 The requests are only ``GET /api/version``, ``GET /api/tags``, ``GET /api/ps``, ``POST
 /api/generate`` (load, unload) and ``POST /v1/chat/completions`` (deep health): never
 ``/api/pull``, ``/api/delete`` or an HTTP DELETE, and nothing ever starts or stops the
-daemon (seed-behaviour.md section 5; checklist 70).
+daemon.
 """
 
 from __future__ import annotations
@@ -21,23 +21,39 @@ from pathlib import Path
 import attrs
 import trio
 
-from .._edges.ollama_client import OllamaApi, OllamaClient
-from .._edges.probe import ProbeFailure, failure_health
-from .._errors import BackendError, DeepHealthTimeout, InferactorsError
-from .._policy.ollama_parse import LoadedModel, OllamaModel, same_tag
-from .._policy.probe_parse import CompletionResult, Health, ServerReport, Unhealthy, Unreachable, Up
-from .._status import InstanceStatus
-from .messages import ReplyTo, answer, refuse
+from ..._edges.ollama_client import OllamaApi, OllamaClient
+from ..._edges.probe import ProbeFailure, failure_health
+from ..._errors import BackendError, DeepHealthTimeout, InferactorsError
+from ..._policy.ollama_parse import LoadedModel, OllamaModel, same_tag
+from ..._policy.probe_parse import (
+    CompletionResult,
+    ServerReport,
+    Unhealthy,
+    Unreachable,
+    Up,
+)
+from ..._status import InstanceStatus
+from ..mailbox import post
+from ..messages import ReplyTo, answer, refuse
+from .messages import (
+    Checked,
+    Closed,
+    Loaded,
+    LoadTicket,
+    OllamaInternal,
+    Survey,
+    Surveyed,
+    Unloaded,
+    Watched,
+)
+from .step import SHUTDOWN_GONE_S
 
 OllamaOpener = Callable[[str, float, float], OllamaApi]
 """``open(base_url, timeout_s, load_timeout_s)``: a client for one Ollama daemon (the HTTP
 edge of the Ollama actor; tests pass one built on ``FakeOllama.transport``)."""
 
 START_LINGER_WAIT_S = 10.0
-"""How long a start waits for our own earlier unload to leave ``/api/ps`` (FC-21)."""
-
-SHUTDOWN_GONE_S = 5.0
-"""How long an unload of the instance polls ``/api/ps`` for the model to go (FC-21)."""
+"""How long a start waits for our own earlier unload to leave ``/api/ps``."""
 
 CLOSE_S = 1.0
 """Bound on closing a client (shielded, so a cancelled worker still closes it)."""
@@ -48,111 +64,11 @@ def open_ollama_client(base_url: str, timeout_s: float, load_timeout_s: float) -
     return OllamaClient.open(base_url, timeout_s=timeout_s, load_timeout_s=load_timeout_s)
 
 
-# What the workers post back.
-
-
-@attrs.frozen
-class Survey:
-    """One look at the daemon.
-
-    Attributes:
-        health: ``GET /api/version``: Up, or Unreachable / Unhealthy with why.
-        pulled: names ``/api/tags`` lists; None when that list could not be read.
-        resident: ``/api/ps`` entries; None when that list could not be read.
-        version: the daemon's version when it answered.
-    """
-
-    health: Health
-    pulled: tuple[str, ...] | None = None
-    resident: tuple[LoadedModel, ...] | None = None
-    version: str | None = None
-
-    def report(self) -> ServerReport:
-        """The survey as a `ServerReport` (what ``InferRuntime.health`` answers)."""
-        loaded = tuple(entry.name for entry in self.resident or ())
-        return ServerReport(self.health, self.pulled or (), loaded, self.version)
-
-
-@attrs.frozen
-class Surveyed:
-    """A survey for a status request (``reply``) or for nobody."""
-
-    survey: Survey
-    reply: ReplyTo[InstanceStatus] | None
-
-
-@attrs.frozen
-class Checked:
-    """Start ``attempt`` read ``/api/tags`` and ``/api/ps``: ``entry`` is the model's
-    (None: not resident), ``cloud`` the remote host of a cloud model (never loaded by us),
-    or ``error`` says why the lists could not be read."""
-
-    attempt: int
-    entry: LoadedModel | None
-    error: InferactorsError | None = None
-    cloud: str | None = None
-
-
-@attrs.define
-class LoadTicket:
-    """Set by the load worker the moment Ollama answers our load with HTTP 200, before the
-    worker yields again: from then on the model is one we brought in, and owes its unload,
-    even if a stop cancels the worker before it can post `Loaded` (issue 9 item 7)."""
-
-    answered: bool = False
-
-
-@attrs.frozen
-class Loaded:
-    """The load of ``attempt`` returned: ``entry`` is ``/api/ps``'s entry read right after
-    (None: not listed), or ``error`` is why the load failed."""
-
-    attempt: int
-    entry: LoadedModel | None
-    error: InferactorsError | None = None
-
-
-@attrs.frozen
-class Watched:
-    """The periodic ``/api/ps`` look of ``attempt``; ``resident`` is None when unreadable."""
-
-    attempt: int
-    resident: tuple[LoadedModel, ...] | None
-
-
-@attrs.frozen
-class Unloaded:
-    """The one unload was sent: ``gone`` says whether ``/api/ps`` dropped the model within
-    ``deadline_s`` float seconds; ``error`` is why the unload request failed."""
-
-    gone: bool
-    deadline_s: float
-    error: InferactorsError | None = None
-
-
-@attrs.frozen
-class Closed:
-    """The instance's unload finished its cleanup; the actor ends after answering."""
-
-    reply: ReplyTo[None]
-
-
-OllamaInternal = Surveyed | Checked | Loaded | Watched | Unloaded | Closed
-
-
 def cloud_host(pulled: tuple[OllamaModel, ...], tag: str) -> str | None:
     """The remote host of ``tag`` when ``/api/tags`` lists it as a cloud model, else None."""
     for model in pulled:
         if model.cloud and (same_tag(tag, model.name) or same_tag(tag, model.model)):
             return model.remote_host
-    return None
-
-
-def entry_for(resident: tuple[LoadedModel, ...], tag: str) -> LoadedModel | None:
-    """The ``/api/ps`` entry of ``tag`` (`same_tag` on ``name`` or ``model``), or None."""
-    for entry in resident:
-        if same_tag(tag, entry.name) or same_tag(tag, entry.model):
-            return entry
     return None
 
 
@@ -206,7 +122,7 @@ class OllamaWork:
         keep_alive: what the load sends (`inferactors._policy.ollama_parse.keep_alive_json`
             decides the JSON type).
         probe_timeout_s: float seconds for each ordinary request.
-        load_timeout_s: float seconds the load request may stay open (FC-18).
+        load_timeout_s: float seconds the load request may stay open.
         deep_timeout_s: float seconds for the deep-health completion.
         watch_interval_s: float seconds between the ownership watch's ``/api/ps`` looks.
         open_api: the HTTP edge.
@@ -228,16 +144,13 @@ class OllamaWork:
         return _opened(api)
 
     async def _post(self, message: OllamaInternal) -> None:
-        try:
-            await self.post.send(message)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass  # the actor is gone; its teardown answered everyone
+        await post(self.post, message)
 
     # Start: read /api/ps, then (if the actor says so) load.
 
     async def check(self, attempt: int, lingering: bool) -> None:
         """Is the model a cloud model (never loaded by us), or resident before we load it?
-        (checklist 67). If our own earlier unload was still lingering, wait up to
+        If our own earlier unload was still lingering, wait up to
         `START_LINGER_WAIT_S` for it to go first."""
         async with self._client() as api:
             try:
@@ -255,11 +168,11 @@ class OllamaWork:
         await self._post(Checked(attempt, entry))
 
     async def load(self, attempt: int, scope: trio.CancelScope, ticket: LoadTicket) -> None:
-        """Load the model with our keep_alive and confirm it in ``/api/ps`` (FC-18).
+        """Load the model with our keep_alive and confirm it in ``/api/ps``.
 
         The request stays open up to ``load_timeout_s``; cancelling ``scope`` (a stop) closes
-        it, which makes Ollama abort the load. A failure is posted as it is, never retried
-        (FC-19). ``ticket`` is marked the moment Ollama answers 200.
+        it, which makes Ollama abort the load. A failure is posted as it is, never retried.
+        ``ticket`` is marked the moment Ollama answers 200.
         """
         with scope:
             async with self._client() as api:
@@ -285,7 +198,7 @@ class OllamaWork:
 
     async def unload(self, deadline_s: float) -> None:
         """Send the one unload (keep_alive 0), then poll ``/api/ps`` until the model is gone
-        or ``deadline_s`` float seconds pass (FC-21). The unload is never re-sent."""
+        or ``deadline_s`` float seconds pass. The unload is never re-sent."""
         async with self._client() as api:
             try:
                 await api.unload(self.tag)
@@ -296,8 +209,8 @@ class OllamaWork:
         await self._post(Unloaded(gone, deadline_s))
 
     async def close(self, owed: bool, instance_dir: Path | None, reply: ReplyTo[None]) -> None:
-        """The instance is unloaded: send the unload we owe (best effort, seed-behaviour
-        section 4 ``unload``), remove the instance directory, and end the actor."""
+        """The instance is unloaded: send the unload we owe (best effort), remove the
+        instance directory, and end the actor."""
         if owed:
             async with self._client() as api:
                 try:
@@ -343,7 +256,7 @@ class OllamaWork:
 
     async def deep_health(self, reply: ReplyTo[CompletionResult]) -> None:
         """One real token, asked by the model's TAG (the original asked by registry name, a
-        bug; seed-behaviour.md section 5), with ONE deadline of ``deep_timeout_s`` for the
+        bug), with ONE deadline of ``deep_timeout_s`` for the
         residency check and the completion together (`DeepHealthTimeout` when it passes).
 
         Refused with `BackendError` when the model is not resident: a completion would make

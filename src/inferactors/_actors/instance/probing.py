@@ -1,9 +1,11 @@
-"""The instance actor's probing workers: probes, readiness's first token, deep health.
+"""The instance's probing workers: the monitor, readiness's first token, the completion
+that checks a failed ``/health``, health and deep health on demand, and the watchdog.
 
-`InstanceProbing` is the base of `InstanceWork` (``instance_work``): the workers that only
-ask the server (HTTP GETs, one-token completions) and the socket tables, and post what
-they found to the actor's inbox (``instance_msgs``) or answer their caller directly. They
-change no state; the actor's loop applies their results.
+They only ask the server (HTTP GETs, one-token completions) and the socket tables, and post
+what they found to the actor's inbox (``messages.py``) or answer their caller directly; they
+change no state (the actor's rules, ``step.py``, apply their results). `ProbeLook` is what
+the monitor of one process remembers between its probes (read with the runtime's clock; the
+schedule's arithmetic is ``_policy.probe_schedule``).
 """
 
 from __future__ import annotations
@@ -11,37 +13,128 @@ from __future__ import annotations
 import attrs
 import trio
 
-from .._config.config import InferConfig, Watchdog
-from .._edges.bundle import Edges
-from .._edges.netscan import NetScanner
-from .._edges.probe import Prober, ProberFactory, probe_once
-from .._edges.probe_auth import with_api_key
-from .._edges.process import ManagedProcess
-from .._errors import BackendError, DeepHealthTimeout, InferactorsError, RequestRefused
-from .._flavor import InferFlavor
-from .._policy.admission import Plan
-from .._policy.exposure import Exposure
-from .._policy.health_truth import Confirmation, worth_confirming
-from .._policy.matching import completion_model
-from .._policy.probe_parse import CompletionResult, ServerReport, Unreachable, serving
-from .._policy.probe_schedule import FIRST_PROBE_S, LINE_PROBE_S, next_probe_at, phase_of
-from .._policy.status import map_report
-from .._status import InstanceState
-from .identity import ensure_ours, listener_owner, wrong_family
-from .instance_msgs import Confirmed, DeepHealthDone, Internal, Probed, WatchdogResult
-from .messages import ReplyTo, answer, refuse
-from .ollama_adopted import guard_adopted_ollama
-from .probe_look import CONFIRM_EVERY_S as CONFIRM_EVERY_S
-from .probe_look import ProbeLook
+from ..._config.config import InferConfig, Watchdog
+from ..._edges.bundle import Edges
+from ..._edges.netscan import NetScanner
+from ..._edges.probe import Prober, ProberFactory, probe_once
+from ..._edges.probe_auth import with_api_key
+from ..._edges.process import ManagedProcess
+from ..._errors import BackendError, DeepHealthTimeout, InferactorsError, RequestRefused
+from ..._flavor import InferFlavor
+from ..._policy.admission import Plan
+from ..._policy.exposure import Exposure
+from ..._policy.health_truth import Confirmation, worth_confirming
+from ..._policy.matching import completion_model
+from ..._policy.probe_parse import CompletionResult, ServerReport, Unreachable, serving
+from ..._policy.probe_schedule import (
+    FIRST_PROBE_S,
+    LINE_PROBE_S,
+    RUNNING_PROBE_S,
+    next_probe_at,
+    phase_of,
+    startup_delay,
+)
+from ..._policy.status import map_report
+from ..._status import InstanceState
+from ..identity import ensure_ours, listener_owner, wrong_family
+from ..mailbox import post
+from ..messages import ReplyTo, answer, refuse
+from ..ollama.adopted import guard_adopted_ollama
+from .messages import Confirmed, DeepHealthDone, Internal, Probed, WatchdogResult
 
 PRE_PROBE_SHARE = 0.25
 """Share of a one-token check's deadline that its probe (to name our model) may take; a
-``/health`` that hangs gives up the rest to the completion (issue 9 item 5)."""
+``/health`` that hangs gives up the rest to the completion."""
+
+
+CONFIRM_EVERY_S = 10.0
+"""While ``/health`` keeps failing on a server that was Running, the completion that
+checks it is sent again at most this often (float seconds)."""
+
+MISBOUND_SCAN_S = 0.5
+"""While probes are refused, the socket table is read for a listener on the other address
+family at most this often (float seconds): one per-port kernel query, under 1 ms."""
+
+NO_VERDICT_LIMIT = 3
+"""Probes in a row that may be passed over for our own late loop."""
+
+ADOPTED_EXPOSURE_S = 5.0
+"""An adopted server's port is checked for listeners beyond loopback at its first serving
+probe and then at most this often (float seconds): the finding is only reported, never
+acted on, so a few seconds of lag costs nothing, and a thousand adopted servers
+cost 200 per-port queries a second instead of a thousand."""
+
+
+@attrs.define
+class ProbeLook:
+    """What the monitor remembers between probes of one process."""
+
+    token_ok: bool
+    ready: bool = False
+    models: tuple[str, ...] = ()
+    confirmation: Confirmation | None = None
+    misbound: str | None = None
+    scanned_at: float | None = None
+    answered: bool = False
+    exposure: Exposure | None = None
+    exposure_at: float | None = None
+    late_in_a_row: int = 0
+
+    def note(self, report: ServerReport) -> None:
+        """Remember a serving server's list; a serving ``/health`` ends any confirmation."""
+        if serving(report.health):
+            self.models, self.confirmation = report.models, None
+            self.ready = self.ready or self.token_ok
+
+    def confirm_due(self, process: ManagedProcess | None, report: ServerReport) -> bool:
+        """Whether this probe's failed ``/health`` calls for a confirming completion: the
+        managed server was Running and the last check is `CONFIRM_EVERY_S` old."""
+        if process is None or not self.ready or not worth_confirming(report.health):
+            return False
+        last = self.confirmation
+        return last is None or trio.current_time() - last.at >= CONFIRM_EVERY_S
+
+    def scan_due(self, report: ServerReport) -> bool:
+        """Whether a refused probe should read the socket table now (`MISBOUND_SCAN_S`)."""
+        if not isinstance(report.health, Unreachable):
+            self.scanned_at, self.misbound, self.answered = None, None, True
+            return False
+        if self.answered:
+            return False
+        now = trio.current_time()
+        if self.scanned_at is not None and now - self.scanned_at < MISBOUND_SCAN_S:
+            return False
+        self.scanned_at = now
+        return True
+
+    def passes_over(self, late: bool) -> bool:
+        """Whether to pass over a probe that gave no verdict because our own loop ran late:
+        at most `NO_VERDICT_LIMIT` in a row; after that it is judged as the timeout it is,
+        so a server that hangs is not hidden by a supervisor that stays overloaded."""
+        self.late_in_a_row = self.late_in_a_row + 1 if late else 0
+        return late and self.late_in_a_row <= NO_VERDICT_LIMIT
+
+    def exposure_due(self) -> bool:
+        """Whether an adopted server's port is due for its exposure check
+        (`ADOPTED_EXPOSURE_S`); if so, the check is booked now."""
+        now = trio.current_time()
+        if self.exposure_at is not None and now - self.exposure_at < ADOPTED_EXPOSURE_S:
+            return False
+        self.exposure_at = now
+        return True
+
+    def next_delay(self, report: ServerReport, previous: float) -> float:
+        """Every second once up (or while completions work around a failed ``/health``),
+        else doubling from ``previous`` up to the start-up cap (`startup_delay`)."""
+        confirmed = self.confirmation is not None and self.confirmation.works
+        if (serving(report.health) and self.token_ok) or confirmed:
+            return RUNNING_PROBE_S
+        return startup_delay(previous)
 
 
 @attrs.frozen
-class InstanceProbing:
-    """The probing I/O of one instance; ``post`` is the actor's inbox."""
+class Probing:
+    """The probing workers of one instance; ``post`` is the actor's inbox."""
 
     plan: Plan
     config: InferConfig
@@ -61,10 +154,7 @@ class InstanceProbing:
         return self.plan.spec.runtime
 
     async def _post(self, message: Internal) -> None:
-        try:
-            await self.post.send(message)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass  # the actor is gone; its teardown answered everyone
+        await post(self.post, message)
 
     # Probing, identity and exposure.
 
@@ -77,7 +167,7 @@ class InstanceProbing:
         nothing is probed on the timed schedule alone.
 
         A managed server counts as ready only once it also answered one real token: its
-        ``/health`` can say 200 while completions hang or fail (FC-03, FC-07). That first
+        ``/health`` can say 200 while completions hang or fail. That first
         token is asked once per process, when the probe first finds it up and listing our
         model, within the instance's deep-health timeout; an adopted server is never sent
         one (it only ever receives GETs). Once ready, a managed server whose ``/health``
@@ -141,7 +231,7 @@ class InstanceProbing:
     ) -> None:
         """``/health`` failed on a server that was Running: ask for one token, within the
         deep-health timeout, to tell a broken health endpoint from a broken server. The
-        probe's report said the check is under way; this posts how it went (issue 9 item 5)."""
+        probe's report said the check is under way; this posts how it went."""
         started = trio.current_time()
         try:
             await self.ensure_ours(process)
@@ -195,17 +285,12 @@ class InstanceProbing:
     ) -> Exposure | None:
         """An adopted server's exposure, from the listeners on its port, checked at most every
         `ADOPTED_EXPOSURE_S` (the last finding stands between checks); it is only ever
-        reported, never acted on (FC-15)."""
+        reported, never acted on."""
         if process is not None or not serving(report.health):
             return None
         if look.exposure_due():
             look.exposure = await self.net.port_exposure(self.plan.spec.port())
         return look.exposure
-
-    async def _scan(self, process: ManagedProcess | None) -> Exposure | None:
-        if process is None or not process.running:
-            return None
-        return await self.net.scan(process.pid, self.plan.spec.port())
 
     async def _identity(
         self, process: ManagedProcess | None, report: ServerReport
@@ -215,7 +300,7 @@ class InstanceProbing:
         return await listener_owner(self.net, self.plan.spec, process)
 
     async def confirm_adopted(self, reply: ReplyTo[None]) -> None:
-        """An adopted start only checks that the server answers (checklist item 21); one
+        """An adopted start only checks that the server answers; one
         that listens only on the other address family is refused saying so."""
         report = await self._probe()
         if isinstance(report.health, Unreachable):
@@ -234,7 +319,7 @@ class InstanceProbing:
 
     async def health(self, process: ManagedProcess | None, reply: ReplyTo[ServerReport]) -> None:
         """Answer one probe report; a managed server that is not running is not probed, so
-        nothing goes to whoever holds its port now (issue 8 item 6)."""
+        nothing goes to whoever holds its port now."""
         if self.plan.launch is not None and (process is None or not process.running):
             answer(reply, ServerReport(Unreachable("the server is not running; nothing was sent")))
             return
@@ -243,7 +328,7 @@ class InstanceProbing:
     async def deep_health(
         self, process: ManagedProcess | None, reply: ReplyTo[CompletionResult]
     ) -> None:
-        """Ask the server for one real token (checklist item 62; FC-07, FC-09), once its
+        """Ask the server for one real token, once its
         port is proven to be ``process``'s (`ensure_ours`): nothing goes to an impostor.
         A token that came back is published (`DeepHealthPassed`, ``InstanceStatus.ttft_s``)
         before the caller is answered."""

@@ -1,4 +1,4 @@
-"""Deep health of an adopted Ollama: never change the daemon's state (issue 9 item 4).
+"""Deep health of an adopted Ollama: never change the daemon's state.
 
 A completion names its model, and Ollama loads a model that is not resident (with its own
 default keep_alive) or, for a cloud model (``/api/tags`` ``remote_host``), forwards the
@@ -10,11 +10,11 @@ Ollama model is the Ollama actor's (``ollama_work``): unchanged.
 
 from __future__ import annotations
 
-from .._edges.probe import ProbeFailure
-from .._errors import BackendError
-from .._flavor import InferFlavor
-from .._policy.admission import Plan
-from .ollama_work import OllamaOpener, _opened, cloud_host, open_ollama_client
+from ..._edges.probe import ProbeFailure
+from ..._errors import BackendError
+from ..._flavor import InferFlavor
+from ..._policy.admission import Plan
+from .work import OllamaOpener, _opened, cloud_host, open_ollama_client
 
 
 async def guard_adopted_ollama(

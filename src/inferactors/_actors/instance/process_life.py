@@ -1,10 +1,9 @@
-"""The instance actor's workers: every piece of I/O an instance does.
+"""The instance's process workers: the life of one managed server process.
 
-Each worker runs as a task in the actor's nursery, reads only the immutable plan and
-config, and posts its result to the actor's inbox (``_instance_msgs``), so the actor's loop
-stays the only writer of the instance's state. This module holds the process's life
-(spawn, exit, stop, readiness timer, unload) and the exposure watch; probing, readiness's
-first token and deep health are `InstanceProbing` (``instance_probing``), its base class.
+Spawn (after the pin check, ``pins.py``), await its exit, stop it, time its readiness
+deadline, wait for a start-up fault it hangs on, and unload. Each runs as a task in the
+actor's nursery, reads only the immutable plan, and posts its result to the actor's inbox
+(``messages.py``); the actor's rules (``step.py``) apply it.
 """
 
 from __future__ import annotations
@@ -15,55 +14,51 @@ from pathlib import Path
 import attrs
 import trio
 
-from .._config.binding import spec_host
-from .._edges.log_ring import LogRing
-from .._edges.process import ManagedProcess
-from .._errors import BackendError, InferactorsError
-from .._models.registry import ModelRegistry
-from .._policy.launch import Launch
-from .._policy.probe_schedule import next_tick
-from .instance_msgs import (
+from ..._config.binding import spec_host
+from ..._edges.bundle import Edges
+from ..._edges.log_ring import LogRing
+from ..._edges.process import ManagedProcess
+from ..._errors import BackendError, InferactorsError
+from ..._models.registry import ModelRegistry
+from ..._policy.admission import Plan
+from ..._policy.launch import Launch
+from ..mailbox import post
+from ..messages import ReplyTo
+from .messages import (
     Exited,
-    ExposureFound,
-    PinChanged,
+    Internal,
     ReadinessExpired,
     ShutdownDone,
     Spawned,
     SpawnFailed,
+    StartupFault,
     Stopped,
 )
-from .instance_pin import PinHold, PinnedLaunch, pin_spawn
-from .instance_probing import InstanceProbing
-from .messages import ReplyTo
-
-RECORD_REFRESH_S = 1.0
-"""Delay between refreshes of a running server's record (its process group's members)."""
-
-EXPOSURE_CHECK_S = 0.2
-"""Period of the exposure scans of a running managed server: with a scan (a share of one
-kernel dump, under 1 ms) and the 3 s-grace stop's first signal, a listener on 0.0.0.0 is
-stopped within 250 ms (issue 3). Every server scans on the same grid of trio time (multiples
-of this period), so the runtime's socket table is dumped once per period for all of them
-(issue 11 item 1)."""
+from .pins import PinHold, pin_spawn
 
 
 @attrs.frozen
-class InstanceWork(InstanceProbing):
-    """The I/O of one instance; ``post`` is the actor's inbox; ``registry`` checks the
-    model's pins at every spawn (None: nothing is pinned, for a bare actor); ``logs`` keeps
-    every process's output lines (the instance's ring, across restarts; None: none kept)."""
+class ProcessLife:
+    """The process workers of one managed instance; ``post`` is the actor's inbox;
+    ``registry`` checks the model's pins at every spawn (None: nothing is pinned, for a
+    bare actor); ``logs`` keeps every process's output lines (the instance's ring, across
+    restarts; None: none kept)."""
 
+    plan: Plan
+    edges: Edges
+    post: trio.MemorySendChannel[object]
     registry: ModelRegistry | None = None
     logs: LogRing | None = None
 
-    # Process lifecycle.
+    async def _post(self, message: Internal) -> None:
+        await post(self.post, message)
 
     async def spawn(
         self, nursery: trio.Nursery, reply: ReplyTo[None], held: PinHold | None = None
     ) -> None:
-        """Start the managed server unless its model fails its pins (checked at every spawn,
-        issue 8; ``held``: the instance's hold, see `instance_pin`) or its port is taken
-        (checklist items 47, 54). The server opens the verified descriptors; they stay open
+        """Start the managed server unless its model fails its pins (checked at every spawn;
+        ``held``: the instance's hold, see ``pins.py``) or its port is taken. The server
+        opens the verified descriptors; they stay open
         here until it is reaped, so the exposure watch can re-check them (`exposure_watch`).
         """
         launch = self.plan.launch
@@ -102,8 +97,8 @@ class InstanceWork(InstanceProbing):
 
     async def _record(self, process: ManagedProcess, launch: Launch) -> None:
         """Write ``server.json`` (with the argv executed, ``launch``) so a later life can reap
-        this server if we die (FC-13). It runs after `Spawned` is posted, beside the server's
-        start-up (issue 11): the leader is covered from the fork on by its parent-death
+        this server if we die. It runs after `Spawned` is posted, beside the server's
+        start-up: the leader is covered from the fork on by its parent-death
         signal, and the record, for what it forks, reaches the disk as soon as before
         (``design/supervision.md``). A record that cannot be written is only a missing
         safety net: the server runs (`Containment.record` never raises for it)."""
@@ -116,7 +111,7 @@ class InstanceWork(InstanceProbing):
         await self._post(Exited(process, evidence))
 
     async def stop(self, process: ManagedProcess, grace_s: float) -> None:
-        """TERM the group, wait ``grace_s`` seconds, KILL the group, reap (checklist 48)."""
+        """TERM the group, wait ``grace_s`` seconds, KILL the group, reap."""
         evidence = await process.terminate(grace_s)
         await self._post(Stopped(process, evidence))
 
@@ -140,36 +135,11 @@ class InstanceWork(InstanceProbing):
             await trio.to_thread.run_sync(shutil.rmtree, instance_dir, True)  # errors ignored
         await self._post(ShutdownDone(reply))
 
-    # Exposure and the server's record.
-
-    async def exposure_watch(
-        self, process: ManagedProcess, scope: trio.CancelScope, pins: PinnedLaunch | None = None
-    ) -> None:
-        """Scan the server on every `EXPOSURE_CHECK_S` tick until it is found exposed or cancelled;
-        every `RECORD_REFRESH_S`, re-check the verified files it serves (``pins``: an
-        in-place write changes their stamp; `PinnedLaunch.changed`) and bring its record's
-        group members up to date (issue 8 item 8: a forking wrapper's server is found again
-        after a supervisor SIGKILL)."""
-        refresh_at = trio.current_time()
-        with scope:
-            while True:
-                exposure = await self._scan(process)
-                if exposure is not None:
-                    await self._post(ExposureFound(process, exposure))
-                    return
-                if trio.current_time() >= refresh_at and process.running:
-                    refresh_at = trio.current_time() + RECORD_REFRESH_S
-                    hold = pins.changed() if pins is not None else None
-                    if hold is not None:
-                        await self._post(PinChanged(process, hold))
-                        return
-                    process.track_descendants()  # a `setsid` wrapper's server: by pid
-                    await self._refresh_record(process)
-                await trio.sleep_until(next_tick(trio.current_time(), EXPOSURE_CHECK_S))
-
-    async def _refresh_record(self, process: ManagedProcess) -> None:
-        if self.plan.launch is not None:
-            await self.edges.containment.refresh(self.plan.launch, process.pid)
+    async def watch_startup(self, process: ManagedProcess) -> None:
+        """Wait for ``process`` to print a fault it hangs on (`LineWatch.wait_fatal`), then
+        tell the actor (`StartupFault`); cancelled with the process's other tasks."""
+        diagnosis = await process.lines.wait_fatal()
+        await self._post(StartupFault(process, diagnosis))
 
 
 def _start_error(launch: Launch, error: InferactorsError | OSError) -> InferactorsError:

@@ -1,18 +1,19 @@
-"""Internal messages: results that an instance actor's workers post back to its loop."""
+"""The instance actor's internal messages: what its workers post back to its loop (pure
+values; the rules that apply them are ``step.py``; a crash arrives as `mailbox.Crashed`)."""
 
 from __future__ import annotations
 
 import attrs
 
-from .._edges.capture import RunEvidence
-from .._edges.process import ManagedProcess
-from .._errors import InferactorsError
-from .._events import Diagnosis
-from .._policy.exposure import Exposure
-from .._policy.health_truth import Confirmation
-from .._policy.probe_parse import ServerReport
-from .instance_pin import PinHold, PinnedLaunch
-from .messages import ReplyTo
+from ..._edges.capture import RunEvidence
+from ..._edges.process import ManagedProcess
+from ..._errors import InferactorsError
+from ..._events import Diagnosis
+from ..._policy.exposure import Exposure
+from ..._policy.health_truth import Confirmation
+from ..._policy.probe_parse import ServerReport
+from ..messages import ReplyTo
+from .pins import PinHold, PinnedLaunch
 
 
 @attrs.frozen
@@ -70,7 +71,7 @@ class Probed:
     stopped: bool = False
     """True when a managed server that did not answer is stopped by a signal (SIGSTOP)."""
     confirmation: Confirmation | None = None
-    """The completion that checks a server whose ``/health`` failed (issue 9 item 5)."""
+    """The completion that checks a server whose ``/health`` failed."""
     ttft_s: float | None = None
     """Time to first token, float seconds, of a deep health this probe measured (the first
     token, or a confirmation that worked); None when it measured none."""
@@ -98,7 +99,7 @@ class PinChanged:
 @attrs.frozen
 class StartupFault:
     """A starting server printed a fault it will not exit on (``address in use``:
-    mlx_lm.server then hangs); it must be stopped (issue 9)."""
+    mlx_lm.server then hangs); it must be stopped."""
 
     process: ManagedProcess
     diagnosis: Diagnosis

@@ -1,0 +1,378 @@
+"""The instance state machine's life-cycle rules, one case each, synchronous (as llama-swap's
+``fifo_test.go`` drives its scheduler): starts that coalesce or are refused, stops (while
+starting, twice, of an adopted server, with a reason), abandoned starts, exits counted
+once, crashes, the holds that keep an instance down, unload and adoption.
+
+``actors.step_support`` builds the stand-ins; each case sends real messages to `step`.
+"""
+
+from __future__ import annotations
+
+from actors.step_support import (
+    CRASH,
+    EXPOSURE,
+    FATAL,
+    Run,
+    caller,
+    events,
+    evidence,
+    hold,
+    kinds,
+    made_ready,
+    of_type,
+    proc,
+    started,
+)
+from inferactors import (
+    InstanceState,
+    ModelTampered,
+    PinMismatch,
+    ProcessExited,
+    ProcessStarted,
+    StopReason,
+    Unsupported,
+)
+from inferactors._actors.instance.effects import (
+    Answer,
+    CloseDown,
+    ConfirmAdopted,
+    EndActor,
+    Refuse,
+    Spawn,
+    Terminate,
+    WatchAdopted,
+    WatchProcess,
+)
+from inferactors._actors.instance.messages import (
+    Confirmed,
+    Exited,
+    ExposureFound,
+    PinChanged,
+    ShutdownDone,
+    Spawned,
+    SpawnFailed,
+    Stopped,
+)
+from inferactors._actors.instance.step import ABANDONED_GRACE_S, CRASH_GRACE_S, Seen
+from inferactors._actors.mailbox import Crashed
+from inferactors._actors.messages import Annotate, Restart, Shutdown, Start, Stop
+
+
+def refusals(run: Run) -> dict[str, str]:
+    return {getattr(r.reply, "name", "?"): str(r.error) for r in of_type(run.effects, Refuse)}
+
+
+def exits(run: Run) -> list[ProcessExited]:
+    return events(run.effects, ProcessExited)
+
+
+# Starts.
+
+
+def test_concurrent_starts_spawn_once_and_share_the_one_outcome() -> None:
+    run = Run.of()
+    first, second = caller("first"), caller("second")
+    assert kinds(run.send(Start(first))) == ["Spawn"]
+    assert run.send(Start(second)) == ()  # joins the start under way
+    process = proc(100)
+    out = run.send(Spawned(process, first))
+    assert kinds(out) == ["Emit", "WatchProcess", "Answer", "Answer"]
+    assert {a.reply for a in of_type(out, Answer)} == {first, second}
+    assert run.state.process is process
+    assert not run.state.starting
+    [started_event] = events(out, ProcessStarted)
+    assert started_event.pid == 100
+
+
+def test_a_start_while_running_is_refused_and_a_restart_while_starting_too() -> None:
+    run = Run.of()
+    run.send(Start(caller("first")))
+    run.send(Restart(1, caller("restart")))
+    started(run, pid=101)
+    run.send(Start(caller("again")))
+    assert refusals(run) == {
+        "restart": "chat-1 is already running",
+        "again": "chat-1 is already running",
+    }
+
+
+def test_a_start_whose_caller_gave_up_before_it_was_read_spawns_nothing() -> None:
+    run = Run.of()
+    gone = caller("gone")
+    assert run.send(Start(gone), Seen(gone=frozenset({gone}))) == ()
+    assert not run.state.starting
+
+
+def test_a_restart_after_an_operator_stop_is_refused_and_a_start_is_not() -> None:
+    run = Run.of()
+    started(run)
+    run.send(Stop(1.0, caller("stop")))
+    run.send(Stopped(run.process, evidence(100, signal=15)))
+    run.send(Restart(1, caller("restart")))
+    assert refusals(run) == {"restart": "chat-1 was stopped by the operator"}
+    assert kinds(run.send(Start(caller("start")))) == ["Spawn"]
+
+
+def test_a_restart_after_a_crash_spawns_again() -> None:
+    run = Run.of()
+    started(run)
+    run.send(Exited(run.process, evidence(100, exit_code=1)))
+    out = run.send(Restart(1, caller("restart")))
+    assert of_type(out, Spawn) == [Spawn(of_type(out, Spawn)[0].reply, None)]
+
+
+def test_a_spawn_that_failed_refuses_its_callers_and_the_stops_that_waited() -> None:
+    run = Run.of()
+    start = caller("start")
+    run.send(Start(start))
+    run.send(Stop(1.0, caller("stop")))
+    run.send(SpawnFailed(PinMismatch("port 8090 is taken"), start))
+    assert refusals(run) == {"start": "port 8090 is taken", "stop": "chat-1 is not running"}
+    assert run.state.callers() == []
+    assert not run.state.starting
+
+
+# Stops.
+
+
+def test_a_stop_while_starting_waits_for_the_spawn_and_then_stops_it() -> None:
+    run = Run.of()
+    start, stop = caller("start"), caller("stop")
+    run.send(Start(start))
+    assert run.send(Stop(2.0, stop)) == ()
+    process = proc(100)
+    out = run.send(Spawned(process, start))
+    assert refusals(run) == {"start": "the start of chat-1 was aborted by a stop"}
+    assert of_type(out, Terminate) == [Terminate(process, 2.0)]
+    assert run.state.stop_reason is StopReason.REQUESTED
+    out = run.send(Stopped(process, evidence(100, signal=15)))
+    [answer] = of_type(out, Answer)
+    assert answer.reply is stop
+    assert [e.reason for e in exits(run)] == [StopReason.REQUESTED]
+
+
+def test_a_second_stop_waits_for_the_first_and_its_reason_is_kept() -> None:
+    run = Run.of()
+    process = started(run)
+    run.send(Stop(2.0, caller("one"), reason=StopReason.SHUTDOWN))
+    assert run.send(Stop(9.0, caller("two"))) == ()  # no second signal, no new reason
+    assert run.state.stop_reason is StopReason.SHUTDOWN
+    out = run.send(Stopped(process, evidence(100, signal=15)))
+    assert {getattr(a.reply, "name", "") for a in of_type(out, Answer)} == {"one", "two"}
+    assert [e.reason for e in exits(run)] == [StopReason.SHUTDOWN]
+
+
+def test_an_adopted_server_is_never_stopped_and_a_stop_of_nothing_is_refused() -> None:
+    adopted = Run.of(managed=False)
+    [refusal] = adopted.send(Stop(1.0, caller("stop")))
+    assert isinstance(refusal, Refuse)
+    assert isinstance(refusal.error, Unsupported)
+    managed = Run.of()
+    managed.send(Stop(1.0, caller("stop")))
+    assert refusals(managed) == {"stop": "chat-1 is not running"}
+
+
+def test_a_start_every_caller_gave_up_on_is_stopped_once_spawned() -> None:
+    run = Run.of()
+    one, two = caller("one"), caller("two")
+    run.send(Start(one))
+    run.send(Start(two))
+    out = run.send(Spawned(proc(100), one), Seen(gone=frozenset({one, two})))
+    assert of_type(out, Terminate) == [Terminate(run.process, ABANDONED_GRACE_S)]
+    assert (run.state.stop_reason, run.state.wanted) == (StopReason.REQUESTED, False)
+    assert len(of_type(out, Refuse)) == 2  # nobody reads them
+
+
+def test_a_start_that_one_caller_still_waits_for_goes_on() -> None:
+    run = Run.of()
+    one, two = caller("one"), caller("two")
+    run.send(Start(one))
+    run.send(Start(two))
+    out = run.send(Spawned(proc(100), one), Seen(gone=frozenset({one})))
+    assert of_type(out, Terminate) == []
+    assert len(of_type(out, Answer)) == 2
+
+
+# Exits.
+
+
+def test_an_exit_seen_twice_is_counted_once() -> None:
+    run = Run.of()
+    process = started(run)
+    run.send(Stop(1.0, caller("stop")))
+    run.send(Exited(process, evidence(100, signal=15)))
+    out = run.send(Stopped(process, evidence(100, signal=15)))
+    assert kinds(out) == ["Answer"]
+    assert len(exits(run)) == 1
+
+
+def test_an_exit_without_a_stop_is_a_crash_or_a_start_up_failure_in_its_own_words() -> None:
+    crash = Run.of()
+    started(crash)
+    made_ready(crash)
+    crash.send(Exited(crash.process, evidence(100, exit_code=1)), Seen(fatal=FATAL))
+    failure = Run.of()
+    started(failure)
+    failure.send(Exited(failure.process, evidence(100, exit_code=1)), Seen(fatal=FATAL))
+    [crashed], [failed] = exits(crash), exits(failure)
+    assert crashed.reason is StopReason.CRASH  # it was ready: a crash, diagnosed
+    assert failed.reason is StopReason.STARTUP_FAILURE
+    assert failed.diagnosis is not None
+    assert failed.diagnosis.line == FATAL.line
+    status = failure.status()
+    assert (status.state, status.stop_reason) == (InstanceState.EXITED, "start-up failure")
+    assert status.detail == f"failed to start: {FATAL.describe()}"
+
+
+# Crashes.
+
+
+def test_a_crash_stops_a_running_server_with_reason_error() -> None:
+    run = Run.of()
+    process = started(run)
+    out = run.send(Crashed(CRASH))
+    assert kinds(out) == ["ForgetWatches", "Terminate"]
+    assert of_type(out, Terminate) == [Terminate(process, CRASH_GRACE_S)]
+    assert run.status().detail == "crashed (ValueError: boom); stopping its server"
+    run.send(Exited(process, evidence(100, signal=15)))
+    assert [e.reason for e in exits(run)] == [StopReason.ERROR]
+
+
+def test_a_crash_during_an_operator_stop_keeps_the_stop() -> None:
+    run = Run.of()
+    process = started(run)
+    run.send(Stop(2.0, caller("stop")))
+    assert kinds(run.send(Crashed(CRASH))) == ["ForgetWatches"]
+    run.send(Stopped(process, evidence(100, signal=15)))
+    assert [e.reason for e in exits(run)] == [StopReason.REQUESTED]
+    assert not run.state.wanted  # the supervisor's restart is refused
+
+
+def test_a_crash_while_starting_aborts_the_start_once_spawned() -> None:
+    run = Run.of()
+    start = caller("start")
+    run.send(Start(start))
+    run.send(Crashed(CRASH))
+    out = run.send(Spawned(proc(100), start))
+    assert refusals(run) == {
+        "start": "the start of chat-1 was aborted by a crash (ValueError: boom)"
+    }
+    assert of_type(out, Terminate) == [Terminate(run.process, CRASH_GRACE_S)]
+    assert run.state.stop_reason is StopReason.ERROR
+
+
+def test_a_crash_while_starting_then_a_failed_spawn_stops_nothing() -> None:
+    run = Run.of()
+    start = caller("start")
+    run.send(Start(start))
+    run.send(Crashed(CRASH))
+    run.send(SpawnFailed(PinMismatch("exec failed"), start))
+    assert run.state.crash_while_starting is None
+    assert of_type(run.effects, Terminate) == []
+
+
+def test_a_crash_of_an_adopted_server_is_only_said() -> None:
+    run = Run.of(managed=False)
+    run.send(Confirmed(caller("start")))
+    assert kinds(run.send(Crashed(CRASH))) == ["ForgetWatches"]
+    assert run.status().detail == "crashed (ValueError: boom)"
+    assert not run.state.adopted_watch
+
+
+# Holds.
+
+
+def test_a_server_listening_beyond_loopback_is_stopped_and_held_until_reload() -> None:
+    run = Run.of()
+    process = started(run)
+    out = run.send(ExposureFound(process, EXPOSURE))
+    assert of_type(out, Terminate) == [Terminate(process, 3.0)]
+    run.send(Stopped(process, evidence(100, signal=15)))
+    run.send(Start(caller("start")))
+    run.send(Restart(1, caller("restart")))
+    why = f"the server was stopped for listening beyond loopback ({EXPOSURE.describe()})"
+    assert refusals(run) == {
+        "start": f"{why}; reload the instance",
+        "restart": f"{why}; reload the instance",
+    }
+    status = run.status()
+    assert (status.state, status.stop_reason) == (InstanceState.EXITED, "exposure")
+
+
+def test_a_model_changed_while_served_holds_the_instance_down() -> None:
+    run = Run.of()
+    process, held = started(run), hold()
+    out = run.send(PinChanged(process, held))
+    assert kinds(out) == ["Emit", "Terminate"]
+    assert run.send(PinChanged(process, hold())) == ()  # said once
+    run.send(Stopped(process, evidence(100, signal=15)))
+    run.send(Restart(1, caller("restart")))
+    assert refusals(run) == {"restart": "chat-1 was stopped by the operator"}
+    out = run.send(Start(caller("start")))
+    assert of_type(out, Spawn)[0].held is held  # the pin check refuses it unread
+    assert run.status().stop_reason == "tampered"
+
+
+def test_a_spawn_refused_for_a_tampered_model_is_said_once_per_hold() -> None:
+    run, held = Run.of(), hold()
+    for name in ("first", "second"):  # the pin check hands the same hold back, unread
+        start = caller(name)
+        run.send(Start(start))
+        run.send(SpawnFailed(held.error, start, held))
+    assert len(events(run.effects, ModelTampered)) == 1
+    assert (run.status().detail or "").startswith("not started: model tiny")
+
+
+# Unload and adoption.
+
+
+def test_an_unload_stops_the_server_for_unload_and_ends_the_actor() -> None:
+    run = Run.of()
+    process = started(run)
+    unload = caller("unload")
+    out = run.send(Shutdown(5.0, unload))
+    assert out == (CloseDown(process, 5.0, unload),)
+    assert run.state.stop_reason is StopReason.UNLOAD
+    run.send(Exited(process, evidence(100, signal=15)))
+    assert kinds(run.send(ShutdownDone(unload))) == ["Answer", "EndActor"]
+    assert [e.reason for e in exits(run)] == [StopReason.UNLOAD]
+    assert of_type(run.effects, EndActor) == [EndActor()]
+
+
+def test_an_unload_during_a_stop_keeps_the_stop() -> None:
+    run = Run.of()
+    started(run)
+    run.send(Stop(2.0, caller("stop")))
+    run.send(Shutdown(5.0, caller("unload")))
+    assert run.state.stop_reason is StopReason.REQUESTED
+
+
+def test_an_adopted_start_is_checked_and_its_watch_begins_once() -> None:
+    run = Run.of(managed=False)
+    run.send(Restart(1, caller("restart")))
+    assert refusals(run) == {"restart": "chat-1 is not being watched"}
+    start = caller("start")
+    assert run.send(Start(start)) == (ConfirmAdopted(start),)
+    assert run.send(Confirmed(start)) == (WatchAdopted(), Answer(start, None))
+    again = caller("again")
+    assert run.send(Confirmed(again)) == (Answer(again, None),)
+    assert run.state.wanted
+
+
+def test_the_supervisors_note_is_kept_and_shown() -> None:
+    run = Run.of()
+    note = caller("note")
+    assert run.send(Annotate("restarting in 0.5 s (attempt 1)", 1, note)) == (Answer(note, None),)
+    status = run.status()
+    assert (status.supervision, status.restarts) == ("restarting in 0.5 s (attempt 1)", 1)
+
+
+def test_a_new_process_is_believed_nothing_of_the_last() -> None:
+    run = Run.of()
+    first = started(run)
+    made_ready(run)
+    run.send(Exited(first, evidence(100, exit_code=1)))
+    second = started(run, pid=101)
+    assert run.state.findings.ready_once is False
+    assert run.status().detail == "starting: not listening yet"
+    assert of_type(run.effects, WatchProcess)[-1].process is second
