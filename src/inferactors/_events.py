@@ -33,6 +33,12 @@ class StopReason(enum.Enum):
     CONFIG_ERROR = "config-error"
     """Shown in status, never in `ProcessExited`: the same start-up failure twice in a row,
     so the supervisor gave up at once; fix the configuration, then start it again."""
+    TTL = "ttl"
+    """An on-demand instance idle for its TTL was stopped by the front door (drained)."""
+    EVICTED = "evicted"
+    """The front door stopped an idle on-demand instance to make room for another."""
+    RELOAD = "reload"
+    """A reload changed or removed the instance: drained, then stopped."""
     ERROR = "error"
     """The instance's own code raised (`InstanceCrashed`), so its server was stopped: OTP's
     exit with an error reason, abnormal, restarted and counted like a crash."""
