@@ -243,6 +243,58 @@ class ModelTampered:
     at: float
 
 
+@attrs.frozen
+class OnDemandStart:
+    """The front door started an on-demand instance: for a request (``trigger``
+    ``"request"``) or an operator's or the preload list's start (``"operator"``);
+    ``gate_bytes``: it first waits for the machine's free memory to cover this much (it
+    follows an eviction), None when it fit at once."""
+
+    instance_id: str
+    trigger: str
+    gate_bytes: int | None
+    at: float
+
+
+@attrs.frozen
+class ResidencyStop:
+    """The front door is stopping an instance (after its requests in flight drained, or
+    their drain timed out): ``reason`` ``ttl`` (idle for its TTL), ``evicted`` (room for
+    another: ``detail`` names it), ``requested`` (an operator), ``reload`` or
+    ``shutdown``. Its `ProcessExited` follows when the server is down."""
+
+    instance_id: str
+    reason: StopReason
+    detail: str
+    at: float
+
+
+@attrs.frozen
+class RequestRefused:
+    """A request that waited in the front door's queue for the instance was refused:
+    ``kind`` is the `RefusalKind` value (``wait-timeout``, ``never-fits``, ``start-failed``,
+    ``memory-not-recovered``, ``stopping``), ``message`` says why, ``waited_s`` how long it
+    had waited."""
+
+    instance_id: str
+    kind: str
+    message: str
+    waited_s: float
+    at: float
+
+
+@attrs.frozen
+class FootprintDrift:
+    """An instance's measured memory (its process tree's RSS, or the buffers its server
+    logged) differs from its expected figure (declared + estimated) by more than a quarter
+    and 64 MiB; admission now counts the measured figure. Bytes."""
+
+    instance_id: str
+    expected_bytes: int
+    measured_bytes: int
+    at: float
+
+
 Event = (
     StateChanged
     | ProcessStarted
@@ -256,4 +308,8 @@ Event = (
     | DeepHealthPassed
     | InstanceCrashed
     | ModelTampered
+    | OnDemandStart
+    | ResidencyStop
+    | RequestRefused
+    | FootprintDrift
 )

@@ -11,7 +11,7 @@ import attrs
 
 from inferactors._errors import RefusalKind
 from inferactors._events import StopReason
-from inferactors._policy import scheduler
+from inferactors._policy import scheduler, scheduler_stops
 from inferactors._policy.residency import Bytes, Footprint
 from inferactors._policy.scheduler_state import (
     CancelStart,
@@ -111,10 +111,10 @@ class Driver:
         return self._apply(scheduler.on_cancel(self.state, request, self.now))
 
     def stop(self, name: str, reason: StopReason = StopReason.REQUESTED) -> list[Effect]:
-        return self._apply(scheduler.on_stop(self.state, name, reason, self.now))
+        return self._apply(scheduler_stops.on_stop(self.state, name, reason, self.now))
 
     def shutdown(self) -> list[Effect]:
-        return self._apply(scheduler.on_shutdown(self.state, self.now))
+        return self._apply(scheduler_stops.on_shutdown(self.state, self.now))
 
     def footprint(self, name: str, footprint: Footprint) -> list[Effect]:
         return self._apply(scheduler.on_footprint(self.state, name, footprint, self.now))
@@ -124,7 +124,7 @@ class Driver:
 
     def tick(self, now: float) -> list[Effect]:
         self.now = now
-        return self._apply(scheduler.on_tick(self.state, now))
+        return self._apply(scheduler_stops.on_tick(self.state, now))
 
     # Reading what happened.
 

@@ -8,7 +8,7 @@ import math
 
 from inferactors._errors import RefusalKind
 from inferactors._events import StopReason
-from inferactors._policy import scheduler
+from inferactors._policy import scheduler, scheduler_stops
 from inferactors._policy.scheduler_state import Phase
 from policy.scheduler_support import Driver, slot, state
 
@@ -63,7 +63,7 @@ def test_the_concurrency_limit_counts_in_flight_and_waiting_and_answers_429() ->
 def test_a_wait_past_its_maximum_is_refused_and_nothing_else_moves() -> None:
     run = Driver(state(slot("a"), max_wait_s=10.0, retry_after_s=2.0))
     request = run.request("a")
-    assert scheduler.next_deadline(run.state) == 10.0
+    assert scheduler_stops.next_deadline(run.state) == 10.0
     run.tick(9.99)
     assert run.refusal(request) is None
     run.tick(10.0)
@@ -125,7 +125,7 @@ def test_idle_ttl_counts_from_the_end_of_the_last_request() -> None:
     run.start_done("a")
     run.now = 100.0
     run.done(first)
-    assert scheduler.ttl_left(run.state, "a", 100.0) == 60.0
+    assert scheduler_stops.ttl_left(run.state, "a", 100.0) == 60.0
     run.tick(159.9)
     assert run.stops("a") == 0
     run.tick(160.0)
@@ -138,11 +138,11 @@ def test_no_ttl_while_in_flight_or_waited_for() -> None:
     run = Driver(state(slot("a", ttl=10.0), slot("b", swap="g", ttl=10.0), slot("c", swap="g")))
     busy = run.request("a")
     run.start_done("a")
-    assert scheduler.ttl_left(run.state, "a", 0.0) is None
+    assert scheduler_stops.ttl_left(run.state, "a", 0.0) is None
     run.tick(1000.0)
     assert run.stops("a") == 0
     run.done(busy)
-    assert scheduler.ttl_left(run.state, "a", 1000.0) == 10.0
+    assert scheduler_stops.ttl_left(run.state, "a", 1000.0) == 10.0
     run.running("b")
     held = run.request("b")
     run.request("c")  # waits for b to drain; b then counts no TTL (c waits)
@@ -167,8 +167,8 @@ def test_a_request_during_a_ttl_stop_starts_the_model_again() -> None:
 def test_an_infinite_ttl_never_stops_and_has_no_deadline() -> None:
     run = Driver(state(slot("a", ttl=math.inf)))
     run.running("a")
-    assert scheduler.next_deadline(run.state) == math.inf
-    assert scheduler.ttl_left(run.state, "a", 1e9) is None
+    assert scheduler_stops.next_deadline(run.state) == math.inf
+    assert scheduler_stops.ttl_left(run.state, "a", 1e9) is None
 
 
 def test_an_always_on_instance_is_never_stopped_for_idleness_nor_evicted() -> None:

@@ -16,14 +16,19 @@ from .._events import (
     GaveUp,
     ImpostorDetected,
     InstanceCrashed,
+    FootprintDrift,
     ModelTampered,
+    OnDemandStart,
     ProcessExited,
     ProcessStarted,
     RestartFailed,
+    RequestRefused,
+    ResidencyStop,
     RestartScheduled,
     StateChanged,
     StopReason,
 )
+from .._policy.residency_words import describe_residency_event
 from .._policy.startup_fault import last_lines
 from .._status import InstanceStatus
 
@@ -75,6 +80,8 @@ def describe_event(event: Event) -> str:
                 f"{event.instance_id}  TAMPERED: model {event.model}, {event.why}; "
                 "not started, held until the model is re-registered or the instance reloaded"
             )
+        case OnDemandStart() | ResidencyStop() | RequestRefused() | FootprintDrift():
+            return describe_residency_event(event)
     raise AssertionError(f"unknown event {event!r}")
 
 

@@ -254,9 +254,9 @@ class SchedulerState:
             gated=False,
             joined_before=self.tickets,
         )
-        return self.replace(became)
+        return self.with_slot(became)
 
-    def replace(self, slot: Slot) -> SchedulerState:
+    def with_slot(self, slot: Slot) -> SchedulerState:
         """The state with ``slot`` in place of the slot of its role."""
         slots = tuple(slot if s.name == slot.name else s for s in self.slots)
         return attrs.evolve(self, slots=slots)
