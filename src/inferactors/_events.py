@@ -270,7 +270,7 @@ class ResidencyStop:
 
 
 @attrs.frozen
-class RequestRefused:
+class QueuedRequestRefused:
     """A request that waited in the front door's queue for the instance was refused:
     ``kind`` is the `RefusalKind` value (``wait-timeout``, ``never-fits``, ``start-failed``,
     ``memory-not-recovered``, ``stopping``), ``message`` says why, ``waited_s`` how long it
@@ -310,6 +310,6 @@ Event = (
     | ModelTampered
     | OnDemandStart
     | ResidencyStop
-    | RequestRefused
+    | QueuedRequestRefused
     | FootprintDrift
 )

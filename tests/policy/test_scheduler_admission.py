@@ -5,10 +5,19 @@ other programs' memory; the memory gate after an eviction."""
 
 from __future__ import annotations
 
+import attrs
+
 from inferactors._errors import RefusalKind
 from inferactors._events import StopReason
-from inferactors._policy.residency import Footprint
-from inferactors._policy.scheduler_state import Phase, StartInstance, Trigger
+from inferactors._policy.residency import Bytes, Footprint
+from inferactors._policy.scheduler_state import (
+    Drift,
+    Limits,
+    Phase,
+    SchedulerState,
+    StartInstance,
+    Trigger,
+)
 from policy.scheduler_support import MB, Driver, slot, state
 
 
@@ -182,28 +191,33 @@ def test_admission_uses_the_measured_figure_once_known() -> None:
     assert run.stops("a", StopReason.EVICTED) == 1  # 700 measured + 400 > 1000
 
 
+def test_the_measured_figure_replaces_the_estimate_but_never_the_declared_bytes() -> None:
+    declared, estimated = 400 * MB, 300 * MB
+    assert Footprint(declared, estimated).figure == 700 * MB
+    assert Footprint(declared, estimated, measured_rss=500 * MB).figure == 500 * MB
+    assert Footprint(declared, estimated, measured_rss=50 * MB).figure == declared
+    assert Footprint(declared, estimated, measured_rss=450 * MB, engine=600 * MB).figure == (
+        600 * MB
+    )
+
+
 def test_a_first_drift_is_reported_once() -> None:
     run = Driver(state(slot("a", 400)))
     run.running("a")
     drifted = Footprint(declared=400 * MB, estimated=100 * MB, measured_rss=900 * MB)
     effects = run.footprint("a", drifted)
-    drifts = [e for e in effects if type(e).__name__ == "Drift"]
+    drifts = [e for e in effects if isinstance(e, Drift)]
     assert len(drifts) == 1
     assert drifts[0].expected == 500 * MB
     assert drifts[0].measured == 900 * MB
     more = run.footprint("a", Footprint(declared=400 * MB, estimated=100 * MB, engine=950 * MB))
-    assert not [e for e in more if type(e).__name__ == "Drift"]
+    assert not [e for e in more if isinstance(e, Drift)]
 
 
 def test_an_accelerator_budget_is_admitted_apart_from_memory() -> None:
-    from inferactors._policy.residency import Bytes
-    from inferactors._policy.scheduler_state import Limits, SchedulerState
-
-    gpu = [("gpu0", 8 * 1000 * MB)]
-    big = slot("big", 100)
-    small = slot("small", 100)
-    big = big.__class__(big.rules, Footprint(declared=100 * MB, devices=gpu))
-    small = small.__class__(small.rules, Footprint(declared=100 * MB, devices=gpu))
+    gpu = (("gpu0", 8 * 1000 * MB),)
+    big = attrs.evolve(slot("big", 100), footprint=Footprint(declared=100 * MB, devices=gpu))
+    small = attrs.evolve(slot("small", 100), footprint=Footprint(declared=100 * MB, devices=gpu))
     limits = Limits(Bytes.of(1000 * MB, [("gpu0", 12 * 1000 * MB)]))
     run = Driver(SchedulerState.of(limits, (big, small)))
     run.running("big")

@@ -252,6 +252,21 @@ def test_an_operators_stop_refuses_the_waiters_and_drains() -> None:
     assert run.starts("b") == 1
 
 
+def test_a_request_during_an_operators_stop_is_refused_not_queued() -> None:
+    run = Driver(state(slot("a")))
+    run.running("a")
+    busy = run.request("a")
+    run.stop("a")
+    refusal = run.refusal(run.request("a"))
+    assert refusal is not None
+    assert refusal.kind is RefusalKind.STOPPING
+    assert refusal.retry_after_s is not None
+    run.done(busy)
+    run.stopped("a")
+    run.request("a")  # once down, a request starts it again
+    assert run.starts("a") == 1
+
+
 def test_a_drain_that_times_out_stops_anyway() -> None:
     run = Driver(state(slot("a"), drain_timeout_s=5.0))
     run.running("a")

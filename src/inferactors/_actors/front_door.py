@@ -220,7 +220,7 @@ async def open_front_door(
     runs, the preload list is started, every member's events are watched and memory is
     measured every ``settings.measure_interval_s`` (with ``gauge``: psutil by default).
     ``on_event`` hears the front door's events (`OnDemandStart`, `ResidencyStop`,
-    `RequestRefused`, `FootprintDrift`) and its loop's crashes; ``observer`` each
+    `QueuedRequestRefused`, `FootprintDrift`) and its loop's crashes; ``observer`` each
     request's outcome. Leaving the block closes the door (`FrontDoor.close`: every
     instance drained and stopped, bounded by the drain timeout, the stop grace and
     `CLOSE_MARGIN_S`).

@@ -8,7 +8,7 @@ from __future__ import annotations
 import trio
 
 from .._errors import FrontDoorRefused
-from .._events import FootprintDrift, OnDemandStart, RequestRefused, ResidencyStop
+from .._events import FootprintDrift, OnDemandStart, QueuedRequestRefused, ResidencyStop
 from .._policy.scheduler import status_of
 from .._policy.scheduler_state import (
     CancelStart,
@@ -84,7 +84,7 @@ def _refuse(door: Loop, effect: Refuse, now: float) -> None:
     if slot is not None and effect.waited_s is not None:
         iid = door.members[slot.name].instance_id
         kind = effect.kind.value
-        door.on_event(RequestRefused(iid, kind, effect.message, effect.waited_s, now))
+        door.on_event(QueuedRequestRefused(iid, kind, effect.message, effect.waited_s, now))
 
 
 def _start(door: Loop, effect: StartInstance, now: float) -> None:

@@ -13,17 +13,17 @@ from .._events import (
     DeepHealthPassed,
     Event,
     ExposureDetected,
+    FootprintDrift,
     GaveUp,
     ImpostorDetected,
     InstanceCrashed,
-    FootprintDrift,
     ModelTampered,
     OnDemandStart,
     ProcessExited,
     ProcessStarted,
-    RestartFailed,
-    RequestRefused,
+    QueuedRequestRefused,
     ResidencyStop,
+    RestartFailed,
     RestartScheduled,
     StateChanged,
     StopReason,
@@ -80,7 +80,7 @@ def describe_event(event: Event) -> str:
                 f"{event.instance_id}  TAMPERED: model {event.model}, {event.why}; "
                 "not started, held until the model is re-registered or the instance reloaded"
             )
-        case OnDemandStart() | ResidencyStop() | RequestRefused() | FootprintDrift():
+        case OnDemandStart() | ResidencyStop() | QueuedRequestRefused() | FootprintDrift():
             return describe_residency_event(event)
     raise AssertionError(f"unknown event {event!r}")
 

@@ -44,7 +44,7 @@ DEFAULT_RETRY_AFTER_S = 1.0
 
 
 @attrs.frozen
-class Group:
+class ResidencyGroup:
     """A set of instances with a residency rule, as llama-swap's groups.
 
     Attributes:
@@ -92,7 +92,7 @@ class ResidencySection:
     retry_after_s: float = DEFAULT_RETRY_AFTER_S
     idle_ttl_s: float = DEFAULT_IDLE_TTL_S
     preload: tuple[str, ...] = ()
-    groups: tuple[Group, ...] = ()
+    groups: tuple[ResidencyGroup, ...] = ()
 
     def validate(self, field: str = "$.residency") -> None:
         """Check the figures alone (the roles are checked against the instances by

@@ -17,7 +17,10 @@ resource, so a model fits only where every resource it uses fits.
   misses mapped weights not yet touched and the log lines miss the program.
 
 Admission counts the measured figure once known (a later start of the same instance
-still uses it), else declared plus estimated. When measured and expected
+still uses it), but never less than the declared bytes: the pinned weights and the KV
+cache are what the server allocates, and RSS misses what is mapped but not yet touched;
+measuring corrects the estimate, not the pins. Before a measure it counts declared plus
+estimated. When measured and expected
 (declared + estimated) differ by more than `DRIFT_RATIO` (and more than `DRIFT_MIN_BYTES`),
 that is drift, an event.
 
@@ -144,9 +147,10 @@ class Footprint:
 
     @property
     def figure(self) -> int:
-        """The memory admission counts: measured once known, else expected."""
+        """The memory admission counts: measured once known (at least declared), else
+        expected."""
         measured = self.measured
-        return self.expected if measured is None else measured
+        return self.expected if measured is None else max(self.declared, measured)
 
     def need(self) -> Bytes:
         """Every resource it holds while resident."""

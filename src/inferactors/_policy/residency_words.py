@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from .._events import FootprintDrift, OnDemandStart, RequestRefused, ResidencyStop
+from .._events import FootprintDrift, OnDemandStart, QueuedRequestRefused, ResidencyStop
 from .residency import size_text
 
 
 def describe_residency_event(
-    event: OnDemandStart | ResidencyStop | RequestRefused | FootprintDrift,
+    event: OnDemandStart | ResidencyStop | QueuedRequestRefused | FootprintDrift,
 ) -> str:
     """``chat-1a2b  on-demand start (request)``, ``... stopping (evicted): to make room for
     'code'``, ``... request refused after 12.0 s (wait-timeout): ...``, ``... memory drift:
@@ -23,7 +23,7 @@ def describe_residency_event(
         case ResidencyStop():
             detail = f": {event.detail}" if event.detail else ""
             return f"{event.instance_id}  stopping ({event.reason.value}){detail}"
-        case RequestRefused():
+        case QueuedRequestRefused():
             return (
                 f"{event.instance_id}  request refused after {event.waited_s:.1f} s "
                 f"({event.kind}): {event.message}"

@@ -73,6 +73,11 @@ STATUS = {
 """The HTTP status of each refusal (a failed start that will not be retried is 502)."""
 
 
+_REFUSING_STOPS = frozenset({StopReason.REQUESTED, StopReason.RELOAD, StopReason.SHUTDOWN})
+"""Stops during which a new request is refused (an operator wants it down; a reload
+loads it anew): during a TTL stop or an eviction it waits and starts the model again."""
+
+
 def status_of(kind: RefusalKind, retry_after_s: float | None) -> int:
     """The HTTP status a client gets for a refusal of ``kind``."""
     if kind is RefusalKind.START_FAILED and retry_after_s is None:
@@ -109,6 +114,9 @@ def _refusal_on_arrival(
     retry = state.limits.retry_after_s
     if state.closing:
         why = "the front door is shutting down"
+        return Refuse(request, model, RefusalKind.STOPPING, why, retry)
+    if slot.phase in (Phase.DRAINING, Phase.STOPPING) and slot.stop_reason in _REFUSING_STOPS:
+        why = f"{slot.name!r} is being stopped ({slot.stop_reason.value})"
         return Refuse(request, model, RefusalKind.STOPPING, why, retry)
     limit = slot.rules.concurrency_limit
     if limit is not None and slot.in_flight + state.queued(slot.name) >= limit:
