@@ -28,6 +28,7 @@ from .front_door_msgs import (
     DoorMember,
     DoorObserver,
     DoorSettings,
+    Rebind,
     ResidencyView,
     StartCommand,
     StopCommand,
@@ -163,6 +164,15 @@ class FrontDoor:
             last_stop=None if last is None else last.value,
             notes=loop.members[slot.name].notes,
         )
+
+    async def rebind(self, members: Sequence[DoorMember], settings: DoorSettings) -> None:
+        """After a reload: the front door's instances are now ``members`` (a kept one, with
+        the same handle, keeps its state; a reloaded one is not loaded) under ``settings``'
+        limits. Waiters for a removed model are refused (404)."""
+        send, receive = trio.open_memory_channel[Reply[None]](1)
+        with receive:
+            await _send(self._loop.box, Rebind(tuple(members), settings, send))
+            (await receive.receive()).unwrap()
 
     async def close(self) -> None:
         """Refuse every waiter and later request, drain every instance (bounded) and stop

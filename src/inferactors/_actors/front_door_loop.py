@@ -30,7 +30,7 @@ from .._edges.memory_gauge import MemoryGauge
 from .._errors import InvalidState, Unsupported
 from .._events import Event, StopReason
 from .._policy import scheduler, scheduler_stops
-from .._policy.scheduler_state import Phase, SchedulerState, Step, StopInstance
+from .._policy.scheduler_state import Phase, SchedulerState, Slot, Step, StopInstance
 from .front_door_effects import carry_out
 from .front_door_msgs import (
     Acquire,
@@ -42,6 +42,7 @@ from .front_door_msgs import (
     EngineFigure,
     Measured,
     Observed,
+    Rebind,
     StartCommand,
     StartDone,
     StopCommand,
@@ -51,8 +52,11 @@ from .front_door_msgs import (
 )
 from .front_door_watch import apply_engine, apply_measured, apply_observed
 from .front_door_work import follow_engine, measure, watch_events
-from .mailbox import Crash, Mailbox
+from .mailbox import Crash, Mailbox, ScopeGroup, scoped
 from .messages import ReplyTo, answer, refuse
+
+_RESULTS = (StartDone, StopDone, Observed, EngineFigure)
+"""Workers' results about one instance, by role."""
 
 
 @attrs.define(eq=False)
@@ -75,6 +79,7 @@ class DoorLoop:
     closers: list[ReplyTo[None]] = attrs.Factory(list)
     last_stop: dict[str, StopReason] = attrs.Factory(dict)
     measured_pid: dict[str, int] = attrs.Factory(dict)
+    _watchers: ScopeGroup = attrs.Factory(ScopeGroup)
     _returns: list[tuple[int, bool | None]] = attrs.Factory(list)
     _next_request: int = 1
     _deadline: float = math.inf
@@ -117,6 +122,8 @@ class DoorLoop:
         """Handle one message (synchronously; the only writer of ``state``)."""
         now = trio.current_time()
         self._take_returns(now)
+        if isinstance(message, _RESULTS) and self.state.find(message.name) is None:
+            return  # a worker's result about an instance a reload removed
         match message:
             case Begin():
                 self._begin(now)
@@ -125,14 +132,14 @@ class DoorLoop:
                 self.arrived[message.request] = now
                 self.step(scheduler.on_request(self.state, message.request, message.model, now))
             case StartCommand():
-                if message.reply is not None:
-                    self.replies[message.request] = message.reply
-                self.step(scheduler.on_start(self.state, message.request, message.name, now))
+                self._on_start_command(message, now)
             case StopCommand():
                 self._on_stop_command(message, now)
             case Close():
                 self.closers.append(message.reply)
                 self.step(scheduler_stops.on_shutdown(self.state, now))
+            case Rebind():
+                self._rebind(message, now)
             case StartDone():
                 self.starts.pop(message.name, None)
                 self.step(scheduler.on_start_done(self.state, message.name, now, message.failure))
@@ -159,6 +166,16 @@ class DoorLoop:
         self.state, effects = step
         for effect in effects:
             carry_out(self, effect)
+
+    def _on_start_command(self, message: StartCommand, now: float) -> None:
+        slot = self.state.find(message.name)
+        if slot is None or slot.name != message.name:
+            if message.reply is not None:
+                refuse(message.reply, InvalidState(f"no instance named {message.name!r}"))
+            return
+        if message.reply is not None:
+            self.replies[message.request] = message.reply
+        self.step(scheduler.on_start(self.state, message.request, message.name, now))
 
     def _on_stop_command(self, message: StopCommand, now: float) -> None:
         try:
@@ -222,18 +239,41 @@ class DoorLoop:
         box = self.box
         box.finish(_forward_events, self.crashes, self.on_event)
         box.finish(self.ticker)
+        interval = self.settings.measure_interval_s
+        box.finish(measure, self.held_members, self.gauge, interval, self.post)
+        self._watch()
+        for name in self.settings.preload:
+            self.step(scheduler.on_start(self.state, self.new_request(), name, now))
+
+    def _watch(self) -> None:
+        """Watch every member's events (one subscription per runtime) and its server's
+        buffer lines, until a rebind replaces them."""
+        self._watchers.cancel()
+        scopes = self._watchers = ScopeGroup()
         by_runtime: dict[int, dict[str, DoorMember]] = {}
         for member in self.members.values():
             by_runtime.setdefault(id(member.runtime), {})[member.name] = member
         for group in by_runtime.values():
             runtime = next(iter(group.values())).runtime
-            box.finish(watch_events, runtime, group, self.post)
-        members, interval = list(self.members.values()), self.settings.measure_interval_s
-        box.finish(measure, members, self.held, self.gauge, interval, self.post)
-        for member in members:
-            box.finish(follow_engine, member, self.post)
-        for name in self.settings.preload:
-            self.step(scheduler.on_start(self.state, self.new_request(), name, now))
+            self.box.finish(scoped, scopes.new(), watch_events, runtime, group, self.post)
+        for member in self.members.values():
+            self.box.finish(scoped, scopes.new(), follow_engine, member, self.post)
+
+    def _rebind(self, message: Rebind, now: float) -> None:
+        """A reload's new members: a kept instance (same handle) keeps its slot; a new or
+        reloaded one starts not loaded (the reload stopped the old one)."""
+        slots = []
+        for member in message.members:
+            old = self.members.get(member.name)
+            kept = old is not None and old.handle == member.handle
+            slot = self.state.slot(member.name) if kept else Slot(member.rules, member.footprint)
+            slots.append(attrs.evolve(slot, rules=member.rules))
+        self.members = {member.name: member for member in message.members}
+        self.settings = message.settings
+        limits = message.settings.limits
+        self.step(scheduler.on_rebind(self.state, tuple(slots), limits, now))
+        self._watch()
+        answer(message.reply, None)
 
     def crashed(self, crash: Crash) -> None:
         """Reset after an exception nobody foresaw: every waiting caller is refused,
@@ -253,9 +293,9 @@ class DoorLoop:
                 why = "the front door crashed during its start"
                 carry_out(self, StopInstance(name, StopReason.ERROR, why))
 
-    def held(self) -> set[str]:
-        """Roles whose servers hold memory now."""
-        return {slot.name for slot in self.state.slots if slot.held}
+    def held_members(self) -> list[DoorMember]:
+        """The members whose servers hold memory now."""
+        return [self.members[slot.name] for slot in self.state.slots if slot.held]
 
 
 async def _forward_events(

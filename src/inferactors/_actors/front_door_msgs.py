@@ -144,6 +144,15 @@ class Close:
     reply: ReplyTo[None]
 
 
+@attrs.frozen
+class Rebind:
+    """New members (and limits) after a reload."""
+
+    members: tuple[DoorMember, ...]
+    settings: DoorSettings
+    reply: ReplyTo[None]
+
+
 # Posted by workers and callers' returns.
 
 

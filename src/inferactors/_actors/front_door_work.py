@@ -172,20 +172,18 @@ async def watch_events(
 
 
 async def measure(
-    members: Sequence[DoorMember],
-    held: Callable[[], set[str]],
+    held: Callable[[], Sequence[DoorMember]],
     gauge: MemoryGauge,
     interval_s: float,
     post: Post,
 ) -> None:
     """Every ``interval_s``: the machine's memory and the tree RSS of each held managed
-    server (by the pid its status shows)."""
+    server (``held()``, by the pid its status shows)."""
     while True:
         machine = await gauge.machine()
         figures: list[tuple[str, int | None, int | None]] = []
-        names = held()
-        for member in members:
-            if member.name not in names or member.rules.adopted:
+        for member in held():
+            if member.rules.adopted:
                 continue
             pid = (await member.runtime.status(member.handle)).pid
             rss = None if pid is None else await gauge.tree_rss(pid)

@@ -48,10 +48,11 @@ import attrs
 from .._errors import RefusalKind
 from .._events import StopReason
 from .residency import Footprint
-from .scheduler_pass import pump, refuse_waiters, stop_now, without
+from .scheduler_pass import pump, refusal, refuse_waiters, stop_now, without
 from .scheduler_state import (
     Drift,
     Effect,
+    Limits,
     Phase,
     Refuse,
     SchedulerState,
@@ -163,6 +164,8 @@ def on_serve_done(state: SchedulerState, request: int, now: float, served: bool 
     if name is None:
         return state, ()
     serving = tuple(pair for pair in state.serving if pair[0] != request)
+    if state.find(name) is None:  # its instance left the run file meanwhile
+        return attrs.evolve(state, serving=serving), ()
     slot = state.slot(name)
     slot = attrs.evolve(
         slot,
@@ -242,3 +245,19 @@ def on_footprint(state: SchedulerState, name: str, footprint: Footprint, now: fl
 def on_foreign(state: SchedulerState, foreign: int, now: float) -> Step:
     """Other programs now hold ``foreign`` bytes inside the budget."""
     return pump(attrs.evolve(state, foreign=max(0, foreign)), now)
+
+
+def on_rebind(state: SchedulerState, slots: tuple[Slot, ...], limits: Limits, now: float) -> Step:
+    """A reload changed the instances: ``slots`` (in the new order; a kept instance's
+    slot carries its phase and counts) and ``limits`` replace the old ones. Waiters for a
+    model that is gone are refused (404)."""
+    names = {slot.name for slot in slots}
+    refusals: tuple[Effect, ...] = ()
+    for waiter in state.queue:
+        if waiter.name not in names:
+            why = f"{waiter.name!r} was removed from the run file"
+            refusals += (refusal(waiter, now, RefusalKind.UNKNOWN_MODEL, why, None),)
+    queue = tuple(waiter for waiter in state.queue if waiter.name in names)
+    state = attrs.evolve(state, slots=slots, limits=limits, queue=queue)
+    state, more = pump(state, now)
+    return state, refusals + more
