@@ -159,7 +159,7 @@ class DoorLoop:
                 pass
         self._take_returns(now)
         self._answer_closers()
-        self._rearm_ticker()
+        self._rearm_ticker(isinstance(message, Tick))
 
     def step(self, step: Step) -> None:
         """Take the new state and carry out its effects, in order."""
@@ -218,8 +218,12 @@ class DoorLoop:
                 answer(reply, None)
             self.closers = []
 
-    def _rearm_ticker(self) -> None:
-        self._deadline = scheduler_stops.next_deadline(self.state)
+    def _rearm_ticker(self, ticked: bool) -> None:
+        """Wake the ticker when the next deadline moved (or it waits after a tick)."""
+        deadline = scheduler_stops.next_deadline(self.state)
+        if deadline == self._deadline and not ticked:
+            return
+        self._deadline = deadline
         rearm, self._rearm = self._rearm, trio.Event()
         rearm.set()
 

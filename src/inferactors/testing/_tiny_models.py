@@ -38,6 +38,7 @@ _CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
 
+_NAME = "tiny-random-llama"
 _NORMAL, _UNKNOWN, _CONTROL, _BYTE = 1, 2, 3, 6  # gguf.TokenType values
 _MISSING_DEPS = "write_tiny_gguf needs gguf and numpy: pip install 'inferactors[testing]'"
 
@@ -56,7 +57,7 @@ def tiny_vocabulary() -> tuple[list[str], list[int]]:
     return pieces, types
 
 
-def write_tiny_gguf(path: Path, *, seed: int = 0, name: str = "tiny-random-llama") -> Path:
+def write_tiny_gguf(path: Path, *, seed: int = 0, name: str = _NAME) -> Path:
     """Write the tiny llama GGUF (see the module docstring) to ``path`` and return ``path``.
 
     ``seed`` and ``name`` make another tiny model of the same shape with other weights and
@@ -84,7 +85,9 @@ def write_tiny_gguf(path: Path, *, seed: int = 0, name: str = "tiny-random-llama
     return path
 
 
-def _write_metadata(writer: Any, gguf: Any, pieces: list[str], types: list[int], name: str) -> None:
+def _write_metadata(
+    writer: Any, gguf: Any, pieces: list[str], types: list[int], name: str = _NAME
+) -> None:
     writer.add_name(name)
     writer.add_context_length(_CONTEXT)
     writer.add_embedding_length(_EMBED)
@@ -108,7 +111,7 @@ def _write_metadata(writer: Any, gguf: Any, pieces: list[str], types: list[int],
     writer.add_chat_template(_CHAT_TEMPLATE)
 
 
-def _write_tensors(writer: Any, np: Any, *, vocab: int, first_word: int, seed: int) -> None:
+def _write_tensors(writer: Any, np: Any, *, vocab: int, first_word: int, seed: int = 0) -> None:
     """Add every tensor; the draw order from the seeded generator fixes the bytes."""
     rng = np.random.default_rng(seed)
 
