@@ -187,9 +187,14 @@ class FakeFleet:
     children: list[FakeChild] = attrs.Factory(list)
     requests: list[tuple[int, str, str]] = attrs.Factory(list)
 
+    def transport(self) -> httpx.MockTransport:
+        """An httpx transport to the fleet's fake servers (by port), for a client that
+        talks to them as the front door's upstream client does."""
+        return httpx.MockTransport(self._handle)
+
     def edges(self, *, jitter: float = 0.0) -> Edges:
         """Runtime edges backed by this fleet; ``jitter`` is what the random source returns."""
-        transport = httpx.MockTransport(self._handle)
+        transport = self.transport()
         return Edges(
             open_prober=http_prober_factory(transport),
             net=_FakeNet(self),
