@@ -21,7 +21,8 @@ PORT = 18900
 
 async def _spawn(fleet: FakeFleet) -> FakeChild:
     edges = fleet.edges()
-    child = await edges.open_process(["llama-server", "--port", str(PORT)], cwd=Path("/"), env={})
+    argv = ["llama-server", "--port", str(PORT)]
+    child = await edges.open_process(argv, cwd=Path("/"), env={}, run_as=None)
     assert isinstance(child, FakeChild)
     return child
 
