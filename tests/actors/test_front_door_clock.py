@@ -348,3 +348,24 @@ async def test_preload_starts_at_open_and_idles_out(
         await trio.sleep(61.0)
         assert not rig.alive("a")
         assert math.isclose(rig.of(ResidencyStop, "a")[0].at, 60.0, abs_tol=1.0)
+
+
+async def test_an_always_on_instance_still_loading_counts_in_the_ledger(
+    make_config: Config, autojump_clock: trio.testing.MockClock
+) -> None:
+    rules = {
+        "always": SlotRules(name="always", on_demand=False),
+        "lazy": SlotRules(name="lazy", on_demand=True, idle_ttl_s=math.inf),
+    }
+    fleet = FakeFleet(load_s=30.0)
+    async with door_rig(make_config(), fleet, ["always", "lazy"], rules=rules) as rig:
+        await rig.runtime.start(rig.handles["always"])  # as run does: it loads for 30 s
+        await trio.sleep(1.0)
+        assert rig.door.residency()["always"].residency is Residency.STARTING
+        with pytest.raises(FrontDoorRefused) as refused:
+            await rig.door.acquire("lazy")
+        assert refused.value.kind is RefusalKind.NEVER_FITS
+        with trio.fail_after(60.0):
+            grant = await rig.door.acquire("always")  # waits for it to serve
+        assert rig.door.residency()["always"].residency is Residency.RESIDENT
+        grant.done()

@@ -101,6 +101,9 @@ class Driver:
     def stopped(self, name: str, down: str | None = None) -> list[Effect]:
         return self._apply(scheduler.on_stopped(self.state, name, self.now, down))
 
+    def loading(self, name: str) -> list[Effect]:
+        return self._apply(scheduler.on_loading(self.state, name, self.now))
+
     def running(self, name: str) -> list[Effect]:
         return self._apply(scheduler.on_running(self.state, name, self.now))
 

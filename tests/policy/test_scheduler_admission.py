@@ -234,6 +234,19 @@ def test_an_always_on_instance_is_never_started_by_a_request() -> None:
     assert run.granted(request)
 
 
+def test_an_instance_still_loading_already_counts_and_is_never_evicted() -> None:
+    run = Driver(state(slot("big", 600, on_demand=False), slot("b", 600), budget_mb=1000))
+    run.loading("big")  # run started it; its model is loading
+    assert run.state.slot("big").phase is Phase.STARTING
+    waiting = run.request("big")
+    refusal = run.refusal(run.request("b"))
+    assert refusal is not None
+    assert refusal.kind is RefusalKind.NEVER_FITS
+    assert run.stops("big") == 0
+    run.start_done("big")  # it serves now
+    assert run.granted(waiting)
+
+
 def test_an_always_on_instance_down_for_good_is_refused_at_once() -> None:
     run = Driver(state(slot("a", on_demand=False)))
     waiting = run.request("a")

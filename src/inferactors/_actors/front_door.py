@@ -118,11 +118,14 @@ class FrontDoor:
 
         Raises:
             FrontDoorRefused: as `acquire` (never fits, waited too long, start failed).
-            InvalidState: ``name`` is always on: its runtime starts it.
-            KeyError: no instance has that role.
+            InvalidState: no instance has that role, or it is always on (its runtime
+                starts it).
         """
         loop = self._loop
-        if not loop.state.slot(name).rules.on_demand:
+        slot = loop.state.find(name)
+        if slot is None or slot.name != name:
+            raise InvalidState(f"no instance named {name!r} behind the front door")
+        if not slot.rules.on_demand:
             raise InvalidState(f"{name} is always on: its runtime starts it")
         send, receive = trio.open_memory_channel[Reply[None]](1)
         with receive:

@@ -8,24 +8,38 @@ from __future__ import annotations
 
 import attrs
 
+from .._errors import RefusalKind
 from .._policy import scheduler
 from .._policy.residency import foreign_bytes, foreign_in_budget
-from .._policy.scheduler_state import Phase, Slot
+from .._policy.scheduler_state import Phase, Slot, StartFailure
 from .._status import InstanceState, InstanceStatus
 from .front_door_msgs import EngineFigure, Loop, Measured, Observed
 from .front_door_work import given_up, serving
 
 
 def apply_observed(door: Loop, message: Observed, now: float) -> None:
-    """An instance's status after one of its events."""
+    """An instance's status after one of its events. A start we did not make (``run``,
+    its supervisor, an operator) is followed here; ours by its worker."""
     slot, status = door.state.slot(message.name), message.status
+    theirs = slot.phase is Phase.STARTING and slot.name not in door.starts
     if serving(status):
         if slot.phase is Phase.NOT_LOADED:
             door.step(scheduler.on_running(door.state, slot.name, now))
+        elif theirs:
+            door.step(scheduler.on_start_done(door.state, slot.name, now))
         return
     if status.state not in (InstanceState.EXITED, InstanceState.UNKNOWN):
+        if status.pid is not None and slot.phase is Phase.NOT_LOADED:  # loading already
+            door.step(scheduler.on_loading(door.state, slot.name, now))
         return
     down = _down(slot, status)
+    if theirs:
+        why = f"{slot.name}: {status.diagnosis or status.detail or status.state.value}"
+        retry = None if down is not None else door.state.limits.retry_after_s
+        failure = StartFailure(RefusalKind.START_FAILED, why, retry)
+        door.step(scheduler.on_start_done(door.state, slot.name, now, failure))
+        door.step(scheduler.on_stopped(door.state, slot.name, now, down))
+        return
     if slot.phase in (Phase.RESIDENT, Phase.DRAINING) or (
         slot.phase is Phase.NOT_LOADED and down != slot.down
     ):

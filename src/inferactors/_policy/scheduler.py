@@ -229,6 +229,16 @@ def on_running(state: SchedulerState, name: str, now: float) -> Step:
     return pump(state.resident(slot, now), now)
 
 
+def on_loading(state: SchedulerState, name: str, now: float) -> Step:
+    """``name``'s server runs but does not serve yet, and we did not start it (``run``, its
+    supervisor or an operator did): it holds its memory already, so it counts as starting
+    (requests for it wait; `on_start_done` follows once it serves or fails)."""
+    slot = state.slot(name)
+    if slot.phase is not Phase.NOT_LOADED:
+        return state, ()
+    return pump(state.with_slot(attrs.evolve(slot, phase=Phase.STARTING, down=None)), now)
+
+
 def on_footprint(state: SchedulerState, name: str, footprint: Footprint, now: float) -> Step:
     """New figures for ``name`` (a measurement, the engine's buffer lines); a first drift
     past the threshold is reported (`Drift`)."""
