@@ -6,13 +6,13 @@ tree is drawn in ``_errors.py``; the actor design is described in ``design/actor
 """
 
 from ._actors.capabilities import Capability as Capability
-from ._actors.front_door import FrontDoor as FrontDoor
-from ._actors.front_door import open_front_door as open_front_door
 from ._actors.front_door_members import door_members as door_members
 from ._actors.front_door_members import door_settings as door_settings
 from ._actors.front_door_msgs import DoorMember as DoorMember
 from ._actors.front_door_msgs import DoorSettings as DoorSettings
 from ._actors.front_door_msgs import ResidencyView as ResidencyView
+from ._actors.front_door_scheduler import FrontDoorScheduler as FrontDoorScheduler
+from ._actors.front_door_scheduler import open_scheduler as open_scheduler
 from ._actors.runtime import InferRuntime as InferRuntime
 from ._actors.runtime import InstanceHandle as InstanceHandle
 from ._actors.runtime import NetworkExposure as NetworkExposure
@@ -128,8 +128,8 @@ __all__ = [
     "ExposureDetected",
     "FaultKind",
     "FootprintDrift",
-    "FrontDoor",
     "FrontDoorRefused",
+    "FrontDoorScheduler",
     "GaveUp",
     "Health",
     "ImpostorDetected",
@@ -207,8 +207,8 @@ __all__ = [
     "door_settings",
     "http_prober_factory",
     "load_run_config",
-    "open_front_door",
     "open_runtime",
+    "open_scheduler",
     "serve_runtime",
     "spec_from_json",
     "spec_from_toml",

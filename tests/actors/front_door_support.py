@@ -17,9 +17,9 @@ import attrs
 import trio
 
 from inferactors import InferConfig, InferenceSpec, InferFlavor, ServeArgs, Supervision
-from inferactors._actors.front_door import FrontDoor, open_front_door
 from inferactors._actors.front_door_members import door_member
 from inferactors._actors.front_door_msgs import DoorSettings
+from inferactors._actors.front_door_scheduler import FrontDoorScheduler, open_scheduler
 from inferactors._actors.runtime import InferRuntime, InstanceHandle
 from inferactors._actors.serving import open_runtime
 from inferactors._config.config import RestartPolicy
@@ -41,7 +41,7 @@ class Rig:
     """The runtime, the front door, the handles by role, the events, the fleet."""
 
     runtime: InferRuntime
-    door: FrontDoor
+    door: FrontDoorScheduler
     handles: dict[str, InstanceHandle]
     events: list[Event]
     fleet: FakeFleet
@@ -111,7 +111,7 @@ async def door_rig(
         )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_collect, stream, events)
-            async with open_front_door(
+            async with open_scheduler(
                 members, settings, gauge=memory, on_event=events.append
             ) as door:
                 yield Rig(runtime, door, handles, events, fleet, memory)

@@ -16,8 +16,8 @@ from inferactors import (
     StopReason,
     door_members,
     door_settings,
-    open_front_door,
     open_runtime,
+    open_scheduler,
 )
 from inferactors._actors.front_door_seam import Residency
 from inferactors._events import Event
@@ -41,7 +41,7 @@ async def test_an_ollama_model_loads_on_demand_and_idles_out(
         members = await door_members([(runtime, handle, setting)])
         gauge = FakeFleet().memory()  # nothing of ours runs: the daemon is another program
         settings = await door_settings(ResidencySection(max_wait_s=30.0), gauge, 5.0)
-        async with open_front_door(members, settings, gauge=gauge, on_event=events.append) as door:
+        async with open_scheduler(members, settings, gauge=gauge, on_event=events.append) as door:
             assert not loads(fake)
             with trio.fail_after(30.0):
                 grant = await door.acquire("chat")
@@ -72,7 +72,7 @@ async def test_a_model_someone_else_loaded_is_used_and_never_unloaded(
         members = await door_members([(runtime, handle, setting)])
         gauge = FakeFleet().memory()
         settings = await door_settings(None, gauge, 5.0)
-        async with open_front_door(members, settings, gauge=gauge) as door:
+        async with open_scheduler(members, settings, gauge=gauge) as door:
             with trio.fail_after(30.0):
                 (await door.acquire("chat")).done()
             with trio.fail_after(10.0):

@@ -24,10 +24,10 @@ from inferactors import (
     StopReason,
     door_members,
     door_settings,
-    open_front_door,
     open_runtime,
+    open_scheduler,
 )
-from inferactors._actors.front_door import FrontDoor
+from inferactors._actors.front_door_scheduler import FrontDoorScheduler
 from inferactors._actors.front_door_seam import Grant, Residency
 from inferactors._actors.runtime import InferRuntime, InstanceHandle
 from inferactors._config.config import ManagedConfig
@@ -53,7 +53,7 @@ DECLARED = 522_336 + 524_288
 @attrs.define(eq=False)
 class Door:
     runtime: InferRuntime
-    door: FrontDoor
+    door: FrontDoorScheduler
     handles: dict[str, InstanceHandle]
     events: list[Event]
 
@@ -112,7 +112,7 @@ async def door_over_two(config: InferConfig) -> AsyncIterator[Door]:
         )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_collect, stream, events)
-            async with open_front_door(
+            async with open_scheduler(
                 members, settings, gauge=gauge, on_event=events.append
             ) as door:
                 yield Door(runtime, door, handles, events)

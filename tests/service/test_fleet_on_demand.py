@@ -8,8 +8,8 @@ from __future__ import annotations
 import trio
 
 from inferactors import ResidencyStop, StopReason
-from inferactors._actors.front_door import FrontDoor
-from inferactors._actors.front_door_seam import Residency
+from inferactors._actors.front_door_scheduler import FrontDoorScheduler
+from inferactors._actors.front_door_seam import Residency, Scheduler
 from inferactors._service.fleet import Fleet, open_fleet
 from inferactors._status import InstanceState
 from inferactors.testing import RuntimeKit
@@ -25,7 +25,7 @@ def _write(run: RunFile, *entries: Entry) -> None:
     run.path.write_text(run.path.read_text() + RESIDENCY)
 
 
-async def _door(fleet: Fleet) -> FrontDoor:
+async def _door(fleet: Fleet) -> FrontDoorScheduler:
     assert fleet.door is not None
     with trio.fail_after(30.0):
         await fleet.door.opened.wait()
@@ -55,7 +55,7 @@ async def test_an_on_demand_instance_waits_for_its_first_request(
     run = RunFile.create(inferactors_kit)
     _write(run, Entry("always", free_port()), Entry("lazy", free_port(), extra=ON_DEMAND))
     async with open_fleet(run.config(), run.path) as fleet:
-        door = await _door(fleet)
+        await _door(fleet)
         await until(fleet, running("always"))
         with trio.fail_after(30.0):
             await fleet.settled.wait()
@@ -68,8 +68,11 @@ async def test_an_on_demand_instance_waits_for_its_first_request(
         always = fleet.view("always").residency
         assert always is not None
         assert not always.on_demand
+        assert fleet.door is not None
+        scheduler: Scheduler = fleet.door  # what `run` hands the front door's HTTP side
+        assert [entry.name for entry in scheduler.models()] == ["always", "lazy"]
         with trio.fail_after(30.0):
-            grant = await door.acquire("lazy")
+            grant = await scheduler.acquire("lazy")
         assert grant.upstream.base_url.startswith("http://127.0.0.1:")
         await until(fleet, running("lazy"))
         residency = fleet.view("lazy").residency

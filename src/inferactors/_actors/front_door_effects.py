@@ -1,4 +1,4 @@
-"""Carrying out the scheduler's effects, for the front door actor (``front_door.py``):
+"""Carrying out the scheduler's effects, for the front door actor (``front_door_loop.py``):
 grants and refusals answer the callers, starts and stops become workers
 (``front_door_work.py``), and the front door's events are emitted. Synchronous: called
 from the actor's loop only."""

@@ -1,5 +1,5 @@
 """The front door's one loop: `DoorLoop`, the only writer of the scheduler's state
-(llama-swap's ``baseRouter.run`` on trio; the facade is ``front_door.py``).
+(llama-swap's ``baseRouter.run`` on trio; the facade is ``front_door_scheduler.py``).
 
 Every input (a request, a withdrawn wait, a returned grant, a worker's result, an
 instance's event, a measurement, a deadline) is a message handled synchronously by

@@ -1,4 +1,4 @@
-"""Building what `open_front_door` takes: a `DoorMember` for each loaded instance (its
+"""Building what `open_scheduler` takes: a `DoorMember` for each loaded instance (its
 rules, its upstream, its declared and estimated figures) and the `DoorSettings` of a run's
 ``[residency]`` table on this machine."""
 
@@ -10,6 +10,7 @@ from .._config.config import ControlMode
 from .._config.residency import InstanceResidency, ResidencySection, check_residency
 from .._config.runfile import RunInstance
 from .._edges.memory_gauge import MemoryGauge
+from .._flavor import InferFlavor
 from .._policy.residency_rules import limits_of, slot_rules
 from .._policy.scheduler_state import SlotRules
 from .footprints import footprint_of
@@ -58,15 +59,18 @@ async def door_member(
     setting: InstanceResidency = InstanceResidency(),  # noqa: B008  (frozen value)
 ) -> DoorMember:
     """The front door's view of the loaded instance ``handle``: where its requests go
-    (its base URL, the model name its server expects, its API key) and its footprint
-    (registry shards, the KV cache from the GGUF header, estimates; file reads run in a
-    thread).
+    (its base URL; as ``model``, an Ollama instance its tag and the others none: each of
+    them serves the one model it loaded, and mlx_lm.server would try to load any other
+    name; its API key) and its footprint (registry shards, the KV cache from the GGUF
+    header, estimates; file reads run in a thread).
 
     Raises:
         UnknownInstance: the instance is not loaded.
     """
     spec = await runtime.spec_of(handle)
-    served = await runtime.served_model(handle) or spec.model or spec.role
+    served = ""
+    if spec.runtime is InferFlavor.OLLAMA:
+        served = await runtime.served_model(handle) or spec.model or ""
     upstream = Upstream(
         role=spec.role,
         flavor=spec.runtime,

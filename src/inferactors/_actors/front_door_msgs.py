@@ -158,7 +158,7 @@ class Rebind:
 
 @attrs.frozen
 class Wake:
-    """Grants were returned or waits withdrawn (`FrontDoor` keeps them in a list)."""
+    """Grants were returned or waits withdrawn (`FrontDoorScheduler` keeps them in a list)."""
 
 
 @attrs.frozen

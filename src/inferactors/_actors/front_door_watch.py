@@ -1,5 +1,5 @@
 """What the front door actor makes of its members' statuses and measurements (called from
-its loop, ``front_door.py``): an instance serving that the scheduler thought down is
+its loop, ``front_door_loop.py``): an instance serving that the scheduler thought down is
 resident (``run``, its supervisor or an operator started it); one that exited while
 resident is down (a crash, or a stop outside the front door); measured RSS and logged
 buffers update its footprint; the machine's memory gives other programs' share."""

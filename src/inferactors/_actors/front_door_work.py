@@ -1,5 +1,5 @@
 """The front door actor's workers: each does I/O through the runtime's public calls and
-the memory gauge, and posts what it found to the actor's inbox (``front_door.py``), the
+the memory gauge, and posts what it found to the actor's inbox (``front_door_loop.py``), the
 only writer of the scheduler's state.
 
 - `start_instance`: after an eviction, wait (bounded) until the machine's free memory

@@ -2,7 +2,7 @@
 
 llama-swap's split on our layers: every input is a handler ``on_*(state, ..., now)`` that
 returns ``(state, effects)`` (`Step`); the front door actor is the one writer of the state
-and carries the effects out (``_actors/front_door.py``). Nothing here logs.
+and carries the effects out (``_actors/front_door_scheduler.py``). Nothing here logs.
 
 The request handlers and the instance's reports are here; one pass over the queue is
 ``scheduler_pass.py``; stops and deadlines (an operator's stop, shutdown, ticks, TTL) are

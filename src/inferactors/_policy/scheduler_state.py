@@ -4,7 +4,7 @@ One `SchedulerState` is the whole truth of the front door: every instance's `Slo
 rules, footprint, phase, requests in flight, last use), the FIFO queue of `Waiter`s, the
 requests granted and not yet done, and the memory other programs hold. It is frozen:
 ``_policy/scheduler.py``'s handlers return a new state and the `Effect`s the caller (the
-front door actor, ``_actors/front_door.py``) carries out. Times are the caller's clock in
+front door actor, ``_actors/front_door_scheduler.py``) carries out. Times are the caller's clock in
 float seconds; sizes are bytes.
 """
 

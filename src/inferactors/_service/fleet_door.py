@@ -1,12 +1,13 @@
-"""The fleet's front door scheduler (``_actors/front_door.py``): opened by ``inferactors
+"""The fleet's front door scheduler (``_actors/front_door_scheduler.py``): opened by ``inferactors
 run`` when the run file has on-demand instances or a ``[residency]`` table, once every
 instance's first load is over; rebound after each reload; closed first when the fleet
 closes (every instance drained, then stopped with reason ``shutdown``).
 
-`FleetDoor` is what the fleet keeps: the scheduler once open (`FleetDoor.scheduler`, the
-front door's HTTP side asks it for each request), and the steps the fleet's operator
-commands and reload take through it, so that every stop of an instance it schedules
-drains its requests first (the one stop path).
+`FleetDoor` is what the fleet keeps: the scheduler once open (`FleetDoor.scheduler`), the
+seam's `Scheduler` itself (`models`, `acquire`: the front door's HTTP side may be given
+the `FleetDoor` before the scheduler opens), and the steps the fleet's operator commands
+and reload take through it, so that every stop of an instance it schedules drains its
+requests first (the one stop path).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from typing import Protocol
 import attrs
 import trio
 
-from .._actors.front_door import FrontDoor, open_front_door
 from .._actors.front_door_members import Placed, door_members, door_settings
 from .._actors.front_door_msgs import DoorObserver
+from .._actors.front_door_scheduler import FrontDoorScheduler, open_scheduler
+from .._actors.front_door_seam import Grant, ModelEntry
 from .._config.residency import ResidencySection
 from .._config.runfile import RunConfig
 from .._edges.memory_gauge import MemoryGauge, PsutilGauge
-from .._errors import InferactorsError, InvalidState
+from .._errors import FrontDoorRefused, InferactorsError, InvalidState, RefusalKind
 from .._events import Event, StopReason
 from .members import Member
 
@@ -69,12 +71,37 @@ class FleetDoor:
     section: ResidencySection | None
     gauge: MemoryGauge
     stop_grace_s: float
-    scheduler: FrontDoor | None = None
+    scheduler: FrontDoorScheduler | None = None
     """The open scheduler; None before every first load is over (or when not wanted)."""
     opened: trio.Event = attrs.Factory(trio.Event)
     """Set once the scheduler is open (or could not be opened)."""
     _closing: trio.Event = attrs.Factory(trio.Event)
     _closed: trio.Event = attrs.Factory(trio.Event)
+
+    # The seam's Scheduler (front_door_seam), for the front door's HTTP side.
+
+    def models(self) -> tuple[ModelEntry, ...]:
+        """The scheduler's models; none before it is open."""
+        return () if self.scheduler is None else self.scheduler.models()
+
+    async def acquire(self, model: str) -> Grant:
+        """`FrontDoorScheduler.acquire`, once the scheduler is open (a request that comes
+        while the first loads are still under way waits for them, within the same bound).
+
+        Raises:
+            FrontDoorRefused: as `FrontDoorScheduler.acquire`; 503 ``stopping`` when the
+                scheduler is closed or could not open.
+        """
+        await self.opened.wait()
+        if self.scheduler is None:
+            raise FrontDoorRefused(
+                "the scheduler is not running (closing, or it could not open)",
+                kind=RefusalKind.STOPPING,
+                status=503,
+                model=model,
+                retry_after_s=1.0,
+            )
+        return await self.scheduler.acquire(model)
 
     def scheduled(self, name: str) -> bool:
         """Whether the instance ``name`` is in the open scheduler."""
@@ -90,7 +117,7 @@ class FleetDoor:
                 await member.first_done.wait()
             chosen = await door_members(_placed(fleet.members.values()), self.section)
             settings = await door_settings(self.section, self.gauge, self.stop_grace_s)
-            async with open_front_door(
+            async with open_scheduler(
                 chosen, settings, gauge=self.gauge, on_event=fleet.on_event, observer=observer
             ) as door:
                 self.scheduler = door

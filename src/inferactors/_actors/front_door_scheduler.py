@@ -1,10 +1,12 @@
-"""The front door's scheduler: `FrontDoor`, the `Scheduler` of ``front_door_seam`` that
-the HTTP side asks for each request, and `open_front_door` that runs it.
+"""The front door's scheduler: `FrontDoorScheduler`, the `Scheduler` of
+``front_door_seam`` that the HTTP side asks for each request, and `open_scheduler` that
+runs it.
 
 The facade holds no state of its own: each call sends a message to the one loop
 (``front_door_loop.DoorLoop``), which owns the scheduler's state, and awaits its answer;
-`FrontDoor.models` and `FrontDoor.residency` read the loop's state (no message, no I/O).
-design/front-door.md says how a request is admitted, queued, granted and ended.
+`FrontDoorScheduler.models` and `FrontDoorScheduler.residency` read the loop's state (no
+message, no I/O). design/scheduler.md says how a request is admitted, queued, granted and
+ended.
 """
 
 from __future__ import annotations
@@ -66,8 +68,8 @@ class _Grant:
 
 
 @attrs.define(eq=False)
-class FrontDoor:
-    """The scheduler of one front door (module docstring); open with `open_front_door`."""
+class FrontDoorScheduler:
+    """The scheduler of one front door (module docstring); open with `open_scheduler`."""
 
     _loop: DoorLoop
 
@@ -219,14 +221,14 @@ class _Nobody:
 
 
 @contextlib.asynccontextmanager
-async def open_front_door(
+async def open_scheduler(
     members: Sequence[DoorMember],
     settings: DoorSettings,
     *,
     gauge: MemoryGauge | None = None,
     on_event: Callable[[Event], None] | None = None,
     observer: DoorObserver | None = None,
-) -> AsyncIterator[FrontDoor]:
+) -> AsyncIterator[FrontDoorScheduler]:
     """Run the scheduler of a front door over ``members`` for the block.
 
     The members are loaded instances (an on-demand one not started). While the block
@@ -234,7 +236,7 @@ async def open_front_door(
     measured every ``settings.measure_interval_s`` (with ``gauge``: psutil by default).
     ``on_event`` hears the front door's events (`OnDemandStart`, `ResidencyStop`,
     `QueuedRequestRefused`, `FootprintDrift`) and its loop's crashes; ``observer`` each
-    request's outcome. Leaving the block closes the door (`FrontDoor.close`: every
+    request's outcome. Leaving the block closes the door (`FrontDoorScheduler.close`: every
     instance drained and stopped, bounded by the drain timeout, the stop grace and
     `CLOSE_MARGIN_S`).
     """
@@ -250,7 +252,7 @@ async def open_front_door(
         observer=observer or _Nobody(),
         crashes=crashes,
     )
-    door = FrontDoor(loop)
+    door = FrontDoorScheduler(loop)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(loop.box.run, loop.dispatch, loop.crashed)
         await loop.post(Begin())
