@@ -156,12 +156,12 @@ async def test_two_models_share_a_budget_that_holds_one(two_models: InferConfig)
         for line in rig.runtime.logs(rig.handles["alpha"], 500):
             logged = logged.add(line.text)
         assert logged.total(BufferKind.KV) == view.kv_bytes  # the server's own figure
-        with trio.fail_after(10.0):
-            while door.residency()["alpha"].measured_bytes is None:  # noqa: ASYNC110
+        with trio.fail_after(10.0):  # the buffers it logged (3.0 MiB), then its RSS
+            while (door.residency()["alpha"].measured_bytes or 0) < 5_000_000:  # noqa: ASYNC110
                 await trio.sleep(0.2)
         measured = door.residency()["alpha"].measured_bytes
         assert measured is not None
-        assert 5_000_000 < measured < BUDGET
+        assert measured < BUDGET
         alpha_pid = rig.pid("alpha")
         assert alpha_pid is not None
 

@@ -199,6 +199,9 @@ def test_the_measured_figure_replaces_the_estimate_but_never_the_declared_bytes(
     assert Footprint(declared, estimated, measured_rss=450 * MB, engine=600 * MB).figure == (
         600 * MB
     )
+    # the logged buffers alone leave the program out: they never lower the estimate
+    assert Footprint(declared, estimated, engine=100 * MB).figure == 700 * MB
+    assert Footprint(declared, estimated, engine=900 * MB).figure == 900 * MB
 
 
 def test_a_first_drift_is_reported_once() -> None:

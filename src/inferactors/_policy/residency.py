@@ -16,11 +16,12 @@ resource, so a model fits only where every resource it uses fits.
   server itself logged (``_policy/buffer_lines.py``); the larger of the two, since RSS
   misses mapped weights not yet touched and the log lines miss the program.
 
-Admission counts the measured figure once known (a later start of the same instance
-still uses it), but never less than the declared bytes: the pinned weights and the KV
-cache are what the server allocates, and RSS misses what is mapped but not yet touched;
-measuring corrects the estimate, not the pins. Before a measure it counts declared plus
-estimated. When measured and expected
+Admission counts the measured figure once the process tree's RSS is known (a later start
+of the same instance still uses it), but never less than the declared bytes: the pinned
+weights and the KV cache are what the server allocates, and RSS misses what is mapped but
+not yet touched; measuring corrects the estimate, not the pins. The logged buffers alone
+(they leave out the program itself) only raise the figure above the estimate, never lower
+it. Before a measure it counts declared plus estimated. When measured and expected
 (declared + estimated) differ by more than `DRIFT_RATIO` (and more than `DRIFT_MIN_BYTES`),
 that is drift, an event.
 
@@ -147,19 +148,24 @@ class Footprint:
 
     @property
     def figure(self) -> int:
-        """The memory admission counts: measured once known (at least declared), else
-        expected."""
+        """The memory admission counts: measured once the RSS is known (at least
+        declared), else expected (raised by the logged buffers when they exceed it)."""
         measured = self.measured
-        return self.expected if measured is None else max(self.declared, measured)
+        if measured is None:
+            return self.expected
+        if self.measured_rss is None:
+            return max(self.expected, measured)
+        return max(self.declared, measured)
 
     def need(self) -> Bytes:
         """Every resource it holds while resident."""
         return Bytes.of(self.figure, self.devices)
 
     def drifted(self) -> bool:
-        """Whether measured and expected differ past `DRIFT_RATIO` and `DRIFT_MIN_BYTES`."""
+        """Whether measured and expected differ past `DRIFT_RATIO` and `DRIFT_MIN_BYTES`
+        (the logged buffers alone count only when they exceed expected)."""
         measured = self.measured
-        if measured is None:
+        if measured is None or (self.measured_rss is None and measured <= self.expected):
             return False
         gap = abs(measured - self.expected)
         return gap > DRIFT_MIN_BYTES and gap > DRIFT_RATIO * self.expected
