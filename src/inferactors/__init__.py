@@ -6,6 +6,13 @@ tree is drawn in ``_errors.py``; the actor design is described in ``design/actor
 """
 
 from ._actors.capabilities import Capability as Capability
+from ._actors.front_door_members import door_members as door_members
+from ._actors.front_door_members import door_settings as door_settings
+from ._actors.front_door_msgs import DoorMember as DoorMember
+from ._actors.front_door_msgs import DoorSettings as DoorSettings
+from ._actors.front_door_msgs import ResidencyView as ResidencyView
+from ._actors.front_door_scheduler import FrontDoorScheduler as FrontDoorScheduler
+from ._actors.front_door_scheduler import open_scheduler as open_scheduler
 from ._actors.runtime import InferRuntime as InferRuntime
 from ._actors.runtime import InstanceHandle as InstanceHandle
 from ._actors.runtime import NetworkExposure as NetworkExposure
@@ -22,6 +29,9 @@ from ._config.convert import load_run_config as load_run_config
 from ._config.convert import spec_from_json as spec_from_json
 from ._config.convert import spec_from_toml as spec_from_toml
 from ._config.convert import spec_to_json as spec_to_json
+from ._config.residency import InstanceResidency as InstanceResidency
+from ._config.residency import ResidencyGroup as ResidencyGroup
+from ._config.residency import ResidencySection as ResidencySection
 from ._config.runfile import ManagedSection as ManagedSection
 from ._config.runfile import RunConfig as RunConfig
 from ._config.runfile import RunInstance as RunInstance
@@ -42,12 +52,14 @@ from ._edges.probe import Prober as Prober
 from ._errors import AdmissionRefused as AdmissionRefused
 from ._errors import BackendError as BackendError
 from ._errors import DeepHealthTimeout as DeepHealthTimeout
+from ._errors import FrontDoorRefused as FrontDoorRefused
 from ._errors import InferactorsError as InferactorsError
 from ._errors import InvalidConfig as InvalidConfig
 from ._errors import InvalidState as InvalidState
 from ._errors import ModelError as ModelError
 from ._errors import ModelNotReady as ModelNotReady
 from ._errors import PinMismatch as PinMismatch
+from ._errors import RefusalKind as RefusalKind
 from ._errors import RequestRefused as RequestRefused
 from ._errors import UnknownInstance as UnknownInstance
 from ._errors import UnknownModel as UnknownModel
@@ -58,12 +70,16 @@ from ._events import Diagnosis as Diagnosis
 from ._events import Event as Event
 from ._events import ExposureDetected as ExposureDetected
 from ._events import FaultKind as FaultKind
+from ._events import FootprintDrift as FootprintDrift
 from ._events import GaveUp as GaveUp
 from ._events import ImpostorDetected as ImpostorDetected
 from ._events import InstanceCrashed as InstanceCrashed
 from ._events import ModelTampered as ModelTampered
+from ._events import OnDemandStart as OnDemandStart
 from ._events import ProcessExited as ProcessExited
 from ._events import ProcessStarted as ProcessStarted
+from ._events import QueuedRequestRefused as QueuedRequestRefused
+from ._events import ResidencyStop as ResidencyStop
 from ._events import RestartFailed as RestartFailed
 from ._events import RestartScheduled as RestartScheduled
 from ._events import StateChanged as StateChanged
@@ -104,11 +120,16 @@ __all__ = [
     "DeepHealthPassed",
     "DeepHealthTimeout",
     "Diagnosis",
+    "DoorMember",
+    "DoorSettings",
     "Edges",
     "Event",
     "Exposure",
     "ExposureDetected",
     "FaultKind",
+    "FootprintDrift",
+    "FrontDoorRefused",
+    "FrontDoorScheduler",
     "GaveUp",
     "Health",
     "ImpostorDetected",
@@ -119,6 +140,7 @@ __all__ = [
     "InferenceSpec",
     "InstanceCrashed",
     "InstanceHandle",
+    "InstanceResidency",
     "InstanceState",
     "InstanceStatus",
     "InstanceView",
@@ -143,6 +165,7 @@ __all__ = [
     "ModelSource",
     "ModelTampered",
     "NetworkExposure",
+    "OnDemandStart",
     "OrphanOutcome",
     "PinMismatch",
     "ProbeClient",
@@ -150,9 +173,15 @@ __all__ = [
     "Prober",
     "ProcessExited",
     "ProcessStarted",
+    "QueuedRequestRefused",
     "ReapedOrphan",
+    "RefusalKind",
     "ReloadResult",
     "RequestRefused",
+    "ResidencyGroup",
+    "ResidencySection",
+    "ResidencyStop",
+    "ResidencyView",
     "ResolvedModel",
     "RestartFailed",
     "RestartPolicy",
@@ -174,9 +203,12 @@ __all__ = [
     "Unsupported",
     "Up",
     "Watchdog",
+    "door_members",
+    "door_settings",
     "http_prober_factory",
     "load_run_config",
     "open_runtime",
+    "open_scheduler",
     "serve_runtime",
     "spec_from_json",
     "spec_from_toml",

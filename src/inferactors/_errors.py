@@ -148,6 +148,9 @@ class RefusalKind(enum.Enum):
     START_FAILED = "start-failed"
     """The instance could not be started or gave up (the diagnosis in the server's own
     words); 503 with Retry-After when its supervisor will try again, else 502."""
+    STOPPING = "stopping"
+    """The instance is being stopped (an operator, a reload) or the front door is shutting
+    down while the request waited (503, Retry-After)."""
 
 
 class FrontDoorRefused(InferactorsError):

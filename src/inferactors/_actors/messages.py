@@ -15,7 +15,7 @@ import trio
 
 from .._edges.capture import RunEvidence
 from .._errors import BackendError, InferactorsError
-from .._events import Event
+from .._events import Event, StopReason
 from .._policy.admission import Plan
 from .._policy.probe_parse import CompletionResult, ServerReport
 from .._status import InstanceStatus
@@ -90,8 +90,13 @@ class Start:
 
 @attrs.frozen
 class Stop:
+    """Stop the server: SIGTERM, ``grace_s`` seconds, SIGKILL. ``reason`` is why it is
+    stopped: ``requested`` (an operator), or the front door's ``ttl``, ``evicted``,
+    ``reload``, ``shutdown``; never restarted."""
+
     grace_s: float
     reply: ReplyTo[RunEvidence]
+    reason: StopReason = StopReason.REQUESTED
 
 
 @attrs.frozen

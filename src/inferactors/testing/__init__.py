@@ -21,6 +21,8 @@ from ._fake_processes import FakeServer as FakeServer
 from ._fake_processes import FakeStartError as FakeStartError
 from ._fake_processes import start_fake_ollama as start_fake_ollama
 from ._fake_processes import start_fake_server as start_fake_server
+from ._fake_residency import FakeMemory as FakeMemory
+from ._fake_residency import FakeStream as FakeStream
 from ._field_cases import FIELD_CASES as FIELD_CASES
 from ._field_cases import NOT_REPRODUCIBLE as NOT_REPRODUCIBLE
 from ._field_cases import FieldCase as FieldCase
@@ -63,12 +65,14 @@ __all__ = [  # noqa: RUF022  (plain sorted(), as tests/test_public_api.py checks
     "FIELD_CASES",
     "FakeChild",
     "FakeFleet",
+    "FakeMemory",
     "FakeOllama",
     "FakeOllamaConfig",
     "FakeOllamaServer",
     "FakeServer",
     "FakeServerFaults",
     "FakeStartError",
+    "FakeStream",
     "FieldCase",
     "ForeignKeepAlive",
     "ForeignModelLoaded",
