@@ -24,6 +24,7 @@ from .config import (
     Supervision,
     check_positive,
 )
+from .front_door import FrontDoorConfig
 from .server_logs import ServerLogs
 from .spec import InferenceSpec, valid_token
 
@@ -90,6 +91,8 @@ class RunConfig:
     deep_timeout_s: float = 300.0
     managed: ManagedSection | None = None
     instances: tuple[RunInstance, ...] = ()
+    front_door: FrontDoorConfig | None = None
+    """The ``[front_door]`` table: one HTTP address for every model (``front_door.py``)."""
 
     def infer_config(self, flavor: InferFlavor, mode: ControlMode) -> InferConfig:
         """The validated per-runtime config for ``flavor`` in ``mode``.
@@ -128,6 +131,8 @@ class RunConfig:
             self._check_instance(f"$.instances[{index}]", instance)
         check_endpoints(self.instances)
         check_roles(self.instances)
+        if self.front_door is not None:
+            self.front_door.validate()
 
     def require_instances(self) -> None:
         """Refuse a run file with nothing to supervise (``inferactors run`` and its reloads).
