@@ -78,6 +78,7 @@ from ._fake_launch import write_fake_server_program as write_fake_server_program
 from ._fake_lines import say_ready
 from ._fake_parent import SLICE_S as _SLICE_S
 from ._fake_parent import Launcher, exit_if_orphaned, fork_child, sleep_watching
+from ._fake_streams import DieNow, Pause, stream_steps
 
 _NEVER = threading.Event()
 _RESET_LINGER = struct.pack("ii", 1, 0)
@@ -245,7 +246,21 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Connection", "close")
         self.end_headers()
-        for event in stream.events:
+        faults = self.server.state.options.faults
+        steps = stream_steps(
+            stream.events,
+            tokens=faults.stream_tokens,
+            delay_s=faults.stream_token_delay_s,
+            die_after=faults.stream_die_after,
+            forever=faults.stream_forever,
+        )
+        for event in steps:
+            if isinstance(event, Pause):
+                time.sleep(event.seconds)
+                continue
+            if isinstance(event, DieNow):
+                self.server.state.fates.put(Die("SIGKILL"))
+                _NEVER.wait()
             text = event if isinstance(event, str) else json.dumps(event)
             frame = f"data: {text}\n\n".encode()
             self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame) if chunked else frame)
