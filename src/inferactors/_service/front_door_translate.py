@@ -136,21 +136,16 @@ class Translated(GrantedAnswer):
         finished = False
         try:
             async for event in EventSource(answer).aiter_sse():
-                if event.data.strip() == "[DONE]":
-                    finished = True
-                    break
-                document = _document(event.data.encode())
-                if document is None:
-                    translation.error = f"an event that is not JSON: {cut(event.data)}"
-                    break
-                lines = translation.feed(document, self.wall_clock())
                 if translation.error is not None:
                     break
-                if lines and first_at is None:
-                    first_at = trio.current_time()
-                for line in lines:
-                    await _line(send, line)
+                if finished:
+                    continue  # read on to its end: the server closes the stream after it
+                if event.data.strip() == "[DONE]":
+                    finished = True
+                    continue
+                first_at = await self._translate(send, translation, event.data, first_at)
         except (httpx.TransportError, SSEError) as error:
+            finished = False
             translation.error = (
                 f"the server's stream broke off: {type(error).__name__}: {cut(str(error))}"
             )
@@ -163,6 +158,23 @@ class Translated(GrantedAnswer):
             await send({"type": "http.response.body", "body": frame, "more_body": False})
             return
         await _line(send, last, more=False)
+
+    async def _translate(
+        self, send: Send, translation: StreamTranslation, data: str, first_at: float | None
+    ) -> float | None:
+        """Send the lines of one event; the time of the first token, once there is one."""
+        document = _document(data.encode())
+        if document is None:
+            translation.error = f"an event that is not JSON: {cut(data)}"
+            return first_at
+        lines = translation.feed(document, self.wall_clock())
+        if translation.error is not None:
+            return first_at
+        if lines and first_at is None:
+            first_at = trio.current_time()
+        for line in lines:
+            await _line(send, line)
+        return first_at
 
 
 async def _line(send: Send, line: dict[str, Any], *, more: bool = True) -> None:
