@@ -17,6 +17,7 @@ text) is refused with 415 before the body is read.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import attrs
@@ -80,11 +81,12 @@ async def read_body(request: Request, limits: BodyLimits) -> bytes:
     size = 0
     with trio.move_on_after(limits.timeout_s) as waited:
         try:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limits.max_bytes:
-                    raise _too_large(limits, f"more than {limits.max_bytes} bytes sent")
-                chunks.append(chunk)
+            async with contextlib.aclosing(request.stream()) as stream:
+                async for chunk in stream:
+                    size += len(chunk)
+                    if size > limits.max_bytes:
+                        raise _too_large(limits, f"more than {limits.max_bytes} bytes sent")
+                    chunks.append(chunk)
         except ClientDisconnect:
             raise ClientGone() from None
     if waited.cancelled_caught:
