@@ -27,7 +27,7 @@ from .._actors.front_door_seam import Scheduler
 from .._config.front_door import FrontDoorConfig
 from .._edges.upstream import UpstreamClients
 from .._errors import InvalidConfig
-from .control_server import BACKLOG
+from .control_server import BACKLOG, NoBanner
 from .control_token import read_token
 from .front_door_app import FrontDoorLimits, front_door_app
 from .front_door_body import BodyLimits
@@ -37,6 +37,7 @@ GRACE_S = 1.0
 seconds (a stream still running then is cut; its client sees the connection end)."""
 
 log = logging.getLogger("inferactors.front_door")
+log.addFilter(NoBanner())
 
 
 @attrs.frozen
