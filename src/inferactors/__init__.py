@@ -6,6 +6,11 @@ tree is drawn in ``_errors.py``; the actor design is described in ``design/actor
 """
 
 from ._actors.capabilities import Capability as Capability
+from ._actors.front_door_seam import Grant as Grant
+from ._actors.front_door_seam import ModelEntry as ModelEntry
+from ._actors.front_door_seam import Residency as Residency
+from ._actors.front_door_seam import Scheduler as Scheduler
+from ._actors.front_door_seam import Upstream as Upstream
 from ._actors.runtime import InferRuntime as InferRuntime
 from ._actors.runtime import InstanceHandle as InstanceHandle
 from ._actors.runtime import NetworkExposure as NetworkExposure
@@ -22,6 +27,7 @@ from ._config.convert import load_run_config as load_run_config
 from ._config.convert import spec_from_json as spec_from_json
 from ._config.convert import spec_from_toml as spec_from_toml
 from ._config.convert import spec_to_json as spec_to_json
+from ._config.front_door import FrontDoorConfig as FrontDoorConfig
 from ._config.runfile import ManagedSection as ManagedSection
 from ._config.runfile import RunConfig as RunConfig
 from ._config.runfile import RunInstance as RunInstance
@@ -41,13 +47,16 @@ from ._edges.probe import ProbeClient as ProbeClient
 from ._edges.probe import Prober as Prober
 from ._errors import AdmissionRefused as AdmissionRefused
 from ._errors import BackendError as BackendError
+from ._errors import BadRequest as BadRequest
 from ._errors import DeepHealthTimeout as DeepHealthTimeout
+from ._errors import FrontDoorRefused as FrontDoorRefused
 from ._errors import InferactorsError as InferactorsError
 from ._errors import InvalidConfig as InvalidConfig
 from ._errors import InvalidState as InvalidState
 from ._errors import ModelError as ModelError
 from ._errors import ModelNotReady as ModelNotReady
 from ._errors import PinMismatch as PinMismatch
+from ._errors import RefusalKind as RefusalKind
 from ._errors import RequestRefused as RequestRefused
 from ._errors import UnknownInstance as UnknownInstance
 from ._errors import UnknownModel as UnknownModel
@@ -86,6 +95,9 @@ from ._policy.probe_parse import ServerReport as ServerReport
 from ._policy.probe_parse import Unhealthy as Unhealthy
 from ._policy.probe_parse import Unreachable as Unreachable
 from ._policy.probe_parse import Up as Up
+from ._service.front_door_server import FrontDoor as FrontDoor
+from ._service.front_door_server import open_front_door as open_front_door
+from ._service.front_door_server import serve_front_door as serve_front_door
 from ._service.views import InstanceView as InstanceView
 from ._service.views import Lifecycle as Lifecycle
 from ._service.views import LifecycleNote as LifecycleNote
@@ -97,6 +109,7 @@ __all__ = [
     "Admission",
     "AdmissionRefused",
     "BackendError",
+    "BadRequest",
     "Capability",
     "CompletionResult",
     "ControlMode",
@@ -109,7 +122,11 @@ __all__ = [
     "Exposure",
     "ExposureDetected",
     "FaultKind",
+    "FrontDoor",
+    "FrontDoorConfig",
+    "FrontDoorRefused",
     "GaveUp",
+    "Grant",
     "Health",
     "ImpostorDetected",
     "InferConfig",
@@ -134,6 +151,7 @@ __all__ = [
     "ManagedSection",
     "MemoryFootprint",
     "ModelCheck",
+    "ModelEntry",
     "ModelError",
     "ModelFile",
     "ModelFormat",
@@ -151,8 +169,10 @@ __all__ = [
     "ProcessExited",
     "ProcessStarted",
     "ReapedOrphan",
+    "RefusalKind",
     "ReloadResult",
     "RequestRefused",
+    "Residency",
     "ResolvedModel",
     "RestartFailed",
     "RestartPolicy",
@@ -161,6 +181,7 @@ __all__ = [
     "RunConfig",
     "RunEvidence",
     "RunInstance",
+    "Scheduler",
     "ServeArgs",
     "ServerLogs",
     "ServerReport",
@@ -173,10 +194,13 @@ __all__ = [
     "Unreachable",
     "Unsupported",
     "Up",
+    "Upstream",
     "Watchdog",
     "http_prober_factory",
     "load_run_config",
+    "open_front_door",
     "open_runtime",
+    "serve_front_door",
     "serve_runtime",
     "spec_from_json",
     "spec_from_toml",

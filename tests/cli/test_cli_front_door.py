@@ -57,7 +57,8 @@ def test_run_serves_the_front_door_for_its_instances(tmp_path: Path) -> None:
         with ollama.Client(host=url) as client:
             assert client.generate(model="small", prompt="x").response == TOKEN
             missing = httpx.post(url + "/api/chat", json={"model": "nope", "messages": []})
-        assert missing.status_code == 404 and '"chat", "small"' in missing.json()["error"]
+        assert missing.status_code == 404
+        assert '"chat", "small"' in missing.json()["error"]
         run.process.send_signal(signal.SIGTERM)
         assert run.finish() == 0
         assert not any("Running on" in line for line in run.lines)  # hypercorn's banner

@@ -44,7 +44,10 @@ def test_defaults_are_loopback_and_a_relative_key_file_resolves() -> None:
         ),
         ('port = 1\nhost = "example.org"', "$.front_door.host 'example.org' is not an IP"),
         ("port = 70000", "$.front_door.port must be 0 to 65535"),
-        ("port = 1\nbody_timeout_s = 0", "$.front_door.body_timeout_s must be a positive number of seconds"),
+        (
+            "port = 1\nbody_timeout_s = 0",
+            "$.front_door.body_timeout_s must be a positive number of seconds",
+        ),
         ("port = 1\nmax_body_bytes = -1", "$.front_door.max_body_bytes must be positive"),
         ("port = 1\nspeed = 3", "speed"),
         ('port = "x"', "$.front_door.port"),
@@ -59,5 +62,6 @@ def test_bad_values_are_refused_by_field(table: str, words: str) -> None:
 
 def test_beyond_loopback_with_a_key_is_accepted() -> None:
     door = _load('port = 1\nhost = "0.0.0.0"\nallow_beyond_loopback = true\napi_key_file = "k"')
-    assert not door.loopback() and door.listen_host() == "0.0.0.0"
+    assert not door.loopback()
+    assert door.listen_host() == "0.0.0.0"
     assert _load('port = 1\nhost = "localhost"').listen_host() == "127.0.0.1"

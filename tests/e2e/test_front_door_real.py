@@ -15,6 +15,7 @@ import ollama
 import openai
 import pytest
 import trio
+from openai.types.chat import ChatCompletionMessageParam
 
 from inferactors._actors.front_door_seam import ModelEntry, Residency, Upstream
 from inferactors._flavor import InferFlavor
@@ -23,7 +24,7 @@ from mlx_support import mlx_server
 from service.front_door_support import door, ended
 
 READY_S = 60.0
-USER = [{"role": "user", "content": "the cat"}]
+USER: list[ChatCompletionMessageParam] = [{"role": "user", "content": "the cat"}]
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Async generator .* was garbage collected:ResourceWarning"
@@ -67,10 +68,10 @@ def _model(
 
 def _openai_said(url: str, model: str) -> tuple[str, str, str | None]:
     with openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0) as client:
-        whole = client.chat.completions.create(model=model, messages=USER, max_tokens=4)  # type: ignore[arg-type]
+        whole = client.chat.completions.create(model=model, messages=USER, max_tokens=4)
         stream = client.chat.completions.create(
             model=model,
-            messages=USER,  # type: ignore[arg-type]
+            messages=USER,
             max_tokens=4,
             stream=True,
         )
@@ -101,12 +102,17 @@ def _ollama_said(url: str, model: str) -> dict[str, object]:
 async def test_openai_and_ollama_clients_use_the_real_llama_server(llama: str) -> None:
     async with door(_model("tiny", InferFlavor.LLAMACPP, llama)) as d:
         whole, streamed, reason = await trio.to_thread.run_sync(_openai_said, d.url, "tiny")
-        assert whole.strip() and streamed.strip() and reason == "length"
+        assert whole.strip()
+        assert streamed.strip()
+        assert reason == "length"
         seen = await trio.to_thread.run_sync(_ollama_said, d.url, "tiny")
-    assert seen["whole"] and seen["stream"]
+    assert seen["whole"]
+    assert seen["stream"]
     assert seen["whole_done"] == (True, "length", 4)  # counted by the server's own usage
-    assert seen["last"] == (True, "length", 4) and seen["all_but_last_open"]
-    assert seen["generated"] == (True, "length") and seen["timed"]
+    assert seen["last"] == (True, "length", 4)
+    assert seen["all_but_last_open"]
+    assert seen["generated"] == (True, "length")
+    assert seen["timed"]
     ended(d.scheduler)
 
 
@@ -135,7 +141,7 @@ async def test_a_client_that_leaves_frees_the_llama_server_slot(llama: str) -> N
                         break
                 assert await _busy_slots(llama) == 1
         with trio.fail_after(10.0):
-            while await _busy_slots(llama) or d.scheduler.in_flight["tiny"]:
+            while await _busy_slots(llama) or d.scheduler.in_flight["tiny"]:  # noqa: ASYNC110
                 await trio.sleep(0.05)
         ended(d.scheduler)
 
@@ -144,7 +150,7 @@ async def test_a_client_that_leaves_frees_the_llama_server_slot(llama: str) -> N
 async def test_openai_and_ollama_clients_use_the_real_mlx_server(
     tmp_path: Path, free_port: int
 ) -> None:
-    model = write_tiny_mlx(tmp_path.resolve() / "tiny-mlx")
+    model = write_tiny_mlx(tmp_path.resolve() / "tiny-mlx")  # noqa: ASYNC240
     program = Path(sys.executable).parent / "mlx_lm.server"
     cache = tmp_path / "hf"
     cache.mkdir()
@@ -153,7 +159,12 @@ async def test_openai_and_ollama_clients_use_the_real_mlx_server(
         async with door(_model("small", InferFlavor.MLX_LM, server.base_url, str(model))) as d:
             whole, streamed, reason = await trio.to_thread.run_sync(_openai_said, d.url, "small")
             seen = await trio.to_thread.run_sync(_ollama_said, d.url, "small")
-    assert whole and streamed and reason == "length"
-    assert seen["whole"] and seen["stream"] and seen["last"][:2] == (True, "length")  # type: ignore[index]
-    assert seen["all_but_last_open"] and seen["generated"] == (True, "length")
+    assert whole
+    assert streamed
+    assert reason == "length"
+    assert seen["whole"]
+    assert seen["stream"]
+    assert seen["last"][:2] == (True, "length")  # type: ignore[index]
+    assert seen["all_but_last_open"]
+    assert seen["generated"] == (True, "length")
     ended(d.scheduler)

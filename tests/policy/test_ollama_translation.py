@@ -22,7 +22,7 @@ from inferactors._policy.ollama_replies import (
 )
 
 LLAMA, MLX = InferFlavor.LLAMACPP, InferFlavor.MLX_LM
-PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="  # noqa: E501
 
 
 def test_chat_maps_messages_options_and_streams_by_default() -> None:
@@ -35,18 +35,25 @@ def test_chat_maps_messages_options_and_streams_by_default() -> None:
     body = req.chat_body(document, "", LLAMA)
     assert "model" not in body  # llama-server and mlx_lm.server get none
     assert body["messages"] == [{"role": "user", "content": "hi"}]
-    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
-    assert body["max_tokens"] == 5 and body["temperature"] == 0.2
-    assert body["repeat_penalty"] == 1.1 and body["stop"] == ["x"]
+    assert body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["max_tokens"] == 5
+    assert body["temperature"] == 0.2
+    assert body["repeat_penalty"] == 1.1
+    assert body["stop"] == ["x"]
     assert body["response_format"] == {"type": "json_object"}
     mlx = req.chat_body({**document, "stream": False}, "/m", MLX)
-    assert mlx["model"] == "/m" and mlx["stream"] is False and "stream_options" not in mlx
-    assert mlx["repetition_penalty"] == 1.1 and "repeat_penalty" not in mlx
+    assert mlx["model"] == "/m"
+    assert mlx["stream"] is False
+    assert "stream_options" not in mlx
+    assert mlx["repetition_penalty"] == 1.1
+    assert "repeat_penalty" not in mlx
 
 
 def test_negative_num_predict_means_no_limit_and_load_options_are_ignored() -> None:
     body = req.chat_body({"messages": [], "options": {"num_predict": -1, "num_ctx": 8}}, "", LLAMA)
-    assert "max_tokens" not in body and "num_ctx" not in body
+    assert "max_tokens" not in body
+    assert "num_ctx" not in body
 
 
 def test_a_schema_format_becomes_json_schema() -> None:
@@ -73,7 +80,8 @@ def test_images_become_data_url_parts_and_tool_calls_get_openai_shape() -> None:
     assert user["content"][0] == {"type": "text", "text": "what is this"}
     assert user["content"][1]["image_url"]["url"].startswith("data:image/png;base64,iVBOR")
     call = assistant["tool_calls"][0]
-    assert call["type"] == "function" and json.loads(call["function"]["arguments"]) == {"x": 1}
+    assert call["type"] == "function"
+    assert json.loads(call["function"]["arguments"]) == {"x": 1}
     assert tool == {"role": "tool", "content": "42", "name": "f"}
 
 
@@ -106,7 +114,8 @@ def test_generate_goes_through_the_chat_template_unless_raw() -> None:
         {"role": "user", "content": "the cat"},
     ]
     path, body = req.generate_body({"prompt": "the cat", "raw": True}, "", LLAMA)
-    assert path == req.COMPLETIONS_PATH and body["prompt"] == "the cat"
+    assert path == req.COMPLETIONS_PATH
+    assert body["prompt"] == "the cat"
 
 
 @pytest.mark.parametrize("key", ["suffix", "template", "context"])
@@ -163,9 +172,12 @@ def test_without_server_timings_the_measured_time_is_used() -> None:
     document = {"choices": [{"text": "x", "finish_reason": "stop"}]}
     timing = Timing(total_s=2.0, upstream_s=1.5)
     reply = chat_reply(document, kind="generate", model="m", created_at="T", timing=timing)
-    assert reply["response"] == "x" and reply["done_reason"] == "stop"
-    assert reply["prompt_eval_duration"] == 0 and reply["eval_duration"] == 1_500_000_000
-    assert "eval_count" not in reply and "prompt_eval_count" not in reply  # not made up
+    assert reply["response"] == "x"
+    assert reply["done_reason"] == "stop"
+    assert reply["prompt_eval_duration"] == 0
+    assert reply["eval_duration"] == 1_500_000_000
+    assert "eval_count" not in reply
+    assert "prompt_eval_count" not in reply
 
 
 def test_tool_calls_come_back_with_object_arguments() -> None:
@@ -233,9 +245,11 @@ def test_a_stream_becomes_lines_and_one_done_line_after_the_finish() -> None:
     stream.feed({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}, "T4")
     last = stream.last_line("T5", Timing(total_s=1.0, upstream_s=0.5, first_token_s=0.1))
     assert last is not None
-    assert last["done"] is True and last["done_reason"] == "length"
+    assert last["done"] is True
+    assert last["done_reason"] == "length"
     assert last["message"] == {"role": "assistant", "content": ""}
-    assert last["eval_count"] == 2 and last["prompt_eval_duration"] == 12_500_000
+    assert last["eval_count"] == 2
+    assert last["prompt_eval_duration"] == 12_500_000
 
 
 def test_a_stream_without_server_timings_splits_at_the_first_token() -> None:
@@ -246,7 +260,8 @@ def test_a_stream_without_server_timings_splits_at_the_first_token() -> None:
     stream.feed({"choices": [{"text": "", "finish_reason": "stop"}]}, "T")
     last = stream.last_line("T", Timing(total_s=1.0, upstream_s=0.5, first_token_s=0.2))
     assert last is not None
-    assert last["prompt_eval_duration"] == 200_000_000 and last["eval_duration"] == 300_000_000
+    assert last["prompt_eval_duration"] == 200_000_000
+    assert last["eval_duration"] == 300_000_000
 
 
 def test_an_error_event_ends_the_stream_without_a_done_line() -> None:

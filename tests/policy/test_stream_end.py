@@ -51,8 +51,10 @@ def test_errors_in_each_dialect() -> None:
             "param": "model",
         }
     }
-    assert error_type(503) == "unavailable_error" and error_type(418) == "invalid_request_error"
+    assert error_type(503) == "unavailable_error"
+    assert error_type(418) == "invalid_request_error"
     frame = error_frame(Dialect.OPENAI, "cut")
-    assert frame.startswith(b"data: ") and frame.endswith(b"\n\n")
+    assert frame.startswith(b"data: ")
+    assert frame.endswith(b"\n\n")
     assert json.loads(frame[6:])["error"]["message"] == "cut"
     assert json.loads(error_frame(Dialect.OLLAMA, "cut")) == {"error": "cut"}

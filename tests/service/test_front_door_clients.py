@@ -15,11 +15,12 @@ import ollama
 import openai
 import pytest
 import trio
+from openai.types.chat import ChatCompletionMessageParam
 
 from inferactors.testing._fake_replies import TOKEN
-from service.front_door_support import door, entry_for, ended, fake
+from service.front_door_support import door, ended, entry_for, fake
 
-USER = [{"role": "user", "content": "the cat"}]
+USER: list[ChatCompletionMessageParam] = [{"role": "user", "content": "the cat"}]
 
 
 def _openai(url: str) -> openai.OpenAI:
@@ -31,11 +32,11 @@ def _openai_session(url: str, models: tuple[str, ...]) -> list[str]:
     said = []
     with _openai(url) as client:
         for model in models:
-            answer = client.chat.completions.create(model=model, messages=USER, max_tokens=1)  # type: ignore[arg-type]
+            answer = client.chat.completions.create(model=model, messages=USER, max_tokens=1)
             said.append(answer.choices[0].message.content or "")
             stream = client.chat.completions.create(
                 model=model,
-                messages=USER,  # type: ignore[arg-type]
+                messages=USER,
                 max_tokens=1,
                 stream=True,
             )
@@ -55,11 +56,13 @@ async def test_openai_client_chat_completion_and_stream(tmp_path: Path) -> None:
         async with door(*models) as d:
             said = await trio.to_thread.run_sync(_openai_session, d.url, ("chat", "tiny", "small"))
         assert said == [TOKEN] * 7 + ["chat,small"]
-        assert d.scheduler.granted["chat"] == 5 and d.scheduler.granted["small"] == 2
+        assert d.scheduler.granted["chat"] == 5
+        assert d.scheduler.granted["small"] == 2
         ended(d.scheduler)
         # mlx_lm.server got its own --model as "model", never the front door's name
         bodies = [r.body for r in mlx.requests() if r.path == "/v1/chat/completions"]
-        assert len(bodies) == 2 and all('"model":"/models/tiny-mlx"' in body for body in bodies)
+        assert len(bodies) == 2
+        assert all('"model":"/models/tiny-mlx"' in body for body in bodies)
 
 
 def _openai_errors(url: str) -> list[Exception]:
@@ -78,8 +81,10 @@ async def test_openai_client_errors_are_its_own_exceptions(tmp_path: Path) -> No
         async with door(entry_for("chat", llama)) as d:
             missing, bad = await trio.to_thread.run_sync(_openai_errors, d.url)
         assert isinstance(missing, openai.NotFoundError)
-        assert "'nope' not found" in str(missing) and '"chat"' in str(missing)
-        assert isinstance(bad, openai.BadRequestError) and "messages" in str(bad)  # the server's
+        assert "'nope' not found" in str(missing)
+        assert '"chat"' in str(missing)
+        assert isinstance(bad, openai.BadRequestError)
+        assert "messages" in str(bad)
         ended(d.scheduler)
 
 
@@ -111,7 +116,8 @@ async def test_ollama_client_chat_generate_and_streams_translated(tmp_path: Path
                 seen = await trio.to_thread.run_sync(_ollama_session, d.url, model)
                 assert seen["chat"] == (TOKEN, True, "length")
                 assert seen["durations"] is True
-                assert seen["stream"] == TOKEN and seen["generate_stream"] == TOKEN
+                assert seen["stream"] == TOKEN
+                assert seen["generate_stream"] == TOKEN
                 assert seen["dones"] == [False, True]  # one token line, then the done line
                 assert seen["generate"] == (TOKEN, "length", count)
                 assert seen["last"] == "length"
@@ -130,7 +136,9 @@ async def test_ollama_client_lists_and_show(tmp_path: Path) -> None:
     with fake(tmp_path / "llama") as llama, fake(tmp_path / "mlx", "mlx") as mlx:
         async with door(entry_for("chat", llama), entry_for("small", mlx)) as d:
             tags, running, kind = await trio.to_thread.run_sync(_ollama_lists, d.url)
-    assert tags == ["chat", "small"] and running == ["chat", "small"] and kind == "safetensors"
+    assert tags == ["chat", "small"]
+    assert running == ["chat", "small"]
+    assert kind == "safetensors"
 
 
 def _ollama_errors(url: str) -> tuple[ollama.ResponseError, ollama.ResponseError, str | None]:
@@ -146,33 +154,38 @@ async def test_ollama_client_errors_are_response_errors(tmp_path: Path) -> None:
     with fake(tmp_path / "llama") as llama:
         async with door(entry_for("chat", llama)) as d:
             missing, unload, loaded = await trio.to_thread.run_sync(_ollama_errors, d.url)
-        assert missing.status_code == 404 and "'nope' not found" in missing.error
-        assert unload.status_code == 400 and "keep_alive" in unload.error
+        assert missing.status_code == 404
+        assert "'nope' not found" in missing.error
+        assert unload.status_code == 400
+        assert "keep_alive" in unload.error
         assert loaded == "load"
         ended(d.scheduler)
 
 
 async def test_llama_native_routes_and_upstream_passthrough(tmp_path: Path) -> None:
     with fake(tmp_path / "llama") as llama, fake(tmp_path / "mlx", "mlx") as mlx:
-        async with door(entry_for("chat", llama), entry_for("small", mlx)) as d:
-            async with httpx.AsyncClient(base_url=d.url) as client:
-                done = await client.post("/completion", json={"model": "chat", "prompt": "x"})
-                assert done.status_code == 200 and done.json()["content"] == TOKEN
-                streamed = await client.post(
-                    "/completion", json={"model": "chat", "prompt": "x", "stream": True}
-                )
-                assert streamed.headers["x-accel-buffering"] == "no"
-                assert '"stop": true' in streamed.text.strip().split("\n\n")[-1]
-                tokens = await client.post("/tokenize", json={"model": "chat", "content": "a b"})
-                assert tokens.status_code == 200 and "tokens" in tokens.json()
-                refused = await client.post("/completion", json={"model": "small", "prompt": "x"})
-                assert refused.status_code == 400
-                assert "llama-server's own endpoint" in refused.json()["error"]["message"]
-                props = await client.get("/upstream/chat/props")
-                assert props.status_code == 200 and props.json()["total_slots"] >= 1
-                mlx_models = await client.get("/upstream/small/v1/models")
-                assert mlx_models.json()["data"][0]["id"] == "/models/tiny-mlx"
-                unknown = await client.get("/upstream/nope/props")
-                assert unknown.status_code == 404
-                assert '"chat"' in unknown.json()["error"]["message"]
+        models = (entry_for("chat", llama), entry_for("small", mlx))
+        async with door(*models) as d, httpx.AsyncClient(base_url=d.url) as client:
+            done = await client.post("/completion", json={"model": "chat", "prompt": "x"})
+            assert done.status_code == 200
+            assert done.json()["content"] == TOKEN
+            streamed = await client.post(
+                "/completion", json={"model": "chat", "prompt": "x", "stream": True}
+            )
+            assert streamed.headers["x-accel-buffering"] == "no"
+            assert '"stop": true' in streamed.text.strip().split("\n\n")[-1]
+            tokens = await client.post("/tokenize", json={"model": "chat", "content": "a b"})
+            assert tokens.status_code == 200
+            assert "tokens" in tokens.json()
+            refused = await client.post("/completion", json={"model": "small", "prompt": "x"})
+            assert refused.status_code == 400
+            assert "llama-server's own endpoint" in refused.json()["error"]["message"]
+            props = await client.get("/upstream/chat/props")
+            assert props.status_code == 200
+            assert props.json()["total_slots"] >= 1
+            mlx_models = await client.get("/upstream/small/v1/models")
+            assert mlx_models.json()["data"][0]["id"] == "/models/tiny-mlx"
+            unknown = await client.get("/upstream/nope/props")
+            assert unknown.status_code == 404
+            assert '"chat"' in unknown.json()["error"]["message"]
         ended(d.scheduler)

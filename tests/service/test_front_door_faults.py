@@ -15,6 +15,7 @@ import openai
 import psutil
 import pytest
 import trio
+from openai.types.chat import ChatCompletionMessageParam
 
 from inferactors._actors.front_door_resident import ResidentScheduler
 from inferactors._actors.front_door_seam import ModelEntry, Residency, Upstream
@@ -31,7 +32,8 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:Async generator .* was garbage collected:ResourceWarning"
 )
 
-CHAT = {"messages": [{"role": "user", "content": "the cat"}], "stream": True}
+USER: list[ChatCompletionMessageParam] = [{"role": "user", "content": "the cat"}]
+CHAT = {"messages": USER, "stream": True}
 SETTLE_S = 10.0
 
 
@@ -50,7 +52,7 @@ def _connections(server: FakeServer) -> int:
 
 async def _until(condition: object) -> None:
     with trio.fail_after(SETTLE_S):
-        while not condition():  # type: ignore[operator]
+        while not condition():  # type: ignore[operator]  # noqa: ASYNC110
             await trio.sleep(0.02)
 
 
@@ -68,7 +70,8 @@ async def test_death_mid_stream_ends_with_an_error_frame_never_done(
         said = [json.loads(e) for e in events[:-1]]
         assert sum(TOKEN in json.dumps(e) for e in said) == 2  # both tokens passed on
         error = json.loads(events[-1])["error"]
-        assert error["type"] == "server_error" and "'m'" in error["message"]
+        assert error["type"] == "server_error"
+        assert "'m'" in error["message"]
         if flavor == "llamacpp":  # chunked: the transport broke
             assert "broke off" in error["message"]
         else:  # mlx_lm.server ends its streams at the close: the last event is missing
@@ -82,7 +85,7 @@ def _openai_stream(url: str) -> tuple[list[str], Exception | None]:
         try:
             stream = client.chat.completions.create(
                 model="m",
-                messages=CHAT["messages"],  # type: ignore[arg-type]
+                messages=USER,
                 stream=True,
             )
             for chunk in stream:
@@ -98,14 +101,15 @@ async def test_openai_client_raises_on_the_error_frame(tmp_path: Path) -> None:
         async with door(entry_for("m", server)) as d:
             said, error = await trio.to_thread.run_sync(_openai_stream, d.url)
     assert "".join(said) == TOKEN * 3
-    assert error is not None and "broke off" in str(error)
+    assert error is not None
+    assert "broke off" in str(error)
 
 
 def _ollama_stream(url: str) -> tuple[list[str], Exception | None]:
     said: list[str] = []
     with ollama.Client(host=url) as client:
         try:
-            for part in client.chat(model="m", messages=CHAT["messages"], stream=True):
+            for part in client.chat(model="m", messages=USER, stream=True):
                 assert not part.done, "a cut stream must never say done"
                 said.append(part.message.content or "")
         except ollama.ResponseError as error:
@@ -122,7 +126,8 @@ async def test_ollama_translated_stream_ends_with_an_error_line(
         async with door(entry_for("m", server)) as d:
             said, error = await trio.to_thread.run_sync(_ollama_stream, d.url)
         assert "".join(said) == TOKEN * 2
-        assert isinstance(error, ollama.ResponseError) and "'m'" in error.error
+        assert isinstance(error, ollama.ResponseError)
+        assert "'m'" in error.error
         ended(d.scheduler)
 
 
@@ -139,7 +144,8 @@ async def test_a_client_that_leaves_a_stream_closes_the_servers_connection(
                     seen += chunk.count(TOKEN.encode())
                     if seen >= 3:
                         break
-                assert d.scheduler.in_flight["m"] == 1 and _connections(server) == 1
+                assert d.scheduler.in_flight["m"] == 1
+                assert _connections(server) == 1
             await _until(lambda: d.scheduler.in_flight["m"] == 0)
             await _until(lambda: _connections(server) == 0)
             ended(d.scheduler)
@@ -204,11 +210,14 @@ async def test_a_server_that_is_gone_is_a_502_in_the_dialect() -> None:
 async def test_a_refused_grant_is_a_503_with_retry_after(tmp_path: Path) -> None:
     with fake(tmp_path) as server:
         scheduler = ResidentScheduler([entry_for("m", server)], ready=lambda name: False)
-        async with open_front_door(scheduler, FrontDoorConfig(port=0)) as opened:
-            async with httpx.AsyncClient(base_url=opened.url) as client:
-                refused = await client.post("/api/chat", json={"model": "m", "messages": []})
-                listed = await client.get("/v1/models")
-    assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        config = FrontDoorConfig(port=0)
+        async with open_front_door(scheduler, config) as opened, httpx.AsyncClient() as client:
+            refused = await client.post(
+                opened.url + "/api/chat", json={"model": "m", "messages": []}
+            )
+            listed = await client.get(opened.url + "/v1/models")
+    assert refused.status_code == 503
+    assert refused.headers["retry-after"] == "1"
     assert "not ready" in refused.json()["error"]
     assert listed.json()["data"][0]["status"] == {"value": "not-loaded"}
     assert not scheduler.granted

@@ -4,6 +4,7 @@ naming what is wrong, and disturbs no other request."""
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -44,7 +45,8 @@ async def test_a_bad_body_is_a_4xx_naming_what_is_wrong(
             ollama_answer = await client.post(
                 d.url + "/api/generate", content=content, headers=headers
             )
-    assert openai_answer.status_code == status and ollama_answer.status_code == status
+    assert openai_answer.status_code == status
+    assert ollama_answer.status_code == status
     assert words in openai_answer.json()["error"]["message"]
     assert words in ollama_answer.json()["error"]
     assert not d.scheduler.granted  # refused before any instance was asked
@@ -53,14 +55,15 @@ async def test_a_bad_body_is_a_4xx_naming_what_is_wrong(
 async def test_a_body_larger_than_allowed_without_a_length_is_refused_as_read(
     tmp_path: Path,
 ) -> None:
-    async def body() -> object:
+    async def body() -> AsyncIterator[bytes]:
         for _ in range(20):
             yield b"x" * 100
 
     with fake(tmp_path) as server:
         async with door(entry_for("m", server), config=SMALL) as d, httpx.AsyncClient() as client:
             answer = await client.post(d.url + "/v1/completions", content=body())
-    assert answer.status_code == 413 and "more than 1000 bytes sent" in answer.text
+    assert answer.status_code == 413
+    assert "more than 1000 bytes sent" in answer.text
 
 
 async def test_curl_form_type_is_read_as_json(tmp_path: Path) -> None:
@@ -71,7 +74,8 @@ async def test_curl_form_type_is_read_as_json(tmp_path: Path) -> None:
                 content=b'{"model": "m", "prompt": "x", "stream": false}',
                 headers={"content-type": "application/x-www-form-urlencoded"},
             )
-    assert answer.status_code == 200 and answer.json()["response"] == TOKEN
+    assert answer.status_code == 200
+    assert answer.json()["response"] == TOKEN
 
 
 async def _slowloris(port: int, sent: list[bytes]) -> None:
@@ -107,7 +111,8 @@ async def test_a_slowloris_body_gets_408_and_others_are_served_meanwhile(tmp_pat
                             d.url + "/v1/completions", json={"model": "m", "prompt": "x"}
                         )
                     assert answer.status_code == 200
-    assert sent and sent[0].startswith(b"HTTP/1.1 408")
+    assert sent
+    assert sent[0].startswith(b"HTTP/1.1 408")
     assert b"did not arrive within 0.5 s" in sent[0]
     ended(d.scheduler)
 
@@ -118,9 +123,12 @@ async def test_unknown_routes_and_methods_answer_in_the_dialect(tmp_path: Path) 
             missing = await client.get("/api/nope")
             wrong = await client.get("/v1/chat/completions")
             native = await client.put("/completion")
-    assert missing.status_code == 404 and missing.json() == {"error": "no route /api/nope"}
-    assert wrong.status_code == 405 and wrong.json()["error"]["type"] == "invalid_request_error"
-    assert native.status_code == 405 and "PUT is not allowed" in native.json()["error"]["message"]
+    assert missing.status_code == 404
+    assert missing.json() == {"error": "no route /api/nope"}
+    assert wrong.status_code == 405
+    assert wrong.json()["error"]["type"] == "invalid_request_error"
+    assert native.status_code == 405
+    assert "PUT is not allowed" in native.json()["error"]["message"]
 
 
 async def test_with_an_api_key_every_request_needs_it(tmp_path: Path) -> None:
@@ -138,7 +146,9 @@ async def test_with_an_api_key_every_request_needs_it(tmp_path: Path) -> None:
                 json=body,
                 headers={"Authorization": "bearer front-door-key-0123456789"},
             )
-    assert without.status_code == 401 and without.json()["error"]["type"] == "authentication_error"
-    assert wrong.status_code == 401 and "Invalid API Key" in wrong.json()["error"]
+    assert without.status_code == 401
+    assert without.json()["error"]["type"] == "authentication_error"
+    assert wrong.status_code == 401
+    assert "Invalid API Key" in wrong.json()["error"]
     assert right.status_code == 200
     assert d.scheduler.granted["m"] == 1

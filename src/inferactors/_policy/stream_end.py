@@ -35,15 +35,14 @@ class StreamEnd(enum.Enum):
 def last_sse_data(tail: bytes) -> str | None:
     """The ``data`` of the last whole event in the end of a server-sent event stream, None
     when there is none. Multi-line data is joined with newlines, as the format says."""
-    text = tail.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
-    events = [event for event in text.split("\n\n") if event.strip()]
-    for event in reversed(events):
-        data = [
-            line[5:].removeprefix(" ") for line in event.split("\n") if line.startswith("data:")
-        ]
-        if data:
-            return "\n".join(data)
-    return None
+    last: list[str] = []
+    event: list[str] = []
+    for line in tail.decode("utf-8", errors="replace").splitlines():
+        if line.startswith("data:"):
+            event.append(line[5:].removeprefix(" "))
+        elif not line.strip():
+            last, event = (event or last), []
+    return "\n".join(last) if last else None
 
 
 def last_ndjson_line(tail: bytes) -> str | None:

@@ -28,7 +28,6 @@ dialect otherwise; compared in constant time).
 
 from __future__ import annotations
 
-import hmac
 import json
 import time
 from collections.abc import Callable
@@ -37,11 +36,10 @@ from typing import Any, TypeVar
 import attrs
 import trio
 from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive
 
 from .._actors.front_door_names import find_model, model_list, unknown_model
 from .._actors.front_door_seam import Grant, ModelEntry, Scheduler
@@ -49,20 +47,19 @@ from .._edges.upstream import UpstreamClients
 from .._errors import BadRequest, FrontDoorRefused, InvalidConfig
 from .._flavor import InferFlavor
 from .._policy import ollama_requests as ollama
-from .._policy.dialects import Dialect, error_document
+from .._policy.dialects import Dialect
 from .._policy.ollama_replies import Kind, load_reply, ollama_time
 from .._policy.stream_end import StreamEnd
 from . import front_door_lists as lists
-from .control_app import bearer_token
 from .front_door_body import (
     BodyLimits,
-    ClientGone,
     json_content_type,
     json_object,
     model_name,
     read_body,
 )
-from .front_door_relay import Outbound, PassThrough, ReplyLimits, refusal_response
+from .front_door_errors import EXCEPTION_HANDLERS, RequireKey
+from .front_door_relay import Outbound, PassThrough, ReplyLimits
 from .front_door_translate import Shape, Translated
 
 _T = TypeVar("_T")
@@ -80,13 +77,6 @@ class FrontDoorLimits:
 
     body: BodyLimits = BodyLimits()  # noqa: RUF009  (frozen value)
     reply: ReplyLimits = ReplyLimits()  # noqa: RUF009  (frozen value)
-
-
-def dialect_of(path: str) -> Dialect:
-    """The dialect of a route: ``/api/...`` Ollama, ``/v1/...`` OpenAI, the rest llama.cpp."""
-    if path.startswith("/api/"):
-        return Dialect.OLLAMA
-    return Dialect.OPENAI if path.startswith("/v1/") else Dialect.LLAMACPP
 
 
 @attrs.frozen
@@ -327,53 +317,6 @@ async def _cancel_when_gone(receive: Receive, scope: trio.CancelScope) -> None:
     scope.cancel()
 
 
-# ---- errors and the key ---------------------------------------------------------------------
-
-
-async def _on_refused(request: Request, error: Exception) -> Response:
-    assert isinstance(error, FrontDoorRefused | BadRequest)
-    return refusal_response(dialect_of(request.url.path), error)
-
-
-async def _on_client_gone(request: Request, error: Exception) -> Response:
-    return Response(status_code=499)
-
-
-async def _on_http_error(request: Request, error: Exception) -> Response:
-    assert isinstance(error, HTTPException)
-    dialect = dialect_of(request.url.path)
-    words = {404: f"no route {request.url.path}", 405: f"{request.method} is not allowed here"}
-    message = words.get(error.status_code, str(error.detail))
-    document = error_document(dialect, error.status_code, message)
-    return JSONResponse(document, status_code=error.status_code, headers=error.headers)
-
-
-async def _on_unforeseen(request: Request, error: Exception) -> Response:
-    message = f"the front door failed to answer ({type(error).__name__})"
-    document = error_document(dialect_of(request.url.path), 500, message)
-    return JSONResponse(document, status_code=500)
-
-
-class RequireKey:
-    """ASGI middleware: every request must carry ``Authorization: Bearer <key>`` (the scheme
-    in any case); compared in constant time; a 401 in the route's dialect otherwise."""
-
-    def __init__(self, app: ASGIApp, key: str) -> None:
-        self.app = app
-        self.expected = key.encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            given = bearer_token(dict(scope["headers"]).get(b"authorization", b"")) or b""
-            if not hmac.compare_digest(given, self.expected):
-                dialect = dialect_of(scope["path"])
-                body = error_document(dialect, 401, "Invalid API Key: send Authorization: Bearer")
-                answer = JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})
-                await answer(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
 def front_door_app(
     scheduler: Scheduler,
     *,
@@ -414,14 +357,5 @@ def front_door_app(
         Route("/api/ps", door.ollama_ps, methods=["GET", "HEAD"]),
         Route("/api/version", door.ollama_version, methods=["GET", "HEAD"]),
     ]
-    app = Starlette(
-        routes=routes,
-        exception_handlers={
-            FrontDoorRefused: _on_refused,
-            BadRequest: _on_refused,
-            ClientGone: _on_client_gone,
-            HTTPException: _on_http_error,
-            Exception: _on_unforeseen,
-        },
-    )
+    app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS)
     return app if api_key is None else RequireKey(app, api_key)

@@ -8,6 +8,7 @@ Everything here is installed with ``pip install 'inferactors[testing]'``; see
 docs/testing.md.
 """
 
+from .._actors.front_door_resident import ResidentScheduler as ResidentScheduler
 from ._fake_faults import FakeServerFaults as FakeServerFaults
 from ._fake_fleet import FakeChild as FakeChild
 from ._fake_fleet import FakeFleet as FakeFleet
@@ -82,6 +83,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), as tests/test_public_api.py checks
     "NOT_REPRODUCIBLE",
     "RecordedRequest",
     "RecordingProxy",
+    "ResidentScheduler",
     "RuntimeKit",
     "SlowFirstToken",
     "SlowLoad",

@@ -78,7 +78,7 @@ from ._fake_launch import write_fake_server_program as write_fake_server_program
 from ._fake_lines import say_ready
 from ._fake_parent import SLICE_S as _SLICE_S
 from ._fake_parent import Launcher, exit_if_orphaned, fork_child, sleep_watching
-from ._fake_streams import DieNow, Pause, stream_steps
+from ._fake_streams import stream_frames
 
 _NEVER = threading.Event()
 _RESET_LINGER = struct.pack("ii", 1, 0)
@@ -247,23 +247,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
         self.end_headers()
         faults = self.server.state.options.faults
-        steps = stream_steps(
-            stream.events,
-            tokens=faults.stream_tokens,
-            delay_s=faults.stream_token_delay_s,
-            die_after=faults.stream_die_after,
-            forever=faults.stream_forever,
-        )
-        for event in steps:
-            if isinstance(event, Pause):
-                time.sleep(event.seconds)
-                continue
-            if isinstance(event, DieNow):
+        for frame in stream_frames(stream.events, faults, chunked=chunked):
+            if frame is None:  # die here, mid-answer
                 self.server.state.fates.put(Die("SIGKILL"))
                 _NEVER.wait()
-            text = event if isinstance(event, str) else json.dumps(event)
-            frame = f"data: {text}\n\n".encode()
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame) if chunked else frame)
+            self.wfile.write(frame)
             self.wfile.flush()
         if chunked:
             self.wfile.write(b"0\r\n\r\n")

@@ -1,5 +1,5 @@
 """How the fake servers play a streamed completion: how many tokens, how fast, and the
-stream faults (pure; the program that writes the events is ``_fake_server``).
+stream faults (the program that sends them is ``_fake_server``).
 
 A streamed one-token completion (``_fake_replies.completion_events``) has events before
 its token, the token event, and events after it (the last chunk, ``[DONE]``). Played here:
@@ -12,17 +12,23 @@ its token, the token event, and events after it (the last chunk, ``[DONE]``). Pl
 - ``stream_forever``: token events without end, one every ``stream_token_delay_s`` (at
   least `FOREVER_MIN_DELAY_S`), until the client leaves.
 
-Like the fake server program, this module imports nothing of the ``inferactors`` package.
+`stream_frames` writes them (it sleeps between tokens). Like the fake server program, this
+module imports nothing of the ``inferactors`` package.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from ._fake_replies import TOKEN
+
+if TYPE_CHECKING:
+    from ._fake_faults import FakeServerFaults
 
 FOREVER_MIN_DELAY_S = 0.05
 """The shortest pause between two token events of a stream that never ends, float seconds."""
@@ -94,3 +100,27 @@ def _says_token(event: object) -> bool:
     delta = choice.get("delta")
     said = delta.get("content") if isinstance(delta, dict) else choice.get("text")
     return bool(said == TOKEN)
+
+
+def stream_frames(
+    events: tuple[object, ...], faults: FakeServerFaults, *, chunked: bool
+) -> Iterator[bytes | None]:
+    """The bytes of each event as the server writes them (``data: ...`` frames, in HTTP
+    chunks when ``chunked``), paced by the faults (this sleeps); None where it must die."""
+    steps = stream_steps(
+        events,
+        tokens=faults.stream_tokens,
+        delay_s=faults.stream_token_delay_s,
+        die_after=faults.stream_die_after,
+        forever=faults.stream_forever,
+    )
+    for step in steps:
+        if isinstance(step, Pause):
+            time.sleep(step.seconds)
+            continue
+        if isinstance(step, DieNow):
+            yield None
+            return
+        text = step if isinstance(step, str) else json.dumps(step)
+        frame = f"data: {text}\n\n".encode()
+        yield b"%x\r\n%s\r\n" % (len(frame), frame) if chunked else frame
