@@ -251,6 +251,7 @@ class _Handler(BaseHTTPRequestHandler):
             if frame is None:  # die here, mid-answer
                 self.server.state.fates.put(Die("SIGKILL"))
                 _NEVER.wait()
+                return
             self.wfile.write(frame)
             self.wfile.flush()
         if chunked:
