@@ -37,6 +37,7 @@ from .._policy.fleet_exit import EXIT_BAD_CONFIG, EXIT_NOTHING_LEFT, EXIT_STOPPE
 from .._service.control_server import serve_control
 from .._service.fleet import Fleet, open_fleet
 from .._service.front_door_fleet import FleetScheduler
+from .._service.front_door_metrics import FrontDoorMetrics
 from .._service.front_door_server import serve_front_door
 from .._service.lifecycle import ServiceNotes, serve_notify
 from .._service.reload import describe
@@ -137,8 +138,9 @@ async def _supervise(config: RunConfig, run_file: Path, control: _Control) -> in
             if listening:
                 say(f"control API listening on {', '.join(listening)}")
             if config.front_door is not None:
+                metrics = FrontDoorMetrics.create(fleet.metrics.registry)
                 door = await printing.start(
-                    partial(serve_front_door, until=fleet.closed.wait),
+                    partial(serve_front_door, metrics=metrics, until=fleet.closed.wait),
                     FleetScheduler(fleet),
                     config.front_door,
                 )

@@ -58,7 +58,8 @@ from .front_door_body import (
     model_name,
     read_body,
 )
-from .front_door_errors import EXCEPTION_HANDLERS, RequireKey
+from .front_door_errors import EXCEPTION_HANDLERS, RequireKey, dialect_of
+from .front_door_metrics import MODEL_KEY, FrontDoorMetrics, Measured
 from .front_door_relay import Outbound, PassThrough, ReplyLimits
 from .front_door_translate import Shape, Translated
 
@@ -110,6 +111,7 @@ class _Door:
         entry = find_model(entries, name)
         if entry is None:
             raise unknown_model(entries, name)
+        request.scope.setdefault("state", {})[MODEL_KEY] = entry.name
         return _Asked(body, document, name, entry, arrived_at)
 
     async def grant(self, request: Request, entry: ModelEntry) -> Grant | None:
@@ -165,6 +167,7 @@ class _Door:
         entry = find_model(entries, name)
         if entry is None:
             raise unknown_model(entries, name)
+        request.scope.setdefault("state", {})[MODEL_KEY] = entry.name
         body = await read_body(request, self.limits.body)
         grant = await self.grant(request, entry)
         if grant is None:
@@ -323,6 +326,7 @@ def front_door_app(
     clients: UpstreamClients,
     limits: FrontDoorLimits = FrontDoorLimits(),
     api_key: str | None = None,
+    metrics: FrontDoorMetrics | None = None,
 ) -> ASGIApp:
     """The front door's ASGI app over ``scheduler`` (module docstring).
 
@@ -331,6 +335,7 @@ def front_door_app(
         clients: the kept-alive clients to the servers (closed by the caller).
         limits: how much the front door reads from clients and servers.
         api_key: when given, every request must carry it as a bearer token.
+        metrics: where requests are counted and timed (``front_door_metrics``), if anywhere.
     """
     door = _Door(scheduler, clients, limits)
     post = ["POST"]
@@ -358,4 +363,5 @@ def front_door_app(
         Route("/api/version", door.ollama_version, methods=["GET", "HEAD"]),
     ]
     app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS)
-    return app if api_key is None else RequireKey(app, api_key)
+    keyed: ASGIApp = app if api_key is None else RequireKey(app, api_key)
+    return keyed if metrics is None else Measured(keyed, metrics, dialect_of)

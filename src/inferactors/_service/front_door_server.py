@@ -14,6 +14,7 @@ import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import cast
 
 import attrs
@@ -31,6 +32,7 @@ from .control_server import BACKLOG, NoBanner
 from .control_token import read_token
 from .front_door_app import FrontDoorLimits, front_door_app
 from .front_door_body import BodyLimits
+from .front_door_metrics import FrontDoorMetrics
 
 GRACE_S = 1.0
 """How long requests under way may take once the front door was told to stop, float
@@ -94,6 +96,7 @@ async def serve_front_door(
     scheduler: Scheduler,
     config: FrontDoorConfig,
     *,
+    metrics: FrontDoorMetrics | None = None,
     until: Callable[[], Awaitable[None]] | None = None,
     task_status: trio.TaskStatus[FrontDoor] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -103,6 +106,7 @@ async def serve_front_door(
     Args:
         scheduler: grants each request an instance (``_actors/front_door_seam.py``).
         config: where it listens, its key, its limits (`FrontDoorConfig`).
+        metrics: where requests are counted and timed (`FrontDoorMetrics`), if anywhere.
         until: when it returns, stop taking connections and return.
         task_status: started with the `FrontDoor` once it listens.
 
@@ -123,7 +127,9 @@ async def serve_front_door(
         hyper = _hypercorn_config()
         asgi = cast(
             ASGIFramework,
-            front_door_app(scheduler, clients=clients, limits=limits, api_key=api_key),
+            front_door_app(
+                scheduler, clients=clients, limits=limits, api_key=api_key, metrics=metrics
+            ),
         )
         app = wrap_app(asgi, hyper.wsgi_max_body_size, "asgi")
         sockets = Sockets(secure_sockets=[], insecure_sockets=[listener], quic_sockets=[])
@@ -147,7 +153,7 @@ async def serve_front_door(
 
 @asynccontextmanager
 async def open_front_door(
-    scheduler: Scheduler, config: FrontDoorConfig
+    scheduler: Scheduler, config: FrontDoorConfig, *, metrics: FrontDoorMetrics | None = None
 ) -> AsyncIterator[FrontDoor]:
     """`serve_front_door` for the duration of an ``async with`` block: yields the
     `FrontDoor` once it listens; leaving the block stops it (requests under way are cut).
@@ -156,7 +162,8 @@ async def open_front_door(
         InvalidConfig: as `serve_front_door`.
     """
     async with trio.open_nursery() as nursery:
-        door: FrontDoor = await nursery.start(serve_front_door, scheduler, config)
+        serve = partial(serve_front_door, metrics=metrics)
+        door: FrontDoor = await nursery.start(serve, scheduler, config)
         try:
             yield door
         finally:
