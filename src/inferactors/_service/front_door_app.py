@@ -115,11 +115,13 @@ class _Door:
         return _Asked(body, document, name, entry, arrived_at)
 
     async def grant(self, request: Request, entry: ModelEntry) -> Grant | None:
-        """A grant for ``entry``, or None when the client left while it waited."""
+        """A grant for ``entry``, or None when the client left while it waited (a grant
+        that came as it left is ended at once)."""
         granted: Grant | None = None
         refused: FrontDoorRefused | None = None
+        gone = trio.Event()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_cancel_when_gone, request.receive, nursery.cancel_scope)
+            nursery.start_soon(_cancel_when_gone, request.receive, nursery.cancel_scope, gone)
             try:
                 granted = await self.scheduler.acquire(entry.name)
             except FrontDoorRefused as error:
@@ -127,6 +129,9 @@ class _Door:
             nursery.cancel_scope.cancel()
         if refused is not None:
             raise refused
+        if granted is not None and gone.is_set():
+            granted.done()
+            return None
         return granted
 
     def pass_through(
@@ -314,9 +319,10 @@ def _with_model(body: bytes, document: dict[str, Any], served_model: str) -> byt
     return json.dumps(changed, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-async def _cancel_when_gone(receive: Receive, scope: trio.CancelScope) -> None:
+async def _cancel_when_gone(receive: Receive, scope: trio.CancelScope, gone: trio.Event) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
+    gone.set()
     scope.cancel()
 
 

@@ -152,6 +152,8 @@ class GrantedAnswer(Response):
         self.clients = clients
         self.outbound = outbound
         self.opened: httpx.Response | None = None
+        self.read_failure = ""
+        """Why `read_whole` gave None, in words."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -207,8 +209,6 @@ class GrantedAnswer(Response):
             self.read_failure = f"its answer broke off: {_words(error)}"
             return None
         return b"".join(chunks)
-
-    read_failure: str = ""
 
     async def send_error(self, send: Send, status: int, message: str) -> None:
         """Send a whole error answer in the dialect."""
