@@ -1,8 +1,9 @@
 """The front door over fake servers, for the tests of ``tests/service/test_front_door_*``.
 
-`fake` starts a fake llama-server or mlx_lm.server with the given faults (stream faults
-included) on a free port; `entry_for` makes the `ModelEntry` and `Upstream` of one; `door`
-opens a front door on a free loopback port over a `ResidentScheduler` of them.
+`fake` starts a fake llama-server or mlx_lm.server playing a `Timeline` (the stream faults
+`StreamDies` and `EndlessStream` included) on a free port; `entry_for` makes the
+`ModelEntry` and `Upstream` of one; `door` opens a front door on a free loopback port over
+a `ResidentScheduler` of them.
 """
 
 from __future__ import annotations
@@ -18,9 +19,8 @@ from inferactors._actors.front_door_seam import ModelEntry, Residency, Upstream
 from inferactors._config.front_door import FrontDoorConfig
 from inferactors._flavor import InferFlavor
 from inferactors._service.front_door_server import FrontDoor, open_front_door
-from inferactors.testing import FakeServer, FakeServerFaults, Timeline
+from inferactors.testing import FakeServer, Timeline, start_fake_server
 from inferactors.testing._fake_faults import Flavor
-from inferactors.testing._fake_processes import _launch_server
 
 FLAVORS: dict[Flavor, InferFlavor] = {"llamacpp": InferFlavor.LLAMACPP, "mlx": InferFlavor.MLX_LM}
 MLX_MODEL = "/models/tiny-mlx"
@@ -28,13 +28,11 @@ MLX_MODEL = "/models/tiny-mlx"
 
 @contextmanager
 def fake(
-    directory: Path, flavor: Flavor = "llamacpp", faults: FakeServerFaults | None = None
+    directory: Path, flavor: Flavor = "llamacpp", timeline: Timeline | None = None
 ) -> Iterator[FakeServer]:
-    """A fake server of ``flavor`` playing ``faults``; killed on exit."""
+    """A fake server of ``flavor`` playing ``timeline``; killed on exit."""
     model = MLX_MODEL if flavor == "mlx" else "tiny.gguf"
-    server = _launch_server(
-        directory, flavor, Timeline(), faults or FakeServerFaults(), model, None
-    )
+    server = start_fake_server(directory, flavor=flavor, timeline=timeline, model=model)
     try:
         yield server
     finally:

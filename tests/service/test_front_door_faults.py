@@ -22,7 +22,7 @@ from inferactors._actors.front_door_seam import ModelEntry, Residency, Upstream
 from inferactors._config.front_door import FrontDoorConfig
 from inferactors._flavor import InferFlavor
 from inferactors._service.front_door_server import open_front_door
-from inferactors.testing import FakeServer, FakeServerFaults
+from inferactors.testing import EndlessStream, FakeServer, SlowFirstToken, StreamDies, Timeline
 from inferactors.testing._fake_processes import free_port
 from inferactors.testing._fake_replies import TOKEN
 from service.front_door_support import door, ended, entry_for, fake
@@ -60,8 +60,8 @@ async def _until(condition: object) -> None:
 async def test_death_mid_stream_ends_with_an_error_frame_never_done(
     tmp_path: Path, flavor: str
 ) -> None:
-    faults = FakeServerFaults(stream_tokens=5, stream_die_after=2)
-    with fake(tmp_path, flavor, faults) as server:  # type: ignore[arg-type]
+    timeline = Timeline.of(StreamDies(after_tokens=2, tokens=5))
+    with fake(tmp_path, flavor, timeline) as server:  # type: ignore[arg-type]
         async with door(entry_for("m", server)) as d, httpx.AsyncClient() as client:
             answer = await client.post(d.url + "/v1/chat/completions", json={"model": "m", **CHAT})
         events = _events(answer.text)
@@ -96,8 +96,7 @@ def _openai_stream(url: str) -> tuple[list[str], Exception | None]:
 
 
 async def test_openai_client_raises_on_the_error_frame(tmp_path: Path) -> None:
-    faults = FakeServerFaults(stream_tokens=4, stream_die_after=3)
-    with fake(tmp_path, faults=faults) as server:
+    with fake(tmp_path, timeline=Timeline.of(StreamDies(after_tokens=3))) as server:
         async with door(entry_for("m", server)) as d:
             said, error = await trio.to_thread.run_sync(_openai_stream, d.url)
     assert "".join(said) == TOKEN * 3
@@ -121,8 +120,8 @@ def _ollama_stream(url: str) -> tuple[list[str], Exception | None]:
 async def test_ollama_translated_stream_ends_with_an_error_line(
     tmp_path: Path, flavor: str
 ) -> None:
-    faults = FakeServerFaults(stream_tokens=4, stream_die_after=2)
-    with fake(tmp_path, flavor, faults) as server:  # type: ignore[arg-type]
+    timeline = Timeline.of(StreamDies(after_tokens=2))
+    with fake(tmp_path, flavor, timeline) as server:  # type: ignore[arg-type]
         async with door(entry_for("m", server)) as d:
             said, error = await trio.to_thread.run_sync(_ollama_stream, d.url)
         assert "".join(said) == TOKEN * 2
@@ -134,8 +133,7 @@ async def test_ollama_translated_stream_ends_with_an_error_line(
 async def test_a_client_that_leaves_a_stream_closes_the_servers_connection(
     tmp_path: Path,
 ) -> None:
-    faults = FakeServerFaults(stream_forever=True, stream_token_delay_s=0.05)
-    with fake(tmp_path, faults=faults) as server:
+    with fake(tmp_path, timeline=Timeline.of(EndlessStream(every_s=0.05))) as server:
         async with door(entry_for("m", server)) as d, httpx.AsyncClient() as client:
             body = {"model": "m", **CHAT}
             async with client.stream("POST", d.url + "/v1/chat/completions", json=body) as answer:
@@ -157,7 +155,7 @@ async def test_a_client_that_leaves_a_stream_closes_the_servers_connection(
 async def test_a_client_that_leaves_before_the_first_byte_closes_the_request(
     tmp_path: Path,
 ) -> None:
-    with fake(tmp_path, faults=FakeServerFaults(completion_delay_s=60.0)) as server:
+    with fake(tmp_path, timeline=Timeline.of(SlowFirstToken(delay_s=60.0))) as server:
         async with door(entry_for("m", server)) as d:
             async with httpx.AsyncClient() as client, trio.open_nursery() as nursery:
                 url = d.url + "/v1/chat/completions"
@@ -173,9 +171,9 @@ async def test_a_silent_server_is_a_504_and_a_stalled_stream_an_error_frame(
     tmp_path: Path,
 ) -> None:
     config = FrontDoorConfig(port=0, read_timeout_s=0.5)
-    with fake(tmp_path / "slow", faults=FakeServerFaults(completion_delay_s=30.0)) as slow:
-        stalled = FakeServerFaults(stream_tokens=3, stream_token_delay_s=30.0)
-        with fake(tmp_path / "stall", faults=stalled) as stall:
+    with fake(tmp_path / "slow", timeline=Timeline.of(SlowFirstToken(delay_s=30.0))) as slow:
+        stalled = Timeline.of(StreamDies(after_tokens=2, tokens=3, every_s=30.0))
+        with fake(tmp_path / "stall", timeline=stalled) as stall:
             models = (entry_for("slow", slow), entry_for("stall", stall))
             async with door(*models, config=config) as d, httpx.AsyncClient() as client:
                 late = await client.post(
