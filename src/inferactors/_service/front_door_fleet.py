@@ -11,21 +11,27 @@ Names: a model is its role, and its aliases are the spec's ``model`` (the regist
 or the Ollama tag) when it differs; Ollama readings of either route too
 (`inferactors._actors.front_door_names`). The server gets, as ``model``: an Ollama
 instance its tag; llama-server and mlx_lm.server none (each serves the one model it
-loaded, and mlx_lm.server would try to load any other name it is sent).
+loaded, and mlx_lm.server would try to load any other name it is sent). A server started
+with ``serve.api_key_file`` gets its key as the bearer token, read once per instance the
+way admission reads it.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Protocol
 
+import attrs
 import trio
 
+from .._actors.admission_extras import read_api_key
 from .._actors.front_door_names import find_model, unknown_model
 from .._actors.front_door_resident import NOT_READY_RETRY_S
 from .._actors.front_door_seam import Grant, ModelEntry, Residency, Upstream
 from .._config.binding import spec_host
 from .._config.spec import InferenceSpec
-from .._errors import FrontDoorRefused, RefusalKind
+from .._edges.containment import resolve_run_as
+from .._errors import AdmissionRefused, FrontDoorRefused, InvalidConfig, RefusalKind
 from .._flavor import InferFlavor
 from .._status import InstanceState, InstanceStatus
 from .members import Member
@@ -67,6 +73,7 @@ class FleetScheduler:
 
     def __init__(self, fleet: Members) -> None:
         self.fleet = fleet
+        self._keys: dict[tuple[str, str | None], str] = {}
 
     def models(self) -> tuple[ModelEntry, ...]:
         """Every instance of the run file, in its order, where it stands now; no I/O."""
@@ -97,7 +104,37 @@ class FleetScheduler:
                 model=model,
                 retry_after_s=NOT_READY_RETRY_S,
             )
-        return _FleetGrant(upstream_of(member.placement.entry.spec))
+        upstream = upstream_of(member.placement.entry.spec)
+        key = await self._api_key(member, model)
+        return _FleetGrant(upstream if key is None else attrs.evolve(upstream, api_key=key))
+
+    async def _api_key(self, member: Member, model: str) -> str | None:
+        """The server's API key (``serve.api_key_file``), read once per instance as its
+        admission reads it (owned by its ``run_as`` user, or us), None without one.
+
+        Raises:
+            FrontDoorRefused: the key file cannot be read now (502, naming the file).
+        """
+        path = member.placement.entry.spec.serve.api_key_file
+        if path is None:
+            return None
+        instance = member.handle.instance_id if member.handle is not None else None
+        cached = self._keys.get((member.name, instance))
+        if cached is not None:
+            return cached
+        managed = member.placement.runtime.managed
+        try:
+            run_as = resolve_run_as(managed.run_as) if managed and managed.run_as else None
+            key = await read_api_key(path, run_as=run_as, euid=os.geteuid())
+        except (AdmissionRefused, InvalidConfig) as error:
+            raise FrontDoorRefused(
+                f"model {member.name!r}: {error}",
+                kind=RefusalKind.START_FAILED,
+                status=502,
+                model=model,
+            ) from None
+        self._keys[(member.name, instance)] = key
+        return key
 
 
 class _FleetGrant:
