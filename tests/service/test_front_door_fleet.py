@@ -35,7 +35,7 @@ OLLAMA = InferenceSpec(role="notes", runtime=InferFlavor.OLLAMA, model="qwen2.5:
 
 
 def _fleet(*members: SimpleNamespace) -> FleetScheduler:
-    return FleetScheduler(SimpleNamespace(members={m.name: m for m in members}))  # type: ignore[arg-type]
+    return FleetScheduler(SimpleNamespace(members={m.name: m for m in members}))
 
 
 async def test_models_grants_and_names() -> None:
