@@ -6,9 +6,9 @@ request is opened with `UpstreamClients.open` and its answer read as it arrives
 (``stream=True``): nothing is buffered here. Clients ignore the environment's proxy
 settings (a loopback server is never reached through a proxy), ask for no compression (the
 bytes are passed on as they come), load no CA bundle (the servers speak plain HTTP on
-loopback; loading one costs about 0.15 s on the first request to each server), and keep an idle connection `KEEPALIVE_EXPIRY_S`, less
-than llama-server's own keep-alive (5 s), so a connection the server is about to close is
-not reused.
+loopback; loading one costs about 0.15 s on the first request to each server), and keep
+an idle connection `KEEPALIVE_EXPIRY_S`, less than llama-server's own keep-alive (5 s), so
+a connection the server is about to close is not reused.
 """
 
 from __future__ import annotations
