@@ -13,6 +13,11 @@ from ._actors.front_door_msgs import DoorSettings as DoorSettings
 from ._actors.front_door_msgs import ResidencyView as ResidencyView
 from ._actors.front_door_scheduler import FrontDoorScheduler as FrontDoorScheduler
 from ._actors.front_door_scheduler import open_scheduler as open_scheduler
+from ._actors.front_door_seam import Grant as Grant
+from ._actors.front_door_seam import ModelEntry as ModelEntry
+from ._actors.front_door_seam import Residency as Residency
+from ._actors.front_door_seam import Scheduler as Scheduler
+from ._actors.front_door_seam import Upstream as Upstream
 from ._actors.runtime import InferRuntime as InferRuntime
 from ._actors.runtime import InstanceHandle as InstanceHandle
 from ._actors.runtime import NetworkExposure as NetworkExposure
@@ -29,6 +34,7 @@ from ._config.convert import load_run_config as load_run_config
 from ._config.convert import spec_from_json as spec_from_json
 from ._config.convert import spec_from_toml as spec_from_toml
 from ._config.convert import spec_to_json as spec_to_json
+from ._config.front_door import FrontDoorConfig as FrontDoorConfig
 from ._config.residency import InstanceResidency as InstanceResidency
 from ._config.residency import ResidencyGroup as ResidencyGroup
 from ._config.residency import ResidencySection as ResidencySection
@@ -51,6 +57,7 @@ from ._edges.probe import ProbeClient as ProbeClient
 from ._edges.probe import Prober as Prober
 from ._errors import AdmissionRefused as AdmissionRefused
 from ._errors import BackendError as BackendError
+from ._errors import BadRequest as BadRequest
 from ._errors import DeepHealthTimeout as DeepHealthTimeout
 from ._errors import FrontDoorRefused as FrontDoorRefused
 from ._errors import InferactorsError as InferactorsError
@@ -102,6 +109,9 @@ from ._policy.probe_parse import ServerReport as ServerReport
 from ._policy.probe_parse import Unhealthy as Unhealthy
 from ._policy.probe_parse import Unreachable as Unreachable
 from ._policy.probe_parse import Up as Up
+from ._service.front_door_server import FrontDoor as FrontDoor
+from ._service.front_door_server import open_front_door as open_front_door
+from ._service.front_door_server import serve_front_door as serve_front_door
 from ._service.views import InstanceView as InstanceView
 from ._service.views import Lifecycle as Lifecycle
 from ._service.views import LifecycleNote as LifecycleNote
@@ -113,6 +123,7 @@ __all__ = [
     "Admission",
     "AdmissionRefused",
     "BackendError",
+    "BadRequest",
     "Capability",
     "CompletionResult",
     "ControlMode",
@@ -128,9 +139,12 @@ __all__ = [
     "ExposureDetected",
     "FaultKind",
     "FootprintDrift",
+    "FrontDoor",
+    "FrontDoorConfig",
     "FrontDoorRefused",
     "FrontDoorScheduler",
     "GaveUp",
+    "Grant",
     "Health",
     "ImpostorDetected",
     "InferConfig",
@@ -156,6 +170,7 @@ __all__ = [
     "ManagedSection",
     "MemoryFootprint",
     "ModelCheck",
+    "ModelEntry",
     "ModelError",
     "ModelFile",
     "ModelFormat",
@@ -178,6 +193,7 @@ __all__ = [
     "RefusalKind",
     "ReloadResult",
     "RequestRefused",
+    "Residency",
     "ResidencyGroup",
     "ResidencySection",
     "ResidencyStop",
@@ -190,6 +206,7 @@ __all__ = [
     "RunConfig",
     "RunEvidence",
     "RunInstance",
+    "Scheduler",
     "ServeArgs",
     "ServerLogs",
     "ServerReport",
@@ -202,13 +219,16 @@ __all__ = [
     "Unreachable",
     "Unsupported",
     "Up",
+    "Upstream",
     "Watchdog",
     "door_members",
     "door_settings",
     "http_prober_factory",
     "load_run_config",
+    "open_front_door",
     "open_runtime",
     "open_scheduler",
+    "serve_front_door",
     "serve_runtime",
     "spec_from_json",
     "spec_from_toml",

@@ -24,6 +24,7 @@ from .config import (
     Supervision,
     check_positive,
 )
+from .front_door import FrontDoorConfig
 from .residency import InstanceResidency, ResidencySection, check_residency
 from .server_logs import ServerLogs
 from .spec import InferenceSpec, valid_token
@@ -94,6 +95,8 @@ class RunConfig:
     managed: ManagedSection | None = None
     residency: ResidencySection | None = None
     instances: tuple[RunInstance, ...] = ()
+    front_door: FrontDoorConfig | None = None
+    """The ``[front_door]`` table: one HTTP address for every model (``front_door.py``)."""
 
     def infer_config(self, flavor: InferFlavor, mode: ControlMode) -> InferConfig:
         """The validated per-runtime config for ``flavor`` in ``mode``.
@@ -138,6 +141,8 @@ class RunConfig:
             [instance.residency for instance in self.instances],
             [instance.mode is ControlMode.ADOPTED for instance in self.instances],
         )
+        if self.front_door is not None:
+            self.front_door.validate()
 
     def require_instances(self) -> None:
         """Refuse a run file with nothing to supervise (``inferactors run`` and its reloads).

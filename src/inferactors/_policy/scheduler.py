@@ -47,6 +47,7 @@ import attrs
 
 from .._errors import RefusalKind
 from .._events import StopReason
+from .model_routes import unknown_words
 from .residency import Footprint
 from .scheduler_pass import pump, refusal, refuse_waiters, stop_now, without
 from .scheduler_state import (
@@ -109,8 +110,7 @@ def _refusal_on_arrival(
     state: SchedulerState, slot: Slot | None, request: int, model: str
 ) -> Refuse | None:
     if slot is None:
-        names = ", ".join(s.name for s in state.slots)
-        why = f"no model named {model!r} here; the models are: {names}"
+        why = unknown_words(model, (s.name for s in state.slots))
         return Refuse(request, model, RefusalKind.UNKNOWN_MODEL, why)
     retry = state.limits.retry_after_s
     if state.closing:

@@ -16,10 +16,10 @@ from collections.abc import Iterator
 
 import attrs
 
-from .._config.ollama_names import same_ollama_name
 from .._errors import RefusalKind
 from .._events import StopReason
 from .eviction import Hold, Holder, Pin, Target
+from .model_routes import route
 from .residency import Bytes, Footprint
 
 
@@ -228,18 +228,10 @@ class SchedulerState:
         raise KeyError(name)
 
     def find(self, model: str) -> Slot | None:
-        """The slot a request for ``model`` goes to: by role, else by alias, else by the
-        name Ollama would read it as (``tiny`` and ``tiny:latest`` are one model)."""
-        for slot in self.slots:
-            if slot.name == model:
-                return slot
-        for slot in self.slots:
-            if model in slot.rules.aliases:
-                return slot
-        for slot in self.slots:
-            if any(same_ollama_name(model, n) for n in (slot.name, *slot.rules.aliases)):
-                return slot
-        return None
+        """The slot a request for ``model`` goes to (`model_routes.route`: by role, else by
+        alias, else by the name Ollama would read it as)."""
+        index = route(model, [(slot.name, slot.rules.aliases) for slot in self.slots])
+        return None if index is None else self.slots[index]
 
     def enqueue(
         self, request: int, name: str, now: float, start_only: bool = False

@@ -57,11 +57,11 @@ def open_fleet_door(
 
 
 def wants_scheduler(config: RunConfig) -> bool:
-    """Whether ``config`` needs the scheduler: a ``[residency]`` table, or an instance on
-    demand."""
-    return config.residency is not None or any(
-        instance.residency.on_demand for instance in config.instances
-    )
+    """Whether ``config`` needs the scheduler: a ``[front_door]`` or ``[residency]`` table,
+    or an instance on demand."""
+    if config.front_door is not None or config.residency is not None:
+        return True
+    return any(instance.residency.on_demand for instance in config.instances)
 
 
 @attrs.define(eq=False)
