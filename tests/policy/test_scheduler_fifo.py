@@ -26,8 +26,16 @@ def test_an_unknown_model_is_refused_naming_the_models_that_exist() -> None:
     assert refusal is not None
     assert refusal.kind is RefusalKind.UNKNOWN_MODEL
     assert "'ghost'" in refusal.message
-    assert "a, b" in refusal.message
+    assert '"a", "b"' in refusal.message
     assert run.starts("a") == run.starts("b") == 0
+
+
+def test_an_unknown_model_named_by_megabytes_is_cut_in_the_refusal() -> None:
+    run = Driver(state(slot("a")))
+    refusal = run.refusal(run.request("x" * 5_000_000))
+    assert refusal is not None
+    assert len(refusal.message) < 400
+    assert "(5000000 characters)" in refusal.message
 
 
 def test_an_alias_routes_to_its_instance() -> None:
