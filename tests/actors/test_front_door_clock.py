@@ -286,7 +286,7 @@ async def test_an_unknown_model_names_the_models_that_exist(
         with pytest.raises(FrontDoorRefused) as refused:
             await rig.door.acquire("ghost")
         assert refused.value.status == 404
-        assert "the models are: a, b" in str(refused.value)
+        assert 'the models here are: "a", "b"' in str(refused.value)
 
 
 async def test_a_start_that_fails_refuses_its_waiters_in_the_servers_words(
