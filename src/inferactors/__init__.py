@@ -6,6 +6,18 @@ tree is drawn in ``_errors.py``; the actor design is described in ``design/actor
 """
 
 from ._actors.capabilities import Capability as Capability
+from ._actors.front_door_members import door_members as door_members
+from ._actors.front_door_members import door_settings as door_settings
+from ._actors.front_door_msgs import DoorMember as DoorMember
+from ._actors.front_door_msgs import DoorSettings as DoorSettings
+from ._actors.front_door_msgs import ResidencyView as ResidencyView
+from ._actors.front_door_scheduler import FrontDoorScheduler as FrontDoorScheduler
+from ._actors.front_door_scheduler import open_scheduler as open_scheduler
+from ._actors.front_door_seam import Grant as Grant
+from ._actors.front_door_seam import ModelEntry as ModelEntry
+from ._actors.front_door_seam import Residency as Residency
+from ._actors.front_door_seam import Scheduler as Scheduler
+from ._actors.front_door_seam import Upstream as Upstream
 from ._actors.runtime import InferRuntime as InferRuntime
 from ._actors.runtime import InstanceHandle as InstanceHandle
 from ._actors.runtime import NetworkExposure as NetworkExposure
@@ -22,6 +34,10 @@ from ._config.convert import load_run_config as load_run_config
 from ._config.convert import spec_from_json as spec_from_json
 from ._config.convert import spec_from_toml as spec_from_toml
 from ._config.convert import spec_to_json as spec_to_json
+from ._config.front_door import FrontDoorConfig as FrontDoorConfig
+from ._config.residency import InstanceResidency as InstanceResidency
+from ._config.residency import ResidencyGroup as ResidencyGroup
+from ._config.residency import ResidencySection as ResidencySection
 from ._config.runfile import ManagedSection as ManagedSection
 from ._config.runfile import RunConfig as RunConfig
 from ._config.runfile import RunInstance as RunInstance
@@ -41,13 +57,16 @@ from ._edges.probe import ProbeClient as ProbeClient
 from ._edges.probe import Prober as Prober
 from ._errors import AdmissionRefused as AdmissionRefused
 from ._errors import BackendError as BackendError
+from ._errors import BadRequest as BadRequest
 from ._errors import DeepHealthTimeout as DeepHealthTimeout
+from ._errors import FrontDoorRefused as FrontDoorRefused
 from ._errors import InferactorsError as InferactorsError
 from ._errors import InvalidConfig as InvalidConfig
 from ._errors import InvalidState as InvalidState
 from ._errors import ModelError as ModelError
 from ._errors import ModelNotReady as ModelNotReady
 from ._errors import PinMismatch as PinMismatch
+from ._errors import RefusalKind as RefusalKind
 from ._errors import RequestRefused as RequestRefused
 from ._errors import UnknownInstance as UnknownInstance
 from ._errors import UnknownModel as UnknownModel
@@ -58,12 +77,16 @@ from ._events import Diagnosis as Diagnosis
 from ._events import Event as Event
 from ._events import ExposureDetected as ExposureDetected
 from ._events import FaultKind as FaultKind
+from ._events import FootprintDrift as FootprintDrift
 from ._events import GaveUp as GaveUp
 from ._events import ImpostorDetected as ImpostorDetected
 from ._events import InstanceCrashed as InstanceCrashed
 from ._events import ModelTampered as ModelTampered
+from ._events import OnDemandStart as OnDemandStart
 from ._events import ProcessExited as ProcessExited
 from ._events import ProcessStarted as ProcessStarted
+from ._events import QueuedRequestRefused as QueuedRequestRefused
+from ._events import ResidencyStop as ResidencyStop
 from ._events import RestartFailed as RestartFailed
 from ._events import RestartScheduled as RestartScheduled
 from ._events import StateChanged as StateChanged
@@ -86,6 +109,9 @@ from ._policy.probe_parse import ServerReport as ServerReport
 from ._policy.probe_parse import Unhealthy as Unhealthy
 from ._policy.probe_parse import Unreachable as Unreachable
 from ._policy.probe_parse import Up as Up
+from ._service.front_door_server import FrontDoor as FrontDoor
+from ._service.front_door_server import open_front_door as open_front_door
+from ._service.front_door_server import serve_front_door as serve_front_door
 from ._service.views import InstanceView as InstanceView
 from ._service.views import Lifecycle as Lifecycle
 from ._service.views import LifecycleNote as LifecycleNote
@@ -97,6 +123,7 @@ __all__ = [
     "Admission",
     "AdmissionRefused",
     "BackendError",
+    "BadRequest",
     "Capability",
     "CompletionResult",
     "ControlMode",
@@ -104,12 +131,20 @@ __all__ = [
     "DeepHealthPassed",
     "DeepHealthTimeout",
     "Diagnosis",
+    "DoorMember",
+    "DoorSettings",
     "Edges",
     "Event",
     "Exposure",
     "ExposureDetected",
     "FaultKind",
+    "FootprintDrift",
+    "FrontDoor",
+    "FrontDoorConfig",
+    "FrontDoorRefused",
+    "FrontDoorScheduler",
     "GaveUp",
+    "Grant",
     "Health",
     "ImpostorDetected",
     "InferConfig",
@@ -119,6 +154,7 @@ __all__ = [
     "InferenceSpec",
     "InstanceCrashed",
     "InstanceHandle",
+    "InstanceResidency",
     "InstanceState",
     "InstanceStatus",
     "InstanceView",
@@ -134,6 +170,7 @@ __all__ = [
     "ManagedSection",
     "MemoryFootprint",
     "ModelCheck",
+    "ModelEntry",
     "ModelError",
     "ModelFile",
     "ModelFormat",
@@ -143,6 +180,7 @@ __all__ = [
     "ModelSource",
     "ModelTampered",
     "NetworkExposure",
+    "OnDemandStart",
     "OrphanOutcome",
     "PinMismatch",
     "ProbeClient",
@@ -150,9 +188,16 @@ __all__ = [
     "Prober",
     "ProcessExited",
     "ProcessStarted",
+    "QueuedRequestRefused",
     "ReapedOrphan",
+    "RefusalKind",
     "ReloadResult",
     "RequestRefused",
+    "Residency",
+    "ResidencyGroup",
+    "ResidencySection",
+    "ResidencyStop",
+    "ResidencyView",
     "ResolvedModel",
     "RestartFailed",
     "RestartPolicy",
@@ -161,6 +206,7 @@ __all__ = [
     "RunConfig",
     "RunEvidence",
     "RunInstance",
+    "Scheduler",
     "ServeArgs",
     "ServerLogs",
     "ServerReport",
@@ -173,10 +219,16 @@ __all__ = [
     "Unreachable",
     "Unsupported",
     "Up",
+    "Upstream",
     "Watchdog",
+    "door_members",
+    "door_settings",
     "http_prober_factory",
     "load_run_config",
+    "open_front_door",
     "open_runtime",
+    "open_scheduler",
+    "serve_front_door",
     "serve_runtime",
     "spec_from_json",
     "spec_from_toml",

@@ -12,6 +12,7 @@ Every error the library raises on purpose derives from `InferactorsError`::
     │   └── RequestRefused    the server answered 401 or 403: it wants an API key, or not ours
     ├── Unsupported           the runtime does not do that in this mode
     ├── FrontDoorRefused      the front door cannot serve a request now (or ever)
+    ├── BadRequest            a client's request to the front door is malformed
     └── ModelError            the model registry refused a name or a file
         ├── UnknownModel      no manifest with that name
         └── ModelNotReady     a shard is missing, resized or its BLAKE3 digest differs
@@ -148,6 +149,9 @@ class RefusalKind(enum.Enum):
     START_FAILED = "start-failed"
     """The instance could not be started or gave up (the diagnosis in the server's own
     words); 503 with Retry-After when its supervisor will try again, else 502."""
+    STOPPING = "stopping"
+    """The instance is being stopped (an operator, a reload) or the front door is shutting
+    down while the request waited (503, Retry-After)."""
 
 
 class FrontDoorRefused(InferactorsError):
@@ -177,6 +181,22 @@ class FrontDoorRefused(InferactorsError):
         self.status = status
         self.model = model
         self.retry_after_s = retry_after_s
+
+
+class BadRequest(InferactorsError):
+    """A client's request to the front door is malformed: its body is not JSON, too large,
+    too slow to arrive or of the wrong type, or a field is missing or of the wrong type.
+    The message names the field (``$.model: expected a string, got 42``).
+
+    Attributes:
+        status: the HTTP status the client gets (400, 408, 411, 413 or 415).
+    """
+
+    code = "bad-request"
+
+    def __init__(self, message: str, *, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 SHOWN_CHARS = 200

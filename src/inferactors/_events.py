@@ -33,6 +33,12 @@ class StopReason(enum.Enum):
     CONFIG_ERROR = "config-error"
     """Shown in status, never in `ProcessExited`: the same start-up failure twice in a row,
     so the supervisor gave up at once; fix the configuration, then start it again."""
+    TTL = "ttl"
+    """An on-demand instance idle for its TTL was stopped by the front door (drained)."""
+    EVICTED = "evicted"
+    """The front door stopped an idle on-demand instance to make room for another."""
+    RELOAD = "reload"
+    """A reload changed or removed the instance: drained, then stopped."""
     ERROR = "error"
     """The instance's own code raised (`InstanceCrashed`), so its server was stopped: OTP's
     exit with an error reason, abnormal, restarted and counted like a crash."""
@@ -237,6 +243,58 @@ class ModelTampered:
     at: float
 
 
+@attrs.frozen
+class OnDemandStart:
+    """The front door started an on-demand instance: for a request (``trigger``
+    ``"request"``) or an operator's or the preload list's start (``"operator"``);
+    ``gate_bytes``: it first waits for the machine's free memory to cover this much (it
+    follows an eviction), None when it fit at once."""
+
+    instance_id: str
+    trigger: str
+    gate_bytes: int | None
+    at: float
+
+
+@attrs.frozen
+class ResidencyStop:
+    """The front door is stopping an instance (after its requests in flight drained, or
+    their drain timed out): ``reason`` ``ttl`` (idle for its TTL), ``evicted`` (room for
+    another: ``detail`` names it), ``requested`` (an operator), ``reload`` or
+    ``shutdown``. Its `ProcessExited` follows when the server is down."""
+
+    instance_id: str
+    reason: StopReason
+    detail: str
+    at: float
+
+
+@attrs.frozen
+class QueuedRequestRefused:
+    """A request that waited in the front door's queue for the instance was refused:
+    ``kind`` is the `RefusalKind` value (``wait-timeout``, ``never-fits``, ``start-failed``,
+    ``memory-not-recovered``, ``stopping``), ``message`` says why, ``waited_s`` how long it
+    had waited."""
+
+    instance_id: str
+    kind: str
+    message: str
+    waited_s: float
+    at: float
+
+
+@attrs.frozen
+class FootprintDrift:
+    """An instance's measured memory (its process tree's RSS, or the buffers its server
+    logged) differs from its expected figure (declared + estimated) by more than a quarter
+    and 64 MiB; admission now counts the measured figure. Bytes."""
+
+    instance_id: str
+    expected_bytes: int
+    measured_bytes: int
+    at: float
+
+
 Event = (
     StateChanged
     | ProcessStarted
@@ -250,4 +308,8 @@ Event = (
     | DeepHealthPassed
     | InstanceCrashed
     | ModelTampered
+    | OnDemandStart
+    | ResidencyStop
+    | QueuedRequestRefused
+    | FootprintDrift
 )

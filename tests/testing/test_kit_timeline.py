@@ -13,6 +13,7 @@ from inferactors.testing import (
     BindBeyondLoopback,
     CrashAt,
     DeadGenerator,
+    EndlessStream,
     FakeServerFaults,
     ForeignKeepAlive,
     ForeignModelLoaded,
@@ -26,6 +27,7 @@ from inferactors.testing import (
     SlowFirstToken,
     SlowLoad,
     Status503,
+    StreamDies,
     Timeline,
     UnloadLingers,
     field_case,
@@ -75,7 +77,7 @@ def test_a_timeline_reads_back_from_data_toml_and_json(timeline: Timeline) -> No
 
 
 def test_every_step_has_a_name_in_data() -> None:
-    others = (HealthLies(), DeadGenerator(), SlowLoad(for_s=1.0))
+    others = (HealthLies(), DeadGenerator(), SlowLoad(for_s=1.0), StreamDies(), EndlessStream())
     named = {type(step) for step in (*SERVER.steps, *OLLAMA.steps, *others)}
     assert set(FAULT_NAMES.values()) == named
     assert FAULT_NAMES["status_503"] is Status503

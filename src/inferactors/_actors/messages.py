@@ -91,8 +91,9 @@ class Start:
 @attrs.frozen
 class Stop:
     """Stop the server: TERM its group, KILL it after ``grace_s`` seconds; the answer is
-    its exit's evidence. ``reason`` is what its `ProcessExited` reports (an operator's
-    stop: ``requested``); any stop leaves the server stopped until the next start."""
+    its exit's evidence. ``reason`` is what its `ProcessExited` reports: ``requested`` (an
+    operator), or the front door's ``ttl``, ``evicted``, ``reload``, ``shutdown``; any stop
+    leaves the server stopped until the next start (never restarted)."""
 
     grace_s: float
     reply: ReplyTo[RunEvidence]

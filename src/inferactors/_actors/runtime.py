@@ -42,7 +42,7 @@ from .._errors import (
     InvalidState,
     Unsupported,
 )
-from .._events import Event
+from .._events import Event, StopReason
 from .._flavor import InferFlavor
 from .._models.registry import ModelRegistry
 from .._policy.admission import Admission, Plan, resolve_supervision
@@ -187,14 +187,20 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
             await self._route(handle, Start)
 
     async def stop(
-        self, handle: InstanceHandle, grace_s: float = DEFAULT_STOP_GRACE_S
+        self,
+        handle: InstanceHandle,
+        grace_s: float = DEFAULT_STOP_GRACE_S,
+        reason: StopReason = StopReason.REQUESTED,
     ) -> RunEvidence:
         """Stop a managed server: SIGTERM to its group, ``grace_s`` seconds, SIGKILL, reap.
 
-        Returns the run's evidence. Raises `InvalidState` when it is not running and
-        `Unsupported` for an adopted server, which inferactors never signals.
+        ``reason`` says why (``requested`` by an operator; the front door's ``ttl``,
+        ``evicted``, ``reload``, ``shutdown``); none of them is restarted. Returns the
+        run's evidence. Raises `InvalidState` when it is not running and `Unsupported` for
+        an adopted server, which inferactors never signals.
         """
-        return await self._route(handle, partial(Stop, _grace(grace_s)))
+        grace = _grace(grace_s)
+        return await self._route(handle, lambda reply: Stop(grace, reply, reason))
 
     async def restart(self, handle: InstanceHandle, grace_s: float = DEFAULT_STOP_GRACE_S) -> None:
         """Stop the server if it runs (a "not running" answer is fine), then start it.
@@ -264,6 +270,11 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
     async def endpoint(self, handle: InstanceHandle) -> str:
         """The server's base URL, for example ``http://127.0.0.1:8090``."""
         return (await self._plan_of(handle)).spec.base_url()
+
+    async def api_key(self, handle: InstanceHandle) -> str | None:
+        """The API key the instance's server wants (``serve.api_key_file``, read at
+        admission), None when it wants none; for a client that talks to the server."""
+        return (await self._plan_of(handle)).api_key
 
     async def served_model(self, handle: InstanceHandle) -> str | None:
         """The registry name when managed, the spec's model when adopted."""

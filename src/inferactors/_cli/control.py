@@ -18,6 +18,7 @@ from typing import Any, TypeAlias
 from .._config.convert_hooks import converter
 from .._errors import one_line
 from .._events import Event
+from .._policy.residency import size_text
 from .control_client import (
     COMMAND_WAIT_S,
     DEFAULT_TIMEOUT_S,
@@ -167,9 +168,15 @@ def _reload(client: ControlClient, args: argparse.Namespace) -> int:
 
 
 def status_table(views: Iterable[dict[str, Any]]) -> str:
-    """The instances as a table: NAME, MODE, STATE, PID, UPTIME, RESTARTS, DETAIL."""
-    header = ("NAME", "MODE", "STATE", "PID", "UPTIME", "RESTARTS", "DETAIL")
-    rows = [header] + [_cells(view) for view in views]
+    """The instances as a table: NAME, MODE, STATE, PID, UPTIME, RESTARTS, DETAIL; when
+    the scheduler runs, also RESIDENCY, MEMORY (declared/estimated/measured), REQS (in
+    flight+queued) and TTL (idle time left) before DETAIL."""
+    views = list(views)
+    scheduled = any(view.get("residency") for view in views)
+    header: tuple[str, ...] = ("NAME", "MODE", "STATE", "PID", "UPTIME", "RESTARTS", "DETAIL")
+    if scheduled:
+        header = (*header[:-1], "RESIDENCY", "MEMORY", "REQS", "TTL", "DETAIL")
+    rows = [header] + [_cells(view, scheduled) for view in views]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
@@ -177,17 +184,38 @@ def status_table(views: Iterable[dict[str, Any]]) -> str:
     )
 
 
-def _cells(view: dict[str, Any]) -> tuple[str, ...]:
+def _cells(view: dict[str, Any], scheduled: bool = False) -> tuple[str, ...]:
     status = view["status"]
     pid = status.get("pid")
-    return (
+    cells: tuple[str, ...] = (
         view["name"],
         view["mode"],
         status["state"],
         "-" if pid is None else str(pid),
         duration(status.get("uptime_s")),
         str(status.get("restarts", 0)),
-        _detail(view),
+    )
+    if scheduled:
+        cells += residency_cells(view.get("residency"))
+    return (*cells, _detail(view))
+
+
+def residency_cells(residency: dict[str, Any] | None) -> tuple[str, str, str, str]:
+    """RESIDENCY, MEMORY, REQS, TTL of a view's ``residency`` (dashes when None):
+    ``resident``, ``0.5 MB/17.3 MB/18.1 MB``, ``1+2``, ``4m59s``."""
+    if not residency:
+        return ("-", "-", "-", "-")
+    measured = residency.get("measured_bytes")
+    memory = "/".join(
+        "-" if value is None else size_text(int(value))
+        for value in (residency["declared_bytes"], residency["estimated_bytes"], measured)
+    )
+    ttl = residency.get("ttl_left_s")
+    return (
+        str(residency["residency"]),
+        memory,
+        f"{residency['in_flight']}+{residency['queued']}",
+        "-" if ttl is None else duration(float(ttl)),
     )
 
 

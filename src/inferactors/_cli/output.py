@@ -13,17 +13,22 @@ from .._events import (
     DeepHealthPassed,
     Event,
     ExposureDetected,
+    FootprintDrift,
     GaveUp,
     ImpostorDetected,
     InstanceCrashed,
     ModelTampered,
+    OnDemandStart,
     ProcessExited,
     ProcessStarted,
+    QueuedRequestRefused,
+    ResidencyStop,
     RestartFailed,
     RestartScheduled,
     StateChanged,
     StopReason,
 )
+from .._policy.residency_words import describe_residency_event
 from .._policy.startup_fault import last_lines
 from .._status import InstanceStatus
 
@@ -75,6 +80,8 @@ def describe_event(event: Event) -> str:
                 f"{event.instance_id}  TAMPERED: model {event.model}, {event.why}; "
                 "not started, held until the model is re-registered or the instance reloaded"
             )
+        case OnDemandStart() | ResidencyStop() | QueuedRequestRefused() | FootprintDrift():
+            return describe_residency_event(event)
     raise AssertionError(f"unknown event {event!r}")
 
 

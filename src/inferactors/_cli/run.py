@@ -2,9 +2,10 @@
 
 One runtime is opened per (flavor, mode) pair found in the file; every instance is loaded
 and started, events are logged (``--log-format text|json``, ``--log-level``; ISO times with
-the date), and the control API is served on ``<state dir>/control.sock`` (and on
-``--control-port`` with ``--control-token-file``). SIGHUP re-reads the run file and applies
-only what changed (as ``inferactors reload``); on Ctrl-C (SIGINT) or SIGTERM every managed
+the date), the control API is served on ``<state dir>/control.sock`` (and on
+``--control-port`` with ``--control-token-file``), and the run file's ``[front_door]``, if
+any, on its address: one HTTP address for every model. SIGHUP re-reads the run file and
+applies only what changed (as ``inferactors reload``); on Ctrl-C (SIGINT) or SIGTERM every managed
 server is stopped cleanly. Signals are heard from the very start (`EARLY`, installed by the
 console script before anything heavy is imported): a SIGINT or SIGTERM before trio listens
 stops it at once with exit 0, having started nothing; a SIGHUP then is a reload done once
@@ -35,6 +36,8 @@ from .._events import Event
 from .._policy.fleet_exit import EXIT_BAD_CONFIG, EXIT_NOTHING_LEFT, EXIT_STOPPED, down_reason
 from .._service.control_server import serve_control
 from .._service.fleet import Fleet, open_fleet
+from .._service.front_door_metrics import FrontDoorMetrics
+from .._service.front_door_server import serve_front_door
 from .._service.lifecycle import ServiceNotes, serve_notify
 from .._service.reload import describe
 from .logging_setup import add_logging_arguments, configure_logging, log_event, say
@@ -134,6 +137,14 @@ async def _supervise(config: RunConfig, run_file: Path, control: _Control) -> in
             listening = await printing.start(_serve_control, fleet, control)
             if listening:
                 say(f"control API listening on {', '.join(listening)}")
+            if config.front_door is not None and fleet.door is not None:
+                metrics = FrontDoorMetrics.create(fleet.metrics.registry)
+                door = await printing.start(
+                    partial(serve_front_door, metrics=metrics, until=fleet.closed.wait),
+                    fleet.door,
+                    config.front_door,
+                )
+                say(f"front door listening on {door.url}")
             async with trio.open_nursery() as nursery:
                 notes = ServiceNotes(stack.enter_context(closing(open_notifier())), fleet)
                 fleet.on_lifecycle(notes.on_note)

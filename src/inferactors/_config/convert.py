@@ -200,6 +200,10 @@ def _huge_integer(text: str) -> str:
 
 
 def _resolve_paths(config: RunConfig, base_dir: Path) -> RunConfig:
+    door = config.front_door
+    if door is not None and door.api_key_file is not None:
+        door = attrs.evolve(door, api_key_file=base_dir / door.api_key_file)
+        config = attrs.evolve(config, front_door=door)
     managed = config.managed
     if managed is None:
         return config

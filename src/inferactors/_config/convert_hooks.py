@@ -33,6 +33,7 @@ from cattrs.preconf.tomllib import make_converter
 from .._errors import cut
 from .._flavor import InferFlavor
 from .config import ControlMode, Supervision
+from .residency import InstanceResidency
 from .runfile import RunInstance
 from .spec import InferenceSpec
 
@@ -171,6 +172,7 @@ def _structure_fixed_tuple(obj: object, cl: Any) -> tuple[Any, ...]:
 
 _ENV_PAIRS = tuple[tuple[str, str], ...]
 _PROGRAM_PAIRS = tuple[tuple[InferFlavor, Path], ...]
+_BYTES_PAIRS = tuple[tuple[str, int], ...]  # residency's accelerators: device -> bytes
 
 
 def _table_hook(key_type: Any, value_type: Any) -> Hook:
@@ -216,14 +218,9 @@ def _structure_run_instance(obj: object, _: Any) -> RunInstance:
     except Exception as error:
         error.add_note(AttributeValidationNote("mode", "mode", ControlMode))
         errors.append(error)
-    supervision: Any = Supervision()
-    if "supervision" in obj:
-        try:
-            supervision = converter.structure(obj["supervision"], Supervision)
-        except Exception as error:
-            error.add_note(AttributeValidationNote("supervision", "supervision", Supervision))
-            errors.append(error)
-    rest = {k: v for k, v in obj.items() if k not in ("mode", "supervision")}
+    supervision: Any = _table_of(obj, "supervision", Supervision, errors)
+    residency: Any = _table_of(obj, "residency", InstanceResidency, errors)
+    rest = {k: v for k, v in obj.items() if k not in ("mode", "supervision", "residency")}
     try:
         spec = converter.structure(rest, InferenceSpec)
     except ClassValidationError as error:
@@ -232,13 +229,28 @@ def _structure_run_instance(obj: object, _: Any) -> RunInstance:
         errors.append(error)
     if errors:
         raise ClassValidationError("while structuring RunInstance", errors, RunInstance)
-    return RunInstance(mode=mode, spec=spec, supervision=supervision)
+    return RunInstance(mode=mode, spec=spec, supervision=supervision, residency=residency)
+
+
+def _table_of(obj: Mapping[str, Any], key: str, cl: type[Any], errors: list[Exception]) -> Any:
+    """The optional table ``obj[key]`` as ``cl`` (its default when absent); a failure is
+    added to ``errors`` with the key's note."""
+    if key not in obj:
+        return cl()
+    try:
+        return converter.structure(obj[key], cl)
+    except Exception as error:
+        error.add_note(AttributeValidationNote(key, key, cl))
+        errors.append(error)
+        return cl()
 
 
 def _unstructure_run_instance(instance: RunInstance) -> dict[str, Any]:
     data = {"mode": instance.mode.value, **converter.unstructure(instance.spec)}
     if instance.supervision != Supervision():
         data["supervision"] = converter.unstructure(instance.supervision)
+    if instance.residency != InstanceResidency():
+        data["residency"] = converter.unstructure(instance.residency)
     return data
 
 
@@ -261,7 +273,8 @@ def _install() -> None:
     conv.register_structure_hook_func(_is_union, _structure_union)
     conv.register_structure_hook_func(_is_fixed_tuple, _structure_fixed_tuple)
     conv.register_structure_hook_func(_is_homogeneous_tuple, _structure_tuple)
-    for pairs, key, value in [(_ENV_PAIRS, str, str), (_PROGRAM_PAIRS, InferFlavor, Path)]:
+    tables = [(_ENV_PAIRS, str, str), (_PROGRAM_PAIRS, InferFlavor, Path), (_BYTES_PAIRS, str, int)]
+    for pairs, key, value in tables:
         conv.register_structure_hook_func(_is_exactly(pairs), _table_hook(key, value))
         conv.register_unstructure_hook_func(_is_exactly(pairs), _unstructure_pairs)
     conv.register_structure_hook(RunInstance, _structure_run_instance)

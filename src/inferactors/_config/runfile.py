@@ -24,6 +24,8 @@ from .config import (
     Supervision,
     check_positive,
 )
+from .front_door import FrontDoorConfig
+from .residency import InstanceResidency, ResidencySection, check_residency
 from .server_logs import ServerLogs
 from .spec import InferenceSpec, valid_token
 
@@ -73,23 +75,28 @@ class ManagedSection:
 
 @attrs.frozen
 class RunInstance:
-    """One ``[[instances]]`` entry: the control mode and an optional ``supervision`` table
-    beside the spec's keys (flat in TOML)."""
+    """One ``[[instances]]`` entry: the control mode and optional ``supervision`` and
+    ``residency`` tables beside the spec's keys (flat in TOML)."""
 
     mode: ControlMode
     spec: InferenceSpec
     supervision: Supervision = Supervision()  # noqa: RUF009  (frozen value)
+    residency: InstanceResidency = InstanceResidency()  # noqa: RUF009  (frozen value)
 
 
 @attrs.frozen
 class RunConfig:
-    """The CLI's run file: node identity, probe timeouts, managed settings, instances."""
+    """The CLI's run file: node identity, probe timeouts, managed settings, residency
+    (`ResidencySection`: budget, queue bounds, preload, groups), instances."""
 
     node_id: str = "local"
     probe_timeout_s: float = 2.0
     deep_timeout_s: float = 300.0
     managed: ManagedSection | None = None
+    residency: ResidencySection | None = None
     instances: tuple[RunInstance, ...] = ()
+    front_door: FrontDoorConfig | None = None
+    """The ``[front_door]`` table: one HTTP address for every model (``front_door.py``)."""
 
     def infer_config(self, flavor: InferFlavor, mode: ControlMode) -> InferConfig:
         """The validated per-runtime config for ``flavor`` in ``mode``.
@@ -128,6 +135,14 @@ class RunConfig:
             self._check_instance(f"$.instances[{index}]", instance)
         check_endpoints(self.instances)
         check_roles(self.instances)
+        check_residency(
+            self.residency,
+            [instance.spec.role for instance in self.instances],
+            [instance.residency for instance in self.instances],
+            [instance.mode is ControlMode.ADOPTED for instance in self.instances],
+        )
+        if self.front_door is not None:
+            self.front_door.validate()
 
     def require_instances(self) -> None:
         """Refuse a run file with nothing to supervise (``inferactors run`` and its reloads).

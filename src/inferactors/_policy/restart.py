@@ -34,6 +34,9 @@ from .._events import Diagnosis, FaultKind, StopReason
 _NEVER_RESTARTED = frozenset(
     {
         StopReason.REQUESTED,
+        StopReason.TTL,
+        StopReason.EVICTED,
+        StopReason.RELOAD,
         StopReason.UNLOAD,
         StopReason.SHUTDOWN,
         StopReason.EXPOSURE,

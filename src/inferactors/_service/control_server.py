@@ -48,7 +48,7 @@ GRACE_S = 1.0
 log = logging.getLogger("inferactors.control")
 
 
-class _NoBanner(logging.Filter):
+class NoBanner(logging.Filter):
     """Drops hypercorn's start-up banner ("Running on ... (CTRL + C to quit)"): Ctrl-C is
     not how a supervisor is stopped, and `inferactors run` says where it listens itself."""
 
@@ -56,7 +56,7 @@ class _NoBanner(logging.Filter):
         return not record.getMessage().startswith("Running on ")
 
 
-log.addFilter(_NoBanner())
+log.addFilter(NoBanner())
 
 
 def control_socket_path(state_dir: Path) -> Path:

@@ -22,19 +22,20 @@ from .._config.runfile import RunConfig
 from .._config.state_dir import state_dir_of
 from .._edges.bundle import Edges
 from .._edges.log_ring import LogLine
-from .._edges.orphan_record import ReapedOrphan
+from .._edges.memory_gauge import MemoryGauge
 from .._errors import InvalidState, UnknownInstance
-from .._events import Event
+from .._events import Event, StopReason
 from .._policy import fleet_exit
 from .._policy.reload_plan import Placement, placements
 from .._status import InstanceState
-from .hosts import RuntimeHost, Say, open_host, say_nothing
+from .fleet_door import FleetDoor, open_fleet_door
+from .hosts import RuntimeHost, Say, open_host, orphan_words, say_nothing
 from .members import Member, keep
 from .metrics import FleetMetrics
 from .reload import reload_fleet
 from .views import InstanceView, Lifecycle, LifecycleNote, ReloadResult
 
-__all__ = ["Fleet", "InstanceView", "LifecycleNote", "ReloadResult", "open_fleet"]
+__all__ = ["Fleet", "InstanceView", "LifecycleNote", "ReloadResult", "open_fleet", "orphan_words"]
 
 STOP_GRACE_S = 10.0
 """Grace between SIGTERM and SIGKILL for each managed server, float seconds."""
@@ -65,6 +66,8 @@ class Fleet:
     down: `_policy.fleet_exit`); ``inferactors run`` then exits 1."""
     members: dict[str, Member] = attrs.Factory(dict)
     hosts: list[RuntimeHost] = attrs.Factory(list)
+    door: FleetDoor | None = None
+    """The scheduler of on-demand instances and the front door (``fleet_door.py``)."""
     reload_lock: trio.Lock = attrs.Factory(trio.Lock)
     closing: bool = False
     closed: trio.Event = attrs.Factory(trio.Event)
@@ -79,11 +82,12 @@ class Fleet:
 
     def views(self) -> tuple[InstanceView, ...]:
         """Every instance's view, in run-file order."""
-        return tuple(member.view() for member in self.members.values())
+        return tuple(self.view(name) for name in self.members)
 
     def view(self, name: str) -> InstanceView:
         """The view of the instance named ``name``. Raises `UnknownInstance`."""
-        return self.member(name).view()
+        door = self.door.scheduler if self.door is not None else None
+        return self.member(name).view(None if door is None else door.residency().get(name))
 
     def member(self, name: str) -> Member:
         """The member named ``name``. Raises `UnknownInstance`."""
@@ -168,7 +172,8 @@ class Fleet:
         member = self._loaded(name)
         assert member.handle is not None
         await member.runtime.reset_restarts(member.handle)
-        await member.runtime.start(member.handle)
+        if self.door is None or not await self.door.start(member):  # on demand: admitted
+            await member.runtime.start(member.handle)
         return await self._fresh(member)
 
     async def stop(self, name: str) -> InstanceView:
@@ -181,7 +186,8 @@ class Fleet:
         """
         member = self._loaded(name)
         assert member.handle is not None
-        await member.runtime.stop(member.handle, self.stop_grace_s)
+        if self.door is None or not await self.door.stop(member, StopReason.REQUESTED):
+            await member.runtime.stop(member.handle, self.stop_grace_s)
         return await self._fresh(member)
 
     async def restart(self, name: str) -> InstanceView:
@@ -292,6 +298,8 @@ class Fleet:
         self.closing = True
         try:
             self.note(Lifecycle.STOPPING, "stopping")
+            if self.door is not None:  # drained and stopped first: reason shutdown
+                await self.door.close()
             for member in self.members.values():
                 member.scope.cancel()
             async with trio.open_nursery() as nursery:
@@ -302,24 +310,6 @@ class Fleet:
                 follower.close()
             self.edges.logs.close()
             self.closed.set()
-
-
-def orphan_words(orphan: ReapedOrphan) -> str:
-    """One line for the operator about a server an earlier life left behind, in words: its
-    pid, process group, program and port, the record it was found by, what was done."""
-    done = f"{orphan.outcome.value} ({orphan.detail})"
-    if orphan.pid is None:
-        return (
-            f"found an unreadable record of an earlier life's server, {orphan.record_path}: {done}"
-        )
-    about = [f"process group {orphan.pgid}"] if orphan.pgid is not None else []
-    about += [orphan.program] if orphan.program is not None else []
-    about += [f"port {orphan.port}"] if orphan.port is not None else []
-    listed = f" ({', '.join(about)})" if about else ""
-    return (
-        f"found a server left by an earlier life: pid {orphan.pid}{listed}, "
-        f"by its record {orphan.record_path}: {done}"
-    )
 
 
 def _summary(views: tuple[InstanceView, ...]) -> str:
@@ -335,13 +325,16 @@ async def open_fleet(
     say: Say = say_nothing,
     stop_grace_s: float = STOP_GRACE_S,
     edges: Edges | None = None,
+    gauge: MemoryGauge | None = None,
 ) -> AsyncIterator[Fleet]:
     """Supervise every instance of ``config`` (read from ``run_file``) for the block.
 
     The runtimes are open when the block begins; every instance is being loaded and
     started in the background (`Fleet.settled` tells when that is over). ``say`` hears
     what the fleet has to tell the operator (started, refused, first deep health).
-    ``edges`` replaces the I/O edges of every runtime (its ``on_probe`` is the metrics').
+    ``edges`` replaces the I/O edges of every runtime (its ``on_probe`` is the metrics');
+    ``gauge`` the scheduler's memory gauge (psutil's by default), which runs when the run
+    file has on-demand instances or a ``[residency]`` table (``fleet_door.py``).
     Leaving the block (even by cancellation) stops every managed server (SIGTERM,
     ``stop_grace_s`` float seconds, SIGKILL) and closes the runtimes.
 
@@ -352,7 +345,7 @@ async def open_fleet(
     """
     config.require_instances()
     try:
-        async with _fleet_of(config, run_file, say, stop_grace_s, edges) as fleet:
+        async with _fleet_of(config, run_file, say, stop_grace_s, edges, gauge) as fleet:
             yield fleet
     except BaseExceptionGroup as group:
         raise _single(group) from None
@@ -360,7 +353,12 @@ async def open_fleet(
 
 @contextlib.asynccontextmanager
 async def _fleet_of(
-    config: RunConfig, run_file: Path, say: Say, stop_grace_s: float, edges: Edges | None
+    config: RunConfig,
+    run_file: Path,
+    say: Say,
+    stop_grace_s: float,
+    edges: Edges | None,
+    gauge: MemoryGauge | None,
 ) -> AsyncIterator[Fleet]:
     wanted = placements(config)
     metrics = FleetMetrics.create()
@@ -372,6 +370,7 @@ async def _fleet_of(
                 host = fleet.host_for(placement) or await fleet.open_host(placement)
                 fleet.admit(name, placement, host)
             nursery.start_soon(_say_when_started, fleet)
+            fleet.door = open_fleet_door(nursery, fleet, config, gauge, metrics.door)
             yield fleet
         finally:
             with trio.move_on_after(stop_grace_s + CLOSE_MARGIN_S, shield=True):

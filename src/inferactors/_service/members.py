@@ -15,6 +15,7 @@ from typing import Protocol
 import attrs
 import trio
 
+from .._actors.front_door_msgs import ResidencyView
 from .._actors.runtime import InferRuntime, InstanceHandle
 from .._config.config import ControlMode, RestartPolicy
 from .._errors import AdmissionRefused, BackendError, InferactorsError, one_line
@@ -71,8 +72,14 @@ class Member:
         """The runtime it runs in."""
         return self.host.runtime
 
-    def view(self) -> InstanceView:
-        """Its row of ``inferactors status`` (no I/O)."""
+    @property
+    def on_demand(self) -> bool:
+        """Whether requests start it (not ``run``), and idleness stops it."""
+        return self.placement.entry.residency.on_demand
+
+    def view(self, residency: ResidencyView | None = None) -> InstanceView:
+        """Its row of ``inferactors status`` (no I/O), with what the scheduler shows of it
+        (``residency``) when it schedules it."""
         spec = self.placement.entry.spec
         return InstanceView(
             name=self.name,
@@ -81,10 +88,15 @@ class Member:
             instance_id=None if self.handle is None else self.handle.instance_id,
             status=self.status,
             refused=self.refused,
+            residency=residency,
         )
 
     def standing(self) -> Standing:
-        """Where it stands for the exit decision (`_policy.fleet_exit.standing`)."""
+        """Where it stands for the exit decision (`_policy.fleet_exit.standing`); an
+        on-demand instance loaded without a refusal is supervised whether it runs or not
+        (a request starts it)."""
+        if self.on_demand and self.refused is None and self.handle is not None:
+            return Standing.SUPERVISED
         return standing(self.status, self.refused, self.retrying)
 
     def held_down(self) -> bool:
@@ -153,13 +165,15 @@ async def _attempt(member: Member, keeper: Keeper) -> bool:
     try:
         member.handle = await runtime.load(entry.spec, entry.supervision)
         keeper.index(member)
-        await runtime.start(member.handle)
+        if not member.on_demand:  # an on-demand instance waits for its first request
+            await runtime.start(member.handle)
     except InferactorsError as error:
         await _refused(member, keeper, error)
         return False
     member.refused, member.retrying = None, False
     iid = member.handle.instance_id
-    keeper.say(f"{iid}: started ({runtime.id})", instance=iid)
+    done = "loaded, started on demand" if member.on_demand else "started"
+    keeper.say(f"{iid}: {done} ({runtime.id})", instance=iid)
     return True
 
 

@@ -37,6 +37,7 @@ from .._events import (
     StateChanged,
 )
 from .._status import InstanceState
+from .residency_metrics import DoorMetrics
 from .views import InstanceView
 
 LABELS = ("instance", "flavor", "mode")
@@ -72,6 +73,11 @@ class FleetMetrics:
     _tamper: Counter
     _labels: dict[str, tuple[str, str, str]] = attrs.Factory(dict)
     _started_at: dict[str, float] = attrs.Factory(dict)
+    door: DoorMetrics = attrs.field(init=False)
+    """The front door scheduler's families (``residency_metrics.py``), its observer."""
+
+    def __attrs_post_init__(self) -> None:
+        self.door = DoorMetrics.create(self.registry)
 
     @classmethod
     def create(cls, build_version: str | None = None) -> FleetMetrics:
@@ -106,13 +112,14 @@ class FleetMetrics:
     def track(self, views: Iterable[InstanceView]) -> None:
         """Learn each instance id's labels (call after a load or reload)."""
         for view in views:
+            self.door.track(view)
             if view.instance_id is not None:
                 self._labels[view.instance_id] = (view.name, view.flavor, view.mode)
 
     def forget(self, name: str) -> None:
         """Drop every series of the instance ``name`` from every per-instance family, and
         ignore the later events of its instance ids (a reload removed it)."""
-        for family in self._families():
+        for family in (*self._families(), *self.door.families()):
             family.remove_by_labels({"instance": name})
         for iid in [iid for iid, labels in self._labels.items() if labels[0] == name]:
             del self._labels[iid]
@@ -136,6 +143,7 @@ class FleetMetrics:
         """Count ``event``; ``views``, when given, are tracked first (`track`). An event of
         an instance id never tracked is ignored."""
         self.track(views)
+        self.door.observe(event)
         labels = self._labels.get(event.instance_id)
         if labels is not None:
             self._count(event, labels)
@@ -155,6 +163,7 @@ class FleetMetrics:
                 current = 1.0 if view.status.state is state else 0.0
                 self._state.labels(view.name, view.flavor, view.mode, state.value).set(current)
         self._instances.set(len(views))
+        self.door.render(views)
         return generate_latest(self.registry)
 
     def _count(self, event: Event, labels: tuple[str, str, str]) -> None:

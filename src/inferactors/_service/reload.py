@@ -29,10 +29,13 @@ import attrs
 import trio
 
 from .._config.convert import load_run_config
+from .._config.residency import ResidencySection
 from .._config.runfile import RunConfig
 from .._edges.bundle import Edges
 from .._errors import InferactorsError, InvalidConfig, one_line
+from .._events import StopReason
 from .._policy.reload_plan import Placement, ReloadPlan, placements, plan_reload
+from .fleet_door import FleetDoor
 from .hosts import RuntimeHost, Say
 from .members import Member
 from .metrics import FleetMetrics
@@ -50,6 +53,7 @@ class Fleet(Protocol):
     say: Say
     metrics: FleetMetrics
     edges: Edges
+    door: FleetDoor | None
 
     def views(self) -> tuple[InstanceView, ...]: ...
     def note(self, kind: Lifecycle, detail: str, failed: bool = False) -> None: ...
@@ -84,27 +88,32 @@ async def reload_fleet(fleet: Fleet) -> ReloadResult:
     async with fleet.reload_lock:
         fleet.note(Lifecycle.RELOADING, "reloading")
         try:
-            plan, wanted = await _prepare(fleet)
+            plan, wanted, residency = await _prepare(fleet)
         except InvalidConfig as error:
             fleet.note(Lifecycle.RELOADED, one_line(f"reload refused: {error}"), failed=True)
             raise
         refused = await _apply(fleet, plan, wanted)
+        if fleet.door is not None:  # the scheduler follows: kept instances keep their state
+            await fleet.door.rebind(list(fleet.members.values()), residency)
         result = ReloadResult(**attrs.asdict(plan, recurse=False), refused=refused)
         fleet.note(Lifecycle.RELOADED, describe(result), failed=bool(refused))
         return result
 
 
-async def _prepare(fleet: Fleet) -> tuple[ReloadPlan, dict[str, Placement]]:
-    """The plan, once the new file is valid, its instances to load pass their dry
-    admission and the runtimes they need are open. Raises `InvalidConfig`."""
-    _, wanted = read_run_file(fleet)
+async def _prepare(
+    fleet: Fleet,
+) -> tuple[ReloadPlan, dict[str, Placement], ResidencySection | None]:
+    """The plan (and the new ``[residency]`` table), once the new file is valid, its
+    instances to load pass their dry admission and the runtimes they need are open.
+    Raises `InvalidConfig`."""
+    config, wanted = read_run_file(fleet)
     current = {name: member.placement for name, member in fleet.members.items()}
     held = {name for name, member in fleet.members.items() if member.held_down()}
     plan = plan_reload(current, wanted, held)
     loading = {name: wanted[name] for name in plan.to_load}
     await check_loading(fleet.run_file, loading, fleet.hosts, fleet.edges)
     await _open_hosts(fleet, loading.values())
-    return plan, wanted
+    return plan, wanted, config.residency
 
 
 def describe(result: ReloadResult) -> str:
@@ -173,6 +182,8 @@ async def _open_hosts(fleet: Fleet, loading: Iterable[Placement]) -> None:
 
 
 async def _unload(fleet: Fleet, member: Member) -> None:
+    if fleet.door is not None:  # the one stop path: its requests drain first
+        await fleet.door.drain(member, StopReason.RELOAD)
     member.scope.cancel()
     fleet.forget(member)
     if member.handle is None:

@@ -9,6 +9,7 @@ import enum
 
 import attrs
 
+from .._actors.front_door_msgs import ResidencyView
 from .._status import InstanceStatus
 
 
@@ -23,6 +24,9 @@ class InstanceView:
         instance_id: the runtime's id for it, or None when it was refused at load.
         status: the last known status (cached from events; producing it does no I/O).
         refused: why it was refused at load or start, in words, else None.
+        residency: what the scheduler shows of it (resident bytes declared, estimated
+            and measured; requests in flight and queued; TTL left; its last stop's reason),
+            None when no scheduler runs or it is not scheduled.
     """
 
     name: str
@@ -31,6 +35,7 @@ class InstanceView:
     instance_id: str | None
     status: InstanceStatus
     refused: str | None = None
+    residency: ResidencyView | None = None
 
 
 @attrs.frozen

@@ -8,6 +8,7 @@ Everything here is installed with ``pip install 'inferactors[testing]'``; see
 docs/testing.md.
 """
 
+from .._actors.front_door_resident import ResidentScheduler as ResidentScheduler
 from ._fake_faults import FakeServerFaults as FakeServerFaults
 from ._fake_fleet import FakeChild as FakeChild
 from ._fake_fleet import FakeFleet as FakeFleet
@@ -21,6 +22,8 @@ from ._fake_processes import FakeServer as FakeServer
 from ._fake_processes import FakeStartError as FakeStartError
 from ._fake_processes import start_fake_ollama as start_fake_ollama
 from ._fake_processes import start_fake_server as start_fake_server
+from ._fake_residency import FakeMemory as FakeMemory
+from ._fake_residency import FakeStream as FakeStream
 from ._field_cases import FIELD_CASES as FIELD_CASES
 from ._field_cases import NOT_REPRODUCIBLE as NOT_REPRODUCIBLE
 from ._field_cases import FieldCase as FieldCase
@@ -34,6 +37,7 @@ from ._runtime_kit import RuntimeKit as RuntimeKit
 from ._timeline import BindBeyondLoopback as BindBeyondLoopback
 from ._timeline import CrashAt as CrashAt
 from ._timeline import DeadGenerator as DeadGenerator
+from ._timeline import EndlessStream as EndlessStream
 from ._timeline import ForeignKeepAlive as ForeignKeepAlive
 from ._timeline import ForeignModelLoaded as ForeignModelLoaded
 from ._timeline import ForkedChild as ForkedChild
@@ -46,6 +50,7 @@ from ._timeline import LoadTimeout as LoadTimeout
 from ._timeline import SlowFirstToken as SlowFirstToken
 from ._timeline import SlowLoad as SlowLoad
 from ._timeline import Status503 as Status503
+from ._timeline import StreamDies as StreamDies
 from ._timeline import Timeline as Timeline
 from ._timeline import UnloadLingers as UnloadLingers
 from ._timeline_data import timeline_from_data as timeline_from_data
@@ -60,15 +65,18 @@ __all__ = [  # noqa: RUF022  (plain sorted(), as tests/test_public_api.py checks
     "BindBeyondLoopback",
     "CrashAt",
     "DeadGenerator",
+    "EndlessStream",
     "FIELD_CASES",
     "FakeChild",
     "FakeFleet",
+    "FakeMemory",
     "FakeOllama",
     "FakeOllamaConfig",
     "FakeOllamaServer",
     "FakeServer",
     "FakeServerFaults",
     "FakeStartError",
+    "FakeStream",
     "FieldCase",
     "ForeignKeepAlive",
     "ForeignModelLoaded",
@@ -82,10 +90,12 @@ __all__ = [  # noqa: RUF022  (plain sorted(), as tests/test_public_api.py checks
     "NOT_REPRODUCIBLE",
     "RecordedRequest",
     "RecordingProxy",
+    "ResidentScheduler",
     "RuntimeKit",
     "SlowFirstToken",
     "SlowLoad",
     "Status503",
+    "StreamDies",
     "Timeline",
     "UnloadLingers",
     "Workspace",

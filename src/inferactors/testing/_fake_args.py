@@ -74,4 +74,8 @@ def parser() -> argparse.ArgumentParser:
     add("--router-status", choices=ROUTER_STATUSES, help="llamacpp: router-mode model status")
     add("--require-api-key", action="store_true", help="llamacpp: 401 to all but /health")
     add("--outlive-parent", action="store_true", help="keep serving when the parent dies")
+    add("--stream-tokens", type=int, default=1, metavar="N", help="a stream says N tokens")
+    add("--stream-token-delay-s", type=float, default=0.0, help="... S seconds apart")
+    add("--stream-die-after", type=int, metavar="K", help="die after K tokens of a stream")
+    add("--stream-forever", action="store_true", help="a stream never ends")
     return parser

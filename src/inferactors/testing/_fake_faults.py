@@ -109,6 +109,11 @@ class FakeServerFaults:
             child of ``fork_child``, exit within 0.1 s of that process's death.
         require_api_key: llamacpp: answer every request but ``/health`` with 401 ``Invalid
             API Key``, as llama-server started with ``--api-key`` does to a client without it.
+        stream_tokens: A streamed completion says this many tokens (``_fake_streams``).
+        stream_token_delay_s: The pause before each token of a stream after the first.
+        stream_die_after: Die (SIGKILL) after this many tokens of a stream, mid-answer.
+        stream_forever: A stream never ends: a token every ``stream_token_delay_s`` (at
+            least 0.05 s) until the client leaves.
     """
 
     load_s: float = attrs.field(default=0.0, validator=_non_negative)
@@ -139,6 +144,12 @@ class FakeServerFaults:
     )
     outlive_parent: bool = False
     require_api_key: bool = False
+    stream_tokens: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    stream_token_delay_s: float = attrs.field(default=0.0, validator=_non_negative)
+    stream_die_after: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
+    )
+    stream_forever: bool = False
 
     def args(self) -> tuple[str, ...]:
         """Flags for the fields that differ from their defaults, e.g. ``("--load-s", "0.5")``."""

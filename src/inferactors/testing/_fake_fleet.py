@@ -24,6 +24,7 @@ from .._edges.bundle import Edges, http_prober_factory
 from .._policy.exposure import Exposure, Listener
 from .._policy.launch import Launch
 from .._policy.privilege import RunAs
+from ._fake_residency import FakeMemory, FakeStream, MiB, stream_response, streaming
 
 T = TypeVar("T")
 
@@ -65,6 +66,13 @@ class FakeChild:
         dead_generator: ``/health`` answers 503 ``{"status": "unavailable"}`` like
             mlx_lm.server 0.32.2 whose generation thread died (FC-07).
         returncode: None while alive; ``-N`` when killed by signal N.
+        footprint_bytes: the memory it holds while alive (`FakeFleet.memory` sees it).
+        exit_s: a SIGTERM ends it only this many seconds later (a slow exit); SIGKILL
+            ends it at once.
+        release_s: its memory comes back only this many seconds after it exited (a
+            driver or the kernel slow to give it back); None: never.
+        exited_at: trio time of its exit, None while alive.
+        stream: how its streamed completions go (`FakeStream`).
     """
 
     pid: int
@@ -77,6 +85,11 @@ class FakeChild:
     dead_generator: bool = False
     returncode: int | None = None
     said: bytes = b""
+    footprint_bytes: int = 0
+    exit_s: float = 0.0
+    release_s: float | None = 0.0
+    exited_at: float | None = None
+    stream: FakeStream = FakeStream()  # noqa: RUF009  (frozen value)
     _exited: trio.Event = attrs.Factory(trio.Event)
 
     @property
@@ -92,7 +105,17 @@ class FakeChild:
         if self.alive:
             self.said = stderr
             self.returncode = -signal if signal is not None else exit_code
+            self.exited_at = trio.current_time()
             self._exited.set()
+
+    def holds(self, now: float) -> int:
+        """The memory it holds at ``now``: its footprint while alive, and after its exit
+        until its memory is released (`release_s`)."""
+        if self.exited_at is None:
+            return self.footprint_bytes
+        if self.release_s is None or now < self.exited_at + self.release_s:
+            return self.footprint_bytes
+        return 0
 
     # The ChildProcess protocol of inferactors._edges.process.
 
@@ -119,9 +142,16 @@ class FakeChild:
             return False
         if signum == signals.SIGTERM and self.ignore_term:
             return True
+        if signum == signals.SIGTERM and self.exit_s > 0:
+            trio.lowlevel.spawn_system_task(self._exit_later, signum)
+            return True
         if signum in (signals.SIGTERM, signals.SIGKILL, signals.SIGINT):
             self.crash(exit_code=None, signal=signum)
         return True
+
+    async def _exit_later(self, signum: int) -> None:
+        await trio.sleep(self.exit_s)
+        self.crash(exit_code=None, signal=signum)
 
 
 @attrs.define(eq=False)
@@ -134,6 +164,10 @@ class FakeFleet:
         hang_completions: new children hang their completions.
         ignore_term: new children ignore SIGTERM.
         spawn_fails: the next spawns raise OSError (the program cannot start).
+        footprint_mib: memory each new child holds, MiB (see `memory`).
+        exit_s: new children take this long to exit after SIGTERM (a slow exit).
+        release_s: a child's memory comes back this long after its exit (None: never).
+        stream: how new children stream completions (death mid-stream, never ending).
         occupied: ports a foreign program listens on (the port check says taken).
         exposed: pids that the socket table shows listening beyond loopback.
         children: every child ever spawned, oldest first.
@@ -144,14 +178,23 @@ class FakeFleet:
     hang_completions: bool = False
     ignore_term: bool = False
     spawn_fails: bool = False
+    footprint_mib: float = 0.0
+    exit_s: float = 0.0
+    release_s: float | None = 0.0
+    stream: FakeStream = FakeStream()  # noqa: RUF009  (frozen value)
     occupied: set[int] = attrs.Factory(set)
     exposed: set[int] = attrs.Factory(set)
     children: list[FakeChild] = attrs.Factory(list)
     requests: list[tuple[int, str, str]] = attrs.Factory(list)
 
+    def transport(self) -> httpx.MockTransport:
+        """An httpx transport to the fleet's fake servers (by port), for a client that
+        talks to them as the front door's upstream client does."""
+        return httpx.MockTransport(self._handle)
+
     def edges(self, *, jitter: float = 0.0) -> Edges:
         """Runtime edges backed by this fleet; ``jitter`` is what the random source returns."""
-        transport = httpx.MockTransport(self._handle)
+        transport = self.transport()
         return Edges(
             open_prober=http_prober_factory(transport),
             net=_FakeNet(self),
@@ -161,6 +204,12 @@ class FakeFleet:
             containment=_FakeContainment(),
             file_work=_inline,
         )
+
+    def memory(self, *, total_mib: float = 16384.0, foreign_mib: float = 0.0) -> FakeMemory:
+        """A memory gauge of a machine with ``total_mib`` MiB, of which other programs
+        hold ``foreign_mib`` and each child what it `holds` (its footprint, also after a
+        slow release), for the front door's ledger under MockClock."""
+        return FakeMemory(lambda: self.children, int(total_mib * MiB), int(foreign_mib * MiB))
 
     @property
     def live(self) -> list[FakeChild]:
@@ -193,6 +242,10 @@ class FakeFleet:
             ready_at=None if self.load_s is None else now + self.load_s,
             hang_completions=self.hang_completions,
             ignore_term=self.ignore_term,
+            footprint_bytes=int(self.footprint_mib * MiB),
+            exit_s=self.exit_s,
+            release_s=self.release_s,
+            stream=self.stream,
         )
         self.children.append(child)
         return child
@@ -230,6 +283,8 @@ async def _answer(child: FakeChild, request: httpx.Request, ready: bool) -> http
     if path == "/v1/chat/completions" and ready:
         if child.hang_completions:
             await trio.sleep_forever()
+        if streaming(request):
+            return stream_response(child, child.stream)
         body = {"choices": [{"message": {"content": " word"}, "finish_reason": "length"}]}
         return httpx.Response(200, content=json.dumps(body).encode())
     return httpx.Response(503, json={"error": {"code": 503, "message": "Loading model"}})

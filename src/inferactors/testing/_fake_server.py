@@ -78,6 +78,7 @@ from ._fake_launch import write_fake_server_program as write_fake_server_program
 from ._fake_lines import say_ready
 from ._fake_parent import SLICE_S as _SLICE_S
 from ._fake_parent import Launcher, exit_if_orphaned, fork_child, sleep_watching
+from ._fake_streams import stream_frames
 
 _NEVER = threading.Event()
 _RESET_LINGER = struct.pack("ii", 1, 0)
@@ -245,10 +246,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Connection", "close")
         self.end_headers()
-        for event in stream.events:
-            text = event if isinstance(event, str) else json.dumps(event)
-            frame = f"data: {text}\n\n".encode()
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame) if chunked else frame)
+        faults = self.server.state.options.faults
+        for frame in stream_frames(stream.events, faults, chunked=chunked):
+            if frame is None:  # die here, mid-answer
+                self.server.state.fates.put(Die("SIGKILL"))
+                _NEVER.wait()
+                return
+            self.wfile.write(frame)
             self.wfile.flush()
         if chunked:
             self.wfile.write(b"0\r\n\r\n")

@@ -124,6 +124,24 @@ class ForkedChild:
     listening sockets (the wrapper that does not ``exec``: FC-12)."""
 
 
+@attrs.frozen(kw_only=True)
+class StreamDies:
+    """A streamed completion says ``tokens`` tokens, ``every_s`` apart, and the server dies
+    (SIGKILL) after ``after_tokens`` of them, mid-answer (``_fake_streams``)."""
+
+    after_tokens: int = attrs.field(default=1, validator=at_least(1))
+    tokens: int = attrs.field(default=4, validator=at_least(1))
+    every_s: float = attrs.field(default=0.0, validator=duration)
+
+
+@attrs.frozen(kw_only=True)
+class EndlessStream:
+    """A streamed completion never ends: a token every ``every_s`` (at least 0.05 s) until
+    the client leaves."""
+
+    every_s: float = attrs.field(default=0.05, validator=duration)
+
+
 # --- the Ollama fake -----------------------------------------------------------------------
 
 
@@ -183,6 +201,8 @@ ServerStep: TypeAlias = (
     | ImpostorOnPort
     | ListenLate
     | ForkedChild
+    | StreamDies
+    | EndlessStream
 )
 OllamaStep: TypeAlias = (
     LoadTimeout | SlowLoad | UnloadLingers | ForeignModelLoaded | ForeignKeepAlive

@@ -33,6 +33,7 @@ from ._steps import SERVER_STEPS as SERVER_STEPS
 from ._steps import BindBeyondLoopback as BindBeyondLoopback
 from ._steps import CrashAt as CrashAt
 from ._steps import DeadGenerator as DeadGenerator
+from ._steps import EndlessStream as EndlessStream
 from ._steps import FakeKind as FakeKind
 from ._steps import ForeignKeepAlive as ForeignKeepAlive
 from ._steps import ForeignModelLoaded as ForeignModelLoaded
@@ -49,6 +50,7 @@ from ._steps import SlowFirstToken as SlowFirstToken
 from ._steps import SlowLoad as SlowLoad
 from ._steps import Status503 as Status503
 from ._steps import Step as Step
+from ._steps import StreamDies as StreamDies
 from ._steps import UnloadLingers as UnloadLingers
 
 
@@ -227,6 +229,14 @@ def _server_fields(step: Step, flavor: Flavor) -> dict[str, object]:
             return {"bind_delay_s": after_s}
         case ForkedChild():
             return {"fork_child": True}
+        case StreamDies(after_tokens=after, tokens=tokens, every_s=every_s):
+            return {
+                "stream_die_after": after,
+                "stream_tokens": max(tokens, after),
+                "stream_token_delay_s": every_s,
+            }
+        case EndlessStream(every_s=every_s):
+            return {"stream_forever": True, "stream_token_delay_s": every_s}
     raise InvalidConfig(f"{_name(step)} is an Ollama fault: the fake Ollama plays it")
 
 

@@ -37,6 +37,7 @@ _CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
 
+_NAME = "tiny-random-llama"
 _NORMAL, _UNKNOWN, _CONTROL, _BYTE = 1, 2, 3, 6  # gguf.TokenType values
 _MISSING_DEPS = "write_tiny_gguf needs gguf and numpy: pip install 'inferactors[testing]'"
 
@@ -55,10 +56,13 @@ def tiny_vocabulary() -> tuple[list[str], list[int]]:
     return pieces, types
 
 
-def write_tiny_gguf(path: Path) -> Path:
+def write_tiny_gguf(path: Path, *, seed: int = 0, name: str = _NAME) -> Path:
     """Write the tiny llama GGUF (see the module docstring) to ``path`` and return ``path``.
 
-    Creates missing parent directories and overwrites an existing file. Takes about 0.4 s.
+    ``seed`` and ``name`` make another tiny model of the same shape with other weights and
+    ``general.name`` (a second model for swap tests); the defaults write the model of the
+    module docstring, byte for byte. Creates missing parent directories and overwrites an
+    existing file. Takes about 0.4 s.
 
     Raises:
         ImportError: ``gguf`` or ``numpy`` is missing (``pip install 'inferactors[testing]'``).
@@ -71,8 +75,8 @@ def write_tiny_gguf(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     writer = gguf.GGUFWriter(str(path), "llama")
     pieces, types = tiny_vocabulary()
-    _write_metadata(writer, gguf, pieces, types)
-    _write_tensors(writer, np, vocab=len(pieces), first_word=len(pieces) - len(_WORDS))
+    _write_metadata(writer, gguf, pieces, types, name)
+    _write_tensors(writer, np, vocab=len(pieces), first_word=len(pieces) - len(_WORDS), seed=seed)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -80,8 +84,10 @@ def write_tiny_gguf(path: Path) -> Path:
     return path
 
 
-def _write_metadata(writer: Any, gguf: Any, pieces: list[str], types: list[int]) -> None:
-    writer.add_name("tiny-random-llama")
+def _write_metadata(
+    writer: Any, gguf: Any, pieces: list[str], types: list[int], name: str = _NAME
+) -> None:
+    writer.add_name(name)
     writer.add_context_length(_CONTEXT)
     writer.add_embedding_length(_EMBED)
     writer.add_block_count(_LAYERS)
@@ -104,9 +110,9 @@ def _write_metadata(writer: Any, gguf: Any, pieces: list[str], types: list[int])
     writer.add_chat_template(_CHAT_TEMPLATE)
 
 
-def _write_tensors(writer: Any, np: Any, *, vocab: int, first_word: int) -> None:
+def _write_tensors(writer: Any, np: Any, *, vocab: int, first_word: int, seed: int = 0) -> None:
     """Add every tensor; the draw order from the seeded generator fixes the bytes."""
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
 
     def noise(*shape: int) -> Any:
         return (rng.standard_normal(shape) * 0.02).astype(np.float32)

@@ -34,6 +34,9 @@ _REASON_WORDS = {
     StopReason.ERROR: "stopped: the instance crashed (see its InstanceCrashed event)",
     StopReason.TAMPERED: "stopped: a verified model file changed while served",
     StopReason.STARTUP_FAILURE: "failed to start",
+    StopReason.TTL: "stopped: idle for its TTL (front door)",
+    StopReason.EVICTED: "stopped: evicted to make room for another model (front door)",
+    StopReason.RELOAD: "stopped for a reload that changed or removed it",
 }
 
 

@@ -1,0 +1,184 @@
+"""The fleet's front door scheduler (``_actors/front_door_scheduler.py``): opened by ``inferactors
+run`` when the run file has on-demand instances or a ``[residency]`` table, once every
+instance's first load is over; rebound after each reload; closed first when the fleet
+closes (every instance drained, then stopped with reason ``shutdown``).
+
+`FleetDoor` is what the fleet keeps: the scheduler once open (`FleetDoor.scheduler`), the
+seam's `Scheduler` itself (`models`, `acquire`: the front door's HTTP side may be given
+the `FleetDoor` before the scheduler opens), and the steps the fleet's operator commands
+and reload take through it, so that every stop of an instance it schedules drains its
+requests first (the one stop path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+import attrs
+import trio
+
+from .._actors.front_door_members import Placed, door_members, door_settings
+from .._actors.front_door_msgs import DoorObserver
+from .._actors.front_door_scheduler import FrontDoorScheduler, open_scheduler
+from .._actors.front_door_seam import Grant, ModelEntry
+from .._config.residency import ResidencySection
+from .._config.runfile import RunConfig
+from .._edges.memory_gauge import MemoryGauge, PsutilGauge
+from .._errors import FrontDoorRefused, InferactorsError, InvalidState, RefusalKind
+from .._events import Event, StopReason
+from .members import Member
+
+
+class Keeper(Protocol):
+    """What the door reads of the fleet: its members (a reload replaces the table), its
+    stop grace, and where its events go."""
+
+    members: dict[str, Member]
+    stop_grace_s: float
+
+    def on_event(self, event: Event) -> None: ...
+
+
+def open_fleet_door(
+    nursery: trio.Nursery,
+    fleet: Keeper,
+    config: RunConfig,
+    gauge: MemoryGauge | None,
+    observer: DoorObserver,
+) -> FleetDoor | None:
+    """Start ``fleet``'s scheduler in ``nursery`` when ``config`` wants one
+    (`wants_scheduler`); None when it does not."""
+    if not wants_scheduler(config):
+        return None
+    door = FleetDoor(config.residency, gauge or PsutilGauge(), fleet.stop_grace_s)
+    nursery.start_soon(door.serve, fleet, observer)
+    return door
+
+
+def wants_scheduler(config: RunConfig) -> bool:
+    """Whether ``config`` needs the scheduler: a ``[front_door]`` or ``[residency]`` table,
+    or an instance on demand."""
+    if config.front_door is not None or config.residency is not None:
+        return True
+    return any(instance.residency.on_demand for instance in config.instances)
+
+
+@attrs.define(eq=False)
+class FleetDoor:
+    """The scheduler of a fleet (module docstring)."""
+
+    section: ResidencySection | None
+    gauge: MemoryGauge
+    stop_grace_s: float
+    scheduler: FrontDoorScheduler | None = None
+    """The open scheduler; None before every first load is over (or when not wanted)."""
+    opened: trio.Event = attrs.Factory(trio.Event)
+    """Set once the scheduler is open (or could not be opened)."""
+    _closing: trio.Event = attrs.Factory(trio.Event)
+    _closed: trio.Event = attrs.Factory(trio.Event)
+
+    # The seam's Scheduler (front_door_seam), for the front door's HTTP side.
+
+    def models(self) -> tuple[ModelEntry, ...]:
+        """The scheduler's models; none before it is open."""
+        return () if self.scheduler is None else self.scheduler.models()
+
+    async def acquire(self, model: str) -> Grant:
+        """`FrontDoorScheduler.acquire`, once the scheduler is open (a request that comes
+        while the first loads are still under way waits for them, within the same bound).
+
+        Raises:
+            FrontDoorRefused: as `FrontDoorScheduler.acquire`; 503 ``stopping`` when the
+                scheduler is closed or could not open.
+        """
+        await self.opened.wait()
+        if self.scheduler is None:
+            raise FrontDoorRefused(
+                "the scheduler is not running (closing, or it could not open)",
+                kind=RefusalKind.STOPPING,
+                status=503,
+                model=model,
+                retry_after_s=1.0,
+            )
+        return await self.scheduler.acquire(model)
+
+    def scheduled(self, name: str) -> bool:
+        """Whether the instance ``name`` is in the open scheduler."""
+        return self.scheduler is not None and any(
+            entry.name == name for entry in self.scheduler.models()
+        )
+
+    async def serve(self, fleet: Keeper, observer: DoorObserver) -> None:
+        """Wait for every member's first load, open the scheduler over the loaded ones,
+        and keep it open until `close`."""
+        try:
+            for member in list(fleet.members.values()):
+                await member.first_done.wait()
+            chosen = await door_members(_placed(fleet.members.values()), self.section)
+            settings = await door_settings(self.section, self.gauge, self.stop_grace_s)
+            async with open_scheduler(
+                chosen, settings, gauge=self.gauge, on_event=fleet.on_event, observer=observer
+            ) as door:
+                self.scheduler = door
+                self.opened.set()
+                await self._closing.wait()
+        finally:
+            self.scheduler = None
+            self.opened.set()
+            self._closed.set()
+
+    async def close(self) -> None:
+        """Close the scheduler: waiters refused, every instance drained and stopped
+        (reason ``shutdown``, bounded)."""
+        self._closing.set()
+        if self.opened.is_set():
+            await self._closed.wait()
+
+    async def start(self, member: Member) -> bool:
+        """An operator's start of an on-demand instance through admission; False when
+        the scheduler does not schedule it (start it through its runtime)."""
+        door = self.scheduler
+        if door is None or not self.scheduled(member.name):
+            return False
+        if not member.placement.entry.residency.on_demand:
+            return False
+        await door.start(member.name)
+        return True
+
+    async def stop(self, member: Member, reason: StopReason) -> bool:
+        """Stop through the one stop path (drain, then stop with ``reason``); False when
+        the scheduler does not schedule it. A stop of an instance that is not running
+        raises `InvalidState`, as the runtime's."""
+        door = self.scheduler
+        if door is None or not self.scheduled(member.name):
+            return False
+        await door.stop(member.name, reason)
+        return True
+
+    async def drain(self, member: Member, reason: StopReason) -> None:
+        """Before a reload unloads ``member``: drain and stop it (not running: fine)."""
+        try:
+            await self.stop(member, reason)
+        except InvalidState:
+            pass  # not running: nothing to drain
+        except InferactorsError:
+            pass  # adopted, or the scheduler closed: the unload does the rest
+
+    async def rebind(self, members: Sequence[Member], section: ResidencySection | None) -> None:
+        """After a reload: the scheduler's instances are the loaded ``members`` now."""
+        door = self.scheduler
+        if door is None:
+            return
+        self.section = section
+        chosen = await door_members(_placed(members), section)
+        settings = await door_settings(section, self.gauge, self.stop_grace_s)
+        await door.rebind(chosen, settings)
+
+
+def _placed(members: Iterable[Member]) -> list[Placed]:
+    return [
+        (m.runtime, m.handle, m.placement.entry.residency)
+        for m in members
+        if m.handle is not None and m.refused is None
+    ]

@@ -1,0 +1,139 @@
+"""Reading a client's request body at the front door: bounded in size and in time, JSON read
+with the project's one safe parser, and the model it names.
+
+A hostile or broken client gets a clear 4xx (`BadRequest`) and costs no other request
+anything: the body is read at most `BodyLimits.max_bytes` (a ``Content-Length`` above it is
+refused before a byte is read: 413), within `BodyLimits.timeout_s` for the whole body (a
+client that trickles it, slowloris, gets 408; hypercorn already closes a connection whose
+request head does not arrive within its keep-alive timeout), and parsed by
+`inferactors._safe_json.parse_json` (depth, duplicate keys, huge integers: 400 naming line
+and column or the path).
+
+Content types: a JSON endpoint takes ``application/json`` (any ``+json`` type, any
+parameters), no ``Content-Type`` at all, and ``application/x-www-form-urlencoded``, which
+is what ``curl -d`` sends and what Ollama's own examples use; any other type (a form upload,
+text) is refused with 415 before the body is read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import attrs
+import trio
+from starlette.requests import ClientDisconnect, Request
+
+from .._errors import BadRequest, InvalidConfig, shown
+from .._safe_json import parse_json
+
+MiB = 1024 * 1024
+CURL_FORM = "application/x-www-form-urlencoded"
+
+
+@attrs.frozen
+class BodyLimits:
+    """How much of a request body the front door reads, and how long it waits for it.
+
+    Attributes:
+        max_bytes: the largest body accepted, bytes.
+        timeout_s: how long the whole body may take to arrive, float seconds.
+    """
+
+    max_bytes: int = 32 * MiB
+    timeout_s: float = 60.0
+
+
+class ClientGone(Exception):
+    """The client closed the connection before its request was read: nothing to answer."""
+
+
+def json_content_type(request: Request) -> None:
+    """Refuse a body type that is not JSON (module docstring).
+
+    Raises:
+        BadRequest: 415, naming the type.
+    """
+    given = request.headers.get("content-type")
+    if given is None:
+        return
+    media = given.split(";", 1)[0].strip().lower()
+    if media in ("application/json", CURL_FORM) or media.endswith("+json"):
+        return
+    raise BadRequest(f"Content-Type {shown(media)} is not JSON: send application/json", status=415)
+
+
+async def read_body(request: Request, limits: BodyLimits) -> bytes:
+    """The whole body of ``request`` (module docstring).
+
+    Raises:
+        BadRequest: 413 (too large, by ``Content-Length`` or as read), 408 (not all there
+            within the time allowed), 400 (a ``Content-Length`` that is not a number).
+        ClientGone: the client left before the body was read.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise BadRequest(f"Content-Length {shown(declared)} is not a number")
+        if int(declared) > limits.max_bytes:
+            raise _too_large(limits, f"{int(declared)} bytes declared")
+    chunks: list[bytes] = []
+    size = 0
+    with trio.move_on_after(limits.timeout_s) as waited:
+        try:
+            async with contextlib.aclosing(request.stream()) as stream:
+                async for chunk in stream:
+                    size += len(chunk)
+                    if size > limits.max_bytes:
+                        raise _too_large(limits, f"more than {limits.max_bytes} bytes sent")
+                    chunks.append(chunk)
+        except ClientDisconnect:
+            raise ClientGone() from None
+    if waited.cancelled_caught:
+        raise BadRequest(
+            f"the request body did not arrive within {limits.timeout_s:g} s ({size} bytes came)",
+            status=408,
+        )
+    return b"".join(chunks)
+
+
+def _too_large(limits: BodyLimits, what: str) -> BadRequest:
+    return BadRequest(
+        f"the request body is too large ({what}; at most {limits.max_bytes} bytes)", status=413
+    )
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """``body`` read as a JSON object by the safe parser.
+
+    Raises:
+        BadRequest: 400: empty, not JSON (line and column), too deep, a duplicate key, a
+            huge integer, or JSON that is not an object.
+    """
+    if not body.strip():
+        raise BadRequest("the request body is empty: send a JSON object")
+    try:
+        document = parse_json(body)
+    except InvalidConfig as error:
+        raise BadRequest(f"the request body is not valid JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise BadRequest(f"$: expected a JSON object, got {type(document).__name__}")
+    return document
+
+
+def model_name(document: dict[str, Any], known: str) -> str:
+    """The ``model`` a request names.
+
+    Args:
+        document: the request body.
+        known: the models there are, for the message (`front_door_names.model_list`).
+
+    Raises:
+        BadRequest: 400: ``$.model`` missing, empty, or not a string.
+    """
+    model = document.get("model")
+    if model is None or model == "":
+        raise BadRequest(f"$.model: name the model to use (one of {known})")
+    if not isinstance(model, str):
+        raise BadRequest(f"$.model: expected a string, got {shown(model)}")
+    return model

@@ -1,0 +1,86 @@
+"""How the front door answers what goes wrong before a grant, and its API key: every
+answer in the dialect of the route (`inferactors._policy.dialects`).
+
+- a refused request (`FrontDoorRefused` from the scheduler, `BadRequest` for its body):
+  its status and message, ``Retry-After`` when a retry may help;
+- an unknown route (404) or method (405), in the route's dialect;
+- a client gone before its request was read: nothing to answer (499 in the log);
+- anything unforeseen: 500, naming only the exception's type;
+- `RequireKey`: with an API key, a request without ``Authorization: Bearer <key>`` is a 401.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .._errors import BadRequest, FrontDoorRefused
+from .._policy.dialects import Dialect, error_document
+from .control_app import bearer_token
+from .front_door_body import ClientGone
+from .front_door_relay import refusal_response
+
+
+def dialect_of(path: str) -> Dialect:
+    """The dialect of a route: ``/api/...`` Ollama, ``/v1/...`` OpenAI, the rest llama.cpp."""
+    if path.startswith("/api/"):
+        return Dialect.OLLAMA
+    return Dialect.OPENAI if path.startswith("/v1/") else Dialect.LLAMACPP
+
+
+async def _on_refused(request: Request, error: Exception) -> Response:
+    assert isinstance(error, FrontDoorRefused | BadRequest)
+    return refusal_response(dialect_of(request.url.path), error)
+
+
+async def _on_client_gone(request: Request, error: Exception) -> Response:
+    return Response(status_code=499)
+
+
+async def _on_http_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, HTTPException)
+    dialect = dialect_of(request.url.path)
+    words = {404: f"no route {request.url.path}", 405: f"{request.method} is not allowed here"}
+    message = words.get(error.status_code, str(error.detail))
+    document = error_document(dialect, error.status_code, message)
+    return JSONResponse(document, status_code=error.status_code, headers=error.headers)
+
+
+async def _on_unforeseen(request: Request, error: Exception) -> Response:
+    message = f"the front door failed to answer ({type(error).__name__})"
+    document = error_document(dialect_of(request.url.path), 500, message)
+    return JSONResponse(document, status_code=500)
+
+
+class RequireKey:
+    """ASGI middleware: every request must carry ``Authorization: Bearer <key>`` (the scheme
+    in any case); compared in constant time; a 401 in the route's dialect otherwise."""
+
+    def __init__(self, app: ASGIApp, key: str) -> None:
+        self.app = app
+        self.expected = key.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            given = bearer_token(dict(scope["headers"]).get(b"authorization", b"")) or b""
+            if not hmac.compare_digest(given, self.expected):
+                dialect = dialect_of(scope["path"])
+                body = error_document(dialect, 401, "Invalid API Key: send Authorization: Bearer")
+                answer = JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+                await answer(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+EXCEPTION_HANDLERS = {
+    FrontDoorRefused: _on_refused,
+    BadRequest: _on_refused,
+    ClientGone: _on_client_gone,
+    HTTPException: _on_http_error,
+    Exception: _on_unforeseen,
+}
+"""The front door app's exception handlers (module docstring)."""

@@ -1,0 +1,378 @@
+"""The front door's answers that hold a grant: the request goes to the granted server and
+its answer comes back, each ending the grant exactly once.
+
+`GrantedAnswer` is the frame every such answer shares (an ASGI response): while it runs,
+a task waits for the client's disconnect and cancels the rest; whatever happens (the last
+byte sent, the client gone, the server failed, a bug), the server's answer is closed (a
+stream cut short closes its connection, which tells the server to stop generating) and
+`Grant.done` is called exactly once, in that order.
+
+`PassThrough` sends the server's answer on as it is:
+
+- a stream (``text/event-stream``, ``application/x-ndjson``) chunk by chunk as each
+  arrives, never buffered, with ``X-Accel-Buffering: no`` so no reverse proxy in front
+  buffers it either. When the server's connection breaks, or ends cleanly without the
+  stream's last event (`inferactors._policy.stream_end`), the client gets one error frame
+  in its dialect (`inferactors._policy.dialects.error_frame`) and nothing after it: never a
+  made-up ``[DONE]``;
+- any other answer read whole (at most `ReplyLimits.max_bytes`) and then sent with its
+  length, so a server that fails halfway gives a clean 502 in the dialect rather than a
+  cut body. An error answer whose body is not in the dialect's shape (mlx_lm.server's
+  ``{"error": "..."}``) is put in it, with the server's own words.
+
+A server that cannot be reached, or says nothing within the read timeout, is a 502 or a
+504 in the dialect, naming the instance.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import httpx
+import trio
+from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
+
+from .._actors.front_door_seam import Grant, Upstream
+from .._edges.upstream import UpstreamClients
+from .._errors import BadRequest, FrontDoorRefused, InvalidConfig, cut
+from .._policy.dialects import Dialect, error_document, error_frame
+from .._policy.ollama_replies import error_message
+from .._policy.stream_end import StreamEnd, ended_whole
+from .._safe_json import parse_json
+
+MiB = 1024 * 1024
+STREAM_TYPES = ("text/event-stream", "application/x-ndjson")
+CLOSE_S = 2.0
+"""How long closing a server's answer may take once the request is over, float seconds."""
+TAIL_CHUNKS = 3
+"""How many of a stream's last chunks are kept to read its last event."""
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",
+        "content-encoding",
+        "date",
+        "server",
+    }
+)
+"""Headers of a server's answer that are not passed on (they belong to one connection, or
+are set again for the client's)."""
+_STREAM_SET = frozenset({b"x-accel-buffering", b"cache-control"})
+"""Headers a stream's answer sets itself."""
+
+
+@attrs.frozen
+class ReplyLimits:
+    """How much of a server's whole (not streamed) answer the front door reads.
+
+    Attributes:
+        max_bytes: the largest answer passed on, bytes (larger: 502).
+    """
+
+    max_bytes: int = 256 * MiB
+
+
+@attrs.frozen
+class Outbound:
+    """One request to a server.
+
+    Attributes:
+        method: the HTTP method.
+        target: the path and query on the server.
+        body: the body.
+        headers: the headers sent (the server's API key is added from the grant).
+    """
+
+    method: str
+    target: str
+    body: bytes = b""
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+
+
+def is_stream(answer: httpx.Response) -> bool:
+    """Whether the server's answer is a stream (module docstring)."""
+    media = answer.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return media in STREAM_TYPES
+
+
+def upstream_headers(upstream: Upstream, headers: Mapping[str, str]) -> dict[str, str]:
+    """``headers`` with the server's own API key (when it has one) as the bearer token."""
+    out = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+    if upstream.api_key is not None:
+        out["Authorization"] = f"Bearer {upstream.api_key}"
+    return out
+
+
+def error_response(
+    dialect: Dialect,
+    status: int,
+    message: str,
+    *,
+    param: str | None = None,
+    retry_after_s: float | None = None,
+    should_retry: bool | None = None,
+) -> Response:
+    """An error answer in ``dialect``'s shape, with ``Retry-After`` (whole seconds, rounded
+    up) when a retry may help, and ``x-should-retry`` when ``should_retry`` is known: the
+    header the ``openai`` client obeys before its own rule (which retries every 5xx), so a
+    refusal no retry can help is not sent again."""
+    headers = {} if retry_after_s is None else {"Retry-After": str(math.ceil(retry_after_s))}
+    if should_retry is not None:
+        headers["x-should-retry"] = "true" if should_retry else "false"
+    body = error_document(dialect, status, message, param=param)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def refusal_response(dialect: Dialect, error: FrontDoorRefused | BadRequest) -> Response:
+    """The answer to a refused request: its status, its message, and for a refusal its
+    ``Retry-After``; a message that starts with a field path (``$.model: ...``) names that
+    field as ``param``."""
+    message = str(error)
+    param = message[2:].split(":", 1)[0] if message.startswith("$.") else None
+    if isinstance(error, BadRequest):
+        return error_response(dialect, error.status, message, param=param)
+    retry = error.retry_after_s
+    return error_response(
+        dialect,
+        error.status,
+        message,
+        param=param,
+        retry_after_s=retry,
+        should_retry=retry is not None,
+    )
+
+
+class GrantedAnswer(Response):
+    """An answer that holds a grant (module docstring); subclasses write `answer`."""
+
+    def __init__(
+        self, grant: Grant, dialect: Dialect, clients: UpstreamClients, outbound: Outbound
+    ) -> None:
+        super().__init__()
+        self.grant = grant
+        self.dialect = dialect
+        self.clients = clients
+        self.outbound = outbound
+        self.opened: httpx.Response | None = None
+        self.read_failure = ""
+        """Why `read_whole` gave None, in words."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_when_gone, receive, nursery.cancel_scope)
+                await self.answer(send)
+                nursery.cancel_scope.cancel()
+        finally:
+            await self._close_upstream()
+            self.grant.done()
+
+    async def answer(self, send: Send) -> None:
+        """Send the whole answer to the client (`PassThrough`, or a translation)."""
+        raise NotImplementedError
+
+    async def open_upstream(self, send: Send) -> httpx.Response | None:
+        """Send the request to the server; None when it failed, after a 502 or 504 in the
+        dialect was sent to the client."""
+        upstream, outbound = self.grant.upstream, self.outbound
+        headers = upstream_headers(upstream, outbound.headers)
+        try:
+            self.opened = await self.clients.open(
+                upstream.base_url,
+                outbound.method,
+                outbound.target,
+                body=outbound.body,
+                headers=headers,
+            )
+        except httpx.TimeoutException as error:
+            why = (
+                f"{type(error).__name__}: {cut(str(error))}" if str(error) else type(error).__name__
+            )
+            await self.send_error(send, 504, f"model {upstream.role!r}: no answer in time ({why})")
+            return None
+        except httpx.TransportError as error:
+            await self.send_error(send, 502, _unreachable(upstream, error))
+            return None
+        return self.opened
+
+    async def read_whole(self, answer: httpx.Response, limits: ReplyLimits) -> bytes | None:
+        """The server's whole answer body, or None when it broke off or was too large (the
+        caller sends a 502 then: see `read_failure`)."""
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async for chunk in answer.aiter_raw():
+                size += len(chunk)
+                if size > limits.max_bytes:
+                    self.read_failure = f"its answer is larger than {limits.max_bytes} bytes"
+                    return None
+                chunks.append(chunk)
+        except httpx.TransportError as error:
+            self.read_failure = f"its answer broke off: {_words(error)}"
+            return None
+        return b"".join(chunks)
+
+    async def send_error(self, send: Send, status: int, message: str) -> None:
+        """Send a whole error answer in the dialect."""
+        document = error_document(self.dialect, status, message)
+        await send_json(send, status, document)
+
+    async def _close_upstream(self) -> None:
+        if self.opened is None:
+            return
+        with trio.move_on_after(CLOSE_S) as scope:
+            scope.shield = True
+            await self.opened.aclose()
+
+
+class PassThrough(GrantedAnswer):
+    """The server's answer sent on as it is (module docstring).
+
+    Args:
+        end: how a whole stream of this route ends.
+        limits: how much of a whole answer is read.
+    """
+
+    def __init__(
+        self,
+        grant: Grant,
+        dialect: Dialect,
+        clients: UpstreamClients,
+        outbound: Outbound,
+        *,
+        end: StreamEnd,
+        limits: ReplyLimits,
+    ) -> None:
+        super().__init__(grant, dialect, clients, outbound)
+        self.end = end
+        self.limits = limits
+
+    async def answer(self, send: Send) -> None:
+        answer = await self.open_upstream(send)
+        if answer is None:
+            return
+        if is_stream(answer):
+            await self._stream(send, answer)
+        else:
+            await self._whole(send, answer)
+
+    async def _stream(self, send: Send, answer: httpx.Response) -> None:
+        passed = [(k, v) for k, v in _passed_headers(answer) if k not in _STREAM_SET]
+        headers = [
+            *passed,
+            (b"x-accel-buffering", b"no"),
+            (b"cache-control", b"no-cache"),
+        ]
+        await send(
+            {"type": "http.response.start", "status": answer.status_code, "headers": headers}
+        )
+        tail: deque[bytes] = deque(maxlen=TAIL_CHUNKS)
+        frame_dialect = _frame_dialect(self.dialect, answer)
+        try:
+            async for chunk in answer.aiter_raw():
+                if chunk:
+                    tail.append(chunk)
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except httpx.TransportError as error:
+            role = self.grant.upstream.role
+            words = f"model {role!r}: the server's stream broke off: {_words(error)}"
+            await _end_with(send, error_frame(frame_dialect, words))
+            return
+        if not ended_whole(self.end, b"".join(tail)):
+            words = (
+                f"model {self.grant.upstream.role!r}: the server's stream ended before its "
+                "last event (the server stopped or died mid-answer)"
+            )
+            await _end_with(send, error_frame(frame_dialect, words))
+            return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _whole(self, send: Send, answer: httpx.Response) -> None:
+        body = await self.read_whole(answer, self.limits)
+        role = self.grant.upstream.role
+        if body is None:
+            await self.send_error(send, 502, f"model {role!r}: {self.read_failure}")
+            return
+        if answer.status_code >= 400:
+            body = _in_dialect(self.dialect, answer.status_code, body)
+        headers = [*_passed_headers(answer), (b"content-length", str(len(body)).encode())]
+        await send(
+            {"type": "http.response.start", "status": answer.status_code, "headers": headers}
+        )
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def send_json(send: Send, status: int, document: object) -> None:
+    """Send a whole JSON answer."""
+    response = JSONResponse(document, status_code=status)
+    await send({"type": "http.response.start", "status": status, "headers": response.raw_headers})
+    await send({"type": "http.response.body", "body": response.body, "more_body": False})
+
+
+async def _end_with(send: Send, frame: bytes) -> None:
+    await send({"type": "http.response.body", "body": frame, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _cancel_when_gone(receive: Receive, scope: trio.CancelScope) -> None:
+    """Cancel ``scope`` once the client disconnects (ASGI ``http.disconnect``)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            scope.cancel()
+            return
+
+
+def _passed_headers(answer: httpx.Response) -> list[tuple[bytes, bytes]]:
+    return [
+        (name.lower(), value)
+        for name, value in answer.headers.raw
+        if name.decode("latin-1").lower() not in HOP_BY_HOP
+    ]
+
+
+def _frame_dialect(dialect: Dialect, answer: httpx.Response) -> Dialect:
+    """The dialect of an error frame: the request's, but NDJSON lines for an NDJSON stream
+    (``/upstream/NAME/...`` to an Ollama instance)."""
+    ndjson = answer.headers.get("content-type", "").startswith("application/x-ndjson")
+    return Dialect.OLLAMA if ndjson else dialect
+
+
+def _in_dialect(dialect: Dialect, status: int, body: bytes) -> bytes:
+    """A server's error body in the dialect's shape, with the server's own words; a body
+    already in that shape is kept byte for byte."""
+    try:
+        document: Any = parse_json(body)
+    except InvalidConfig:
+        document = None
+    message = error_message(document)
+    shaped = isinstance(document, dict) and (
+        isinstance(document.get("error"), dict) != (dialect is Dialect.OLLAMA)
+    )
+    if message is not None and shaped:
+        return body
+    words = message if message is not None else cut(body.decode("utf-8", errors="replace"), 2000)
+    response = JSONResponse(error_document(dialect, status, words or f"HTTP {status}"))
+    return bytes(response.body)
+
+
+def _words(error: httpx.TransportError) -> str:
+    text = str(error)
+    return f"{type(error).__name__}: {cut(text)}" if text else type(error).__name__
+
+
+def _unreachable(upstream: Upstream, error: httpx.TransportError) -> str:
+    where = f"its server at {upstream.base_url}"
+    return f"model {upstream.role!r}: {where} cannot be reached ({_words(error)})"

@@ -1,0 +1,112 @@
+"""On-demand instances in a `Fleet` (fake llama-servers, real processes): ``run`` loads
+them without starting them and still settles; the scheduler starts one for a request;
+an operator's stop, a reload and the fleet's close each drain it and stop it with their
+reason; status and metrics show the scheduler's figures."""
+
+from __future__ import annotations
+
+import trio
+
+from inferactors import ResidencyStop, StopReason
+from inferactors._actors.front_door_scheduler import FrontDoorScheduler
+from inferactors._actors.front_door_seam import Residency, Scheduler
+from inferactors._service.fleet import Fleet, open_fleet
+from inferactors._status import InstanceState
+from inferactors.testing import RuntimeKit
+from inferactors.testing._fake_processes import free_port
+from service.fleet_support import Check, Entry, RunFile, running, until
+
+ON_DEMAND = "residency = { on_demand = true }\n"
+RESIDENCY = "\n[residency]\nmax_wait_s = 30.0\ndrain_timeout_s = 5.0\nidle_ttl_s = 600.0\n"
+
+
+def _write(run: RunFile, *entries: Entry) -> None:
+    run.write(*entries)
+    run.path.write_text(run.path.read_text() + RESIDENCY)
+
+
+async def _door(fleet: Fleet) -> FrontDoorScheduler:
+    assert fleet.door is not None
+    with trio.fail_after(30.0):
+        await fleet.door.opened.wait()
+    assert fleet.door.scheduler is not None
+    return fleet.door.scheduler
+
+
+def resident(name: str) -> Check:
+    """A check: the scheduler counts ``name`` as resident."""
+
+    def check(fleet: Fleet) -> bool:
+        residency = fleet.view(name).residency
+        return residency is not None and residency.residency is Residency.RESIDENT
+
+    return check
+
+
+def _stops(fleet: Fleet, reason: StopReason) -> list[ResidencyStop]:
+    return [
+        e for e in fleet.recent_events(1000) if isinstance(e, ResidencyStop) and e.reason is reason
+    ]
+
+
+async def test_an_on_demand_instance_waits_for_its_first_request(
+    inferactors_kit: RuntimeKit,
+) -> None:
+    run = RunFile.create(inferactors_kit)
+    _write(run, Entry("always", free_port()), Entry("lazy", free_port(), extra=ON_DEMAND))
+    async with open_fleet(run.config(), run.path) as fleet:
+        await _door(fleet)
+        await until(fleet, running("always"))
+        with trio.fail_after(30.0):
+            await fleet.settled.wait()
+        lazy = fleet.view("lazy")
+        assert lazy.status.state is InstanceState.LOADED
+        assert lazy.residency is not None
+        assert lazy.residency.residency is Residency.NOT_LOADED
+        assert lazy.residency.declared_bytes > 0  # the tiny model's shard and KV cache
+        await until(fleet, resident("always"))  # its Running reached the scheduler
+        always = fleet.view("always").residency
+        assert always is not None
+        assert not always.on_demand
+        assert fleet.door is not None
+        scheduler: Scheduler = fleet.door  # what `run` hands the front door's HTTP side
+        assert [entry.name for entry in scheduler.models()] == ["always", "lazy"]
+        with trio.fail_after(30.0):
+            grant = await scheduler.acquire("lazy")
+        assert grant.upstream.base_url.startswith("http://127.0.0.1:")
+        await until(fleet, running("lazy"))
+        residency = fleet.view("lazy").residency
+        assert residency is not None
+        assert residency.in_flight == 1
+        grant.done()
+        text = fleet.metrics_text().decode()
+        assert 'inferactors_on_demand_starts_total{flavor="infer.llamacpp",instance="lazy"' in text
+        assert 'figure="declared",flavor="infer.llamacpp",instance="lazy"' in text
+        await fleet.stop("lazy")  # the operator's stop goes through the scheduler
+        [stop] = _stops(fleet, StopReason.REQUESTED)
+        assert stop.instance_id == fleet.view("lazy").instance_id
+        assert 'reason="requested"' in fleet.metrics_text().decode()
+    assert len(_stops(fleet, StopReason.SHUTDOWN)) == 1  # "always": drained, then stopped
+
+
+async def test_a_reload_drains_what_it_unloads_and_rebinds_the_scheduler(
+    inferactors_kit: RuntimeKit,
+) -> None:
+    run = RunFile.create(inferactors_kit)
+    port = free_port()
+    _write(run, Entry("lazy", port, extra=ON_DEMAND))
+    async with open_fleet(run.config(), run.path) as fleet:
+        door = await _door(fleet)
+        with trio.fail_after(30.0):
+            (await door.acquire("lazy")).done()
+        await until(fleet, running("lazy"))
+        _write(run, Entry("lazy", port, extra=ON_DEMAND, serve=", ctx = 2048"))
+        result = await fleet.reload()
+        assert result.changed == ("lazy",)
+        assert len(_stops(fleet, StopReason.RELOAD)) == 1
+        assert fleet.view("lazy").status.state is InstanceState.LOADED  # not started again
+        with trio.fail_after(30.0):
+            grant = await door.acquire("lazy")  # the reloaded instance, started on demand
+        await until(fleet, running("lazy"))
+        assert grant.upstream.base_url.endswith(f":{port}")
+        grant.done()
