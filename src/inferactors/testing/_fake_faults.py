@@ -109,6 +109,16 @@ class FakeServerFaults:
             child of ``fork_child``, exit within 0.1 s of that process's death.
         require_api_key: llamacpp: answer every request but ``/health`` with 401 ``Invalid
             API Key``, as llama-server started with ``--api-key`` does to a client without it.
+        models_status: answer ``GET /v1/models`` with this HTTP status and no list (501:
+            what an mlx_lm.server from before its model list answers, Python's
+            ``BaseHTTPRequestHandler`` saying ``Unsupported method ('GET')``).
+        flood_start_bytes: write this many bytes of log lines on stderr before listening
+            (a start-up burst; each line ``flood_line_bytes`` long).
+        flood_line_bytes: the length of each flood line in bytes, newline included (a line
+            longer than the supervisor's line cap is kept in pieces).
+        flood_bytes_per_s: once listening, write log lines on stderr at about this many
+            bytes a second for ever (0: none); the program's ``--flood-stats`` file then
+            says how long its writes were blocked by a full pipe.
     """
 
     load_s: float = attrs.field(default=0.0, validator=_non_negative)
@@ -139,6 +149,13 @@ class FakeServerFaults:
     )
     outlive_parent: bool = False
     require_api_key: bool = False
+    models_status: int | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional([attrs.validators.ge(100), attrs.validators.le(599)]),
+    )
+    flood_start_bytes: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    flood_line_bytes: int = attrs.field(default=120, validator=attrs.validators.ge(1))
+    flood_bytes_per_s: float = attrs.field(default=0.0, validator=_non_negative)
 
     def args(self) -> tuple[str, ...]:
         """Flags for the fields that differ from their defaults, e.g. ``("--load-s", "0.5")``."""
@@ -175,6 +192,7 @@ class FakeServerOptions:
     request_log: Path | None = None
     pid_file: Path | None = None
     child_pid_file: Path | None = None
+    flood_stats: Path | None = None
     faults: FakeServerFaults = attrs.field(factory=FakeServerFaults, validator=_fits_flavor)
 
     @property
@@ -190,6 +208,7 @@ class FakeServerOptions:
         out += ["--model", self.model]
         named = {"--alias": self.alias, "--request-log": self.request_log}
         named |= {"--pid-file": self.pid_file, "--child-pid-file": self.child_pid_file}
+        named |= {"--flood-stats": self.flood_stats}
         for flag, value in named.items():
             out += [] if value is None else [flag, str(value)]
         return (*out, *self.faults.args())
@@ -314,6 +333,8 @@ def _decide_llamacpp(
     if options.faults.require_api_key and route not in _PUBLIC:
         return Reply(401, _NO_KEY)  # the real server checks the key before anything else
     if route in (("GET", "/v1/models"), ("GET", "/models")):
+        if options.faults.models_status is not None:
+            return _no_list(options.faults.models_status)
         listed = replies.llamacpp_models(options.model_id, loaded=phase != "loading")
         return Reply(200, replies.as_router(listed, options.faults.router_status))
     if phase == "loading":
@@ -346,6 +367,8 @@ def _decide_mlx(
     if route == ("GET", "/health"):
         return Reply(503, {"status": "unavailable"}) if phase == "dead" else Reply(200, _OK)
     if route == ("GET", "/v1/models"):
+        if options.faults.models_status is not None:
+            return _no_list(options.faults.models_status)
         served = options.faults.impostor or options.model
         entry = {"id": served, "object": "model", "created": int(time.time())}
         return Reply(200, {"object": "list", "data": [] if phase == "dead" else [entry]})
@@ -360,6 +383,11 @@ def _decide_mlx(
     if phase == "dead":
         return Reply(404, {"error": "generation thread died"})
     return AwaitLoad() if phase == "loading" else checked
+
+
+def _no_list(status: int) -> Reply:
+    """A ``GET /v1/models`` answered with ``status`` and no model list."""
+    return Reply(status, {"error": f"Unsupported method ('GET') (HTTP {status})"})
 
 
 def _health(fault: str | None) -> Reply | Hang | Reset:
