@@ -144,3 +144,28 @@ def test_run_help_documents_every_exit_status() -> None:
     statuses = re.findall(r"^  (\d)  ", done.stdout, flags=re.MULTILINE)
     assert statuses == ["0", "1", "2"], done.stdout
     assert "SIGHUP reloads the run file" in done.stdout
+
+
+def test_an_instance_on_the_control_port_is_a_bad_run_file_exit_2(
+    inferactors_kit: RuntimeKit,
+) -> None:
+    """The control API's own port is the supervisor's: an instance there is refused with
+    the run file (exit 2, naming the field), not at its admission as a port someone holds
+    (which said "adopt it instead" and exited 1)."""
+    run = RunFile.create(inferactors_kit)
+    port = free_port()
+    run.write(Entry("a", free_port()), Entry("b", port))
+    token = run.path.parent / "token"
+    token.write_text("0123456789abcdef0123\n")
+    token.chmod(0o600)
+    argv = [sys.executable, "-m", "inferactors", "run", str(run.path)]
+    argv += ["--control-port", str(port), "--control-token-file", str(token)]
+    env = {**os.environ, "HOME": str(run.path.parent)}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False, env=env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert (
+        f"$.instances[1].serve.port: {port} on 127.0.0.1 is the control API's port "
+        "(--control-port): choose another"
+    ) in done.stderr
+    assert "adopt it instead" not in done.stdout + done.stderr
+    assert "started" not in done.stdout  # nothing was started

@@ -73,8 +73,8 @@ async def make_plan(
     if config.managed is None:
         key = await _adopted_key(spec, edges)
         if dry:
-            notes = ("not probed (dry)",)
-            return Plan(spec=spec, mode=ControlMode.ADOPTED, notes=notes, api_key=key)
+            dry_notes = ("not probed (dry)",)
+            return Plan(spec=spec, mode=ControlMode.ADOPTED, notes=dry_notes, api_key=key)
         return await _plan_adopted(spec, config, edges, key)
     if registry is None:
         raise AdmissionRefused("managed mode needs a model registry")

@@ -27,7 +27,7 @@ import trio
 from _inferactors_boot import EARLY
 
 from .._config.convert import load_run_config
-from .._config.runfile import RunConfig
+from .._config.runfile import Endpoint, RunConfig
 from .._edges.sd_notify import open_notifier, watchdog_interval_s
 from .._errors import InferactorsError, InvalidConfig, InvalidState, one_line
 from .._events import Event
@@ -78,10 +78,27 @@ def add_run_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     parser.set_defaults(func=run_config)
 
 
+CONTROL_HOST = "127.0.0.1"
+"""Where ``--control-port`` listens."""
+
+
 @attrs.frozen
 class _Control:
     port: int | None = None
     token_file: Path | None = None
+
+    @property
+    def reserved(self) -> tuple[Endpoint, ...]:
+        """The address no instance may use: the control API's (a port 0 is chosen by the
+        kernel, so none is known beforehand)."""
+        if not self.port:
+            return ()
+        return (Endpoint(CONTROL_HOST, self.port, "the control API's port (--control-port)"),)
+
+    def check(self, config: RunConfig) -> None:
+        """Raise `InvalidConfig` (exit 2) for an instance on a reserved address."""
+        for endpoint in self.reserved:
+            endpoint.check(config)
 
 
 def run_config(args: argparse.Namespace) -> int:
@@ -95,6 +112,7 @@ def run_config(args: argparse.Namespace) -> int:
         EARLY.take_reload()  # a SIGHUP so far is answered by reading the file now
         config = load_run_config(args.config)
         config.require_instances()
+        control.check(config)
         return trio.run(_supervise, config, args.config, control)
     except InferactorsError as error:
         return _failed(error)
@@ -125,7 +143,10 @@ async def _supervise(config: RunConfig, run_file: Path, control: _Control) -> in
         if (early := EARLY.stop_heard()) is not None:
             say(f"{signal.Signals(early).name} during start-up: stopping; nothing was started")
             return EXIT_STOPPED
-        async with trio.open_nursery() as printing, open_fleet(config, run_file, say=say) as fleet:
+        async with (
+            trio.open_nursery() as printing,
+            open_fleet(config, run_file, say=say, reserved=control.reserved) as fleet,
+        ):
             printing.start_soon(_log_events, stack.enter_context(fleet.follow_events()))
             # in the outer nursery: the control API serves until the fleet is closed, so a
             # follow stream gets the last stop events and ends cleanly

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 
 import attrs
 import trio
 
-from .._config.runfile import RunConfig
+from .._config.runfile import Endpoint, RunConfig
 from .._config.state_dir import state_dir_of
 from .._edges.bundle import Edges
 from .._edges.log_ring import LogLine
@@ -28,6 +28,7 @@ from .._events import Event
 from .._policy import fleet_exit
 from .._policy.reload_plan import Placement, placements
 from .._status import InstanceState
+from .drain import Drainer, NoDrain
 from .hosts import RuntimeHost, Say, open_host, say_nothing
 from .members import Member, keep
 from .metrics import FleetMetrics
@@ -57,6 +58,12 @@ class Fleet:
     edges: Edges
     stop_grace_s: float
     _nursery: trio.Nursery
+    reserved: tuple[Endpoint, ...] = ()
+    """Addresses the supervisor listens on itself (the control API's port): a reload that
+    puts an instance there is refused as an invalid run file."""
+    drainer: Drainer = attrs.Factory(NoDrain)
+    """Drains a changed or removed instance's requests before a reload stops it (the front
+    door sets its own; ``drain.py``)."""
     settled: trio.Event = attrs.Factory(trio.Event)
     """Set once every instance reached its first settled state (Running, Degraded,
     Exited, given up, refused)."""
@@ -335,6 +342,7 @@ async def open_fleet(
     say: Say = say_nothing,
     stop_grace_s: float = STOP_GRACE_S,
     edges: Edges | None = None,
+    reserved: Sequence[Endpoint] = (),
 ) -> AsyncIterator[Fleet]:
     """Supervise every instance of ``config`` (read from ``run_file``) for the block.
 
@@ -342,17 +350,22 @@ async def open_fleet(
     started in the background (`Fleet.settled` tells when that is over). ``say`` hears
     what the fleet has to tell the operator (started, refused, first deep health).
     ``edges`` replaces the I/O edges of every runtime (its ``on_probe`` is the metrics').
+    ``reserved`` names the addresses the supervisor listens on itself (no instance may use
+    one, now or after a reload).
     Leaving the block (even by cancellation) stops every managed server (SIGTERM,
     ``stop_grace_s`` float seconds, SIGKILL) and closes the runtimes.
 
     Raises:
-        InvalidConfig: no instances, or a runtime's settings are malformed.
+        InvalidConfig: no instances, an instance on a ``reserved`` address, or a runtime's
+            settings are malformed.
         InvalidState: another supervisor holds a data_root.
         BackendError: a data_root cannot be made.
     """
     config.require_instances()
+    for endpoint in reserved:
+        endpoint.check(config)
     try:
-        async with _fleet_of(config, run_file, say, stop_grace_s, edges) as fleet:
+        async with _fleet_of(config, run_file, say, stop_grace_s, edges, tuple(reserved)) as fleet:
             yield fleet
     except BaseExceptionGroup as group:
         raise _single(group) from None
@@ -360,13 +373,20 @@ async def open_fleet(
 
 @contextlib.asynccontextmanager
 async def _fleet_of(
-    config: RunConfig, run_file: Path, say: Say, stop_grace_s: float, edges: Edges | None
+    config: RunConfig,
+    run_file: Path,
+    say: Say,
+    stop_grace_s: float,
+    edges: Edges | None,
+    reserved: tuple[Endpoint, ...],
 ) -> AsyncIterator[Fleet]:
     wanted = placements(config)
     metrics = FleetMetrics.create()
     edges = attrs.evolve(edges or Edges(), on_probe=metrics.on_probe)
     async with trio.open_nursery() as nursery:
-        fleet = Fleet(run_file, state_dir_of(config), say, metrics, edges, stop_grace_s, nursery)
+        fleet = Fleet(
+            run_file, state_dir_of(config), say, metrics, edges, stop_grace_s, nursery, reserved
+        )
         try:
             for name, placement in wanted.items():
                 host = fleet.host_for(placement) or await fleet.open_host(placement)

@@ -6,7 +6,7 @@ listens, lines of hundreds of KiB, or a debug log that never stops. Each flood l
 ``flood_line_bytes`` long with its newline: a counter, then ``x``s. Every write is timed:
 a write that waits on a full pipe is the supervisor not reading, and ``--flood-stats FILE``
 gets, about every 0.2 s and at the end of the start-up burst, a JSON object ``{"writes":
-N, "bytes": N, "blocked": N, "max_block_s": S, "total_block_s": S}`` (``blocked``: writes
+N, "written_bytes": N, "blocked": N, "max_block_s": S, "total_block_s": S}`` (``blocked``: writes
 that took over `BLOCKED_S`), written atomically.
 
 Like ``_fake_server``, this module imports nothing of the ``inferactors`` package but its
@@ -36,7 +36,7 @@ class FloodStats:
     """What the flood's writes cost: counts, bytes and time blocked (float seconds)."""
 
     writes: int = 0
-    bytes: int = 0
+    written_bytes: int = 0
     blocked: int = 0
     max_block_s: float = 0.0
     total_block_s: float = 0.0
@@ -51,7 +51,7 @@ class FloodStats:
         took = time.monotonic() - began
         with self._lock:
             self.writes += 1
-            self.bytes += len(data)
+            self.written_bytes += len(data)
             self.blocked += took > BLOCKED_S
             self.max_block_s = max(self.max_block_s, took)
             self.total_block_s += took
