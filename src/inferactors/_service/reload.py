@@ -180,6 +180,7 @@ async def _apply(
     await _close_unused(fleet)
     for member in members:
         await member.first_done.wait()
+    _resize_rings(fleet)
     for member in members:
         fleet.changed(member)
     fleet.metrics.track(fleet.views())
@@ -223,6 +224,16 @@ async def _close_unused(fleet: Fleet) -> None:
         if id(host) not in used:
             fleet.hosts.remove(host)
             await host.close()
+
+
+def _resize_rings(fleet: Fleet) -> None:
+    """``[managed.logs]`` as the file says it now, for every instance's output ring (also
+    a changed one's: its ring outlived its unload)."""
+    for member in fleet.members.values():
+        managed = member.placement.runtime.managed
+        ring = None if member.handle is None else fleet.edges.logs.get(member.handle.instance_id)
+        if managed is not None and ring is not None:
+            ring.resize(managed.logs)
 
 
 def _reorder(fleet: Fleet, wanted: dict[str, Placement]) -> None:
