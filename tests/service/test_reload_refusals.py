@@ -75,7 +75,7 @@ async def test_an_instance_refused_at_its_start_is_listed_as_refused(
             assert f"something already holds port {held}" in why
             assert notes[-1].failed
             assert notes[-1].detail.endswith(f"refused two: {why}")
-            assert not fleet.nothing_left.is_set()  # "one" is still supervised
+            assert not fleet.given_up.is_set()  # "one" is still supervised
 
 
 async def test_a_failed_reload_is_reloading_then_ready_with_the_failure(

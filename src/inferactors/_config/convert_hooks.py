@@ -207,7 +207,8 @@ def _attrs_hook(cl: Any) -> Hook:
 
 
 def _structure_run_instance(obj: object, _: Any) -> RunInstance:
-    """``[[instances]]`` is flat: ``mode`` sits beside the spec's own keys."""
+    """``[[instances]]`` is flat: ``mode``, ``supervision`` and ``required`` sit beside
+    the spec's own keys."""
     if not isinstance(obj, Mapping):
         raise _expected("a table", obj)
     errors: list[Exception] = []
@@ -224,7 +225,14 @@ def _structure_run_instance(obj: object, _: Any) -> RunInstance:
         except Exception as error:
             error.add_note(AttributeValidationNote("supervision", "supervision", Supervision))
             errors.append(error)
-    rest = {k: v for k, v in obj.items() if k not in ("mode", "supervision")}
+    required: Any = True
+    if "required" in obj:
+        try:
+            required = converter.structure(obj["required"], bool)
+        except Exception as error:
+            error.add_note(AttributeValidationNote("required", "required", bool))
+            errors.append(error)
+    rest = {k: v for k, v in obj.items() if k not in ("mode", "supervision", "required")}
     try:
         spec = converter.structure(rest, InferenceSpec)
     except ClassValidationError as error:
@@ -233,13 +241,15 @@ def _structure_run_instance(obj: object, _: Any) -> RunInstance:
         errors.append(error)
     if errors:
         raise ClassValidationError("while structuring RunInstance", errors, RunInstance)
-    return RunInstance(mode=mode, spec=spec, supervision=supervision)
+    return RunInstance(mode=mode, spec=spec, supervision=supervision, required=required)
 
 
 def _unstructure_run_instance(instance: RunInstance) -> dict[str, Any]:
     data = {"mode": instance.mode.value, **converter.unstructure(instance.spec)}
     if instance.supervision != Supervision():
         data["supervision"] = converter.unstructure(instance.supervision)
+    if not instance.required:
+        data["required"] = False
     return data
 
 

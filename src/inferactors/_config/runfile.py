@@ -73,12 +73,19 @@ class ManagedSection:
 
 @attrs.frozen
 class RunInstance:
-    """One ``[[instances]]`` entry: the control mode and an optional ``supervision`` table
-    beside the spec's keys (flat in TOML)."""
+    """One ``[[instances]]`` entry: the control mode, an optional ``supervision`` table and
+    ``required`` beside the spec's keys (flat in TOML).
+
+    ``required`` (default true): the supervisor exists for this instance. Once it is down
+    for good (refused, given up, held down) ``inferactors run`` exits, and ``/readyz`` is
+    503 while it is not Running. An optional one (``required = false``) going down is
+    reported and the others go on.
+    """
 
     mode: ControlMode
     spec: InferenceSpec
     supervision: Supervision = Supervision()  # noqa: RUF009  (frozen value)
+    required: bool = True
 
 
 @attrs.frozen

@@ -20,7 +20,7 @@ import trio
 
 from .._config.runfile import Endpoint, RunConfig
 from .._config.state_dir import state_dir_of
-from .._edges.bundle import Edges
+from .._edges.bundle import Edges, ProbeTimed
 from .._edges.log_ring import LogLine
 from .._edges.orphan_record import ReapedOrphan
 from .._errors import InvalidState, UnknownInstance
@@ -33,7 +33,7 @@ from .hosts import RuntimeHost, Say, open_host, say_nothing
 from .members import Member, keep
 from .metrics import FleetMetrics
 from .reload import reload_fleet
-from .views import InstanceView, Lifecycle, LifecycleNote, ReloadResult
+from .views import InstanceView, Lifecycle, LifecycleNote, ReadyView, ReloadResult
 
 __all__ = ["Fleet", "InstanceView", "LifecycleNote", "ReloadResult", "open_fleet"]
 
@@ -67,9 +67,12 @@ class Fleet:
     settled: trio.Event = attrs.Factory(trio.Event)
     """Set once every instance reached its first settled state (Running, Degraded,
     Exited, given up, refused)."""
-    nothing_left: trio.Event = attrs.Factory(trio.Event)
-    """Set once nothing is left to supervise (every instance refused, given up or held
-    down: `_policy.fleet_exit`); ``inferactors run`` then exits 1."""
+    given_up: trio.Event = attrs.Factory(trio.Event)
+    """Set once the supervisor should stop by itself: a required instance is down for good,
+    or every instance is (`_policy.fleet_exit.verdict`); ``exit_status`` says how."""
+    exit_status: int | None = None
+    """The status ``inferactors run`` exits with once ``given_up`` is set (1, or 78 when a
+    restart of the supervisor cannot help)."""
     members: dict[str, Member] = attrs.Factory(dict)
     hosts: list[RuntimeHost] = attrs.Factory(list)
     reload_lock: trio.Lock = attrs.Factory(trio.Lock)
@@ -99,9 +102,17 @@ class Fleet:
         except KeyError:
             raise UnknownInstance(f"no instance named {name!r} in {self.run_file}") from None
 
-    def ready(self) -> dict[str, bool]:
-        """Per instance, whether it is Running (every instance is required)."""
-        return {name: m.status.state is InstanceState.RUNNING for name, m in self.members.items()}
+    def readiness(self) -> tuple[ReadyView, ...]:
+        """Every instance's readiness for ``/readyz``, in run-file order (no I/O)."""
+        return tuple(member.ready_view() for member in self.members.values())
+
+    def on_probe(self, timed: ProbeTimed) -> None:
+        """One probe of an instance (`Edges.on_probe`): counted in the metrics, and one
+        readiness observation of its member."""
+        self.metrics.on_probe(timed)
+        member = self._by_iid.get(timed.instance_id)
+        if member is not None and member.refused is None:
+            member.readiness.observe(member.status)
 
     async def until_changed(self) -> None:
         """Wait until a member's cached view changes (each is read again on every event
@@ -236,12 +247,14 @@ class Fleet:
         `until_changed` (`Keeper`)."""
         self._views_changed.set()
         self._views_changed = trio.Event()
-        standings = [m.standing() for m in self.members.values()]
-        if not self.settled.is_set() and fleet_exit.settled(standings):
+        places = [m.place() for m in self.members.values()]
+        if not self.settled.is_set() and fleet_exit.settled(p.standing for p in places):
             self.settled.set()
             self.note(Lifecycle.SETTLED, _summary(self.views()))
-        if self.settled.is_set() and fleet_exit.nothing_left(standings):
-            self.nothing_left.set()
+        if self.settled.is_set() and not self.given_up.is_set():
+            self.exit_status = fleet_exit.verdict(places)
+            if self.exit_status is not None:
+                self.given_up.set()
 
     def on_event(self, event: Event) -> None:
         """One event of any runtime: kept, counted, passed on, and its member marked."""
@@ -382,11 +395,17 @@ async def _fleet_of(
 ) -> AsyncIterator[Fleet]:
     wanted = placements(config)
     metrics = FleetMetrics.create()
-    edges = attrs.evolve(edges or Edges(), on_probe=metrics.on_probe)
+    made: list[Fleet] = []
+
+    def on_probe(timed: ProbeTimed) -> None:
+        made[0].on_probe(timed)
+
+    edges = attrs.evolve(edges or Edges(), on_probe=on_probe)
     async with trio.open_nursery() as nursery:
         fleet = Fleet(
             run_file, state_dir_of(config), say, metrics, edges, stop_grace_s, nursery, reserved
         )
+        made.append(fleet)
         try:
             for name, placement in wanted.items():
                 host = fleet.host_for(placement) or await fleet.open_host(placement)

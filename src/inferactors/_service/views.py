@@ -34,6 +34,26 @@ class InstanceView:
 
 
 @attrs.frozen
+class ReadyView:
+    """One instance as ``/readyz`` sees it (``_policy/readiness.py``).
+
+    Attributes:
+        name: the instance's name.
+        ready: whether it takes requests, changed only after probes in a row agree.
+        required: whether ``/readyz`` (all of them) waits for it (``required`` in the run
+            file, the default); an optional one is shown, never waited for.
+        state: its state now (``running``, ``degraded``, ...).
+        reason: why it is not ready, in words; None when ready.
+    """
+
+    name: str
+    ready: bool
+    required: bool
+    state: str
+    reason: str | None = None
+
+
+@attrs.frozen
 class ReloadResult:
     """What one reload did, by instance name (each tuple sorted).
 
