@@ -19,6 +19,7 @@ import os
 import pwd
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -189,12 +190,13 @@ def test_a_port_held_by_another_process_exits_78(inferactors_kit: RuntimeKit) ->
 
 @contextmanager
 def as_nobody(kit: RuntimeKit) -> Iterator[dict[str, object]]:
-    """How to run ``inferactors run`` as ``nobody`` (as root; a privilege check as any
-    other user is none): its interpreter, import path and user."""
+    """How to run a command as ``nobody`` (as root; a privilege check as any other user is
+    none): its user, its own group alone, and the import path of our source."""
     if os.geteuid() != 0 or kit.workspace.run_as is None:
         pytest.skip("needs root, to run the supervisor as another user")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(kit.workspace.sys_path)}
-    yield {"user": kit.workspace.run_as, "env": env}
+    user = pwd.getpwnam(kit.workspace.run_as)
+    yield {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": [], "env": env}
 
 
 def test_a_state_directory_it_cannot_write_exits_78_in_one_line(
@@ -230,8 +232,7 @@ def test_a_state_directory_made_unwritable_while_running_stops_without_a_traceba
         run.path.write_text(text)
         state = inferactors_kit.root / "state"
         state.mkdir(mode=0o700)
-        user = pwd.getpwnam(str(nobody["user"]))
-        os.chown(state, user.pw_uid, user.pw_gid)  # its own, at first
+        os.chown(state, nobody["user"], nobody["group"])  # type: ignore[arg-type]  # its own
         argv = [inferactors_kit.workspace.python, "-m", "inferactors", "run", str(run.path)]
         process = RunProcess.reading(
             subprocess.Popen(  # type: ignore[call-overload]
@@ -307,3 +308,35 @@ def test_a_watchdog_it_cannot_honour_is_refused_and_a_short_one_warned(
     finally:
         process.process.send_signal(signal.SIGTERM)
         assert process.finish() == EXIT_STOPPED, process.output()
+
+
+def test_a_read_group_reads_through_its_own_socket_and_commands_are_refused(
+    inferactors_kit: RuntimeKit,
+) -> None:
+    """``--control-read-group nogroup``: ``nobody`` (in it) reads status through
+    ``control-ro.sock``; its stop is refused (403 read-only); the full socket stays 0600."""
+    with as_nobody(inferactors_kit) as nobody:
+        run = RunFile.create(inferactors_kit)
+        run.write(Entry("chat", free_port()))
+        state = inferactors_kit.root / "state"
+        process = RunProcess.start(run.path, "--control-read-group", "nogroup")
+        try:
+            process.wait_for("supervising 1 of 1")
+            base = [inferactors_kit.workspace.python, "-m", "inferactors"]
+            as_user = {"capture_output": True, "text": True, "timeout": 60, **nobody}
+
+            def nobody_runs(*args: str) -> subprocess.CompletedProcess[str]:
+                return subprocess.run([*base, *args], check=False, **as_user)  # type: ignore[call-overload, no-any-return]
+
+            status = nobody_runs("status", "--state-dir", str(state))
+            assert status.returncode == 0, status.stderr
+            assert "chat" in status.stdout
+            stop = nobody_runs("stop", "chat", "--state-dir", str(state))
+            assert stop.returncode == 1, stop.stderr
+            assert "read-only" in stop.stderr
+            assert stat.S_IMODE((state / "control.sock").stat().st_mode) == 0o600
+            assert stat.S_IMODE((state / "control-ro.sock").stat().st_mode) == 0o660
+            assert stat.S_IMODE(state.stat().st_mode) == 0o711
+        finally:
+            process.process.send_signal(signal.SIGTERM)
+            assert process.finish() == EXIT_STOPPED, process.output()
