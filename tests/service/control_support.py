@@ -152,6 +152,9 @@ class FakeFleet:
             for name, view in self.instances.items()
         )
 
+    async def refresh_metrics(self) -> None:
+        self.calls.append("refresh metrics")
+
     def metrics_text(self) -> bytes:
         return b"# TYPE inferactors_up gauge\ninferactors_up 1.0\n"
 

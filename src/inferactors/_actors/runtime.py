@@ -285,6 +285,11 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
         """The server's base URL, for example ``http://127.0.0.1:8090``."""
         return (await self._plan_of(handle)).spec.base_url()
 
+    async def api_key(self, handle: InstanceHandle) -> str | None:
+        """The API key its probes send (``serve.api_key_file``'s content), for a request of
+        our own to its server (its ``/metrics``); never to be shown. None without one."""
+        return (await self._plan_of(handle)).api_key
+
     async def served_model(self, handle: InstanceHandle) -> str | None:
         """The registry name when managed, the spec's model when adopted (checklist 71)."""
         return (await self._plan_of(handle)).served_model

@@ -28,10 +28,8 @@ from .matching import lists
 from .router_models import RouterModel, router_models_of
 
 _SNIPPET_CHARS = 200
-NOT_IMPLEMENTED = 501
-NO_SUCH_ROUTE = frozenset({404, NOT_IMPLEMENTED})
-"""Statuses that say a server has no such route (not that it is unwell): 404, and 501,
-which Python's ``http.server`` answers for a method it has no handler for."""
+NO_SUCH_ROUTE = frozenset({404, 501})
+"""No such route, not unwell: 404, or 501 (``http.server`` without a handler for it)."""
 
 
 @attrs.frozen
@@ -168,7 +166,7 @@ def classify_models_status(status: int) -> Health:
     501 `Up` (an HTTP server that has neither route but answered: only readiness's real
     token can tell more, and it is asked for before Running), else
     ``Unhealthy("/v1/models returned HTTP c")``."""
-    if status == NOT_IMPLEMENTED:
+    if status == 501:
         return Up()
     return _by_status(status, "/v1/models")
 

@@ -94,6 +94,7 @@ class ControlledFleet(Protocol):
     async def alive(self, deadline_s: float) -> bool: ...
     def readiness(self) -> tuple[ReadyView, ...]: ...
     def metrics_text(self) -> bytes: ...
+    async def refresh_metrics(self) -> None: ...
 
 
 def error_body(code: str, message: str) -> dict[str, Any]:
@@ -214,6 +215,7 @@ class _Routes:
                 yield _ndjson(event_data(event))
 
     async def metrics(self, request: Request) -> Response:
+        await self.fleet.refresh_metrics()
         return Response(self.fleet.metrics_text(), media_type=PROMETHEUS_TEXT)
 
     async def livez(self, request: Request) -> Response:

@@ -11,7 +11,6 @@ reading it never waits on an actor or does I/O. Reload: ``_service/reload.py``.
 from __future__ import annotations
 
 import contextlib
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -22,27 +21,24 @@ from .._config.runfile import Endpoint, RunConfig
 from .._config.state_dir import state_dir_of
 from .._edges.bundle import Edges, ProbeTimed
 from .._edges.log_ring import LogLine
-from .._edges.orphan_record import ReapedOrphan
 from .._errors import InvalidState, UnknownInstance
 from .._events import Event
 from .._policy import fleet_exit
 from .._policy.reload_plan import Placement, placements
-from .._status import InstanceState
 from .drain import Drainer, NoDrain
+from .event_fan import EventFan
+from .fleet_figures import read_figures
+from .fleet_words import orphan_words, summary
 from .hosts import RuntimeHost, Say, open_host, say_nothing
 from .members import Member, keep
 from .metrics import FleetMetrics
 from .reload import reload_fleet
 from .views import InstanceView, Lifecycle, LifecycleNote, ReadyView, ReloadResult
 
-__all__ = ["Fleet", "InstanceView", "LifecycleNote", "ReloadResult", "open_fleet"]
+__all__ = ["Fleet", "InstanceView", "LifecycleNote", "ReloadResult", "open_fleet", "orphan_words"]
 
 STOP_GRACE_S = 10.0
 """Grace between SIGTERM and SIGKILL for each managed server, float seconds."""
-EVENT_RING = 1000
-"""How many of the last events `Fleet.recent_events` keeps."""
-FOLLOW_BUFFER = 256
-"""Events a follower may fall behind before it loses the newest ones."""
 CLOSE_MARGIN_S = 10.0
 """Time allowed beyond the stop grace for closing the whole fleet, float seconds."""
 
@@ -80,8 +76,7 @@ class Fleet:
     closed: trio.Event = attrs.Factory(trio.Event)
     """Set once `close` is over: the control API's follow streams end with it."""
     _by_iid: dict[str, Member] = attrs.Factory(dict)
-    _events: deque[Event] = attrs.Factory(lambda: deque(maxlen=EVENT_RING))
-    _followers: set[trio.MemorySendChannel[Event]] = attrs.Factory(set)
+    _fan: EventFan = attrs.Factory(EventFan)
     _hooks: list[Callable[[LifecycleNote], None]] = attrs.Factory(list)
     _views_changed: trio.Event = attrs.Factory(trio.Event)
 
@@ -120,21 +115,13 @@ class Fleet:
         await self._views_changed.wait()
 
     def recent_events(self, n: int) -> tuple[Event, ...]:
-        """The last ``n`` events (at most `EVENT_RING`), oldest first."""
-        return tuple(self._events)[-n:] if n > 0 else ()
+        """The last ``n`` events (at most `event_fan.EVENT_RING`), oldest first."""
+        return self._fan.recent(n)
 
-    @contextlib.contextmanager
-    def follow_events(self) -> Iterator[trio.MemoryReceiveChannel[Event]]:
+    def follow_events(self) -> contextlib.AbstractContextManager[trio.MemoryReceiveChannel[Event]]:
         """Every event from now on, until the block is left (or the fleet closes: the
-        channel ends). A follower `FOLLOW_BUFFER` events behind loses the newest ones."""
-        send, receive = trio.open_memory_channel[Event](FOLLOW_BUFFER)
-        self._followers.add(send)
-        try:
-            with receive:
-                yield receive
-        finally:
-            self._followers.discard(send)
-            send.close()
+        channel ends); a follower that falls behind loses the newest (`EventFan.follow`)."""
+        return self._fan.follow()
 
     def log_tail(self, name: str, lines: int) -> tuple[LogLine, ...]:
         """The instance's last ``lines`` output lines (across restarts), oldest first;
@@ -163,6 +150,12 @@ class Fleet:
     def metrics_text(self) -> bytes:
         """The Prometheus text of the fleet's metrics."""
         return self.metrics.render(self.views())
+
+    async def refresh_metrics(self) -> None:
+        """Read what the servers report and cost (``metrics_engines.py``), all at once,
+        within `fleet_figures.ENGINE_SCRAPE_S` (a late one is left out, a failed one said as
+        failed)."""
+        self.metrics.engines.update(*await read_figures(self.members.values()))
 
     async def alive(self, deadline_s: float) -> bool:
         """Whether every runtime's supervisor actor answered within ``deadline_s`` float
@@ -250,7 +243,7 @@ class Fleet:
         places = [m.place() for m in self.members.values()]
         if not self.settled.is_set() and fleet_exit.settled(p.standing for p in places):
             self.settled.set()
-            self.note(Lifecycle.SETTLED, _summary(self.views()))
+            self.note(Lifecycle.SETTLED, summary(self.views()))
         if self.settled.is_set() and not self.given_up.is_set():
             self.exit_status = fleet_exit.verdict(places)
             if self.exit_status is not None:
@@ -258,15 +251,8 @@ class Fleet:
 
     def on_event(self, event: Event) -> None:
         """One event of any runtime: kept, counted, passed on, and its member marked."""
-        self._events.append(event)
+        self._fan.publish(event)
         self.metrics.observe(event)
-        for follower in list(self._followers):
-            try:
-                follower.send_nowait(event)
-            except trio.WouldBlock:
-                pass  # a slow follower loses events; the runtimes never wait for one
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self._followers.discard(follower)
         member = self._by_iid.get(event.instance_id)
         if member is not None:
             member.hear(event)
@@ -318,33 +304,9 @@ class Fleet:
                 for host in self.hosts:
                     nursery.start_soon(host.close)
         finally:
-            for follower in list(self._followers):
-                follower.close()
+            self._fan.close()
             self.edges.logs.close()
             self.closed.set()
-
-
-def orphan_words(orphan: ReapedOrphan) -> str:
-    """One line for the operator about a server an earlier life left behind, in words: its
-    pid, process group, program and port, the record it was found by, what was done."""
-    done = f"{orphan.outcome.value} ({orphan.detail})"
-    if orphan.pid is None:
-        return (
-            f"found an unreadable record of an earlier life's server, {orphan.record_path}: {done}"
-        )
-    about = [f"process group {orphan.pgid}"] if orphan.pgid is not None else []
-    about += [orphan.program] if orphan.program is not None else []
-    about += [f"port {orphan.port}"] if orphan.port is not None else []
-    listed = f" ({', '.join(about)})" if about else ""
-    return (
-        f"found a server left by an earlier life: pid {orphan.pid}{listed}, "
-        f"by its record {orphan.record_path}: {done}"
-    )
-
-
-def _summary(views: tuple[InstanceView, ...]) -> str:
-    running = sum(1 for view in views if view.status.state is InstanceState.RUNNING)
-    return f"{running} of {len(views)} running"
 
 
 @contextlib.asynccontextmanager

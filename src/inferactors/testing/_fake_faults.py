@@ -109,16 +109,12 @@ class FakeServerFaults:
             child of ``fork_child``, exit within 0.1 s of that process's death.
         require_api_key: llamacpp: answer every request but ``/health`` with 401 ``Invalid
             API Key``, as llama-server started with ``--api-key`` does to a client without it.
-        models_status: answer ``GET /v1/models`` with this HTTP status and no list (501:
-            what an mlx_lm.server from before its model list answers, Python's
-            ``BaseHTTPRequestHandler`` saying ``Unsupported method ('GET')``).
-        flood_start_bytes: write this many bytes of log lines on stderr before listening
-            (a start-up burst; each line ``flood_line_bytes`` long).
-        flood_line_bytes: the length of each flood line in bytes, newline included (a line
-            longer than the supervisor's line cap is kept in pieces).
+        models_status: answer ``GET /v1/models`` with this status and no list (501: an
+            mlx_lm.server from before its model list, ``Unsupported method ('GET')``).
+        flood_start_bytes: write this many bytes of log lines on stderr before listening.
+        flood_line_bytes: the length of each flood line in bytes, newline included.
         flood_bytes_per_s: once listening, write log lines on stderr at about this many
-            bytes a second for ever (0: none); the program's ``--flood-stats`` file then
-            says how long its writes were blocked by a full pipe.
+            bytes a second for ever (0: none; ``_fake_flood``).
     """
 
     load_s: float = attrs.field(default=0.0, validator=_non_negative)
@@ -334,7 +330,7 @@ def _decide_llamacpp(
         return Reply(401, _NO_KEY)  # the real server checks the key before anything else
     if route in (("GET", "/v1/models"), ("GET", "/models")):
         if options.faults.models_status is not None:
-            return _no_list(options.faults.models_status)
+            return Reply(options.faults.models_status, replies.NO_LIST)
         listed = replies.llamacpp_models(options.model_id, loaded=phase != "loading")
         return Reply(200, replies.as_router(listed, options.faults.router_status))
     if phase == "loading":
@@ -368,7 +364,7 @@ def _decide_mlx(
         return Reply(503, {"status": "unavailable"}) if phase == "dead" else Reply(200, _OK)
     if route == ("GET", "/v1/models"):
         if options.faults.models_status is not None:
-            return _no_list(options.faults.models_status)
+            return Reply(options.faults.models_status, replies.NO_LIST)
         served = options.faults.impostor or options.model
         entry = {"id": served, "object": "model", "created": int(time.time())}
         return Reply(200, {"object": "list", "data": [] if phase == "dead" else [entry]})
@@ -383,11 +379,6 @@ def _decide_mlx(
     if phase == "dead":
         return Reply(404, {"error": "generation thread died"})
     return AwaitLoad() if phase == "loading" else checked
-
-
-def _no_list(status: int) -> Reply:
-    """A ``GET /v1/models`` answered with ``status`` and no model list."""
-    return Reply(status, {"error": f"Unsupported method ('GET') (HTTP {status})"})
 
 
 def _health(fault: str | None) -> Reply | Hang | Reset:

@@ -31,9 +31,8 @@ inferactors.testing._fake_server --port P [flags]`` runs the same program, slowe
   a script forgets ``stop()``; ``--outlive-parent`` keeps it serving as an orphan (FC-13).
   A runtime that manages it is that process.
 - A port it cannot bind: a message on stderr and exit status 1, like llama-server.
-- ``--flood-start-bytes``, ``--flood-bytes-per-s``: log floods on stderr, before listening
-  and for ever after; ``--flood-stats FILE`` says how long the writes were blocked
-  (``_fake_flood``).
+- ``--flood-start-bytes``, ``--flood-bytes-per-s``: log floods on stderr (``_fake_flood``;
+  ``--flood-stats FILE`` says how long its writes waited on the pipe).
 - ``--request-log FILE``: one JSON line per request, appended before the request is acted on
   (so a request that crashes or hangs the server is logged); `read_request_log` reads it.
 """
