@@ -30,6 +30,7 @@ from _inferactors_boot import EARLY
 from .._config.convert import load_run_config
 from .._config.runfile import Endpoint, RunConfig
 from .._edges.sd_notify import open_notifier, watchdog_interval_s
+from .._edges.subreaper import Reaper, become_subreaper
 from .._errors import BackendError, InferactorsError, InvalidConfig, InvalidState, one_line
 from .._events import Event
 from .._policy.fleet_exit import (
@@ -206,6 +207,8 @@ async def _supervise(config: RunConfig, run_file: Path, control: _Control) -> in
             open_fleet(config, run_file, say=say, reserved=control.reserved) as fleet,
         ):
             printing.start_soon(_log_events, stack.enter_context(fleet.follow_events()))
+            if become_subreaper():
+                printing.start_soon(_reap_orphans, fleet)
             # in the outer nursery: the control API serves until the fleet is closed, so a
             # follow stream gets the last stop events and ends cleanly
             listening = await printing.start(_serve_control, fleet, control)
@@ -303,6 +306,23 @@ async def _reload(fleet: Fleet, why: str) -> None:
         say(one_line(f"reload refused, nothing changed: {error}"), level=logging.ERROR)
         return
     say(one_line(describe(result)), level=logging.ERROR if result.refused else logging.INFO)
+
+
+REAP_EVERY_S = 5.0
+"""How often the zombies of adopted orphans are collected (`Reaper`), seconds: a zombie is
+collected after two sweeps, so a child trio is about to wait for is never taken from it."""
+
+
+async def _reap_orphans(fleet: Fleet) -> None:
+    """As the subreaper of our servers' descendants, collect those that exited, until the
+    fleet is closed."""
+    reaper = Reaper()
+    while not fleet.closed.is_set():
+        with trio.move_on_after(REAP_EVERY_S):
+            await fleet.closed.wait()
+        known = {view.status.pid for view in fleet.views()}
+        for pid in await trio.to_thread.run_sync(reaper.sweep, known):
+            say(f"collected the exit of pid {pid}, a server's orphan that was adopted")
 
 
 async def _log_events(events: trio.MemoryReceiveChannel[Event]) -> None:
