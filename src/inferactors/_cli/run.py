@@ -320,7 +320,7 @@ async def _reap_orphans(fleet: Fleet) -> None:
     while not fleet.closed.is_set():
         with trio.move_on_after(REAP_EVERY_S):
             await fleet.closed.wait()
-        known = {view.status.pid for view in fleet.views()}
+        known = {view.status.pid for view in fleet.views() if view.status.pid is not None}
         for pid in await trio.to_thread.run_sync(reaper.sweep, known):
             say(f"collected the exit of pid {pid}, a server's orphan that was adopted")
 
