@@ -29,10 +29,15 @@ def test_readiness_turns_only_after_observations_in_a_row() -> None:
     for _ in range(UNREADY_AFTER - 1):  # a blip: fewer than UNREADY_AFTER in a row
         assert not readiness.observe(LOADING)
     assert readiness.observe(BUSY) is False  # serving again: the streak starts over
+    stuck = InstanceStatus(InstanceState.DEGRADED, "not answering: timed out")
     for _ in range(UNREADY_AFTER - 1):
-        readiness.observe(CRASHED)
+        readiness.observe(stuck)
     assert readiness.ready
-    assert readiness.observe(CRASHED)
+    assert readiness.observe(stuck)
+    assert (readiness.ready, readiness.why) == (False, "degraded: not answering: timed out")
+    readiness.observe(RUNNING)
+    assert readiness.ready
+    assert readiness.observe(CRASHED)  # gone: at once, nothing left to probe
     assert (readiness.ready, readiness.why) == (
         False,
         "exited: server process exited (restarting)",

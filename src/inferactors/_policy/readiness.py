@@ -6,10 +6,12 @@ engine whose ``/health`` is late is still serving. So:
 - an instance serves (`serves`) when it is Running (a busy server is Running: "busy: no
   free slot"), or Degraded while its completions still work (`InstanceStatus.serving`:
   slow, or its ``/health`` failing while a real token came back);
-- its readiness turns to not ready only after `UNREADY_AFTER` observations in a row say it
-  does not serve, and back to ready after `READY_AFTER` in a row say it does (Kubernetes'
-  own ``failureThreshold`` and ``successThreshold`` defaults). An observation is one
-  probe of the instance, or one fresh reading of its status;
+- while its server lives (Degraded, Unknown), its readiness turns to not ready only after
+  `UNREADY_AFTER` observations in a row say it does not serve, and back to ready after
+  `READY_AFTER` in a row say it does (Kubernetes' own ``failureThreshold`` and
+  ``successThreshold`` defaults). An observation is one probe of the instance, or one
+  fresh reading of its status. A server that is gone (Exited: crashed, stopped, given
+  up; Loaded: not started) is not ready at once: there is no probe left to wait for;
 - the reason is the status in words (``"degraded: loading model"``), for the 503's body.
 
 Before its first observation an instance is not ready ("starting").
@@ -64,7 +66,8 @@ class Readiness:
                 self.why = reason(status)
             return False
         self._streak += 1
-        if self._streak < (READY_AFTER if now else UNREADY_AFTER):
+        gone = status.state in (InstanceState.EXITED, InstanceState.LOADED)
+        if not gone and self._streak < (READY_AFTER if now else UNREADY_AFTER):
             return False
         self.ready, self._streak = now, 0
         self.why = None if now else reason(status)
