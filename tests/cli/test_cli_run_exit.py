@@ -1,6 +1,7 @@
-"""``inferactors run``'s exit contract (issue 10 item 7) and SIGHUP (item 3), each with a
-real ``inferactors run`` process supervising fake llama-servers: 0 stopped by a signal, 1
-nothing left to supervise, 2 a bad run file; SIGHUP applies only what changed."""
+"""``inferactors run``'s exit contract (issue 10 item 7, issue 18 item 3) and SIGHUP (item
+3), each with a real ``inferactors run`` process supervising fake llama-servers: 0 stopped
+by a signal, 1 given up after crashes, 2 a bad run file, 78 what a restart cannot fix;
+SIGHUP applies only what changed."""
 
 from __future__ import annotations
 
@@ -46,28 +47,31 @@ def test_a_bad_run_file_exits_2(tmp_path: Path, text: str, words: str) -> None:
     assert words in done.stderr
 
 
-def test_every_instance_refused_at_start_exits_1(inferactors_kit: RuntimeKit) -> None:
+def test_every_instance_refused_at_start_exits_78(inferactors_kit: RuntimeKit) -> None:
+    """Unknown models: a restart of the supervisor cannot fix that (EX_CONFIG)."""
     run = RunFile.create(inferactors_kit)
     run.write(Entry("a", free_port(), model="unregistered"), Entry("b", free_port(), model="nor"))
     done = run_once(run.path)
-    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.returncode == 78, done.stdout + done.stderr
     assert "supervising 0 of 2 instance(s)" in done.stdout
     assert "nothing left to supervise" in done.stdout
 
 
-def test_every_instance_given_up_exits_1(inferactors_kit: RuntimeKit) -> None:
+def test_a_required_instance_given_up_after_crashes_exits_1(inferactors_kit: RuntimeKit) -> None:
     run = RunFile.create(inferactors_kit, Timeline.of(CrashAt(after_s=0.1, exit_code=3)))
     run.write(Entry("a", free_port()), Entry("b", free_port()))
     done = run_once(run.path)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert done.stdout.count("gave up") >= 2, done.stdout
-    assert "nothing left to supervise" in done.stdout
+    assert "gave up after 2 restart(s): restart budget spent" in done.stdout
+    assert "is down for good" in done.stdout  # the first required one stops the run
+    assert "stopping (exit 1: a restart may)" in done.stdout
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
 def test_a_stop_signal_exits_0(inferactors_kit: RuntimeKit, stop_signal: signal.Signals) -> None:
     run = RunFile.create(inferactors_kit)
-    run.write(Entry("a", free_port()), Entry("refused", free_port(), model="unregistered"))
+    optional = Entry("refused", free_port(), model="unregistered", extra="required = false\n")
+    run.write(Entry("a", free_port()), optional)
     process = RunProcess.start(run.path)
     process.wait_for("deep health: one token")
     process.process.send_signal(stop_signal)
@@ -144,3 +148,28 @@ def test_run_help_documents_every_exit_status() -> None:
     statuses = re.findall(r"^  (\d)  ", done.stdout, flags=re.MULTILINE)
     assert statuses == ["0", "1", "2"], done.stdout
     assert "SIGHUP reloads the run file" in done.stdout
+
+
+def test_an_instance_on_the_control_port_is_a_bad_run_file_exit_2(
+    inferactors_kit: RuntimeKit,
+) -> None:
+    """The control API's own port is the supervisor's: an instance there is refused with
+    the run file (exit 2, naming the field), not at its admission as a port someone holds
+    (which said "adopt it instead" and exited 1)."""
+    run = RunFile.create(inferactors_kit)
+    port = free_port()
+    run.write(Entry("a", free_port()), Entry("b", port))
+    token = run.path.parent / "token"
+    token.write_text("0123456789abcdef0123\n")
+    token.chmod(0o600)
+    argv = [sys.executable, "-m", "inferactors", "run", str(run.path)]
+    argv += ["--control-port", str(port), "--control-token-file", str(token)]
+    env = {**os.environ, "HOME": str(run.path.parent)}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False, env=env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert (
+        f"$.instances[1].serve.port: {port} on 127.0.0.1 is the control API's port "
+        "(--control-port): choose another"
+    ) in done.stderr
+    assert "adopt it instead" not in done.stdout + done.stderr
+    assert "started" not in done.stdout  # nothing was started

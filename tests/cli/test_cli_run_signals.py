@@ -7,8 +7,8 @@ llama-server.
   and a SIGINT or SIGTERM then is a clean stop (exit 0) without a traceback. (Before the
   interpreter runs the script, its first ~20 ms here, the kernel's default still applies:
   not tested.)
-- A reload whose only instance is refused at its start keeps the exit contract (exit 1),
-  and says why.
+- A reload whose only instance is refused at its start keeps the exit contract (exit 78:
+  its port is another process's, which a restart cannot fix), and says why.
 """
 
 from __future__ import annotations
@@ -79,7 +79,9 @@ def test_a_sighup_in_the_first_moments_is_a_reload(
     assert "Traceback" not in process.output()
 
 
-def test_a_reload_that_leaves_nothing_exits_1_saying_why(inferactors_kit: RuntimeKit) -> None:
+def test_a_reload_that_leaves_nothing_exits_78_saying_why(inferactors_kit: RuntimeKit) -> None:
+    """The port is held by another process: a restart of the supervisor cannot fix that
+    (exit 78, which the shipped unit does not restart)."""
     run = RunFile.create(inferactors_kit)
     run.write(Entry("a", free_port()))
     with socket.socket() as holder:
@@ -91,7 +93,7 @@ def test_a_reload_that_leaves_nothing_exits_1_saying_why(inferactors_kit: Runtim
             process.wait_for("supervising 1 of 1")
             run.write(Entry("a", held))
             process.process.send_signal(signal.SIGHUP)
-            assert process.finish() == 1, process.output()
+            assert process.finish() == 78, process.output()
         finally:
             process.process.kill()
     refusal = f"admission-refused: something already holds port {held}"

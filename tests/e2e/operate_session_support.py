@@ -180,7 +180,8 @@ def _settle(where: Path) -> None:
         if done.returncode == 0 and all(_settled(v) for v in json.loads(done.stdout)):
             return
         time.sleep(0.2)
-    raise AssertionError(f"the fleet did not settle in {SETTLE_S} s")
+    log = (where / "run.log").read_text(errors="replace")[-3000:]
+    raise AssertionError(f"the fleet did not settle in {SETTLE_S} s; the run's log ends:\n{log}")
 
 
 def _settled(view: dict[str, object]) -> bool:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import attrs
 import httpx
 import trio
 
@@ -113,3 +114,27 @@ async def _change_to(events: trio.MemoryReceiveChannel[Event], detail: str) -> S
         if isinstance(event, StateChanged) and event.detail == detail:
             return event
     raise AssertionError("the event channel closed")
+
+
+async def test_an_adopted_llama_server_given_its_key_file_is_running(
+    llama_server: Path, tiny_gguf: Path, free_port: int, tmp_path: Path
+) -> None:
+    """The same server, adopted with ``serve.api_key_file`` holding its key: every probe
+    sends the key, so it is Running and passes deep health; nothing advises the setting."""
+    key_file = tmp_path / "key"
+    key_file.write_text("k\n")
+    key_file.chmod(0o600)
+    with llama_server_with_key(llama_server, tiny_gguf, free_port) as server:
+        await _until_healthy(free_port)
+        async with open_runtime(InferConfig.adopted(InferFlavor.LLAMACPP)) as runtime:
+            spec = attrs.evolve(
+                chat(free_port),
+                serve=attrs.evolve(chat(free_port).serve, api_key_file=str(key_file)),
+            )
+            handle = await runtime.load(spec)
+            await runtime.start(handle)
+            status = await runtime.status(handle)
+            assert status.state is InstanceState.RUNNING, status
+            assert "api_key_file" not in (status.detail or "")
+            assert (await runtime.deep_health(handle)).text is not None
+        assert server.poll() is None  # never signalled

@@ -61,7 +61,9 @@ def test_the_unit_is_a_hardened_notify_service() -> None:
         "PrivateTmp": "yes",
         "StateDirectory": "inferactors",
         "Restart": "on-failure",
-        "RestartPreventExitStatus": "2",
+        "RestartPreventExitStatus": "2 78",
+        "Delegate": "yes",
+        "StateDirectoryMode": "0711",
     }
     assert {key: service.get(key) for key in expected} == expected
     for key in ("WatchdogSec", "RestartSec", "ProtectHome", "TimeoutStopSec"):

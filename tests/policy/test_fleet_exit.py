@@ -6,12 +6,18 @@ import pytest
 
 from inferactors._config.config import RestartPolicy, RestartType
 from inferactors._policy.fleet_exit import (
+    EXIT_CONFIG,
+    EXIT_NOTHING_LEFT,
+    DownKind,
+    Place,
     Standing,
     adopted_retry_delay_s,
+    down_kind,
     down_reason,
     nothing_left,
     settled,
     standing,
+    verdict,
 )
 from inferactors._status import InstanceState, InstanceStatus
 
@@ -76,3 +82,36 @@ def test_down_reason_says_why_in_words() -> None:
     assert down_reason(InstanceStatus(S.EXITED, "server process exited")) == (
         "exited: server process exited"
     )
+
+
+CONFIG, FAILURE = DownKind.CONFIG, DownKind.FAILURE
+
+
+@pytest.mark.parametrize(
+    ("status", "refused", "kind"),
+    [
+        (InstanceStatus(S.EXITED), "admission-refused: something already holds port 8090", CONFIG),
+        (InstanceStatus(S.EXITED), "model: pin mismatch", CONFIG),
+        (InstanceStatus(S.EXITED), "gave up: not reachable after 3 retries", FAILURE),
+        (InstanceStatus(S.EXITED, supervision="gave up: config-error: invalid flag"), None, CONFIG),
+        (InstanceStatus(S.EXITED, supervision="gave up: restart budget spent (5 of 5)"), None,
+         FAILURE),
+        (InstanceStatus(S.EXITED, stop_reason="tampered"), None, CONFIG),
+        (InstanceStatus(S.EXITED, stop_reason="exposure"), None, CONFIG),
+    ],
+)  # fmt: skip
+def test_down_kind(status: InstanceStatus, refused: str | None, kind: DownKind) -> None:
+    assert down_kind(status, refused) is kind
+
+
+def test_the_verdict_waits_for_required_instances_and_says_whether_a_restart_helps() -> None:
+    up, crashed, tampered = Place(UP), Place(DOWN, kind=FAILURE), Place(DOWN, kind=CONFIG)
+    optional_down = Place(DOWN, required=False, kind=CONFIG)
+    assert verdict([up, Place(UP, required=False)]) is None
+    assert verdict([up, optional_down]) is None  # an optional one down: the rest go on
+    assert verdict([crashed, Place(UP, required=False)]) == EXIT_NOTHING_LEFT
+    assert verdict([tampered, up]) == EXIT_CONFIG  # a restart would only fail again
+    assert verdict([tampered, crashed]) == EXIT_CONFIG
+    assert verdict([optional_down, Place(DOWN, required=False)]) == EXIT_NOTHING_LEFT
+    assert verdict([optional_down, optional_down]) == EXIT_CONFIG
+    assert verdict([]) is None

@@ -21,6 +21,7 @@ from inferactors._policy.probe_parse import (
     classify_models_status,
     classify_ollama_version,
     completion_body,
+    model_list_problem,
     parse_completion,
     parse_model_ids,
     parse_ollama_version,
@@ -34,6 +35,7 @@ from policy.probe_replies_support import COMPLETION, LLAMA_LOADING, LLAMA_MODELS
         (200, Up()),
         (503, Loading()),
         (404, None),
+        (501, None),
         (302, Unhealthy("/health returned HTTP 302")),
         (500, Unhealthy("/health returned HTTP 500")),
         (401, Unhealthy("/health returned HTTP 401")),
@@ -57,7 +59,12 @@ def test_mlx_dead_generation_thread_503_is_unhealthy_not_loading() -> None:
 
 @pytest.mark.parametrize(
     ("status", "health"),
-    [(200, Up()), (503, Loading()), (500, Unhealthy("/v1/models returned HTTP 500"))],
+    [
+        (200, Up()),
+        (503, Loading()),
+        (501, Up()),
+        (500, Unhealthy("/v1/models returned HTTP 500")),
+    ],
 )
 def test_classify_models_status(status: int, health: object) -> None:
     assert classify_models_status(status) == health
@@ -148,3 +155,14 @@ def test_parse_completion_malformed_body_names_the_field(body: bytes, field: str
     with pytest.raises(BackendError, match=r"^deep health: completion body") as caught:
         parse_completion(200, body)
     assert field in str(caught.value)
+
+
+@pytest.mark.parametrize("status", [404, 501])
+def test_a_server_without_a_model_list_route_has_nothing_to_confirm(status: int) -> None:
+    """An mlx_lm.server from before its model list answers 501 ``Unsupported method
+    ('GET')``: no list to read is not an unreadable list."""
+    body = b"<html><body><h1>Error response</h1>Unsupported method ('GET')</body></html>"
+    assert model_list_problem("/v1/models", status, body) is None
+    assert model_list_problem("/v1/models", 500, body) == (
+        "model list unreadable: /v1/models returned HTTP 500"
+    )

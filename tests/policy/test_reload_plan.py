@@ -8,6 +8,7 @@ import attrs
 
 from inferactors._config.config import ControlMode, RestartPolicy, Supervision
 from inferactors._config.runfile import ManagedSection, RunConfig, RunInstance
+from inferactors._config.server_logs import ServerLogs
 from inferactors._config.spec import InferenceSpec, ServeArgs
 from inferactors._flavor import InferFlavor
 from inferactors._policy.reload_plan import ReloadPlan, placements, plan_reload
@@ -85,3 +86,19 @@ def test_held_down_instances_that_did_not_change_are_revived() -> None:
     assert plan == ReloadPlan(removed=("d",), changed=("b",), unchanged=("c",), revived=("a",))
     assert plan.to_unload == ("a", "b", "d")
     assert plan.to_load == ("a", "b")
+
+
+def test_only_what_reaches_an_instance_changes_it() -> None:
+    """``keep_alive`` reaches an Ollama model only; ``[managed.logs]`` reaches no process
+    (rings are resized as they are); a ``restart`` default reaches those that take it."""
+    own = attrs.evolve(managed("own", 9007), supervision=Supervision(restart=RestartPolicy(9)))
+    ollama = managed("notes", 11434, InferFlavor.OLLAMA)
+    old = config(managed("a", 9001), own, adopted("c", 9003), ollama)
+    keep_alive = attrs.evolve(old, managed=attrs.evolve(MANAGED, keep_alive="45m"))
+    assert plan_reload(placements(old), placements(keep_alive)).changed == ("notes",)
+    logs = attrs.evolve(old, managed=attrs.evolve(MANAGED, logs=ServerLogs(lines=5)))
+    assert plan_reload(placements(old), placements(logs)).changed == ()
+    restart = attrs.evolve(old, managed=attrs.evolve(MANAGED, restart=RestartPolicy(1)))
+    assert plan_reload(placements(old), placements(restart)).changed == ("a", "notes")
+    ready = attrs.evolve(old, managed=attrs.evolve(MANAGED, readiness_timeout_s=5.0))
+    assert plan_reload(placements(old), placements(ready)).changed == ("a", "notes", "own")

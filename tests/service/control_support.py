@@ -16,7 +16,9 @@ import trio
 from inferactors._edges.log_ring import LogLine
 from inferactors._errors import InvalidConfig, InvalidState, UnknownInstance
 from inferactors._events import Event, ProcessExited, StopReason
-from inferactors._service.views import InstanceView, ReloadResult
+from inferactors._policy.readiness import reason as why_not_ready
+from inferactors._policy.readiness import serves
+from inferactors._service.views import InstanceView, ReadyView, ReloadResult
 from inferactors._status import InstanceState, InstanceStatus
 
 Item = TypeVar("Item")
@@ -44,6 +46,7 @@ class FakeFleet:
         lambda: ReloadResult(added=("new",), changed=("chat",), unchanged=("embed",))
     )
     open_follows: int = 0
+    optional: set[str] = attrs.Factory(set)
     _log_followers: dict[str, list[trio.MemorySendChannel[LogLine]]] = attrs.Factory(dict)
     _event_followers: list[trio.MemorySendChannel[Event]] = attrs.Factory(list)
 
@@ -137,8 +140,20 @@ class FakeFleet:
         await trio.sleep(self.alive_delay_s)
         return self.is_alive
 
-    def ready(self) -> dict[str, bool]:
-        return {n: v.status.state is InstanceState.RUNNING for n, v in self.instances.items()}
+    def readiness(self) -> tuple[ReadyView, ...]:
+        return tuple(
+            ReadyView(
+                name,
+                serves(view.status),
+                name not in self.optional,
+                view.status.state.value,
+                None if serves(view.status) else why_not_ready(view.status),
+            )
+            for name, view in self.instances.items()
+        )
+
+    async def refresh_metrics(self) -> None:
+        self.calls.append("refresh metrics")
 
     def metrics_text(self) -> bytes:
         return b"# TYPE inferactors_up gauge\ninferactors_up 1.0\n"

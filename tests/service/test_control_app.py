@@ -12,7 +12,7 @@ import trio
 
 from inferactors._errors import BackendError, InvalidConfig
 from inferactors._events import StateChanged
-from inferactors._service.control_app import control_app
+from inferactors._service.control_app import ReadOnly, control_app
 from inferactors._service.views import InstanceView
 from inferactors._status import InstanceState
 from service.control_support import FakeFleet, crash
@@ -107,8 +107,8 @@ async def test_log_tail_is_ndjson_of_the_last_n_lines() -> None:
         unknown = await http.get("/v1/instances/nope/logs")
     assert tail.headers["content-type"] == "application/x-ndjson"
     assert ndjson(tail.text) == [
-        {"at": 1_700_000_000.5, "stream": "stderr", "pid": 101, "text": "line 3"},
-        {"at": 1_700_000_000.5, "stream": "stderr", "pid": 101, "text": "line 4"},
+        {"at": 1_700_000_000.5, "stream": "stderr", "pid": 101, "text": t, "continued": False}
+        for t in ("line 3", "line 4")
     ]
     assert len(ndjson(default.text)) == 5
     assert bad.status_code == 400
@@ -198,14 +198,49 @@ async def test_readyz_names_the_instances_not_ready() -> None:
         one_ready = await http.get("/readyz/chat")
         one_not = await http.get("/readyz/embed")
         unknown = await http.get("/readyz/nope")
-    assert (ready.status_code, ready.json()) == (200, {"ready": True, "not_ready": []})
+    assert (ready.status_code, ready.json()) == (
+        200,
+        {"ready": True, "not_ready": [], "reasons": {}},
+    )
     assert (not_ready.status_code, not_ready.json()) == (
         503,
-        {"ready": False, "not_ready": ["embed"]},
+        {"ready": False, "not_ready": ["embed"], "reasons": {"embed": "exited"}},
     )
-    assert one_ready.json() == {"name": "chat", "ready": True, "state": "running"}
+    assert one_ready.json() == {
+        "name": "chat",
+        "ready": True,
+        "state": "running",
+        "required": True,
+        "reason": None,
+    }
     assert (one_not.status_code, one_not.json()["state"]) == (503, "exited")
+    assert one_not.json()["reason"] == "exited"
     assert unknown.status_code == 404
+
+
+async def test_readyz_waits_only_for_required_instances() -> None:
+    fleet = FakeFleet(optional={"embed"})
+    async with client(fleet) as http:
+        await http.post("/v1/instances/embed/stop")
+        ready = await http.get("/readyz")
+        one = await http.get("/readyz/embed")
+    assert (ready.status_code, ready.json()["not_ready"]) == (200, [])
+    assert one.status_code == 503
+    assert one.json()["required"] is False
+
+
+async def test_the_read_only_app_answers_reads_and_refuses_commands() -> None:
+    fleet = FakeFleet()
+    app = ReadOnly(control_app(fleet))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://inferactors") as http:
+        listed = await http.get("/v1/instances")
+        stop = await http.post("/v1/instances/chat/stop")
+        reload = await http.post("/v1/reload")
+    assert listed.status_code == 200
+    assert (stop.status_code, stop.json()["error"]["code"]) == (403, "read-only")
+    assert reload.status_code == 403
+    assert fleet.calls == []  # nothing was done
 
 
 class FailingFleet(FakeFleet):

@@ -184,6 +184,7 @@ async def test_log_follow_streams_new_lines_and_ends_when_the_client_leaves(
             "stream": "stderr",
             "pid": 101,
             "text": "before",
+            "continued": False,
         }
         assert fleet.open_follows == 1
         fleet.add_line("chat", "after")

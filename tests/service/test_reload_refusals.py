@@ -67,7 +67,7 @@ async def test_an_instance_refused_at_its_start_is_listed_as_refused(
         async with open_fleet(run.config(), run.path) as fleet:
             fleet.on_lifecycle(notes.append)
             await until(fleet, running("one", "two"))
-            run.write(one, Entry("two", held))
+            run.write(one, Entry("two", held, extra="required = false\n"))
             result = await fleet.reload()
             assert result.changed == ("two",)
             [(name, why)] = result.refused
@@ -75,7 +75,11 @@ async def test_an_instance_refused_at_its_start_is_listed_as_refused(
             assert f"something already holds port {held}" in why
             assert notes[-1].failed
             assert notes[-1].detail.endswith(f"refused two: {why}")
-            assert not fleet.nothing_left.is_set()  # "one" is still supervised
+            assert not fleet.given_up.is_set()  # "two" is optional: "one" is supervised
+            run.write(one, Entry("two", held))  # required now: down for good, for config
+            await fleet.reload()
+            assert fleet.given_up.is_set()
+            assert fleet.exit_status == 78
 
 
 async def test_a_failed_reload_is_reloading_then_ready_with_the_failure(

@@ -33,6 +33,7 @@ from .._config.spec import InferenceSpec
 from .._edges.bundle import Edges
 from .._edges.containment import resolve_run_as
 from .._edges.probe import ProberFactory, probe_once
+from .._edges.probe_auth import with_api_key
 from .._edges.serve_help import CACHE_DIR, ServeHelp
 from .._errors import AdmissionRefused, ModelError
 from .._flavor import InferFlavor
@@ -84,9 +85,11 @@ async def make_plan(
     spec.validate()
     check_runtime_and_port(spec, config)
     if config.managed is None:
+        key = await _adopted_key(spec, edges)
         if dry:
-            return Plan(spec=spec, mode=ControlMode.ADOPTED, notes=("not probed (dry)",))
-        return await _plan_adopted(spec, config, edges)
+            dry_notes = ("not probed (dry)",)
+            return Plan(spec=spec, mode=ControlMode.ADOPTED, notes=dry_notes, api_key=key)
+        return await _plan_adopted(spec, config, edges, key)
     if registry is None:
         raise AdmissionRefused("managed mode needs a model registry")
     if spec.runtime is InferFlavor.OLLAMA:
@@ -114,9 +117,22 @@ def _run_as(managed: ManagedConfig, euid: int) -> RunAs | None:
     return run_as
 
 
-async def _plan_adopted(spec: InferenceSpec, config: InferConfig, edges: Edges) -> Plan:
+async def _adopted_key(spec: InferenceSpec, edges: Edges) -> str | None:
+    """An adopted server's ``serve.api_key_file``, read as for a managed one (a private
+    regular file of one line, owned by our own user): our probes send it, as they do to a
+    managed server started with it. None without the setting."""
+    if spec.serve.api_key_file is None:
+        return None
+    euid = edges.containment.euid()
+    return await read_api_key(spec.serve.api_key_file, run_as=None, euid=euid)
+
+
+async def _plan_adopted(
+    spec: InferenceSpec, config: InferConfig, edges: Edges, api_key: str | None
+) -> Plan:
     base = spec.base_url()
-    report = await probe_once(edges.open_prober, base, config.probe_timeout_s, config.flavor)
+    prober = with_api_key(edges.open_prober, api_key)
+    report = await probe_once(prober, base, config.probe_timeout_s, config.flavor)
     if isinstance(report.health, Unreachable):
         why = await wrong_family(edges.net, spec, report) or report.health.why
         raise AdmissionRefused(f"no {spec.runtime.id} server answering at {base}: {why}")
@@ -127,7 +143,11 @@ async def _plan_adopted(spec: InferenceSpec, config: InferConfig, edges: Edges) 
     ]
     if report.version:
         notes.append(f"version {report.version}")
-    return Plan(spec=spec, mode=ControlMode.ADOPTED, notes=tuple(notes), admitted=report)
+    if api_key is not None:
+        notes.append("API key read")
+    return Plan(
+        spec=spec, mode=ControlMode.ADOPTED, notes=tuple(notes), admitted=report, api_key=api_key
+    )
 
 
 async def _plan_ollama(

@@ -16,11 +16,12 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
 import platform
 import shutil
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 from pathlib import Path
 from typing import NoReturn, TypeVar
@@ -106,6 +107,7 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
     _capabilities: tuple[Capability, ...] = ()
     _board: StatusBoard = attrs.Factory(StatusBoard)  # the supervisor's: read by status()
     _probing: trio.CapacityLimiter = attrs.Factory(lambda: trio.CapacityLimiter(PROBING))
+    _install_locks: dict[str, tuple[trio.Lock, int]] = attrs.Factory(dict)
 
     @property
     def id(self) -> str:
@@ -159,16 +161,34 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
         directory = self._instance_dir(iid)
         plan = await self._plan(spec, directory)  # loads run concurrently
         plan = attrs.evolve(plan, supervision=resolve_supervision(supervision, self.config))
-        created = directory is not None and not directory.exists()
-        if directory is not None:
-            await _make_dir(directory)
-        try:
-            await self._install(iid, plan, directory)
-        except InferactorsError:
-            if created and directory is not None:  # refused: leave no trace behind
-                await trio.to_thread.run_sync(shutil.rmtree, directory, True)
-            raise
+        async with self._installing(iid):  # one load of an id at a time from here
+            created = directory is not None and not directory.exists()
+            if directory is not None:
+                await _make_dir(directory)
+            try:
+                await self._install(iid, plan, directory)
+            except InferactorsError:
+                if created and directory is not None:  # refused: leave no trace behind
+                    await trio.to_thread.run_sync(shutil.rmtree, directory, True)
+                raise
         return InstanceHandle(self.id, iid, spec.role)
+
+    @contextlib.asynccontextmanager
+    async def _installing(self, iid: str) -> AsyncIterator[None]:
+        """Hold the load lock of ``iid``: concurrent loads of one spec make and install its
+        directory one after the other, so a refused one never removes the directory the
+        winner installed, and none sees it half made ("File exists")."""
+        lock, users = self._install_locks.get(iid, (trio.Lock(), 0))
+        self._install_locks[iid] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._install_locks[iid]
+            if users == 1:
+                del self._install_locks[iid]
+            else:
+                self._install_locks[iid] = (lock, users - 1)
 
     async def start(self, handle: InstanceHandle) -> None:
         """Start a managed server (returns once spawned), or confirm an adopted one answers
@@ -273,7 +293,8 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
 
     async def api_key(self, handle: InstanceHandle) -> str | None:
         """The API key the instance's server wants (``serve.api_key_file``, read at
-        admission), None when it wants none; for a client that talks to the server."""
+        admission; its probes send it), None when it wants none; for a request of our own to
+        its server (a front door's grant, its ``/metrics``); never to be shown."""
         return (await self._plan_of(handle)).api_key
 
     async def served_model(self, handle: InstanceHandle) -> str | None:

@@ -102,9 +102,12 @@ async def serve_runtime(
 
 
 async def _lock_state(config: InferConfig) -> StateLock | None:
+    """Lock ``data_root``, made private when it is new: 0700, or 0711 when servers run as
+    another user (they must reach their own 0700 directories in it; nothing lists it)."""
     if config.managed is None:
         return None
-    return await trio.to_thread.run_sync(acquire_state_lock, config.managed.data_root)
+    mode = 0o711 if config.managed.run_as else 0o700
+    return await trio.to_thread.run_sync(acquire_state_lock, config.managed.data_root, mode)
 
 
 async def _prepare(

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeAlias
 
 from .._config.convert_hooks import converter
+from .._edges.log_file import CONTINUED
 from .._errors import one_line
 from .._events import Event
 from .._policy.residency import size_text
@@ -252,9 +253,11 @@ def _state_words(view: dict[str, Any]) -> str:
 
 
 def log_line(line: dict[str, Any]) -> str:
-    """``2025-06-01T12:00:00.123 stderr 4242  <text>``: local time, stream, pid, text."""
+    """``2025-06-01T12:00:00.123 stderr 4242  <text>``: local time, stream, pid, text, and
+    ``[continues]`` after a piece of a line longer than the line cap."""
     at = datetime.datetime.fromtimestamp(float(line["at"])).isoformat(timespec="milliseconds")
-    return f"{at} {line['stream']} {line['pid']}  {line['text']}"
+    mark = CONTINUED if line.get("continued") else ""
+    return f"{at} {line['stream']} {line['pid']}  {line['text']}{mark}"
 
 
 _EVENT_TYPES: dict[str, type[Any]] = {cl.__name__: cl for cl in typing.get_args(Event)}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import os
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -21,8 +22,9 @@ import attrs
 import httpx
 
 from .._config.state_dir import default_state_dir, state_dir_of_file
+from .._edges.state_lock import lock_holder
 from .._errors import InvalidConfig
-from .._service.control_server import control_socket_path
+from .._service.control_server import READ_ONLY_SOCKET, control_socket_path
 
 EXIT_ERROR = 1
 EXIT_BAD_INPUT = 2
@@ -37,6 +39,8 @@ FIRST_PAUSE_S = 0.02
 MAX_PAUSE_S = 0.25
 """The pauses between connects to a busy socket (doubling), float seconds."""
 MIN_WAIT_S = 0.001
+SOCKET_POLL_S = 0.05
+"""How often a missing socket is looked for again while its supervisor lives, seconds."""
 
 
 class ControlError(Exception):
@@ -148,9 +152,8 @@ class ControlClient:
             ControlError: no socket there (exit 3).
         """
         if not path.is_socket():
-            raise ControlError(
-                f"no supervisor is running (no socket at {path})", EXIT_NO_SUPERVISOR
-            )
+            _await_socket(path, timeout_s)
+        path = _usable(path)
         transport = httpx.HTTPTransport(uds=str(path))
         http = httpx.Client(transport=transport, base_url="http://inferactors")
         return cls(path, http, timeout_s)
@@ -263,6 +266,39 @@ class ControlClient:
             )
         why = cause.strerror or str(cause)
         return ControlError(f"cannot reach the supervisor at {self.path}: {why}", EXIT_ERROR)
+
+
+def _await_socket(path: Path, timeout_s: float) -> None:
+    """Wait for a socket at ``path`` when a supervisor holds its state directory (it makes
+    a removed socket again within a second).
+
+    Raises:
+        ControlError: no supervisor holds it (exit 3), or its socket did not come back
+            within ``timeout_s`` (exit 1, naming the supervisor's pid).
+    """
+    holder = lock_holder(path.parent)
+    if holder is None:
+        raise ControlError(f"no supervisor is running (no socket at {path})", EXIT_NO_SUPERVISOR)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(SOCKET_POLL_S)
+        if path.is_socket():
+            return
+    raise ControlError(
+        f"a supervisor ({holder}) holds the state directory {path.parent}, but its control "
+        f"socket {path} is gone and did not come back within {float(timeout_s)} s: it "
+        "cannot be reached; stop it (kill -TERM) and start it again",
+        EXIT_ERROR,
+    )
+
+
+def _usable(path: Path) -> Path:
+    """``path``, or the read-only socket beside it when only that one lets us in (a member
+    of the supervisor's read group: reads work, commands are refused)."""
+    read_only = path.with_name(READ_ONLY_SOCKET)
+    if not os.access(path, os.W_OK) and read_only.is_socket() and os.access(read_only, os.W_OK):
+        return read_only
+    return path
 
 
 def _os_error(error: BaseException) -> OSError | None:

@@ -208,7 +208,8 @@ def _attrs_hook(cl: Any) -> Hook:
 
 
 def _structure_run_instance(obj: object, _: Any) -> RunInstance:
-    """``[[instances]]`` is flat: ``mode`` sits beside the spec's own keys."""
+    """``[[instances]]`` is flat: ``mode``, ``supervision`` and ``required`` sit beside
+    the spec's own keys."""
     if not isinstance(obj, Mapping):
         raise _expected("a table", obj)
     errors: list[Exception] = []
@@ -220,7 +221,15 @@ def _structure_run_instance(obj: object, _: Any) -> RunInstance:
         errors.append(error)
     supervision: Any = _table_of(obj, "supervision", Supervision, errors)
     residency: Any = _table_of(obj, "residency", InstanceResidency, errors)
-    rest = {k: v for k, v in obj.items() if k not in ("mode", "supervision", "residency")}
+    required: Any = True
+    if "required" in obj:
+        try:
+            required = converter.structure(obj["required"], bool)
+        except Exception as error:
+            error.add_note(AttributeValidationNote("required", "required", bool))
+            errors.append(error)
+    own = ("mode", "supervision", "residency", "required")
+    rest = {k: v for k, v in obj.items() if k not in own}
     try:
         spec = converter.structure(rest, InferenceSpec)
     except ClassValidationError as error:
@@ -229,7 +238,9 @@ def _structure_run_instance(obj: object, _: Any) -> RunInstance:
         errors.append(error)
     if errors:
         raise ClassValidationError("while structuring RunInstance", errors, RunInstance)
-    return RunInstance(mode=mode, spec=spec, supervision=supervision, residency=residency)
+    return RunInstance(
+        mode=mode, spec=spec, supervision=supervision, residency=residency, required=required
+    )
 
 
 def _table_of(obj: Mapping[str, Any], key: str, cl: type[Any], errors: list[Exception]) -> Any:
@@ -251,6 +262,8 @@ def _unstructure_run_instance(instance: RunInstance) -> dict[str, Any]:
         data["supervision"] = converter.unstructure(instance.supervision)
     if instance.residency != InstanceResidency():
         data["residency"] = converter.unstructure(instance.residency)
+    if not instance.required:
+        data["required"] = False
     return data
 
 

@@ -75,13 +75,20 @@ class ManagedSection:
 
 @attrs.frozen
 class RunInstance:
-    """One ``[[instances]]`` entry: the control mode and optional ``supervision`` and
-    ``residency`` tables beside the spec's keys (flat in TOML)."""
+    """One ``[[instances]]`` entry: the control mode, optional ``supervision`` and
+    ``residency`` tables, and ``required``, beside the spec's keys (flat in TOML).
+
+    ``required`` (default true): the supervisor exists for this instance. Once it is down
+    for good (refused, given up, held down) ``inferactors run`` exits, and ``/readyz`` is
+    503 while it is not Running. An optional one (``required = false``) going down is
+    reported and the others go on.
+    """
 
     mode: ControlMode
     spec: InferenceSpec
     supervision: Supervision = Supervision()  # noqa: RUF009  (frozen value)
     residency: InstanceResidency = InstanceResidency()  # noqa: RUF009  (frozen value)
+    required: bool = True
 
 
 @attrs.frozen
@@ -215,3 +222,29 @@ def check_endpoints(instances: Sequence[RunInstance]) -> None:
                     f"$.instances[{other}]{where}"
                 )
         seen.append((index, host, port))
+
+
+@attrs.frozen
+class Endpoint:
+    """An address the supervisor itself listens on, which no instance may use: ``what`` it
+    is, in words (``"the control API's port (--control-port)"``)."""
+
+    host: str
+    port: int
+    what: str
+
+    def check(self, config: RunConfig) -> None:
+        """Refuse an instance of ``config`` on this address, by the footprint rule of
+        `check_endpoints`.
+
+        Raises:
+            InvalidConfig: ``$.instances[0].serve.port: 8765 on 127.0.0.1 is the control
+                API's port (--control-port): choose another``.
+        """
+        for index, instance in enumerate(config.instances):
+            mine = spec_host(instance.spec)
+            if instance.spec.port() == self.port and hosts_collide(mine, self.host):
+                raise InvalidConfig(
+                    f"$.instances[{index}].serve.port: {self.port} on {mine} is {self.what}: "
+                    "choose another"
+                )

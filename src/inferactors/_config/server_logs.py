@@ -12,6 +12,8 @@ from .._errors import InvalidConfig
 
 MAX_RING_LINES = 1_000_000
 """The most lines a ring may be asked to keep (about 200 MB of typical server lines)."""
+MIN_MEMORY_BYTES = 65536
+"""The least memory a ring may be given: room for a few whole 8 KiB pieces of a line."""
 
 
 @attrs.frozen
@@ -21,6 +23,12 @@ class ServerLogs:
     Attributes:
         lines: how many of its last stdout and stderr lines are kept in memory, across its
             restarts (1 to `MAX_RING_LINES`; default 1000).
+        memory_bytes: the most memory those lines may take, each counted with its
+            bookkeeping (about 120 bytes a line); the oldest go first (at least
+            `MIN_MEMORY_BYTES`; default 4 MiB).
+        total_memory_bytes: the most memory the lines of every instance of the
+            supervisor may take together; past it, the instance holding the most loses its
+            oldest lines first (at least `MIN_MEMORY_BYTES`; default 64 MiB).
         file_bytes: when above 0, the lines are also written to
             ``<data_root>/logs/<instance id>.log``, rotated once it reaches this many bytes
             (default 0: no file).
@@ -28,6 +36,8 @@ class ServerLogs:
     """
 
     lines: int = 1000
+    memory_bytes: int = 4 << 20
+    total_memory_bytes: int = 64 << 20
     file_bytes: int = 0
     file_count: int = 3
 
@@ -35,6 +45,12 @@ class ServerLogs:
         """Raise `InvalidConfig` naming the field for a bad value."""
         if not 1 <= self.lines <= MAX_RING_LINES:
             raise InvalidConfig(f"{field}.lines must be 1..{MAX_RING_LINES}, got {self.lines}")
+        for name in ("memory_bytes", "total_memory_bytes"):
+            value = getattr(self, name)
+            if value < MIN_MEMORY_BYTES:
+                raise InvalidConfig(
+                    f"{field}.{name} must be at least {MIN_MEMORY_BYTES} bytes, got {value}"
+                )
         if self.file_bytes < 0:
             raise InvalidConfig(f"{field}.file_bytes must not be negative, got {self.file_bytes}")
         if self.file_count < 1:

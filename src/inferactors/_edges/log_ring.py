@@ -1,12 +1,19 @@
 """A managed server's output as timestamped lines: `LogRing` per instance, `LogBook` for all.
 
 `ManagedProcess` splits its server's stdout and stderr into lines (``output_lines``) and
-hands each to the instance's ring, which keeps the last ``lines`` of them (across restarts:
-the ring belongs to the instance, each new process appends to it), passes them to every
-follower, and, when asked, to a rotating file (``<data_root>/logs/<instance id>.log``, the
-standard library's `RotatingFileHandler` fed through a `QueueListener` thread, so the event
-loop never waits on the disk). A probe's own log line (``_policy/probe_lines``) is counted
-in `LogRing.probe_lines`, not kept.
+hands each to the instance's ring, which keeps the last of them (across restarts: the ring
+belongs to the instance, each new process appends to it), passes them to every follower,
+and, when asked, to a rotating file (``log_file``: a thread writes it, so the event loop
+never waits on the disk). A probe's own log line (``_policy/probe_lines``) is counted in
+`LogRing.probe_lines`, not kept.
+
+Memory is bounded whatever the servers write (issue 18 item 2): a ring keeps at most
+``lines`` lines and ``memory_bytes`` of them (a line counts its text and about
+`LINE_OVERHEAD_BYTES` of bookkeeping), and all the rings of a `LogBook` together at most
+``total_memory_bytes``: past it, the ring holding the most loses its oldest lines first.
+A piece of a line longer than the line cap is a `LogLine` with ``continued`` set. Lines a
+server wrote faster than they are read (`_policy/output_pace.py`) are replaced by one
+marker line saying how many. `LogRing.tail` costs the lines asked for, not the ring's size.
 
 A follower gets a bounded channel: when it falls behind, lines are dropped for it alone (the
 server's reader never waits) and, once it has room again, a marker line says how many.
@@ -17,13 +24,12 @@ other logs), unlike the trio clock that drives every decision.
 from __future__ import annotations
 
 import contextlib
-import datetime
+import itertools
 import logging
-import queue
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from logging.handlers import QueueListener, RotatingFileHandler
 from pathlib import Path
 
 import attrs
@@ -31,11 +37,16 @@ import trio
 
 from .._config.config import ManagedConfig
 from .._config.server_logs import ServerLogs
+from .._policy.output_pace import KEEP_LINES_PER_S
+from .log_file import LogFile
 
 _log = logging.getLogger(__name__)
 
 FOLLOW_BUFFER = 256
 """Lines a follower may fall behind before lines are dropped for it."""
+LINE_OVERHEAD_BYTES = 120
+"""What a kept line costs beside its text (its object, time and the ring's slot; measured
+with tracemalloc: 112 bytes on CPython 3.11, 64-bit)."""
 
 
 @attrs.frozen
@@ -47,18 +58,34 @@ class LogLine:
         stream: ``"stdout"`` or ``"stderr"``.
         pid: the server process that wrote it.
         text: the line, decoded as UTF-8 (undecodable bytes replaced), without its newline.
+        continued: the line was longer than the line cap (8 KiB): this is a piece of it,
+            and it goes on in the next line of the same stream.
     """
 
     at: float
     stream: str
     pid: int
     text: str
+    continued: bool = False
 
 
 def dropped_marker(count: int, like: LogLine) -> LogLine:
     """The line a follower gets in place of ``count`` lines it was too slow for."""
     text = f"[inferactors] {count} line(s) dropped here: this reader fell behind"
     return LogLine(like.at, like.stream, like.pid, text)
+
+
+def flood_text(lines: int, size: int) -> str:
+    """The marker's text for ``lines`` lines (``size`` bytes) a server wrote too fast."""
+    return (
+        f"[inferactors] {lines} line(s) ({size} bytes) of output dropped here: the server "
+        f"wrote more than {KEEP_LINES_PER_S:g} lines a second"
+    )
+
+
+def line_cost(line: LogLine) -> int:
+    """The memory one kept line is counted for, in bytes."""
+    return sys.getsizeof(line.text) + LINE_OVERHEAD_BYTES
 
 
 @attrs.define(eq=False)
@@ -81,74 +108,84 @@ class _Follower:
 
 
 @attrs.define(eq=False)
-class LogFile:
-    """The rotating file of one instance's lines; written by a thread, never the loop."""
+class MemoryBudget:
+    """The memory all the rings of a `LogBook` may take together (``total_bytes``)."""
 
-    path: Path
-    _queue: queue.SimpleQueue[logging.LogRecord | None]
-    _listener: QueueListener
+    total_bytes: int = ServerLogs().total_memory_bytes
+    used: int = 0
+    rings: list[LogRing] = attrs.Factory(list)
 
-    @classmethod
-    def open(cls, path: Path, max_bytes: int, backups: int) -> LogFile:
-        """Append to ``path`` (its directory is made), rotated at ``max_bytes`` bytes with
-        ``backups`` older files kept. Raises `OSError` when it cannot be opened."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handler = RotatingFileHandler(path, maxBytes=max_bytes, backupCount=backups)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        records: queue.SimpleQueue[logging.LogRecord | None] = queue.SimpleQueue()
-        listener = QueueListener(records, handler)
-        listener.start()
-        return cls(path, records, listener)
-
-    def write(self, line: LogLine) -> None:
-        """Queue ``line`` for the writer thread (ISO time, stream, pid, text)."""
-        stamp = datetime.datetime.fromtimestamp(line.at).astimezone().isoformat("T", "milliseconds")
-        message = f"{stamp} {line.stream} {line.pid} {line.text}"
-        self._queue.put_nowait(logging.makeLogRecord({"msg": message, "created": line.at}))
-
-    def close(self) -> None:
-        """Write what is queued, stop the thread and close the file (waits for the disk)."""
-        self._listener.stop()
-        for handler in self._listener.handlers:
-            handler.close()
+    def trim(self) -> None:
+        """Over budget: the ring holding the most loses its oldest lines until it is not."""
+        while self.used > self.total_bytes and self.rings:
+            largest = max(self.rings, key=lambda ring: ring.memory_bytes)
+            if not largest.evict_oldest():
+                return
 
 
 @attrs.define(eq=False)
 class LogRing:
-    """The last ``size`` lines of one instance's servers, and their followers.
+    """The last lines of one instance's servers, within its limits, and their followers.
 
     Attributes:
-        size: how many lines are kept.
+        size: how many lines are kept at most.
+        max_bytes: how much memory they may take at most (`line_cost`).
+        memory_bytes: how much they take now.
         probe_lines: lines that were a server's log of our probes, counted and dropped.
+        flooded: lines a server wrote faster than they are read, counted and dropped.
     """
 
     size: int = ServerLogs().lines
     clock: Callable[[], float] = time.time
     file: LogFile | None = None
+    max_bytes: int = ServerLogs().memory_bytes
+    budget: MemoryBudget = attrs.Factory(MemoryBudget)
     probe_lines: int = 0
-    _lines: deque[LogLine] = attrs.field(init=False)
+    flooded: int = 0
+    memory_bytes: int = 0
+    _lines: deque[LogLine] = attrs.Factory(deque)
     _followers: list[_Follower] = attrs.Factory(list)
 
     def __attrs_post_init__(self) -> None:
-        self._lines = deque(maxlen=self.size)
+        if self not in self.budget.rings:
+            self.budget.rings.append(self)
 
-    def record(self, stream: str, pid: int, text: str) -> None:
+    def record(self, stream: str, pid: int, text: str, continued: bool = False) -> None:
         """Keep one line the server ``pid`` wrote on ``stream``; never waits."""
-        line = LogLine(self.clock(), stream, pid, text)
-        self._lines.append(line)
-        if self.file is not None:
-            self.file.write(line)
-        self._followers = [follower for follower in self._followers if follower.offer(line)]
+        self._keep(LogLine(self.clock(), stream, pid, text, continued))
+
+    def dropped(self, stream: str, pid: int, lines: int, size: int) -> None:
+        """Keep a marker for ``lines`` lines (``size`` bytes) the server wrote too fast."""
+        self.flooded += lines
+        self._keep(LogLine(self.clock(), stream, pid, flood_text(lines, size)))
 
     def probe(self) -> None:
         """Count a probe's log line (not kept)."""
         self.probe_lines += 1
 
     def tail(self, lines: int) -> tuple[LogLine, ...]:
-        """The last ``lines`` lines kept, oldest first (all of them when fewer)."""
+        """The last ``lines`` lines kept, oldest first (all of them when fewer); costs the
+        lines asked for, not the ring's length."""
         if lines <= 0:
             return ()
-        return tuple(self._lines)[-lines:]
+        newest = tuple(itertools.islice(reversed(self._lines), lines))
+        return newest[::-1]
+
+    def resize(self, logs: ServerLogs) -> None:
+        """Take ``logs``' limits (a reload's); the oldest lines go if they no longer fit."""
+        self.size, self.max_bytes = logs.lines, logs.memory_bytes
+        self.budget.total_bytes = logs.total_memory_bytes
+        self._fit()
+        self.budget.trim()
+
+    def evict_oldest(self) -> bool:
+        """Drop the oldest line; False when there was none."""
+        if not self._lines:
+            return False
+        cost = line_cost(self._lines.popleft())
+        self.memory_bytes -= cost
+        self.budget.used -= cost
+        return True
 
     @contextlib.contextmanager
     def follow(self, buffer: int = FOLLOW_BUFFER) -> Iterator[trio.MemoryReceiveChannel[LogLine]]:
@@ -174,24 +211,52 @@ class LogRing:
             self.file.close()
             self.file = None
 
+    def _keep(self, line: LogLine) -> None:
+        self._lines.append(line)
+        cost = line_cost(line)
+        self.memory_bytes += cost
+        self.budget.used += cost
+        self._fit()
+        if self.budget.used > self.budget.total_bytes:
+            self.budget.trim()
+        if self.file is not None:
+            self.file.write(line)
+        if self._followers:
+            self._followers = [f for f in self._followers if f.offer(line)]
+
+    def _fit(self) -> None:
+        while len(self._lines) > self.size or (
+            self.memory_bytes > self.max_bytes and len(self._lines) > 1
+        ):
+            self.evict_oldest()
+
 
 @attrs.define(eq=False)
 class LogBook:
-    """The rings of one runtime's instances, by instance id; a ring outlives its processes
-    and an unload, so a reloaded instance goes on with its history."""
+    """The rings of one supervisor's instances, by instance id, within one memory budget;
+    a ring outlives its processes and an unload, so a reloaded instance goes on with its
+    history."""
 
     clock: Callable[[], float] = time.time
+    budget: MemoryBudget = attrs.Factory(MemoryBudget)
     _rings: dict[str, LogRing] = attrs.Factory(dict)
 
     def ring(self, instance_id: str, managed: ManagedConfig | None) -> LogRing:
-        """The ring of ``instance_id``, made on first use with ``managed.logs``' size (and
+        """The ring of ``instance_id``, made on first use with ``managed.logs``' limits (and
         its file under ``data_root/logs`` when ``logs.file_bytes`` is set; a file that
         cannot be opened is logged and leaves the ring without one)."""
         found = self._rings.get(instance_id)
         if found is None:
             logs = ServerLogs() if managed is None else managed.logs
             data_root = None if managed is None else managed.data_root
-            found = LogRing(logs.lines, self.clock, _file(instance_id, logs, data_root))
+            self.budget.total_bytes = logs.total_memory_bytes
+            found = LogRing(
+                logs.lines,
+                self.clock,
+                _file(instance_id, logs, data_root),
+                logs.memory_bytes,
+                self.budget,
+            )
             self._rings[instance_id] = found
         return found
 

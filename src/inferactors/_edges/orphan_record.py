@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
 import os
 import stat
 import tempfile
@@ -42,6 +43,8 @@ RECORD_NAME = "server.json"
 RECORD_SCHEMA = "inferactors.server-record.v1"
 
 _MAX_RECORD_BYTES = 1 << 16
+
+_log = logging.getLogger(__name__)
 
 
 @attrs.frozen
@@ -315,6 +318,9 @@ def remove_record(instance_dir: Path, *, pid: int | None = None) -> bool:
     try:
         path.unlink()
     except FileNotFoundError:
+        return False
+    except OSError as error:  # a state directory made unwritable under us: say it, go on
+        _log.warning("cannot remove the server record %s: %s", path, error.strerror or error)
         return False
     return True
 

@@ -13,91 +13,204 @@ The same lines feed the process's evidence (`OutputCapture`, fed line by line: e
 but those of a probe's log line, which are only counted) and the instance's ring of lines
 (`LineSink`, ``log_ring``); `read_stream` is the reader task of one pipe. A probe's log line
 is ``_policy/probe_lines``' call, so a server logging each probe fills neither.
+
+Bounded whatever the server writes (issue 18 item 2): a line over `LINE_LIMIT_BYTES` is
+kept in pieces marked as continued; a process's lines are read one by one only as fast as
+its `LinePace` allows (the rest are dropped whole, in C, counted, kept in the evidence's
+head and tail bytes, and said by a marker line); the pipe is widened to `PIPE_BYTES` and
+emptied at once, so the server never waits long on us; and lines are read `SLICE_LINES` at
+a time, so the event loop is never held up by one chunk. Dropped lines are not looked at
+for start-up faults or readiness (the probes still see the server).
 """
 
 from __future__ import annotations
 
+import fcntl
+import time
+from collections import deque
+from collections.abc import Callable
 from typing import Protocol
 
 import attrs
 import trio
 
 from .._events import Diagnosis
+from .._policy.output_pace import LinePace
 from .._policy.probe_lines import is_probe_line
 from .._policy.ready_lines import ready_line
 from .._policy.startup_fault import LIVE_FATAL, StartupWatch
 from .capture import OutputCapture
 
 LINE_LIMIT_BYTES = 8192
-"""A line longer than this is read in pieces of this size (bytes)."""
+"""A line longer than this is kept in pieces of this size (bytes), each but the last
+marked as continued (`LineSink.record`)."""
 
-_READ_CHUNK_BYTES = 65536
+READ_CHUNK_BYTES = 1 << 20
+"""The most bytes one read takes from a server's pipe."""
+PIPE_BYTES = 1 << 20
+"""The size asked for each pipe (``F_SETPIPE_SZ``; Linux's default is 64 KiB): how much a
+server may write while the loop is busy elsewhere before its write waits."""
+SLICE_LINES = 256
+"""Lines read one by one before the reader lets the event loop run other tasks."""
 
 
 class LineSink(Protocol):
     """Where a process's lines go besides its evidence (`log_ring.LogRing`)."""
 
-    def record(self, stream: str, pid: int, text: str) -> None:
-        """Keep one line (without its newline); must not wait."""
+    def record(self, stream: str, pid: int, text: str, continued: bool = False) -> None:
+        """Keep one line (without its newline); ``continued``: it is a piece of a longer
+        line that goes on in the next record. Must not wait."""
         ...
 
     def probe(self) -> None:
         """Count one line that was a server's log of our probe."""
         ...
 
+    def dropped(self, stream: str, pid: int, lines: int, size: int) -> None:
+        """Say that ``lines`` lines (``size`` bytes) of ``stream`` were not read one by
+        one here (the server wrote faster than `LinePace` keeps). Must not wait."""
+        ...
+
+
+@attrs.frozen
+class _Line:
+    data: bytes
+    ending: bytes
+    continued: bool = False
+
+
+@attrs.frozen
+class _Drop:
+    data: bytes
+    lines: int
+
 
 @attrs.define(eq=False)
 class StreamLines:
     """One stream's pending partial line and its readers; fed by `read_stream`.
 
+    A chunk is cut into lines at once (`queue`) and the lines are then read in slices
+    (`work`); lines the owner's `LinePace` has no token for are dropped whole, their bytes
+    kept in the evidence and counted, and said (`LineSink.dropped`) before the next line
+    kept.
+
     Attributes:
         name: ``"stdout"`` or ``"stderr"``.
         capture: the stream's evidence: every byte but a probe's log lines.
+        dropped_lines: how many lines (or pieces of an endless line) were dropped so far.
     """
 
     _owner: LineWatch
     name: str = "stdout"
     capture: OutputCapture = attrs.Factory(OutputCapture)
+    dropped_lines: int = 0
     _watch: StartupWatch = attrs.Factory(StartupWatch)
     _partial: bytearray = attrs.Factory(bytearray)
+    _pending: deque[_Line | _Drop] = attrs.Factory(deque)
+    _unsaid: tuple[int, int] = (0, 0)
 
     def feed(self, chunk: bytes | bytearray) -> None:
-        """Read the complete lines ``chunk`` finishes; an empty ``chunk`` is the end of
-        file: the last line is read, newline or not."""
+        """`queue` ``chunk`` and read every line it finishes now; an empty ``chunk`` is the
+        end of file: the last line is read, newline or not."""
+        self.queue(chunk)
+        self.work(None)
+
+    def queue(self, chunk: bytes | bytearray) -> None:
+        """Cut ``chunk`` into the lines it finishes (kept up to the pace, the rest dropped
+        whole) and pieces of an endless line; `work` reads them. Empty: end of file."""
         if not chunk:
-            self.end()
+            self._finish()
             return
-        self._partial += chunk
-        *lines, rest = self._partial.split(b"\n")
-        self._partial = bytearray(rest)
-        for line in lines:
-            self._read(bytes(line))
-        if len(self._partial) > LINE_LIMIT_BYTES:
-            self.end()  # an endless line is read, and kept, in pieces
+        data = bytes(self._partial + chunk) if self._partial else bytes(chunk)
+        self._partial = bytearray()
+        lines = data.count(b"\n")
+        kept = self._owner.take(lines)
+        at = 0
+        for _ in range(kept):
+            newline = data.index(b"\n", at)
+            self._pieces(data[at:newline], b"\n")
+            at = newline + 1
+        if kept < lines:
+            last = data.rindex(b"\n") + 1
+            self._pending.append(_Drop(data[at:last], lines - kept))
+            at = last
+        self._rest(data[at:])
+
+    def work(self, most: int | None) -> bool:
+        """Read up to ``most`` pending lines (None: all); whether some are still pending."""
+        done = 0
+        while self._pending and (most is None or done < most):
+            item = self._pending.popleft()
+            if isinstance(item, _Drop):
+                self.capture.feed(item.data)
+                self.dropped_lines += item.lines
+                lines, size = self._unsaid
+                self._unsaid = (lines + item.lines, size + len(item.data))
+                continue
+            self._say_dropped()
+            self._read(item)
+            done += 1
+        return bool(self._pending)
 
     def end(self) -> None:
-        """End of file (or of reading): read the last line, even without its newline."""
-        if self._partial:
-            line, self._partial = bytes(self._partial), bytearray()
-            self._read(line, ending=b"")
+        """End of file (or of reading): read the last line, even without its newline, and
+        whatever is pending; say the lines dropped last."""
+        self._finish()
+        self.work(None)
+        self._say_dropped()
 
-    def _read(self, line: bytes, ending: bytes = b"\n") -> None:
+    def _finish(self) -> None:
+        if self._partial:
+            rest, self._partial = bytes(self._partial), bytearray()
+            if self._owner.take(1):
+                self._pieces(rest, b"")
+            else:
+                self._pending.append(_Drop(rest, 1))
+
+    def _pieces(self, line: bytes, ending: bytes) -> None:
+        """``line`` as pieces of at most `LINE_LIMIT_BYTES`, each but the last continued."""
+        for start in range(0, max(len(line) - LINE_LIMIT_BYTES, 0), LINE_LIMIT_BYTES):
+            self._pending.append(_Line(line[start : start + LINE_LIMIT_BYTES], b"", True))
+        last = (max(len(line) - 1, 0) // LINE_LIMIT_BYTES) * LINE_LIMIT_BYTES
+        self._pending.append(_Line(line[last:], ending))
+
+    def _rest(self, rest: bytes) -> None:
+        """The unfinished last line: its full pieces now (continued), the rest kept."""
+        whole = len(rest) - len(rest) % LINE_LIMIT_BYTES
+        if whole and whole == len(rest):
+            whole -= LINE_LIMIT_BYTES  # keep a last piece back: the line may end there
+        for start in range(0, whole, LINE_LIMIT_BYTES):
+            piece = rest[start : start + LINE_LIMIT_BYTES]
+            if self._owner.take(1):
+                self._pending.append(_Line(piece, b"", True))
+            else:
+                self._pending.append(_Drop(piece, 1))
+        self._partial = bytearray(rest[whole:])
+
+    def _say_dropped(self) -> None:
+        lines, size = self._unsaid
+        if lines and self._owner.sink is not None:
+            self._owner.sink.dropped(self.name, self._owner.pid, lines, size)
+        self._unsaid = (0, 0)
+
+    def _read(self, item: _Line) -> None:
+        line, ending = item.data, item.ending
         text = line.decode("utf-8", errors="replace")
-        if self._owner.active:
+        if self._owner.active and not item.continued:
             found = self._watch.feed(text)
             if found is not None and found.kind in LIVE_FATAL:
                 self._owner.found(found)
             if ready_line(text) is not None:
                 self._owner.ready()
         sink = self._owner.sink
-        if is_probe_line(text):
+        if not item.continued and is_probe_line(text):
             self.capture.count(len(line) + len(ending))
             if sink is not None:
                 sink.probe()
             return
         self.capture.feed(line + ending)
         if sink is not None:
-            sink.record(self.name, self._owner.pid, text.rstrip("\r"))
+            sink.record(self.name, self._owner.pid, text.rstrip("\r"), item.continued)
 
 
 @attrs.define(eq=False)
@@ -117,6 +230,8 @@ class LineWatch:
     sink: LineSink | None = None
     pid: int = 0
     ready_count: int = 0
+    pace: LinePace = attrs.Factory(LinePace)
+    clock: Callable[[], float] = time.monotonic
     _seen: trio.Event = attrs.Factory(trio.Event)
     _ready: trio.Event = attrs.Factory(trio.Event)
     stdout: StreamLines = attrs.field(init=False)
@@ -125,6 +240,10 @@ class LineWatch:
     def __attrs_post_init__(self) -> None:
         self.stdout = StreamLines(self, "stdout")
         self.stderr = StreamLines(self, "stderr")
+
+    def take(self, lines: int) -> int:
+        """How many of ``lines`` lines may be read one by one now (`LinePace`)."""
+        return self.pace.take(self.clock(), lines) if lines else 0
 
     def found(self, diagnosis: Diagnosis) -> None:
         """Keep the first fatal diagnosis, stop reading and wake `wait_fatal`."""
@@ -158,17 +277,36 @@ class LineWatch:
 
 
 async def read_stream(stream: trio.abc.ReceiveStream, lines: StreamLines) -> None:
-    """Feed ``stream`` into ``lines`` until end of file; when cancelled (the pipe outlived
-    its drain), the partial last line is still read."""
+    """Feed ``stream`` into ``lines`` until end of file: each chunk is cut at once, its
+    lines read `SLICE_LINES` at a time with the loop let go between slices, so neither a
+    flooding server nor its reader holds up the event loop; when cancelled (the pipe
+    outlived its drain), what is pending and the partial last line are still read."""
+    widen_pipe(stream)
     try:
         while True:
             try:
-                chunk = await stream.receive_some(_READ_CHUNK_BYTES)
+                chunk = await stream.receive_some(READ_CHUNK_BYTES)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
-            lines.feed(chunk)  # b"": end of file, and its last line is read
+            lines.queue(chunk)  # b"": end of file, and its last line is read
+            while lines.work(SLICE_LINES):
+                await trio.lowlevel.checkpoint()
             if not chunk:
                 lines.capture.mark_eof()
                 return
     finally:
         lines.end()
+
+
+def widen_pipe(stream: object) -> None:
+    """Ask for a `PIPE_BYTES` pipe behind ``stream`` (when it is one): a server's burst then
+    lands in the pipe while the loop is busy, instead of making the server wait. Refused
+    (over ``/proc/sys/fs/pipe-max-size`` for us, not a pipe, not Linux): left as it is."""
+    fileno = getattr(stream, "fileno", None)
+    setsize = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if fileno is None or setsize is None:
+        return
+    try:
+        fcntl.fcntl(fileno(), setsize, PIPE_BYTES)
+    except (OSError, ValueError):
+        pass  # the default size still works; a burst then waits on us sooner

@@ -170,13 +170,13 @@ class ProbeClient:
     async def report(self, flavor: InferFlavor) -> ServerReport:
         """Probe the server as ``flavor`` speaks.
 
-        llama.cpp and mlx-lm: ``GET /health`` (404 falls back to ``GET /v1/models``), then, only
-        when `Up`, the ids of ``/v1/models``. Ollama: ``GET /api/version``, then, only when
-        `Up`, ``/api/tags`` into ``models`` and ``/api/ps`` into ``loaded``. A failed list
-        request leaves its field empty; a model list that could not be read (failed, late,
-        malformed) says why in ``models_problem``. Never raises for a server fault:
-        transport errors and timeouts become `Unreachable`, a body over 1 MiB or encoded
-        `Unhealthy`.
+        llama.cpp and mlx-lm: ``GET /health`` (404 or 501 falls back to ``GET
+        /v1/models``), then, only when `Up`, the ids of ``/v1/models``. Ollama: ``GET
+        /api/version``, then, only when `Up`, ``/api/tags`` into ``models`` and ``/api/ps``
+        into ``loaded``. A failed list request leaves its field empty; a model list that
+        could not be read (failed, late, malformed) says why in ``models_problem``. Never
+        raises for a server fault: transport errors and timeouts become `Unreachable`, a
+        body over 1 MiB or encoded `Unhealthy`.
 
         One deadline, ``timeout_s`` from the call, bounds every request it makes: a server
         that trickles each reply just under the timeout still costs at most ``timeout_s``.
@@ -231,14 +231,14 @@ class ProbeClient:
 
     async def _report_openai(self, deadline: float) -> ServerReport:
         started = trio.current_time()
-        health, models_body, refused = await self._openai_health(deadline)
+        health, fallback, refused = await self._openai_health(deadline)
         latency_s = trio.current_time() - started
         if not serving(health):  # a busy server serves: its list is read too
             return ServerReport(health, latency_s=latency_s, refused=refused)
-        if models_body is None:
+        if fallback is None:
             (models, problem, router), refused = await self._list_once("/v1/models", deadline)
         else:
-            models, problem, router = read_model_list("/v1/models", 200, models_body)
+            models, problem, router = read_model_list("/v1/models", *fallback)
         return ServerReport(
             health,
             models=models,
@@ -248,9 +248,12 @@ class ProbeClient:
             refused=refused,
         )
 
-    async def _openai_health(self, deadline: float) -> tuple[Health, bytes | None, str | None]:
-        """Health, the ``/v1/models`` body when the 404 fallback already fetched it, and
-        whether the request was refused for want of an API key (`refusal`)."""
+    async def _openai_health(
+        self, deadline: float
+    ) -> tuple[Health, tuple[int, bytes] | None, str | None]:
+        """Health, the ``/v1/models`` status and body when the fallback (``/health`` 404 or
+        501) already fetched them, and whether the request was refused for want of an API
+        key (`refusal`)."""
         try:
             status, body = await self.get("/health", deadline=deadline)
             health = classify_health(status, body)
@@ -259,7 +262,7 @@ class ProbeClient:
             status, body = await self.get("/v1/models", deadline=deadline)
         except ProbeFailure as exc:
             return failure_health(exc), None, None
-        return classify_models_status(status), body, refusal(status, body)
+        return classify_models_status(status), (status, body), refusal(status, body)
 
     async def _report_ollama(self, deadline: float) -> ServerReport:
         started = trio.current_time()

@@ -66,8 +66,11 @@ class StateLock:
                 os.close(held.fd)
 
 
-def acquire_state_lock(data_root: Path) -> StateLock:
-    """Take ``data_root``'s supervisor lock at once (never waits), creating the directory.
+def acquire_state_lock(data_root: Path, mode: int = 0o700) -> StateLock:
+    """Take ``data_root``'s supervisor lock at once (never waits), creating the directory
+    with ``mode`` when it is missing (0700: private to our user; 0711 when servers run as
+    another user and must reach their own directories in it, which nothing lets them
+    list). An existing directory keeps its mode.
 
     Returns:
         A holder; the lock is held until every holder in this process has released it.
@@ -79,10 +82,15 @@ def acquire_state_lock(data_root: Path) -> StateLock:
             cannot be written.
     """
     try:
-        data_root.mkdir(parents=True, exist_ok=True)
+        if not data_root.exists():
+            data_root.parent.mkdir(parents=True, exist_ok=True)
+            data_root.mkdir(mode=mode)
+            os.chmod(data_root, mode)  # whatever the umask
         key = data_root.resolve(strict=True)
     except OSError as error:
-        raise BackendError(f"cannot use data_root {data_root}: {error}") from error
+        raise BackendError(
+            f"cannot use data_root {data_root}: {error.strerror or error}"
+        ) from error
     with _mutex:
         held = _held.get(key)
         if held is None:
@@ -111,7 +119,7 @@ def _lock(data_root: Path) -> int:
         raise BackendError(f"cannot lock {data_root}: {error}") from error
     path = data_root / LOCK_NAME
     try:
-        pid_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        pid_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             os.ftruncate(pid_fd, 0)
             os.pwrite(pid_fd, f"{os.getpid()}\n".encode(), 0)
@@ -121,6 +129,26 @@ def _lock(data_root: Path) -> int:
         os.close(fd)
         raise BackendError(f"cannot write our pid into {path}: {error}") from error
     return fd
+
+
+def lock_holder(data_root: Path) -> str | None:
+    """Who holds ``data_root``'s lock, without taking it: ``"pid 1234"`` (or why its pid is
+    unknown) while a supervisor holds it, None when none does or the directory cannot be
+    opened. Blocking (a few system calls): the CLI's, to tell a supervisor whose control
+    socket is gone from none at all."""
+    try:
+        fd = os.open(data_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _holder(data_root)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # a shared lock we took goes with the descriptor
+    return None
 
 
 def _holder(data_root: Path) -> str:

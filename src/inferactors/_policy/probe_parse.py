@@ -27,6 +27,8 @@ from .matching import lists
 from .router_models import RouterModel, router_models_of
 
 _SNIPPET_CHARS = 200
+NO_SUCH_ROUTE = frozenset({404, 501})
+"""No such route, not unwell: 404, or 501 (``http.server`` without a handler for it)."""
 
 
 @attrs.frozen
@@ -132,9 +134,11 @@ class CompletionResult:
 def classify_health(status: int, body: bytes = b"") -> Health | None:
     """Classify a llama-server or mlx_lm.server ``GET /health`` status.
 
-    200 is `Up`, 503 is `Loading`, 404 is None (the caller falls back to ``GET /v1/models``),
-    and any other code, 302 and 500 included, is ``Unhealthy("/health returned HTTP c")``.
-    Two refinements read a 503's body:
+    200 is `Up`, 503 is `Loading`, 404 and 501 are None (the server has no ``/health``: the
+    caller falls back to ``GET /v1/models``; 501 is what Python's ``BaseHTTPRequestHandler``
+    answers for a method it has no handler for, as mlx_lm.server builds without a GET
+    route do), and any other code, 302 and 500 included, is ``Unhealthy("/health returned
+    HTTP c")``. Two refinements read a 503's body:
 
     - mlx_lm.server's ``{"status": "unavailable"}`` (0.32.2 and later, once its generation
       thread has died) is `Unhealthy` (``dead``), not
@@ -150,14 +154,18 @@ def classify_health(status: int, body: bytes = b"") -> Health | None:
         return Up()
     if status == 503:
         return _unavailable(body) or Loading()
-    if status == 404:
+    if status in NO_SUCH_ROUTE:
         return None
     return Unhealthy(f"/health returned HTTP {status}")
 
 
 def classify_models_status(status: int) -> Health:
-    """Classify ``GET /v1/models`` when ``/health`` was 404: 200 `Up`, 503 `Loading`, else
+    """Classify ``GET /v1/models`` when ``/health`` was 404 or 501: 200 `Up`, 503 `Loading`,
+    501 `Up` (an HTTP server that has neither route but answered: only readiness's real
+    token can tell more, and it is asked for before Running), else
     ``Unhealthy("/v1/models returned HTTP c")``."""
+    if status == 501:
+        return Up()
     return _by_status(status, "/v1/models")
 
 
@@ -206,13 +214,15 @@ def model_list_problem(path: str, status: int, body: bytes) -> str | None:
     """Why the model list ``GET path`` answered cannot be read, or None when it can.
 
     None for a 200 whose body is a JSON object with a ``data`` (OpenAI) or ``models``
-    (Ollama) list that is empty or names at least one model, and for a 404 (the server has
-    no list endpoint; nothing to confirm). Otherwise ``"model list unreadable: ..."`` in
-    the server's words: another status, a body that is not a JSON object (a nesting bomb,
-    a duplicate key, ...; `reply_object`), no such list, or entries none of which has a
-    string id. The lenient `parse_model_ids` still reads what it can.
+    (Ollama) list that is empty or names at least one model, and for a 404 or a 501 (the
+    server has no list endpoint: an mlx_lm.server from before its model list answers 501
+    ``Unsupported method ('GET')``; nothing to confirm, readiness's real token decides).
+    Otherwise ``"model list unreadable: ..."`` in the server's words: another status, a
+    body that is not a JSON object (a nesting bomb, a duplicate key, ...; `reply_object`),
+    no such list, or entries none of which has a string id. The lenient `parse_model_ids`
+    still reads what it can.
     """
-    if status == 404:
+    if status in NO_SUCH_ROUTE:
         return None
     if status != 200:
         return f"model list unreadable: {path} returned HTTP {status}"

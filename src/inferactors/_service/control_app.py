@@ -51,8 +51,7 @@ from .._errors import (
     Unsupported,
 )
 from .._events import Event
-from .._status import InstanceState
-from .views import InstanceView, ReloadResult
+from .views import InstanceView, ReadyView, ReloadResult
 
 LIVE_DEADLINE_S = 2.0
 """How long ``/livez`` waits for every runtime's actor tree to answer, float seconds."""
@@ -93,8 +92,9 @@ class ControlledFleet(Protocol):
         self,
     ) -> contextlib.AbstractContextManager[trio.MemoryReceiveChannel[Event]]: ...
     async def alive(self, deadline_s: float) -> bool: ...
-    def ready(self) -> dict[str, bool]: ...
+    def readiness(self) -> tuple[ReadyView, ...]: ...
     def metrics_text(self) -> bytes: ...
+    async def refresh_metrics(self) -> None: ...
 
 
 def error_body(code: str, message: str) -> dict[str, Any]:
@@ -215,6 +215,7 @@ class _Routes:
                 yield _ndjson(event_data(event))
 
     async def metrics(self, request: Request) -> Response:
+        await self.fleet.refresh_metrics()
         return Response(self.fleet.metrics_text(), media_type=PROMETHEUS_TEXT)
 
     async def livez(self, request: Request) -> Response:
@@ -227,15 +228,25 @@ class _Routes:
         return PlainTextResponse(why, status_code=503)
 
     async def readyz(self, request: Request) -> Response:
-        not_ready = sorted(name for name, ready in self.fleet.ready().items() if not ready)
-        body = {"ready": not not_ready, "not_ready": not_ready}
-        return JSONResponse(body, status_code=503 if not_ready else 200)
+        waited = [one for one in self.fleet.readiness() if one.required and not one.ready]
+        body = {
+            "ready": not waited,
+            "not_ready": [one.name for one in waited],
+            "reasons": {one.name: one.reason for one in waited},
+        }
+        return JSONResponse(body, status_code=503 if waited else 200)
 
     async def readyz_one(self, request: Request) -> Response:
-        view = self.fleet.view(request.path_params["name"])
-        ready = self.fleet.ready().get(view.name, view.status.state is InstanceState.RUNNING)
-        body = {"name": view.name, "ready": ready, "state": view.status.state.value}
-        return JSONResponse(body, status_code=200 if ready else 503)
+        name = self.fleet.view(request.path_params["name"]).name  # UnknownInstance: 404
+        one = next(one for one in self.fleet.readiness() if one.name == name)
+        body = {
+            "name": one.name,
+            "ready": one.ready,
+            "state": one.state,
+            "required": one.required,
+            "reason": one.reason,
+        }
+        return JSONResponse(body, status_code=200 if one.ready else 503)
 
 
 def _event_lines(events: Iterable[Event]) -> bytes:
@@ -269,6 +280,23 @@ class BearerOnTcp:
                 answer = JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})
                 await answer(scope, receive, send)
                 return
+        await self.app(scope, receive, send)
+
+
+class ReadOnly:
+    """ASGI middleware of the read-only socket: GET and HEAD pass (views, logs, events,
+    metrics, probes); any other method is ``403 read-only``, before the route is looked
+    at."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD"):
+            message = "this socket is read-only: status, logs, events, metrics and probes"
+            answer = JSONResponse(error_body("read-only", message), status_code=403)
+            await answer(scope, receive, send)
+            return
         await self.app(scope, receive, send)
 
 

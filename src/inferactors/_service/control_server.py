@@ -21,22 +21,30 @@ import ipaddress
 import logging
 import os
 import socket
+import stat
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import cast
 
+import attrs
 import trio
 from hypercorn.config import Config, Sockets
 from hypercorn.trio.run import worker_serve
-from hypercorn.typing import ASGIFramework
+from hypercorn.typing import AppWrapper, ASGIFramework
 from hypercorn.utils import wrap_app
+from starlette.types import ASGIApp
 
-from .._errors import InvalidConfig, InvalidState
-from .control_app import ControlledFleet, control_app
+from .._errors import BackendError, InvalidConfig, InvalidState
+from .control_app import ControlledFleet, ReadOnly, control_app
 from .control_token import read_token
 
 CONTROL_SOCKET = "control.sock"
 """The control socket's name in the state directory."""
+READ_ONLY_SOCKET = "control-ro.sock"
+"""The read-only socket's name in the state directory (served with a read group)."""
+WATCH_S = 1.0
+"""How often the socket files are looked at (a vanished one is made again), seconds."""
+_UNIX_PATH_MAX = 108
 BACKLOG = socket.SOMAXCONN
 """The listen backlog: connections the kernel holds while the server is busy (the kernel
 caps it at ``net.core.somaxconn``). A full queue makes a client's connect fail with
@@ -62,6 +70,21 @@ log.addFilter(NoBanner())
 def control_socket_path(state_dir: Path) -> Path:
     """Where the supervisor of ``state_dir`` listens: ``<state_dir>/control.sock``."""
     return state_dir / CONTROL_SOCKET
+
+
+def read_only_socket_path(state_dir: Path) -> Path:
+    """Where its read-only socket is, when served: ``<state_dir>/control-ro.sock``."""
+    return state_dir / READ_ONLY_SOCKET
+
+
+@attrs.frozen
+class SocketAccess:
+    """Who may use the Unix sockets besides our own user and root: the members of
+    ``group`` (a gid) the full control socket, those of ``read_group`` a read-only one
+    (``control-ro.sock``, GET and HEAD only). None: nobody else (mode 0600)."""
+
+    group: int | None = None
+    read_group: int | None = None
 
 
 def _answers(path: Path) -> bool:
@@ -94,24 +117,38 @@ def _clear_stale(path: Path) -> None:
     log.info("removed a stale control socket at %s", path)
 
 
-def _unix_socket(path: Path) -> socket.socket:
-    """The listening control socket at ``path``, mode 0600 before it listens.
+def _unix_socket(path: Path, group: int | None = None) -> socket.socket:
+    """The listening socket at ``path``: mode 0600, or 0660 owned by ``group``, set before
+    it listens; its directory is made (0700) when missing.
 
     Raises:
         InvalidState: as `_clear_stale`.
-        InvalidConfig: the path is too long for a Unix socket, or cannot be bound.
+        InvalidConfig: the path is too long for a Unix socket.
+        BackendError: the directory or the socket cannot be made (permissions, a full or
+            read-only file system).
     """
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    _clear_stale(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _clear_stale(path)
+    except OSError as error:
+        raise BackendError(f"cannot make the control socket {path}: {_why(error)}") from None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.bind(str(path))
-        os.chmod(path, 0o600)
+        if group is not None:
+            os.chown(path, -1, group)
+        os.chmod(path, 0o600 if group is None else 0o660)
         sock.listen(BACKLOG)
     except OSError as error:
         sock.close()
-        raise InvalidConfig(f"cannot listen on {path}: {error.strerror or error}") from None
+        if len(os.fsencode(path)) >= _UNIX_PATH_MAX:
+            raise InvalidConfig(f"cannot listen on {path}: the path is too long") from None
+        raise BackendError(f"cannot listen on {path}: {_why(error)}") from None
     return sock
+
+
+def _why(error: OSError) -> str:
+    return error.strerror or str(error)
 
 
 def _tcp_socket(host: str, port: int) -> socket.socket:
@@ -152,6 +189,8 @@ def _remove_if_ours(path: Path, inode: int) -> None:
             path.unlink()
     except FileNotFoundError:
         pass
+    except OSError as error:  # a state directory made unwritable under us: say it, go on
+        log.warning("cannot remove the control socket %s: %s", path, _why(error))
 
 
 async def serve_control(
@@ -162,6 +201,7 @@ async def serve_control(
     tcp_host: str = "127.0.0.1",
     token_file: Path | None = None,
     until: Callable[[], Awaitable[None]] | None = None,
+    access: SocketAccess = SocketAccess(),
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the control API over ``fleet`` until cancelled, or until ``until`` returns
@@ -177,36 +217,139 @@ async def serve_control(
         until: When it returns, the server stops taking connections, gives the requests
             under way `GRACE_S` to finish, and returns. ``inferactors run`` passes the
             fleet's closing: follow streams end cleanly with the fleet's last events.
+        access: Which groups may use the sockets (`SocketAccess`); with one, the state
+            directory becomes traversable (0711: nothing in it can be listed).
         task_status: Started with the bound addresses (``["http://unix:/...",
-            "http://127.0.0.1:8765"]``) once both listen.
+            "http://127.0.0.1:8765"]``) once all listen.
+
+    A socket file that vanishes (removed by hand, its directory too) is made again within
+    `WATCH_S`, and said in the log; requests under way on the old one go on.
 
     Raises:
         InvalidConfig: a TCP port without a token file, a bad token file, a non-loopback
-            host, or an address that cannot be bound.
+            host, an address that cannot be bound, a socket path too long.
         InvalidState: another supervisor answers on the socket, or its path is not a socket.
+        BackendError: a socket cannot be made, at start or when made again.
 
     Cancellation stops the server at once (open follow streams are cut) and removes the
-    socket file, if it is still ours.
+    socket files, if they are still ours.
     """
     token = _token(tcp_port, token_file)
-    path = control_socket_path(state_dir)
-    listeners = [await trio.to_thread.run_sync(_unix_socket, path)]
-    inode = path.lstat().st_ino
+    sockets = [
+        _Socket(control_socket_path(state_dir), _wrapped(control_app(fleet, token=token)), None)
+    ]
+    if access.group is not None:
+        sockets[0] = attrs.evolve(sockets[0], group=access.group)
+    if access.read_group is not None:
+        read_only = _wrapped(ReadOnly(control_app(fleet)))
+        sockets.append(_Socket(read_only_socket_path(state_dir), read_only, access.read_group))
+    if access.group is not None or access.read_group is not None:
+        await trio.to_thread.run_sync(_traversable, state_dir)
+    made = [await trio.to_thread.run_sync(_unix_socket, p.path, p.group) for p in sockets]
     try:
-        if tcp_port is not None:
-            listeners.append(_tcp_socket(tcp_host, tcp_port))
-        config = _config()
-        # starlette's ASGI types and hypercorn's describe the same protocol differently
-        asgi = cast(ASGIFramework, control_app(fleet, token=token))
-        app = wrap_app(asgi, config.wsgi_max_body_size, "asgi")
-        sockets = Sockets(secure_sockets=[], insecure_sockets=listeners, quic_sockets=[])
-        await worker_serve(
-            app, config, sockets=sockets, shutdown_trigger=until, task_status=task_status
-        )
-    finally:
-        for listener in listeners:
+        tcp = [] if tcp_port is None else [_tcp_socket(tcp_host, tcp_port)]
+    except InvalidConfig:
+        for place, listener in zip(sockets, made, strict=True):
+            _remove_if_ours(place.path, place.path.lstat().st_ino)
             listener.close()
-        _remove_if_ours(path, inode)
+        raise
+    ended = trio.Event()
+    try:
+        async with trio.open_nursery() as nursery:
+            bound = []
+            for number, (place, listener) in enumerate(zip(sockets, made, strict=True)):
+                listeners = [listener, *(tcp if number == 0 else [])]
+                bound += await nursery.start(place.serve, ended.wait, listeners)
+            nursery.start_soon(_watch, sockets, ended)
+            task_status.started(bound)
+            await (until or trio.sleep_forever)()
+            ended.set()
+    except BaseExceptionGroup as group:
+        raise _single(group) from None
+
+
+@attrs.define(eq=False)
+class _Socket:
+    """One Unix socket of the API: its path, its app, its group, and the inode of the
+    newest listener made for it (one more each time the file vanished)."""
+
+    path: Path
+    app: AppWrapper
+    group: int | None
+    inode: int | None = None
+
+    async def serve(
+        self,
+        ended: Callable[[], Awaitable[None]],
+        listeners: list[socket.socket] | None = None,
+        *,
+        task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve ``listeners`` (its Unix socket first; None: make it now) until ``ended``."""
+        if listeners is None:
+            listeners = [await trio.to_thread.run_sync(_unix_socket, self.path, self.group)]
+        inode = self.inode = self.path.lstat().st_ino
+        try:
+            config = _config()
+            bound = Sockets(secure_sockets=[], insecure_sockets=listeners, quic_sockets=[])
+            await worker_serve(
+                self.app, config, sockets=bound, shutdown_trigger=ended, task_status=task_status
+            )
+        finally:
+            for each in listeners:
+                each.close()
+            _remove_if_ours(self.path, inode)
+
+    def vanished(self) -> bool:
+        """Whether the socket file is gone, or is another file now."""
+        try:
+            return self.path.lstat().st_ino != self.inode
+        except FileNotFoundError:
+            return True
+
+
+async def _watch(sockets: list[_Socket], ended: trio.Event) -> None:
+    """Make a vanished socket again, every `WATCH_S`, until ``ended`` (its new servers
+    then end as the first ones do).
+
+    Raises:
+        BackendError: it cannot be made again (the supervisor cannot be reached: it stops).
+    """
+    async with trio.open_nursery() as nursery:
+        while not ended.is_set():
+            with trio.move_on_after(WATCH_S):
+                await ended.wait()
+            for place in sockets:
+                if not ended.is_set() and place.vanished():
+                    log.warning("the control socket %s vanished; making it again", place.path)
+                    try:
+                        await nursery.start(place.serve, ended.wait)
+                    except InvalidState as error:
+                        raise BackendError(f"the control socket vanished: {error}") from None
+
+
+def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception inside (nested) single-member groups, else the group itself."""
+    inner: BaseException = group
+    while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
+        inner = inner.exceptions[0]
+    return inner
+
+
+def _traversable(state_dir: Path) -> None:
+    """Let other users through ``state_dir`` (add x for group and others: 0711 from 0700),
+    so a group's member reaches its socket; nothing in it can be listed or read."""
+    try:
+        mode = stat.S_IMODE(state_dir.stat().st_mode)
+        os.chmod(state_dir, mode | 0o011)
+    except OSError as error:
+        raise BackendError(f"cannot open {state_dir} to a group: {_why(error)}") from None
+
+
+def _wrapped(app: ASGIApp) -> AppWrapper:
+    # starlette's ASGI types and hypercorn's describe the same protocol differently
+    asgi = cast(ASGIFramework, app)
+    return wrap_app(asgi, _config().wsgi_max_body_size, "asgi")
 
 
 def _token(tcp_port: int | None, token_file: Path | None) -> str | None:

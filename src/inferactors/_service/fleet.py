@@ -11,38 +11,36 @@ reading it never waits on an actor or does I/O. Reload: ``_service/reload.py``.
 from __future__ import annotations
 
 import contextlib
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 
 import attrs
 import trio
 
-from .._config.runfile import RunConfig
+from .._config.runfile import Endpoint, RunConfig
 from .._config.state_dir import state_dir_of
-from .._edges.bundle import Edges
+from .._edges.bundle import Edges, ProbeTimed
 from .._edges.log_ring import LogLine
 from .._edges.memory_gauge import MemoryGauge
 from .._errors import InvalidState, UnknownInstance
 from .._events import Event, StopReason
 from .._policy import fleet_exit
 from .._policy.reload_plan import Placement, placements
-from .._status import InstanceState
-from .fleet_door import FleetDoor, open_fleet_door
-from .hosts import RuntimeHost, Say, open_host, orphan_words, say_nothing
+from .drain import Drainer, NoDrain
+from .event_fan import EventFan
+from .fleet_door import DoorDrainer, FleetDoor, open_fleet_door
+from .fleet_figures import read_figures
+from .fleet_words import orphan_words, summary
+from .hosts import RuntimeHost, Say, open_host, say_nothing
 from .members import Member, keep
 from .metrics import FleetMetrics
 from .reload import reload_fleet
-from .views import InstanceView, Lifecycle, LifecycleNote, ReloadResult
+from .views import InstanceView, Lifecycle, LifecycleNote, ReadyView, ReloadResult
 
 __all__ = ["Fleet", "InstanceView", "LifecycleNote", "ReloadResult", "open_fleet", "orphan_words"]
 
 STOP_GRACE_S = 10.0
 """Grace between SIGTERM and SIGKILL for each managed server, float seconds."""
-EVENT_RING = 1000
-"""How many of the last events `Fleet.recent_events` keeps."""
-FOLLOW_BUFFER = 256
-"""Events a follower may fall behind before it loses the newest ones."""
 CLOSE_MARGIN_S = 10.0
 """Time allowed beyond the stop grace for closing the whole fleet, float seconds."""
 
@@ -58,12 +56,21 @@ class Fleet:
     edges: Edges
     stop_grace_s: float
     _nursery: trio.Nursery
+    reserved: tuple[Endpoint, ...] = ()
+    """Addresses the supervisor listens on itself (the control API's port): a reload that
+    puts an instance there is refused as an invalid run file."""
+    drainer: Drainer = attrs.Factory(NoDrain)
+    """Drains a changed or removed instance's requests before a reload stops it (the front
+    door sets its own; ``drain.py``)."""
     settled: trio.Event = attrs.Factory(trio.Event)
     """Set once every instance reached its first settled state (Running, Degraded,
     Exited, given up, refused)."""
-    nothing_left: trio.Event = attrs.Factory(trio.Event)
-    """Set once nothing is left to supervise (every instance refused, given up or held
-    down: `_policy.fleet_exit`); ``inferactors run`` then exits 1."""
+    given_up: trio.Event = attrs.Factory(trio.Event)
+    """Set once the supervisor should stop by itself: a required instance is down for good,
+    or every instance is (`_policy.fleet_exit.verdict`); ``exit_status`` says how."""
+    exit_status: int | None = None
+    """The status ``inferactors run`` exits with once ``given_up`` is set (1, or 78 when a
+    restart of the supervisor cannot help)."""
     members: dict[str, Member] = attrs.Factory(dict)
     hosts: list[RuntimeHost] = attrs.Factory(list)
     door: FleetDoor | None = None
@@ -73,8 +80,7 @@ class Fleet:
     closed: trio.Event = attrs.Factory(trio.Event)
     """Set once `close` is over: the control API's follow streams end with it."""
     _by_iid: dict[str, Member] = attrs.Factory(dict)
-    _events: deque[Event] = attrs.Factory(lambda: deque(maxlen=EVENT_RING))
-    _followers: set[trio.MemorySendChannel[Event]] = attrs.Factory(set)
+    _fan: EventFan = attrs.Factory(EventFan)
     _hooks: list[Callable[[LifecycleNote], None]] = attrs.Factory(list)
     _views_changed: trio.Event = attrs.Factory(trio.Event)
 
@@ -96,9 +102,17 @@ class Fleet:
         except KeyError:
             raise UnknownInstance(f"no instance named {name!r} in {self.run_file}") from None
 
-    def ready(self) -> dict[str, bool]:
-        """Per instance, whether it is Running (every instance is required)."""
-        return {name: m.status.state is InstanceState.RUNNING for name, m in self.members.items()}
+    def readiness(self) -> tuple[ReadyView, ...]:
+        """Every instance's readiness for ``/readyz``, in run-file order (no I/O)."""
+        return tuple(member.ready_view() for member in self.members.values())
+
+    def on_probe(self, timed: ProbeTimed) -> None:
+        """One probe of an instance (`Edges.on_probe`): counted in the metrics, and one
+        readiness observation of its member."""
+        self.metrics.on_probe(timed)
+        member = self._by_iid.get(timed.instance_id)
+        if member is not None and member.refused is None:
+            member.readiness.observe(member.status)
 
     async def until_changed(self) -> None:
         """Wait until a member's cached view changes (each is read again on every event
@@ -106,21 +120,13 @@ class Fleet:
         await self._views_changed.wait()
 
     def recent_events(self, n: int) -> tuple[Event, ...]:
-        """The last ``n`` events (at most `EVENT_RING`), oldest first."""
-        return tuple(self._events)[-n:] if n > 0 else ()
+        """The last ``n`` events (at most `event_fan.EVENT_RING`), oldest first."""
+        return self._fan.recent(n)
 
-    @contextlib.contextmanager
-    def follow_events(self) -> Iterator[trio.MemoryReceiveChannel[Event]]:
+    def follow_events(self) -> contextlib.AbstractContextManager[trio.MemoryReceiveChannel[Event]]:
         """Every event from now on, until the block is left (or the fleet closes: the
-        channel ends). A follower `FOLLOW_BUFFER` events behind loses the newest ones."""
-        send, receive = trio.open_memory_channel[Event](FOLLOW_BUFFER)
-        self._followers.add(send)
-        try:
-            with receive:
-                yield receive
-        finally:
-            self._followers.discard(send)
-            send.close()
+        channel ends); a follower that falls behind loses the newest (`EventFan.follow`)."""
+        return self._fan.follow()
 
     def log_tail(self, name: str, lines: int) -> tuple[LogLine, ...]:
         """The instance's last ``lines`` output lines (across restarts), oldest first;
@@ -149,6 +155,12 @@ class Fleet:
     def metrics_text(self) -> bytes:
         """The Prometheus text of the fleet's metrics."""
         return self.metrics.render(self.views())
+
+    async def refresh_metrics(self) -> None:
+        """Read what the servers report and cost (``metrics_engines.py``), all at once,
+        within `fleet_figures.ENGINE_SCRAPE_S` (a late one is left out, a failed one said as
+        failed)."""
+        self.metrics.engines.update(*await read_figures(self.members.values()))
 
     async def alive(self, deadline_s: float) -> bool:
         """Whether every runtime's supervisor actor answered within ``deadline_s`` float
@@ -235,24 +247,19 @@ class Fleet:
         `until_changed` (`Keeper`)."""
         self._views_changed.set()
         self._views_changed = trio.Event()
-        standings = [m.standing() for m in self.members.values()]
-        if not self.settled.is_set() and fleet_exit.settled(standings):
+        places = [m.place() for m in self.members.values()]
+        if not self.settled.is_set() and fleet_exit.settled(p.standing for p in places):
             self.settled.set()
-            self.note(Lifecycle.SETTLED, _summary(self.views()))
-        if self.settled.is_set() and fleet_exit.nothing_left(standings):
-            self.nothing_left.set()
+            self.note(Lifecycle.SETTLED, summary(self.views()))
+        if self.settled.is_set() and not self.given_up.is_set():
+            self.exit_status = fleet_exit.verdict(places)
+            if self.exit_status is not None:
+                self.given_up.set()
 
     def on_event(self, event: Event) -> None:
         """One event of any runtime: kept, counted, passed on, and its member marked."""
-        self._events.append(event)
+        self._fan.publish(event)
         self.metrics.observe(event)
-        for follower in list(self._followers):
-            try:
-                follower.send_nowait(event)
-            except trio.WouldBlock:
-                pass  # a slow follower loses events; the runtimes never wait for one
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self._followers.discard(follower)
         member = self._by_iid.get(event.instance_id)
         if member is not None:
             member.hear(event)
@@ -306,15 +313,9 @@ class Fleet:
                 for host in self.hosts:
                     nursery.start_soon(host.close)
         finally:
-            for follower in list(self._followers):
-                follower.close()
+            self._fan.close()
             self.edges.logs.close()
             self.closed.set()
-
-
-def _summary(views: tuple[InstanceView, ...]) -> str:
-    running = sum(1 for view in views if view.status.state is InstanceState.RUNNING)
-    return f"{running} of {len(views)} running"
 
 
 @contextlib.asynccontextmanager
@@ -326,6 +327,7 @@ async def open_fleet(
     stop_grace_s: float = STOP_GRACE_S,
     edges: Edges | None = None,
     gauge: MemoryGauge | None = None,
+    reserved: Sequence[Endpoint] = (),
 ) -> AsyncIterator[Fleet]:
     """Supervise every instance of ``config`` (read from ``run_file``) for the block.
 
@@ -334,18 +336,24 @@ async def open_fleet(
     what the fleet has to tell the operator (started, refused, first deep health).
     ``edges`` replaces the I/O edges of every runtime (its ``on_probe`` is the metrics');
     ``gauge`` the scheduler's memory gauge (psutil's by default), which runs when the run
-    file has on-demand instances or a ``[residency]`` table (``fleet_door.py``).
+    file has a front door, on-demand instances or a ``[residency]`` table (``fleet_door.py``).
+    ``reserved`` names the addresses the supervisor listens on itself (no instance may use
+    one, now or after a reload).
     Leaving the block (even by cancellation) stops every managed server (SIGTERM,
     ``stop_grace_s`` float seconds, SIGKILL) and closes the runtimes.
 
     Raises:
-        InvalidConfig: no instances, or a runtime's settings are malformed.
+        InvalidConfig: no instances, an instance on a ``reserved`` address, or a runtime's
+            settings are malformed.
         InvalidState: another supervisor holds a data_root.
         BackendError: a data_root cannot be made.
     """
     config.require_instances()
+    for endpoint in reserved:
+        endpoint.check(config)
     try:
-        async with _fleet_of(config, run_file, say, stop_grace_s, edges, gauge) as fleet:
+        opened = _fleet_of(config, run_file, say, stop_grace_s, edges, gauge, tuple(reserved))
+        async with opened as fleet:
             yield fleet
     except BaseExceptionGroup as group:
         raise _single(group) from None
@@ -359,18 +367,29 @@ async def _fleet_of(
     stop_grace_s: float,
     edges: Edges | None,
     gauge: MemoryGauge | None,
+    reserved: tuple[Endpoint, ...],
 ) -> AsyncIterator[Fleet]:
     wanted = placements(config)
     metrics = FleetMetrics.create()
-    edges = attrs.evolve(edges or Edges(), on_probe=metrics.on_probe)
+    made: list[Fleet] = []
+
+    def on_probe(timed: ProbeTimed) -> None:
+        made[0].on_probe(timed)
+
+    edges = attrs.evolve(edges or Edges(), on_probe=on_probe)
     async with trio.open_nursery() as nursery:
-        fleet = Fleet(run_file, state_dir_of(config), say, metrics, edges, stop_grace_s, nursery)
+        fleet = Fleet(
+            run_file, state_dir_of(config), say, metrics, edges, stop_grace_s, nursery, reserved
+        )
+        made.append(fleet)
         try:
             for name, placement in wanted.items():
                 host = fleet.host_for(placement) or await fleet.open_host(placement)
                 fleet.admit(name, placement, host)
             nursery.start_soon(_say_when_started, fleet)
             fleet.door = open_fleet_door(nursery, fleet, config, gauge, metrics.door)
+            if fleet.door is not None:  # a reload drains through it before a stop
+                fleet.drainer = DoorDrainer(fleet.door, fleet.members)
             yield fleet
         finally:
             with trio.move_on_after(stop_grace_s + CLOSE_MARGIN_S, shield=True):

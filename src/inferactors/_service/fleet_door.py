@@ -12,7 +12,7 @@ requests first (the one stop path).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 import attrs
@@ -182,3 +182,22 @@ def _placed(members: Iterable[Member]) -> list[Placed]:
         for m in members
         if m.handle is not None and m.refused is None
     ]
+
+
+@attrs.frozen
+class DoorDrainer:
+    """A reload's `Drainer` (``drain.py``) when the fleet has a scheduler: an instance's
+    requests in flight drain through it and it is stopped there, reason ``reload`` (the
+    one stop path), within the reload's deadline."""
+
+    door: FleetDoor
+    members: Mapping[str, Member]
+
+    async def drain(self, name: str, deadline_s: float) -> None:
+        """`FleetDoor.drain` of the member ``name``, for at most ``deadline_s`` float
+        seconds; nothing for a name that is not a member."""
+        member = self.members.get(name)
+        if member is None:
+            return
+        with trio.move_on_after(deadline_s):
+            await self.door.drain(member, StopReason.RELOAD)

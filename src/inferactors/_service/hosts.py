@@ -18,7 +18,6 @@ import trio
 from .._actors.runtime import InferRuntime
 from .._actors.serving import open_runtime
 from .._edges.bundle import Edges
-from .._edges.orphan_record import ReapedOrphan
 from .._events import Event
 from .._policy.reload_plan import Placement
 
@@ -113,21 +112,3 @@ async def _pump(
     with events:
         async for event in events:
             on_event(event)
-
-
-def orphan_words(orphan: ReapedOrphan) -> str:
-    """One line for the operator about a server an earlier life left behind, in words: its
-    pid, process group, program and port, the record it was found by, what was done."""
-    done = f"{orphan.outcome.value} ({orphan.detail})"
-    if orphan.pid is None:
-        return (
-            f"found an unreadable record of an earlier life's server, {orphan.record_path}: {done}"
-        )
-    about = [f"process group {orphan.pgid}"] if orphan.pgid is not None else []
-    about += [orphan.program] if orphan.program is not None else []
-    about += [f"port {orphan.port}"] if orphan.port is not None else []
-    listed = f" ({', '.join(about)})" if about else ""
-    return (
-        f"found a server left by an earlier life: pid {orphan.pid}{listed}, "
-        f"by its record {orphan.record_path}: {done}"
-    )

@@ -31,6 +31,12 @@ from .._edges.sd_notify import Notifier, monotonic_usec
 from .._policy.service_status import status_line
 from .views import InstanceView, Lifecycle, LifecycleNote
 
+MIN_WATCHDOG_S = 1.0
+"""The shortest ``WatchdogSec`` honoured: pings every half of it, each after the actor trees
+answered within a quarter; below 1 s a spawn or a burst of output can hold the loop that
+long (``bench/bench_log_flood.py``), and systemd would kill a working supervisor."""
+WARN_WATCHDOG_S = 10.0
+"""Below this ``WatchdogSec``, a heavily loaded machine may make a ping late: said at start."""
 STATUS_EVERY_S = 1.0
 """The longest a changed ``STATUS=`` line waits without a view change, float seconds."""
 STATUS_MAX_CHARS = 200
@@ -45,6 +51,28 @@ class NotifiedFleet(Protocol):
     def views(self) -> tuple[InstanceView, ...]: ...
     async def alive(self, deadline_s: float) -> bool: ...
     async def until_changed(self) -> None: ...
+
+
+def watchdog_problem(period_s: float | None) -> tuple[bool, str] | None:
+    """What is wrong with pinging every ``period_s`` (half of systemd's ``WatchdogSec``):
+    ``(True, why)`` when it cannot be honoured (the supervisor refuses to start), ``(False,
+    why)`` when it may be missed under load (a warning), None when it is fine or off."""
+    if period_s is None:
+        return None
+    watchdog_s = period_s * 2
+    if watchdog_s < MIN_WATCHDOG_S:
+        return True, (
+            f"WatchdogSec={watchdog_s:g}s cannot be honoured: pings every {period_s:g} s, each "
+            f"after every actor tree answered within {period_s / 2:g} s; use at least "
+            f"{MIN_WATCHDOG_S:g}s (30s in the shipped unit)"
+        )
+    if watchdog_s < WARN_WATCHDOG_S:
+        return False, (
+            f"WatchdogSec={watchdog_s:g}s is short: on a loaded machine a ping may come late "
+            f"and systemd would restart a working supervisor; {WARN_WATCHDOG_S:g}s or more "
+            "is safer"
+        )
+    return None
 
 
 def fleet_status(views: Sequence[InstanceView]) -> str:

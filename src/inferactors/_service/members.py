@@ -20,11 +20,12 @@ from .._actors.runtime import InferRuntime, InstanceHandle
 from .._config.config import ControlMode, RestartPolicy
 from .._errors import AdmissionRefused, BackendError, InferactorsError, one_line
 from .._events import Event, StateChanged
-from .._policy.fleet_exit import Standing, adopted_retry_delay_s, standing
+from .._policy.fleet_exit import Place, Standing, adopted_retry_delay_s, down_kind, standing
+from .._policy.readiness import Readiness
 from .._policy.reload_plan import Placement
 from .._status import InstanceState, InstanceStatus
 from .hosts import RuntimeHost, Say
-from .views import InstanceView
+from .views import InstanceView, ReadyView
 
 REFRESH_S = 5.0
 """The longest a member's cached status goes without being read again, float seconds."""
@@ -65,6 +66,8 @@ class Member:
     """The state its last `StateChanged` announced (None before any)."""
     first_done: trio.Event = attrs.Factory(trio.Event)
     """Set once its first load and start returned (or were refused)."""
+    readiness: Readiness = attrs.Factory(Readiness)
+    """Whether ``/readyz`` counts it ready (changed by observations in a row)."""
     _updated: trio.Event = attrs.Factory(trio.Event)
 
     @property
@@ -99,6 +102,23 @@ class Member:
             return Standing.SUPERVISED
         return standing(self.status, self.refused, self.retrying)
 
+    def place(self) -> Place:
+        """Its standing, whether it is required, and why it is down (`_policy.fleet_exit`)."""
+        required = self.placement.entry.required
+        return Place(self.standing(), required, down_kind(self.status, self.refused))
+
+    def ready_view(self) -> ReadyView:
+        """Its line of ``/readyz``."""
+        readiness = self.readiness
+        why = None if readiness.ready else (self.refused or readiness.why)
+        return ReadyView(
+            self.name,
+            readiness.ready,
+            self.placement.entry.required,
+            self.status.state.value,
+            why,
+        )
+
     def held_down(self) -> bool:
         """Whether only a reload brings it back (refused, given up, held down)."""
         return self.standing() is Standing.DOWN
@@ -110,8 +130,13 @@ class Member:
         self.dirty.set()
 
     def update(self, status: InstanceStatus, keeper: Keeper) -> None:
-        """Take a fresh status and tell the fleet and the member's waiters."""
+        """Take a fresh status (one readiness observation) and tell the fleet and the
+        member's waiters."""
         self.status = status
+        if self.refused is not None:
+            self.readiness.down(f"refused: {self.refused}")
+        else:
+            self.readiness.observe(status)
         self._updated.set()
         self._updated = trio.Event()
         keeper.changed(self)

@@ -8,21 +8,26 @@ synchronous and cheap, none of them I/O:
   to first token, deep health, exposure and tamper events);
 - `FleetMetrics.on_probe`, the runtimes' `Edges.on_probe` hook, with every probe report's
   latency (a measurement per instance per second: kept out of the event stream);
-- `FleetMetrics.render` with the fleet's cached views, for the state gauges, when scraped.
+- `FleetMetrics.render` with the fleet's cached views, for the state gauges, when scraped;
+- `FleetMetrics.engines` (``metrics_engines.py``) with what the servers report and cost,
+  read by the fleet just before a render.
 
 Every per-instance family has the labels ``instance`` (its name in the run file),
 ``flavor`` and ``mode``; `FleetMetrics.forget` drops every series of an instance a reload
-removed. All durations are seconds.
+removed. All durations are seconds. No family carries a ``_created`` series (a counter's
+creation time is noise for every reader of this endpoint). Every metric is listed in
+``docs/metrics.md`` (``tests/service/test_metrics_docs.py`` holds the two together).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 
 import attrs
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
 
 from .._edges.bundle import ProbeTimed
 from .._events import (
@@ -37,6 +42,7 @@ from .._events import (
     StateChanged,
 )
 from .._status import InstanceState
+from .metrics_engines import EngineFigures
 from .residency_metrics import DoorMetrics
 from .views import InstanceView
 
@@ -71,6 +77,7 @@ class FleetMetrics:
     _ttft: Gauge
     _exposure: Counter
     _tamper: Counter
+    engines: EngineFigures = attrs.Factory(EngineFigures)
     _labels: dict[str, tuple[str, str, str]] = attrs.Factory(dict)
     _started_at: dict[str, float] = attrs.Factory(dict)
     door: DoorMetrics = attrs.field(init=False)
@@ -104,6 +111,7 @@ class FleetMetrics:
             counter("inferactors_exposure_events", "Exposure detected", LABELS),
             counter("inferactors_tamper_events", "Model tampered", LABELS),
         )
+        reg.register(metrics.engines)
         gauge("inferactors_up", "1 while the supervisor runs").set(1)
         info = gauge("inferactors_build_info", "inferactors' version", ("version",))
         info.labels(build_version or package_version()).set(1)
@@ -121,6 +129,8 @@ class FleetMetrics:
         ignore the later events of its instance ids (a reload removed it)."""
         for family in (*self._families(), *self.door.families()):
             family.remove_by_labels({"instance": name})
+        self.engines.scrapes.pop(name, None)
+        self.engines.usage.pop(name, None)
         for iid in [iid for iid, labels in self._labels.items() if labels[0] == name]:
             del self._labels[iid]
             self._started_at.pop(iid, None)
@@ -164,7 +174,11 @@ class FleetMetrics:
                 self._state.labels(view.name, view.flavor, view.mode, state.value).set(current)
         self._instances.set(len(views))
         self.door.render(views)
-        return generate_latest(self.registry)
+        return generate_latest(_WithoutCreated(self.registry))
+
+    def labels_of(self, name: str) -> tuple[str, str, str] | None:
+        """The (instance, flavor, mode) labels of the instance ``name``, once tracked."""
+        return next((labels for labels in self._labels.values() if labels[0] == name), None)
 
     def _count(self, event: Event, labels: tuple[str, str, str]) -> None:
         match event:
@@ -188,3 +202,15 @@ class FleetMetrics:
                 self._exposure.labels(*labels).inc()
             case ModelTampered():
                 self._tamper.labels(*labels).inc()
+
+
+@attrs.frozen
+class _WithoutCreated:
+    """The registry's families without their ``_created`` samples."""
+
+    registry: CollectorRegistry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+            yield family

@@ -1,17 +1,23 @@
 """`reload_fleet`: re-read the run file and apply only what changed.
 
 1. `Lifecycle.RELOADING`. Read and validate ALL of the new run file (the one loader,
-   `load_run_config`, then a non-empty ``instances`` and every runtime's settings), then
-   admit every instance to be loaded dry (``reload_check.py``: its model, flags, API key
-   file, run_as, ...): any error raises `InvalidConfig` and nothing has changed.
+   `load_run_config`, then a non-empty ``instances``, no instance on the supervisor's own
+   addresses, every runtime's settings). A setting that cannot change while the supervisor
+   runs (the state directory: ``[managed] data_root``, where the control socket, the server
+   logs, the records and the lock live) is refused as needing a restart. Then admit every
+   instance to be loaded dry (``reload_check.py``: its model, flags, API key file, run_as,
+   ...): any error raises `InvalidConfig` and nothing has changed.
 2. Open the runtimes the new file needs that are not open yet (same flavor and mode but
    other settings: a new one). One that cannot be opened closes those just opened and
    raises `InvalidConfig`: still nothing has changed.
-3. Stop and unload the removed, changed and revived instances (`plan_reload`), close the
-   runtimes no instance uses any more, then load and start the added, changed and revived
-   ones, concurrently. Unchanged instances keep their server (same pid). One refused at
-   its load or start (its port held by another process, ...) is listed in
-   `ReloadResult.refused`.
+3. Drain (`Fleet.drainer`, ``drain.py``) then stop and unload the removed and changed
+   instances, and unload the revived ones (`plan_reload`: by each instance's own effective
+   settings), then load and start the added, changed and revived ones, concurrently.
+   Unchanged instances keep their server (same pid) and the runtime they run in, even when
+   that runtime was built from settings that changed for others; a runtime no instance
+   runs in any more is closed. ``[managed.logs]`` is applied to every instance's output
+   ring as it is. One refused at its load or start (its port held by another process,
+   ...) is listed in `ReloadResult.refused`.
 4. `Lifecycle.RELOADED` with the summary (``failed`` when refused, or when any instance
    was refused); return the `ReloadResult`.
 
@@ -30,11 +36,12 @@ import trio
 
 from .._config.convert import load_run_config
 from .._config.residency import ResidencySection
-from .._config.runfile import RunConfig
+from .._config.runfile import Endpoint, RunConfig
+from .._config.state_dir import state_dir_of
 from .._edges.bundle import Edges
 from .._errors import InferactorsError, InvalidConfig, one_line
-from .._events import StopReason
 from .._policy.reload_plan import Placement, ReloadPlan, placements, plan_reload
+from .drain import DRAIN_S, Drainer
 from .fleet_door import FleetDoor
 from .hosts import RuntimeHost, Say
 from .members import Member
@@ -47,6 +54,8 @@ class Fleet(Protocol):
     """What a reload uses of the `Fleet` (``fleet.py``, which calls `reload_fleet`)."""
 
     run_file: Path
+    state_dir: Path
+    reserved: tuple[Endpoint, ...]
     members: dict[str, Member]
     hosts: list[RuntimeHost]
     reload_lock: trio.Lock
@@ -54,6 +63,7 @@ class Fleet(Protocol):
     metrics: FleetMetrics
     edges: Edges
     door: FleetDoor | None
+    drainer: Drainer
 
     def views(self) -> tuple[InstanceView, ...]: ...
     def note(self, kind: Lifecycle, detail: str, failed: bool = False) -> None: ...
@@ -68,22 +78,37 @@ def read_run_file(fleet: Fleet) -> tuple[RunConfig, dict[str, Placement]]:
     """The run file, validated whole, and its placements.
 
     Raises:
-        InvalidConfig: any problem, with the file's path.
+        InvalidConfig: any problem, with the file's path; a state directory other than
+            the one the supervisor runs with needs a restart.
     """
     config = load_run_config(fleet.run_file)
     config.require_instances()
     try:
+        for endpoint in fleet.reserved:
+            endpoint.check(config)
+        _same_state_dir(fleet.state_dir, state_dir_of(config))
         return config, placements(config)
     except InvalidConfig as error:
         raise InvalidConfig(f"{fleet.run_file}: {error}") from None
+
+
+def _same_state_dir(running: Path, wanted: Path) -> None:
+    if wanted != running:
+        raise InvalidConfig(
+            f"$.managed.data_root: the state directory would move from {running} to "
+            f"{wanted}; it holds the control socket, the server logs and records and the "
+            "supervisor's lock, so it cannot change while the supervisor runs: it needs a "
+            "restart of inferactors run (nothing changed)"
+        )
 
 
 async def reload_fleet(fleet: Fleet) -> ReloadResult:
     """Apply the run file as it is now to ``fleet`` (module docstring).
 
     Raises:
-        InvalidConfig: the run file is invalid, an instance to load fails its dry
-            admission, or a runtime it needs cannot be opened; nothing changed.
+        InvalidConfig: the run file is invalid or needs a restart, an instance to load
+            fails its dry admission, or a runtime it needs cannot be opened; nothing
+            changed.
     """
     async with fleet.reload_lock:
         fleet.note(Lifecycle.RELOADING, "reloading")
@@ -136,12 +161,13 @@ def describe(result: ReloadResult) -> str:
 async def _apply(
     fleet: Fleet, plan: ReloadPlan, wanted: dict[str, Placement]
 ) -> tuple[tuple[str, str], ...]:
-    """Unload, load and start as planned; the (name, reason) of each one refused."""
+    """Drain and unload, load and start as planned; the (name, reason) of each refused."""
     loading = {name: wanted[name] for name in plan.to_load}
     going = [fleet.members[name] for name in plan.to_unload]
+    serving = {*plan.removed, *plan.changed}  # revived ones are held down: nothing in flight
     async with trio.open_nursery() as nursery:
         for member in going:
-            nursery.start_soon(_unload, fleet, member)
+            nursery.start_soon(_unload, fleet, member, member.name in serving)
     for name in plan.removed:
         del fleet.members[name]
         fleet.metrics.forget(name)
@@ -151,15 +177,18 @@ async def _apply(
             and wanted[member.name].runtime_key != member.placement.runtime_key
         ):
             fleet.metrics.forget(member.name)
-    await _close_unused(fleet, wanted)
+    for name in plan.unchanged:  # same process, same runtime: the newest file's words
+        fleet.members[name].placement = wanted[name]
     members = []
     for name, placement in loading.items():
         host = fleet.host_for(placement)
         assert host is not None
         members.append(fleet.admit(name, placement, host))
     _reorder(fleet, wanted)
+    await _close_unused(fleet)
     for member in members:
         await member.first_done.wait()
+    _resize_rings(fleet)
     for member in members:
         fleet.changed(member)
     fleet.metrics.track(fleet.views())
@@ -181,9 +210,11 @@ async def _open_hosts(fleet: Fleet, loading: Iterable[Placement]) -> None:
         raise InvalidConfig(f"{fleet.run_file}: cannot open a runtime: {error}") from None
 
 
-async def _unload(fleet: Fleet, member: Member) -> None:
-    if fleet.door is not None:  # the one stop path: its requests drain first
-        await fleet.door.drain(member, StopReason.RELOAD)
+async def _unload(fleet: Fleet, member: Member, drain: bool) -> None:
+    """Drain ``member`` (when it may serve requests), then stop and unload it."""
+    if drain and member.handle is not None:
+        with trio.move_on_after(DRAIN_S):
+            await fleet.drainer.drain(member.name, DRAIN_S)
     member.scope.cancel()
     fleet.forget(member)
     if member.handle is None:
@@ -194,11 +225,23 @@ async def _unload(fleet: Fleet, member: Member) -> None:
         fleet.say(one_line(f"{member.name}: unload: {error}"), instance=member.name)
 
 
-async def _close_unused(fleet: Fleet, wanted: dict[str, Placement]) -> None:
+async def _close_unused(fleet: Fleet) -> None:
+    """Close every runtime no member runs in (its settings changed for all of them)."""
+    used = {id(member.host) for member in fleet.members.values()}
     for host in list(fleet.hosts):
-        if not any(host.serves(placement) for placement in wanted.values()):
+        if id(host) not in used:
             fleet.hosts.remove(host)
             await host.close()
+
+
+def _resize_rings(fleet: Fleet) -> None:
+    """``[managed.logs]`` as the file says it now, for every instance's output ring (also
+    a changed one's: its ring outlived its unload)."""
+    for member in fleet.members.values():
+        managed = member.placement.runtime.managed
+        ring = None if member.handle is None else fleet.edges.logs.get(member.handle.instance_id)
+        if managed is not None and ring is not None:
+            ring.resize(managed.logs)
 
 
 def _reorder(fleet: Fleet, wanted: dict[str, Placement]) -> None:

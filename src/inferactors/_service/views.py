@@ -39,16 +39,38 @@ class InstanceView:
 
 
 @attrs.frozen
+class ReadyView:
+    """One instance as ``/readyz`` sees it (``_policy/readiness.py``).
+
+    Attributes:
+        name: the instance's name.
+        ready: whether it takes requests, changed only after probes in a row agree.
+        required: whether ``/readyz`` (all of them) waits for it (``required`` in the run
+            file, the default); an optional one is shown, never waited for.
+        state: its state now (``running``, ``degraded``, ...).
+        reason: why it is not ready, in words; None when ready.
+    """
+
+    name: str
+    ready: bool
+    required: bool
+    state: str
+    reason: str | None = None
+
+
+@attrs.frozen
 class ReloadResult:
     """What one reload did, by instance name (each tuple sorted).
 
     Attributes:
         added: new in the run file: loaded and started.
         removed: gone from the run file: stopped and unloaded.
-        changed: their spec, supervision, mode or runtime settings changed (the
-            ``[managed]`` section, ``node_id``, probe timeouts): unloaded, loaded again
-            with the new settings and started.
-        unchanged: left running as they were (same process).
+        changed: their own effective settings changed (their spec, supervision or mode,
+            or a runtime setting that reaches them: ``node_id``, probe timeouts, a
+            ``[managed]`` setting their process or supervision takes;
+            ``_policy/reload_plan.py``): drained, unloaded, loaded again with the new
+            settings and started.
+        unchanged: left running as they were (same process), whatever else changed.
         revived: unchanged but held down (stopped for exposure or a tampered model, a
             configuration error, given up, refused at load): loaded again and started.
         refused: ``(name, reason)`` of each added, changed or revived instance that was

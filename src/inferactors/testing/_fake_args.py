@@ -50,7 +50,7 @@ def parser() -> argparse.ArgumentParser:
     add("--flavor", choices=("llamacpp", "mlx"), default="llamacpp")
     add("-m", "--model", default="tiny.gguf", help="the served model path (mlx: the only one)")
     add("--alias", action=_FirstAlias, help="llamacpp: the id /v1/models lists (the first)")
-    for name in ("--request-log", "--pid-file", "--child-pid-file"):
+    for name in ("--request-log", "--pid-file", "--child-pid-file", "--flood-stats"):
         add(name, type=Path)
     add("--load-s", type=float, default=0.0, help="answer 'loading' for S seconds")
     add("--load-forever", action="store_true", help="load forever (FC-06, FC-07)")
@@ -78,4 +78,8 @@ def parser() -> argparse.ArgumentParser:
     add("--stream-token-delay-s", type=float, default=0.0, help="... S seconds apart")
     add("--stream-die-after", type=int, metavar="K", help="die after K tokens of a stream")
     add("--stream-forever", action="store_true", help="a stream never ends")
+    add("--models-status", type=int, metavar="CODE", help="GET /v1/models answers CODE")
+    add("--flood-start-bytes", type=int, default=0, help="write N bytes of lines at start-up")
+    add("--flood-line-bytes", type=int, default=120, help="... in lines of N bytes")
+    add("--flood-bytes-per-s", type=float, default=0.0, help="then N bytes a second for ever")
     return parser

@@ -114,6 +114,12 @@ class FakeServerFaults:
         stream_die_after: Die (SIGKILL) after this many tokens of a stream, mid-answer.
         stream_forever: A stream never ends: a token every ``stream_token_delay_s`` (at
             least 0.05 s) until the client leaves.
+        models_status: answer ``GET /v1/models`` with this status and no list (501: an
+            mlx_lm.server from before its model list, ``Unsupported method ('GET')``).
+        flood_start_bytes: write this many bytes of log lines on stderr before listening.
+        flood_line_bytes: the length of each flood line in bytes, newline included.
+        flood_bytes_per_s: once listening, write log lines on stderr at about this many
+            bytes a second for ever (0: none; ``_fake_flood``).
     """
 
     load_s: float = attrs.field(default=0.0, validator=_non_negative)
@@ -150,6 +156,13 @@ class FakeServerFaults:
         default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
     )
     stream_forever: bool = False
+    models_status: int | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional([attrs.validators.ge(100), attrs.validators.le(599)]),
+    )
+    flood_start_bytes: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    flood_line_bytes: int = attrs.field(default=120, validator=attrs.validators.ge(1))
+    flood_bytes_per_s: float = attrs.field(default=0.0, validator=_non_negative)
 
     def args(self) -> tuple[str, ...]:
         """Flags for the fields that differ from their defaults, e.g. ``("--load-s", "0.5")``."""
@@ -186,6 +199,7 @@ class FakeServerOptions:
     request_log: Path | None = None
     pid_file: Path | None = None
     child_pid_file: Path | None = None
+    flood_stats: Path | None = None
     faults: FakeServerFaults = attrs.field(factory=FakeServerFaults, validator=_fits_flavor)
 
     @property
@@ -201,6 +215,7 @@ class FakeServerOptions:
         out += ["--model", self.model]
         named = {"--alias": self.alias, "--request-log": self.request_log}
         named |= {"--pid-file": self.pid_file, "--child-pid-file": self.child_pid_file}
+        named |= {"--flood-stats": self.flood_stats}
         for flag, value in named.items():
             out += [] if value is None else [flag, str(value)]
         return (*out, *self.faults.args())
@@ -325,6 +340,8 @@ def _decide_llamacpp(
     if options.faults.require_api_key and route not in _PUBLIC:
         return Reply(401, _NO_KEY)  # the real server checks the key before anything else
     if route in (("GET", "/v1/models"), ("GET", "/models")):
+        if options.faults.models_status is not None:
+            return Reply(options.faults.models_status, replies.NO_LIST)
         listed = replies.llamacpp_models(options.model_id, loaded=phase != "loading")
         return Reply(200, replies.as_router(listed, options.faults.router_status))
     if phase == "loading":
@@ -357,6 +374,8 @@ def _decide_mlx(
     if route == ("GET", "/health"):
         return Reply(503, {"status": "unavailable"}) if phase == "dead" else Reply(200, _OK)
     if route == ("GET", "/v1/models"):
+        if options.faults.models_status is not None:
+            return Reply(options.faults.models_status, replies.NO_LIST)
         served = options.faults.impostor or options.model
         entry = {"id": served, "object": "model", "created": int(time.time())}
         return Reply(200, {"object": "list", "data": [] if phase == "dead" else [entry]})

@@ -38,6 +38,7 @@ def fake_server_argv(
     pid_file: Path | None = None,
     child_pid_file: Path | None = None,
     sys_path: Sequence[str] = (),
+    flood_stats: Path | None = None,
 ) -> list[str]:
     """The argv that runs a fake server: ``[python, "-I", "-c", <bootstrap>, "--host", ...]``.
 
@@ -59,6 +60,7 @@ def fake_server_argv(
         request_log=request_log,
         pid_file=pid_file,
         child_pid_file=child_pid_file,
+        flood_stats=flood_stats,
         faults=faults,
     )
     return [python, "-I", "-c", _bootstrap(tuple(sys_path)), *options.args()]
@@ -74,6 +76,7 @@ def write_fake_server_program(
     request_log: Path | None = None,
     pid_file: Path | None = None,
     child_pid_file: Path | None = None,
+    flood_stats: Path | None = None,
 ) -> Path:
     """Write an executable ``sh`` script at ``path`` that runs the fake server with
     ``faults``, taking the rest of its flags (``-m``/``--model``, ``--host``, ``--port``,
@@ -90,6 +93,7 @@ def write_fake_server_program(
         pid_file=pid_file,
         child_pid_file=child_pid_file,
         sys_path=sys_path,
+        flood_stats=flood_stats,
     )
     fixed = [*argv[:4], *_without(argv[4:], ("--host", "--port", "--model"))]
     path.write_text("#!/bin/sh\nexec " + " ".join(shlex.quote(a) for a in fixed) + ' "$@"\n')

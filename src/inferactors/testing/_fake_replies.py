@@ -59,6 +59,9 @@ _CAPS = (
 )
 _SETTINGS = {"n_predict": 1, "seed": 4294967295, "temperature": 0.8, "top_k": 40, "stream": False}
 
+NO_LIST = {"error": "Unsupported method ('GET')"}
+"""The body of a ``GET /v1/models`` answered without a list (``models_status``)."""
+
 
 def llamacpp_models(model_id: str, *, loaded: bool) -> dict[str, object]:
     """llama-server's ``GET /v1/models``: its Ollama-style ``models`` and OpenAI ``data``;

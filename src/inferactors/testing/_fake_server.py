@@ -31,6 +31,8 @@ inferactors.testing._fake_server --port P [flags]`` runs the same program, slowe
   a script forgets ``stop()``; ``--outlive-parent`` keeps it serving as an orphan (FC-13).
   A runtime that manages it is that process.
 - A port it cannot bind: a message on stderr and exit status 1, like llama-server.
+- ``--flood-start-bytes``, ``--flood-bytes-per-s``: log floods on stderr (``_fake_flood``;
+  ``--flood-stats FILE`` says how long its writes waited on the pipe).
 - ``--request-log FILE``: one JSON line per request, appended before the request is acted on
   (so a request that crashes or hangs the server is logged); `read_request_log` reads it.
 """
@@ -71,6 +73,7 @@ from ._fake_faults import (
     decide,
     parse_fake_server_args,
 )
+from ._fake_flood import flood_at_start, start_flood
 from ._fake_launch import LoggedRequest as LoggedRequest
 from ._fake_launch import fake_server_argv as fake_server_argv
 from ._fake_launch import read_request_log as read_request_log
@@ -301,6 +304,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     options = parse_fake_server_args(sys.argv[1:] if argv is None else argv)
     watched = None if options.faults.outlive_parent else launcher
     _prepare_process(options)
+    flood_at_start(options)
     sleep_watching(options.faults.bind_delay_s, watched)
     servers = _listen(options)
     state = FakeState.now_listening(options)
@@ -310,6 +314,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         threading.Thread(target=server.serve_forever, daemon=True).start()
     ready = (options, state.load_left_s())
     threading.Thread(target=say_ready, args=ready, daemon=True).start()
+    start_flood(options)
     _await_fate(state, watched)
 
 

@@ -1,0 +1,107 @@
+"""A server's own metrics: `scrape_engine` reads ``GET /metrics`` of one inference server
+(llama-server started with ``--metrics``) in the Prometheus text format, parsed by
+prometheus-client's own parser; `tree_usage` reads what the server's process tree costs
+(psutil).
+
+A server that offers no metrics (llama-server without ``--metrics`` answers 501, others
+404) is `EngineScrape.offered` False, not a failure. Anything else that is not a parsed
+200 within the deadline is a failure, said in words. The body is capped (`MAX_BYTES`), and
+the API key the server wants (``serve.api_key_file``) is sent as our probes send it.
+"""
+
+from __future__ import annotations
+
+import attrs
+import httpx
+import psutil
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+
+from .probe_auth import api_key_headers
+
+MAX_BYTES = 1 << 20
+"""The most of a ``/metrics`` body read (llama-server's is about 3 KiB)."""
+NOT_OFFERED = frozenset({404, 501})
+
+
+@attrs.frozen
+class EngineScrape:
+    """One scrape of a server's ``/metrics``.
+
+    Attributes:
+        families: the metric families it answered (parsed), empty when none.
+        offered: False when the server has no metrics endpoint (404, 501).
+        error: why the scrape failed, in words; None when it did not.
+    """
+
+    families: tuple[Metric, ...] = ()
+    offered: bool = True
+    error: str | None = None
+
+
+async def scrape_engine(base_url: str, api_key: str | None, timeout_s: float) -> EngineScrape:
+    """``GET base_url/metrics`` within ``timeout_s`` float seconds, parsed. Never raises for
+    the server's faults (they are in `EngineScrape.error`); cancellation ends it."""
+    timeout = httpx.Timeout(timeout_s)
+    headers = api_key_headers(api_key)
+    try:
+        async with (
+            httpx.AsyncClient(timeout=timeout, headers=headers) as client,
+            client.stream("GET", f"{base_url}/metrics") as reply,
+        ):
+            if reply.status_code in NOT_OFFERED:
+                return EngineScrape(offered=False)
+            body = await _capped(reply)
+    except httpx.HTTPError as error:
+        return EngineScrape(error=f"GET /metrics: {type(error).__name__}: {error}".rstrip(": "))
+    except _TooLarge:
+        return EngineScrape(error=f"GET /metrics: the body is over {MAX_BYTES} bytes")
+    if reply.status_code != 200:
+        return EngineScrape(error=f"GET /metrics returned HTTP {reply.status_code}")
+    try:
+        families = tuple(text_string_to_metric_families(body.decode("utf-8", "replace")))
+    except ValueError as error:
+        return EngineScrape(error=f"GET /metrics: not the Prometheus text format: {error}")
+    return EngineScrape(families)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _capped(reply: httpx.Response) -> bytes:
+    body = bytearray()
+    async for chunk in reply.aiter_bytes():
+        body += chunk
+        if len(body) > MAX_BYTES:
+            raise _TooLarge
+    return bytes(body)
+
+
+@attrs.frozen
+class TreeUsage:
+    """What a server's process tree costs now: resident memory in bytes, and CPU time in
+    float seconds (user and system, of the processes alive now)."""
+
+    rss_bytes: int
+    cpu_s: float
+
+
+def tree_usage(pid: int) -> TreeUsage | None:
+    """`TreeUsage` of ``pid`` and every descendant, or None when ``pid`` is gone. Blocking
+    (reads ``/proc``): call it in a worker thread."""
+    try:
+        leader = psutil.Process(pid)
+        tree = [leader, *leader.children(recursive=True)]
+    except psutil.Error:
+        return None
+    rss, cpu = 0, 0.0
+    for process in tree:
+        try:
+            with process.oneshot():
+                rss += process.memory_info().rss
+                times = process.cpu_times()
+                cpu += times.user + times.system
+        except psutil.Error:
+            continue  # it ended meanwhile
+    return TreeUsage(rss, cpu)
