@@ -18,10 +18,13 @@ from inferactors._status import InstanceState
 
 @attrs.define
 class _Fleet:
-    """What `_until_done` reads of a fleet: its nothing-left and settled flags, its views."""
+    """What `_until_done` reads of a fleet: its given-up and settled flags, its exit
+    status, its members and views (none: the line says nothing is left)."""
 
-    nothing_left: trio.Event = attrs.Factory(trio.Event)
+    given_up: trio.Event = attrs.Factory(trio.Event)
     settled: trio.Event = attrs.Factory(trio.Event)
+    exit_status: int | None = 1
+    members: dict[str, object] = attrs.Factory(dict)
 
     def views(self) -> tuple[object, ...]:
         return ()
@@ -39,13 +42,13 @@ async def test_queued_state_changes_print_before_nothing_left(
     change = StateChanged("chat-1", InstanceState.DEGRADED, InstanceState.EXITED, "gave up", 0.0)
     send.send_nowait(change)  # heard, not yet printed: the printer task never ran
     fleet = _Fleet()
-    fleet.nothing_left.set()
+    fleet.given_up.set()
     with caplog.at_level(logging.INFO, logger="inferactors"):
         code = await _until_done(fleet, _no_signals(), lambda: _flush_events(receive))  # type: ignore[arg-type]
     assert code == 1
     lines = [record.getMessage() for record in caplog.records]
     changed = next(i for i, line in enumerate(lines) if "degraded -> exited" in line)
-    left = next(i for i, line in enumerate(lines) if line.startswith("nothing left"))
+    left = next(i for i, line in enumerate(lines) if "nothing left" in line)
     assert changed < left, lines
     with pytest.raises(trio.WouldBlock):
         receive.receive_nowait()  # printed once, by the flush

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inferactors import InstanceState, InstanceStatus
 from inferactors._edges.engine_metrics import EngineScrape, TreeUsage
+from inferactors._service.front_door_metrics import FrontDoorMetrics
 from inferactors._service.metrics import FleetMetrics
 from inferactors._service.views import InstanceView
 
@@ -26,6 +27,7 @@ def documented() -> set[str]:
 
 def exported() -> set[str]:
     metrics = FleetMetrics.create("1.0")
+    FrontDoorMetrics.create(metrics.registry)  # as ``inferactors run`` adds them with a door
     engine = Metric("llamacpp:requests_processing", "Requests processing", "gauge")
     engine.add_sample("llamacpp:requests_processing", {}, 1.0)
     metrics.engines.update({LABELS: EngineScrape((engine,))}, {LABELS: TreeUsage(1 << 20, 1.5)})

@@ -7,7 +7,7 @@ and, when asked, to a rotating file (``log_file``: a thread writes it, so the ev
 never waits on the disk). A probe's own log line (``_policy/probe_lines``) is counted in
 `LogRing.probe_lines`, not kept.
 
-Memory is bounded whatever the servers write (issue 18 item 2): a ring keeps at most
+Memory is bounded whatever the servers write: a ring keeps at most
 ``lines`` lines and ``memory_bytes`` of them (a line counts its text and about
 `LINE_OVERHEAD_BYTES` of bookkeeping), and all the rings of a `LogBook` together at most
 ``total_memory_bytes``: past it, the ring holding the most loses its oldest lines first.

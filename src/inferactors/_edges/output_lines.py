@@ -14,7 +14,7 @@ but those of a probe's log line, which are only counted) and the instance's ring
 (`LineSink`, ``log_ring``); `read_stream` is the reader task of one pipe. A probe's log line
 is ``_policy/probe_lines``' call, so a server logging each probe fills neither.
 
-Bounded whatever the server writes (issue 18 item 2): a line over `LINE_LIMIT_BYTES` is
+Bounded whatever the server writes: a line over `LINE_LIMIT_BYTES` is
 kept in pieces marked as continued; a process's lines are read one by one only as fast as
 its `LinePace` allows (the rest are dropped whole, in C, counted, kept in the evidence's
 head and tail bytes, and said by a marker line); the pipe is widened to `PIPE_BYTES` and
