@@ -29,8 +29,7 @@ Source: seed-behaviour.md section 3 (Probing) and server-apis.md sections 1 to 3
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Protocol, Self, assert_never
 
 import attrs
@@ -58,11 +57,13 @@ from .._policy.probe_parse import (
     refusal,
     serving,
 )
+from .probe_connect import Connect
+from .probe_h11 import H11Wire
 from .probe_wire import IDENTITY_HEADERS as IDENTITY_HEADERS
 from .probe_wire import MAX_BODY_BYTES as MAX_BODY_BYTES
 from .probe_wire import FailureKind as FailureKind
+from .probe_wire import HttpxWire, Wire
 from .probe_wire import ProbeFailure as ProbeFailure
-from .probe_wire import exchange, pool_limits, shared_ssl_context
 
 
 class Prober(Protocol):
@@ -83,20 +84,23 @@ class ProbeClient:
     """HTTP client for one server's probes; open it with `ProbeClient.open`.
 
     Never follows redirects, ignores proxy environment variables, keeps at most one idle
-    connection alive for 3 s for its GETs (`probe_wire.pool_limits`; a GET that meets it
-    closed by the server is sent again) and sends each POST on a connection of its own
-    (never sent twice, never on a connection the server may be closing), asks for identity
-    encoding and refuses any other, reads at most 1 MiB of a body, and bounds each public
-    call, all its requests and bodies included, by one deadline ``timeout_s`` after the
-    call starts (seed-behaviour.md section 3, ``ServerClient::new``). Usable as
-    ``async with``; closing is idempotent.
+    connection alive for 3 s for its GETs (a GET that meets it closed by the server is sent
+    again) and sends each POST on a connection of its own (never sent twice, never on a
+    connection the server may be closing), asks for identity encoding and refuses any
+    other, reads at most 1 MiB of a body, and bounds each public call, all its requests and
+    bodies included, by one deadline ``timeout_s`` after the call starts
+    (seed-behaviour.md section 3, ``ServerClient::new``). A timeout whose budget our own
+    late loop ate gives no verdict (``_policy/lateness.py``). Usable as ``async with``;
+    closing is idempotent.
+
+    The wire is the lean h11 client (``probe_h11.H11Wire``) for a plain
+    ``http://host:port``, and httpx (``probe_wire.HttpxWire``) when a transport is injected
+    or the URL is of another kind (``https``, a path).
     """
 
     base_url: str
     timeout_s: float
-    _client: httpx.AsyncClient
-    _open_posting: Callable[[], httpx.AsyncClient] = attrs.field(repr=False)  # holds the key
-    _posting: httpx.AsyncClient | None = attrs.field(default=None, repr=False)
+    wire: Wire
 
     @classmethod
     def open(
@@ -106,6 +110,7 @@ class ProbeClient:
         timeout_s: float,
         transport: httpx.AsyncBaseTransport | None = None,
         headers: Mapping[str, str] | None = None,
+        connect: Connect | None = None,
     ) -> ProbeClient:
         """A client for ``base_url`` (for example ``http://127.0.0.1:8090``).
 
@@ -114,29 +119,26 @@ class ProbeClient:
             timeout_s: float seconds: connect, read and write timeout, and the deadline of each
                 whole public call (every request it makes, bodies included).
             transport: an httpx transport to use instead of the network (tests pass
-                ``httpx.MockTransport``).
+                ``httpx.MockTransport``); the client is then httpx's.
             headers: further headers sent with every request (`probe_auth.api_key_headers`:
                 a server's API key); ``Accept-Encoding`` stays ``identity``.
+            connect: opens a stream to the server instead of a TCP connect (tests pass
+                in-memory streams); for the lean wire only.
         """
-        opener = functools.partial(
-            httpx.AsyncClient,
-            base_url=base_url,
-            transport=transport,
-            follow_redirects=False,
-            trust_env=False,
-            timeout=httpx.Timeout(timeout_s),
-            headers={**(headers or {}), **IDENTITY_HEADERS},
-            verify=shared_ssl_context(),
-        )
-        client = opener(limits=pool_limits())
-        posting = functools.partial(opener, limits=httpx.Limits(max_keepalive_connections=0))
-        return cls(base_url=base_url, timeout_s=timeout_s, client=client, open_posting=posting)
+        wire: Wire | None = None
+        if transport is None:
+            try:
+                wire = H11Wire.open(base_url, timeout_s=timeout_s, headers=headers, connect=connect)
+            except ValueError:
+                wire = None  # https, a path, ...: httpx serves it
+        if wire is None:
+            opened = HttpxWire.open
+            wire = opened(base_url, timeout_s=timeout_s, transport=transport, headers=headers)
+        return cls(base_url=base_url, timeout_s=timeout_s, wire=wire)
 
     async def aclose(self) -> None:
-        """Close the underlying httpx clients."""
-        await self._client.aclose()
-        if self._posting is not None:
-            await self._posting.aclose()
+        """Close the wire's connections; idempotent."""
+        await self.wire.aclose()
 
     async def __aenter__(self) -> Self:
         return self
@@ -298,10 +300,7 @@ class ProbeClient:
     ) -> tuple[int, bytes]:
         if deadline is None:
             deadline = trio.current_time() + self.timeout_s
-        client = self._client
-        if method != "GET":  # opened at its first POST: most probe clients never send one
-            client = self._posting = self._posting or self._open_posting()
-        return await exchange(client, method, path, body, deadline, self.timeout_s)
+        return await self.wire.exchange(method, path, body, deadline)
 
 
 def failure_health(exc: ProbeFailure) -> Health:
