@@ -68,6 +68,8 @@ from ._events import RestartFailed as RestartFailed
 from ._events import RestartScheduled as RestartScheduled
 from ._events import StateChanged as StateChanged
 from ._events import StopReason as StopReason
+from ._events import SupervisorCaughtUp as SupervisorCaughtUp
+from ._events import SupervisorOverloaded as SupervisorOverloaded
 from ._flavor import InferFlavor as InferFlavor
 from ._flavor import ModelFormat as ModelFormat
 from ._models.manifest import ModelFile as ModelFile
@@ -92,6 +94,7 @@ from ._service.views import LifecycleNote as LifecycleNote
 from ._service.views import ReloadResult as ReloadResult
 from ._status import InstanceState as InstanceState
 from ._status import InstanceStatus as InstanceStatus
+from ._status import SupervisorStatus as SupervisorStatus
 
 __all__ = [
     "Admission",
@@ -167,6 +170,9 @@ __all__ = [
     "StateChanged",
     "StopReason",
     "Supervision",
+    "SupervisorCaughtUp",
+    "SupervisorOverloaded",
+    "SupervisorStatus",
     "Unhealthy",
     "UnknownInstance",
     "UnknownModel",

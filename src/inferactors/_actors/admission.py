@@ -3,7 +3,8 @@
 Source: seed-behaviour.md section 4, ``plan()``, steps 1 to 8, and checklist items 16 to
 19, 36 to 38. Planning only ever sends GET requests and TCP connects, so ``admit`` may run
 before any permission is granted. Every refusal is `AdmissionRefused` unless the spec itself
-is malformed (`InvalidConfig`).
+is malformed (`InvalidConfig`). A probe that gives no verdict because our own loop ran late
+is made again at once (`probe_for_verdict`), never read as a server that is not there.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .._policy.admission import Plan, check_runtime_and_port
 from .._policy.launch import build_launch, check_format
 from .._policy.ollama_parse import same_tag
 from .._policy.privilege import RunAs, require_unprivileged
-from .._policy.probe_parse import Unhealthy, Unreachable, Up
+from .._policy.probe_parse import ServerReport, Unhealthy, Unreachable, Up
 from .admission_extras import check_binary_flags, read_api_key, resolve_extras
 from .identity import wrong_family
 
@@ -100,9 +101,36 @@ def _run_as(managed: ManagedConfig, euid: int) -> RunAs | None:
     return run_as
 
 
+ADMISSION_RECHECKS = 3
+"""Probes admission makes again, at once, while its probe gives no verdict because our own
+loop ran late (``_policy/lateness.py``): a late probe is neither a refusal nor a pass."""
+
+
+async def probe_for_verdict(
+    open_prober: ProberFactory, base: str, timeout_s: float, flavor: InferFlavor
+) -> ServerReport:
+    """One probe of ``base`` (`probe_once`), made again up to `ADMISSION_RECHECKS` times
+    while it gives no verdict (`ServerReport.no_verdict`). The last report is returned
+    whatever it says; callers refuse a no-verdict one as "cannot tell now", never as a
+    server that is not there."""
+    report = await probe_once(open_prober, base, timeout_s, flavor)
+    for _ in range(ADMISSION_RECHECKS):
+        if not report.no_verdict:
+            break
+        report = await probe_once(open_prober, base, timeout_s, flavor)
+    return report
+
+
+def _no_verdict_refusal(base: str, report: ServerReport) -> AdmissionRefused:
+    why = getattr(report.health, "why", "")
+    return AdmissionRefused(f"cannot tell whether {base} answers now: {why}; try again")
+
+
 async def _plan_adopted(spec: InferenceSpec, config: InferConfig, edges: Edges) -> Plan:
     base = spec.base_url()
-    report = await probe_once(edges.open_prober, base, config.probe_timeout_s, config.flavor)
+    report = await probe_for_verdict(edges.open_prober, base, config.probe_timeout_s, config.flavor)
+    if report.no_verdict:
+        raise _no_verdict_refusal(base, report)
     if isinstance(report.health, Unreachable):
         why = await wrong_family(edges.net, spec, report) or report.health.why
         raise AdmissionRefused(f"no {spec.runtime.id} server answering at {base}: {why}")
@@ -135,7 +163,9 @@ async def _plan_ollama(
     """
     model = await _registered_model(spec, registry)
     base = spec.base_url()
-    report = await probe_once(open_prober, base, config.probe_timeout_s, spec.runtime)
+    report = await probe_for_verdict(open_prober, base, config.probe_timeout_s, spec.runtime)
+    if report.no_verdict:
+        raise _no_verdict_refusal(base, report)
     if isinstance(report.health, Unreachable):
         raise AdmissionRefused(
             f"ollama is not answering at {base}; inferactors drives it but does not start it"

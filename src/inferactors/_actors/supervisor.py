@@ -27,6 +27,7 @@ import trio
 
 from .._config.binding import hosts_collide, spec_host
 from .._config.config import ControlMode
+from .._edges.loop_lag import loop_lag
 from .._errors import BackendError, InferactorsError, InvalidState, PinMismatch, UnknownInstance
 from .._events import (
     Diagnosis,
@@ -38,11 +39,15 @@ from .._events import (
     RestartScheduled,
     StateChanged,
     StopReason,
+    SupervisorCaughtUp,
+    SupervisorOverloaded,
+    instance_of,
 )
 from .._policy.admission import Plan
+from .._policy.lateness import Overload
 from .._policy.restart import GiveUp, NoRestart, RestartBudget
 from .._policy.restart import Restart as RestartDecision
-from .._status import InstanceState
+from .._status import InstanceState, SupervisorStatus
 from .mailbox import Crash
 from .messages import (
     Annotate,
@@ -134,6 +139,7 @@ class Supervisor:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._relay_events)
+                nursery.start_soon(self._report_overload)
                 task_status.started()
                 async for command in self._inbox_recv:
                     self._dispatch(command)  # type: ignore[arg-type]  # only commands arrive
@@ -146,6 +152,25 @@ class Supervisor:
     async def _relay_events(self) -> None:
         async for event in self._events_recv:
             await self._inbox_send.send(Notify(event))
+
+    async def _report_overload(self) -> None:
+        """The event loop's overloads (``_edges/loop_lag.py``), published once each as the
+        supervisor's own events and status, never as a server's."""
+        lag = loop_lag()
+        current = lag.overloaded
+        if current is not None:
+            self.board.supervisor = SupervisorStatus(True, current.since, current.why)
+        async for report in lag.reports():
+            now = trio.current_time()
+            if isinstance(report, Overload):
+                self.board.supervisor = SupervisorStatus(True, report.since, report.why)
+                self._publish(SupervisorOverloaded(report.why, report.since, now))
+            else:
+                self.board.supervisor = SupervisorStatus()
+                caught_up = SupervisorCaughtUp(
+                    report.lasted_s, report.no_verdicts, report.worst_stall_s, now
+                )
+                self._publish(caught_up)
 
     def _dispatch(self, command: SupervisorCommand) -> None:
         match command:
@@ -266,8 +291,9 @@ class Supervisor:
 
     def _on_event(self, event: Event) -> None:
         self._publish(event)
-        budget = self._budgets.get(event.instance_id)
-        if budget is None:
+        iid = instance_of(event)
+        budget = None if iid is None else self._budgets.get(iid)
+        if iid is None or budget is None:
             return
         if isinstance(event, StateChanged):
             budget = budget.refill_if_stable(event.at)  # up until now: stable counts
@@ -275,7 +301,7 @@ class Supervisor:
                 budget = budget.note_running(event.at)
             else:
                 budget = budget.note_not_running()
-            self._budgets[event.instance_id] = budget
+            self._budgets[iid] = budget
         elif isinstance(event, ProcessExited):
             exit_code, signal, diagnosis = event.exit_code, event.signal, event.diagnosis
             self._decide(event.instance_id, event.reason, exit_code, signal, diagnosis)

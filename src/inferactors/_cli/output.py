@@ -23,6 +23,8 @@ from .._events import (
     RestartScheduled,
     StateChanged,
     StopReason,
+    SupervisorCaughtUp,
+    SupervisorOverloaded,
 )
 from .._policy.startup_fault import last_lines
 from .._status import InstanceStatus
@@ -74,6 +76,14 @@ def describe_event(event: Event) -> str:
             return (
                 f"{event.instance_id}  TAMPERED: model {event.model}, {event.why}; "
                 "not started, held until the model is re-registered or the instance reloaded"
+            )
+        case SupervisorOverloaded():
+            return f"supervisor  OVERLOADED: {event.why}; no server is judged on a late deadline"
+        case SupervisorCaughtUp():
+            return (
+                f"supervisor  caught up after {event.lasted_s:.1f} s overloaded "
+                f"({event.no_verdicts} deadline(s) gave no verdict, "
+                f"longest stall {event.worst_stall_s * 1000:.0f} ms)"
             )
     raise AssertionError(f"unknown event {event!r}")
 

@@ -53,8 +53,9 @@ from .._policy.exposure import (
     owner_pid,
     parse_address,
 )
+from .._policy.lateness import Reach
 from .connect_schedule import ConnectSchedule as ConnectSchedule
-from .netcheck import accepts_connections
+from .netcheck import connect_reach
 from .proctable import tree_sockets
 from .socket_table import CACHE_LIMIT, SocketEntry, SocketTable, TreeSockets
 
@@ -68,9 +69,10 @@ _INET_FAMILIES = (socket.AF_INET, socket.AF_INET6)
 
 
 class Connect(Protocol):
-    """A TCP connect check, as `_netcheck.accepts_connections`: True if ``host:port`` accepted."""
+    """A TCP connect check, as `netcheck.connect_reach`: what a connect to ``host:port``
+    says (reachable, not reachable, or no verdict)."""
 
-    async def __call__(self, host: str, port: int, *, timeout_s: float) -> bool: ...
+    async def __call__(self, host: str, port: int, *, timeout_s: float) -> Reach: ...
 
 
 class NetScanner(Protocol):
@@ -182,31 +184,43 @@ def _listeners_of(process: psutil.Process) -> list[Listener]:
     ]
 
 
+async def reach_on(
+    port: int,
+    addresses: Iterable[str],
+    *,
+    timeout_s: float = CONNECT_TIMEOUT_S,
+    connect: Connect = connect_reach,
+) -> dict[str, Reach]:
+    """What a TCP connect to ``port`` says on each address (duplicates dropped, order kept).
+
+    Tries every address at once (one task each), each connect bounded by ``timeout_s``
+    (float seconds, default 0.3), so the whole check takes at most about ``timeout_s``.
+    Silence is never reachable (`netcheck.connect_reach`). Source: seed-behaviour.md
+    section 4, ``reachable_beyond_loopback``.
+    """
+    targets = tuple(dict.fromkeys(addresses))
+    said: dict[str, Reach] = {}
+
+    async def try_one(address: str) -> None:
+        said[address] = await connect(address, port, timeout_s=timeout_s)
+
+    async with trio.open_nursery() as nursery:
+        for address in targets:
+            nursery.start_soon(try_one, address)
+    return {address: said[address] for address in targets}
+
+
 async def reachable_on(
     port: int,
     addresses: Iterable[str],
     *,
     timeout_s: float = CONNECT_TIMEOUT_S,
-    connect: Connect = accepts_connections,
+    connect: Connect = connect_reach,
 ) -> tuple[str, ...]:
-    """The addresses on which ``port`` accepts a TCP connection, in the order given.
-
-    Tries every address at once (one task each), each connect bounded by ``timeout_s``
-    (float seconds, default 0.3), so the whole check takes at most about ``timeout_s``.
-    An address that refuses, fails or does not answer in time is left out. Source:
-    seed-behaviour.md section 4, ``reachable_beyond_loopback``.
-    """
-    targets = tuple(dict.fromkeys(addresses))
-    answered: set[str] = set()
-
-    async def try_one(address: str) -> None:
-        if await connect(address, port, timeout_s=timeout_s):
-            answered.add(address)
-
-    async with trio.open_nursery() as nursery:
-        for address in targets:
-            nursery.start_soon(try_one, address)
-    return tuple(address for address in targets if address in answered)
+    """The addresses on which ``port`` accepts a TCP connection, in the order given
+    (`reach_on`, keeping the reachable ones)."""
+    said = await reach_on(port, addresses, timeout_s=timeout_s, connect=connect)
+    return tuple(address for address, reach in said.items() if reach is Reach.REACHABLE)
 
 
 def _gather(pid: int) -> tuple[tuple[Listener, ...], tuple[str, ...]]:
@@ -218,7 +232,7 @@ async def scan(
     port: int,
     *,
     timeout_s: float = CONNECT_TIMEOUT_S,
-    connect: Connect = accepts_connections,
+    connect: Connect = connect_reach,
 ) -> Exposure | None:
     """Whether the server rooted at ``pid`` and serving on ``port`` is reachable beyond loopback.
 
@@ -312,16 +326,24 @@ class SystemNetScanner:
         The tree's listeners come from the shared table: only listeners bound beyond
         loopback are looked up (`SocketTable.holders_in_tree`, cached by inode), so a
         loopback-only server costs a share of one dump and no reads. The connect check
-        (`reachable_on`, seed behaviour) runs when such a listener is ours (evidence for
+        (`reach_on`, seed behaviour) runs when such a listener is ours (evidence for
         the report) and otherwise on the `ConnectSchedule` (first scan, then about every
         5 s): the kernel table answers the 200 ms question, the connect catches what it
-        cannot see (a forwarded port) a few seconds later.
+        cannot see (a forwarded port) a few seconds later. A connect that gave no verdict
+        (silence on loopback, or our own loop late: ``_policy/lateness.py``) is never
+        "reachable" and is tried again at the next scans (`ConnectSchedule.retry`).
 
         Raises:
             InvalidConfig: ``INFERACTORS_LAN_ADDRESSES`` holds something that is not an address.
         """
         listeners = await self._beyond_loopback(pid, port, fresh=self._first_sight(pid))
-        reachable = await self._reachable(port, bool(listeners) or self.connects.take(pid, port))
+        due = bool(listeners) or self.connects.take(pid, port)
+        said = await self._reach(port, due)
+        if Reach.NO_VERDICT in said.values():
+            self.connects.retry(pid, port)  # no verdict: check again soon, not in 5 s
+        elif said:
+            self.connects.settled(pid, port)
+        reachable = tuple(a for a, reach in said.items() if reach is Reach.REACHABLE)
         if reachable and not listeners:  # bound since the dump? read the kernel again
             listeners = await self._beyond_loopback(pid, port, fresh=True)
         return find_exposure(listeners, reachable, port=port)
@@ -334,14 +356,16 @@ class SystemNetScanner:
         entries = await self.table.listeners(port)
         beyond = [e for e in entries if e.port == port and not is_loopback(e.address)]
         listeners = [await self._listener(entry) for entry in beyond]
-        return find_exposure(listeners, await self._reachable(port, True), port=port)
+        said = await self._reach(port, True)
+        reachable = tuple(a for a, reach in said.items() if reach is Reach.REACHABLE)
+        return find_exposure(listeners, reachable, port=port)
 
-    async def _reachable(self, port: int, due: bool) -> tuple[str, ...]:
-        """The local addresses on which ``port`` accepts a connect, when ``due``; else ()."""
+    async def _reach(self, port: int, due: bool) -> dict[str, Reach]:
+        """What a connect to ``port`` says on each local address, when ``due``; else {}."""
         if not due:
-            return ()
+            return {}
         addresses = local_addresses()
-        return await reachable_on(port, addresses, timeout_s=self.connect_timeout_s)
+        return await reach_on(port, addresses, timeout_s=self.connect_timeout_s)
 
     async def _beyond_loopback(self, pid: int, port: int, *, fresh: bool) -> list[Listener]:
         """The listeners of ``pid``'s tree bound beyond loopback: those on ``port`` from a

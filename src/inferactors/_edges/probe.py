@@ -51,6 +51,7 @@ from .._policy.probe_parse import (
     classify_ollama_version,
     completion_body,
     json_object,
+    no_verdict_report,
     parse_completion,
     parse_ollama_version,
     read_model_list,
@@ -180,7 +181,9 @@ class ProbeClient:
         request leaves its field empty; a model list that could not be read (failed, late,
         malformed) says why in ``models_problem``. Never raises for a server fault:
         transport errors and timeouts become `Unreachable`, a body over 1 MiB or encoded
-        `Unhealthy`.
+        `Unhealthy`. When any of its requests lost its deadline to our own late loop
+        (``_policy/lateness.py``) the whole report gives no verdict
+        (`ServerReport.no_verdict`): a late model list is not a "models problem".
 
         One deadline, ``timeout_s`` from the call, bounds every request it makes: a server
         that trickles each reply just under the timeout still costs at most ``timeout_s``.
@@ -241,7 +244,11 @@ class ProbeClient:
         if not serving(health):  # a busy server serves: its list is read too
             return ServerReport(health, latency_s=latency_s, refused=refused)
         if models_body is None:
-            (models, problem, router), refused = await self._list_once("/v1/models", deadline)
+            try:
+                listed, refused = await self._list_once("/v1/models", deadline)
+            except ProbeFailure as late:  # our own loop ate its deadline
+                return no_verdict_report(late.why, latency_s)
+            models, problem, router = listed
         else:
             models, problem, router = read_model_list("/v1/models", 200, models_body)
         return ServerReport(
@@ -276,15 +283,24 @@ class ProbeClient:
         health = classify_ollama_version(status)
         if not isinstance(health, Up):
             return ServerReport(health, latency_s=latency_s)
-        models, problem, _ = await self._list("/api/tags", deadline)
-        loaded, _, _ = await self._list("/api/ps", deadline)
+        try:
+            models, problem, _ = await self._list("/api/tags", deadline)
+            loaded, _, _ = await self._list("/api/ps", deadline)
+        except ProbeFailure as late:  # our own loop ate its deadline
+            return no_verdict_report(late.why, latency_s)
         version = parse_ollama_version(body)
         return ServerReport(health, models, loaded, version, latency_s, problem)
 
     async def _list(self, path: str, deadline: float) -> ListRead:
         """The ids a list endpoint names, why it could not be read (`model_list_problem`;
         a request that failed or timed out is unreadable too) and its router entries
-        (`read_model_list`)."""
+        (`read_model_list`).
+
+        Raises:
+            ProbeFailure: kind ``"overloaded"``: the read lost its deadline to our own late
+                loop, which says nothing about the list (the caller's report gives no
+                verdict, `no_verdict_report`).
+        """
         return (await self._list_once(path, deadline))[0]
 
     async def _list_once(self, path: str, deadline: float) -> tuple[ListRead, str | None]:
@@ -292,6 +308,8 @@ class ProbeClient:
         try:
             status, body = await self.get(path, deadline=deadline)
         except ProbeFailure as exc:
+            if exc.kind == "overloaded":
+                raise
             return ((), f"model list unreadable: {exc.why}", ()), None
         return read_model_list(path, status, body), refusal(status, body)
 

@@ -65,8 +65,9 @@ class Unhealthy:
 class Unreachable:
     """No HTTP answer at all (refused, reset, timed out); ``why`` is the transport's message.
 
-    ``overloaded``: the request timed out only because our own event loop ran late (its
-    deadline fired well after it was due): no verdict on the server (issue 11).
+    ``overloaded``: the request (or a later one of the same probe, such as the model list)
+    timed out only because our own event loop ran late (``_policy/lateness.py``): no
+    verdict on the server (`ServerReport.no_verdict`).
     """
 
     why: str
@@ -110,6 +111,12 @@ class ServerReport:
     router: tuple[RouterModel, ...] = ()
     refused: str | None = None
 
+    @property
+    def no_verdict(self) -> bool:
+        """Whether this probe says nothing about the server: one of its requests lost its
+        deadline to our own late loop (`no_verdict_report`)."""
+        return isinstance(self.health, Unreachable) and self.health.overloaded
+
     def lists(self, wanted: str, flavor: InferFlavor = InferFlavor.LLAMACPP) -> bool:
         """Whether ``models`` names ``wanted`` as ``flavor`` names models (exactly: see
         `inferactors._policy.matching.same_model`)."""
@@ -119,6 +126,14 @@ class ServerReport:
         """Whether ``loaded`` (Ollama's) names ``wanted`` as Ollama names models (see
         `inferactors._policy.matching.same_model`)."""
         return lists(self.loaded, wanted, InferFlavor.OLLAMA)
+
+
+def no_verdict_report(why: str, latency_s: float = 0.0) -> ServerReport:
+    """The report of a probe whose request (``/health``, or a model list after it) lost its
+    deadline to our own late loop: it says nothing about the server, neither up nor down,
+    and no "models problem" either; its health is `Unreachable` with ``overloaded`` set,
+    ``why`` the request's no-verdict words. The caller checks again soon."""
+    return ServerReport(Unreachable(why, overloaded=True), latency_s=latency_s)
 
 
 @attrs.frozen

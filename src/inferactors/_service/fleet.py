@@ -24,7 +24,7 @@ from .._edges.bundle import Edges
 from .._edges.log_ring import LogLine
 from .._edges.orphan_record import ReapedOrphan
 from .._errors import InvalidState, UnknownInstance
-from .._events import Event
+from .._events import Event, instance_of
 from .._policy import fleet_exit
 from .._policy.reload_plan import Placement, placements
 from .._status import InstanceState
@@ -247,7 +247,8 @@ class Fleet:
                 pass  # a slow follower loses events; the runtimes never wait for one
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self._followers.discard(follower)
-        member = self._by_iid.get(event.instance_id)
+        iid = instance_of(event)
+        member = None if iid is None else self._by_iid.get(iid)
         if member is not None:
             member.hear(event)
 
