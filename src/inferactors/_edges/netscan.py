@@ -56,8 +56,7 @@ from .._policy.exposure import (
 from .._policy.lateness import Reach
 from .connect_schedule import ConnectSchedule as ConnectSchedule
 from .netcheck import connect_reach
-from .proctable import tree_sockets
-from .socket_table import CACHE_LIMIT, SocketEntry, SocketTable, TreeSockets
+from .socket_table import CACHE_LIMIT, SocketEntry, SocketTable
 
 LAN_ADDRESSES_ENV = "INFERACTORS_LAN_ADDRESSES"
 """Environment variable that overrides the connect check's target addresses (comma-separated)."""
@@ -309,7 +308,6 @@ class SystemNetScanner:
     table: SocketTable = attrs.field(factory=SocketTable)
     connects: ConnectSchedule = attrs.field(factory=ConnectSchedule)
     _seen: set[int] = attrs.field(factory=set)
-    _trees: dict[int, TreeSockets] = attrs.field(factory=dict)
 
     def _first_sight(self, pid: int) -> bool:
         """True the first time ``pid`` is asked about (a new process: read a fresh dump)."""
@@ -336,7 +334,7 @@ class SystemNetScanner:
         Raises:
             InvalidConfig: ``INFERACTORS_LAN_ADDRESSES`` holds something that is not an address.
         """
-        listeners = await self._beyond_loopback(pid, port, fresh=self._first_sight(pid))
+        listeners = await self._beyond_loopback(pid, fresh=self._first_sight(pid))
         due = bool(listeners) or self.connects.take(pid, port)
         said = await self._reach(port, due)
         if Reach.NO_VERDICT in said.values():
@@ -345,7 +343,7 @@ class SystemNetScanner:
             self.connects.settled(pid, port)
         reachable = tuple(a for a, reach in said.items() if reach is Reach.REACHABLE)
         if reachable and not listeners:  # bound since the dump? read the kernel again
-            listeners = await self._beyond_loopback(pid, port, fresh=True)
+            listeners = await self._beyond_loopback(pid, fresh=True)
         return find_exposure(listeners, reachable, port=port)
 
     async def port_exposure(self, port: int) -> Exposure | None:
@@ -367,19 +365,14 @@ class SystemNetScanner:
         addresses = local_addresses()
         return await reach_on(port, addresses, timeout_s=self.connect_timeout_s)
 
-    async def _beyond_loopback(self, pid: int, port: int, *, fresh: bool) -> list[Listener]:
-        """The listeners of ``pid``'s tree bound beyond loopback: those on ``port`` from a
-        per-port query every time; those on any other port from the whole table, read only
-        while the tree's set of sockets is changing (`TreeSockets`): a quiet server costs a
-        per-port query and a look at its own descriptors, whatever the machine runs."""
-        entries = list(await self.table.listeners(port, fresh=fresh))
-        tree = self._trees.setdefault(pid, TreeSockets())
-        if len(self._trees) > CACHE_LIMIT:
-            self._trees.clear()
-            self._trees[pid] = tree
-        if tree.changing(tree_sockets(pid), trio.current_time()):
-            entries += await self.table.listeners(None, fresh=fresh)
-        beyond = [e for e in dict.fromkeys(entries) if not is_loopback(e.address)]
+    async def _beyond_loopback(self, pid: int, *, fresh: bool) -> list[Listener]:
+        """The listeners of ``pid``'s tree bound beyond loopback, on any port: the runtime's
+        whole LISTEN table (one dump per tick shared by every server's watch; a few
+        microseconds per listener), its listeners beyond loopback looked up in the tree
+        once per socket inode (`SocketTable.holders_in_tree`). A quiet server reads no
+        process at all: only a listener beyond loopback it has not seen is looked up."""
+        entries = await self.table.listeners(None, fresh=fresh)
+        beyond = [e for e in entries if not is_loopback(e.address)]
         holders = await self.table.holders_in_tree(pid, beyond)
         return [Listener(item.address, item.port, holders[item]) for item in holders]
 
