@@ -61,6 +61,7 @@ import trio
 from .._policy.privilege import RunAs
 from .forker import in_forker
 from .proctable import SystemProcessTable
+from .startup_slots import StartupSlot
 
 HELPER = Path(__file__).with_name("spawn_child.py")
 """The exec helper every child starts as (``spawn_child.py``)."""
@@ -133,6 +134,8 @@ class PosixChild:
     _stderr: trio.lowlevel.FdStream
     _pidfd: int | None
     _returncode: int | None = None
+    startup_slot: StartupSlot | None = None
+    """The start-up slot this spawn took (``startup_slots``), until the server is ready."""
 
     @property
     def pid(self) -> int:
@@ -156,6 +159,8 @@ class PosixChild:
             await trio.to_thread.run_sync(os.waitid, os.P_PID, self._pid, flags)
 
     def reap(self) -> int:
+        if self.startup_slot is not None:
+            self.startup_slot.release()
         if self._returncode is None:
             _, status = os.waitpid(self._pid, 0)
             self._returncode = os.waitstatus_to_exitcode(status)
@@ -188,10 +193,11 @@ async def open_child_process(
 ) -> PosixChild:
     """Start ``argv`` as the leader of a new session, the real `OpenProcess`.
 
-    The exec helper is spawned from the forker thread (see the module docstring); this
-    waits, on the event loop, until the helper executed the program (or failed), and
-    cannot be cancelled meanwhile: a child once spawned is returned, so that its owner can
-    stop it.
+    First a start-up slot of this run is taken (``startup_slots``: a few servers start at
+    once; `ManagedProcess` gives it back at the readiness line). The exec helper is then
+    spawned from the forker thread (see the module docstring); this waits, on the event
+    loop, until the helper executed the program (or failed), and cannot be cancelled
+    meanwhile: a child once spawned is returned, so that its owner can stop it.
 
     Args:
         argv: The program and its arguments; never run through a shell.
@@ -207,8 +213,18 @@ async def open_child_process(
             exist, or the child's setup (limits, user switch, parent-death signal) failed;
             the errno and message are the helper's.
     """
-    await trio.lowlevel.checkpoint()
     plan = json.dumps(child_plan(argv, cwd, env, run_as, pass_fds)).encode()
+    slot = await StartupSlot.take()  # a few servers start at once (``startup_slots``)
+    try:
+        child = await _spawn(plan, pass_fds)
+    except BaseException:
+        slot.release()
+        raise
+    child.startup_slot = slot
+    return child
+
+
+async def _spawn(plan: bytes, pass_fds: Sequence[int]) -> PosixChild:
     with _Pipes() as pipes:
         ends = pipes.child_ends(pass_fds)
         pid = await in_forker(functools.partial(spawn_helper, ends, plan, pipes.take_plan()))
