@@ -25,6 +25,12 @@ from mlx_support import READY_S, is_up, mlx_server, wait_report
 PROBES = 5
 
 
+@pytest.fixture(scope="module")
+def tiny_mlx(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny mlx model at a symlink-free absolute path."""
+    return write_tiny_mlx(tmp_path_factory.mktemp("models").resolve() / "tiny-mlx")
+
+
 class Counted:
     """A `Connect` to 127.0.0.1:``port`` that counts the connections it opened."""
 
@@ -49,7 +55,7 @@ async def llama_port(llama_server: Path, tiny_gguf: Path, free_port: int) -> Asy
     try:
         async with ProbeClient.open(f"http://127.0.0.1:{free_port}", timeout_s=2.0) as probe:
             with trio.fail_after(READY_S):
-                while (await probe.report(InferFlavor.LLAMACPP)).health != Up():
+                while (await probe.report(InferFlavor.LLAMACPP)).health != Up():  # noqa: ASYNC110  the server's state, over HTTP
                     await trio.sleep(0.05)
         yield free_port
     finally:
@@ -85,10 +91,9 @@ async def test_the_real_llama_server_is_probed_over_one_kept_connection(
     reason="mlx-lm is not installed on this platform (the dev extra installs it on Linux)",
 )
 async def test_the_real_mlx_lm_server_is_probed_a_connection_per_request(
-    free_port: int, tmp_path: Path
+    tiny_mlx: Path, free_port: int, tmp_path: Path
 ) -> None:
-    program = Path(sys.executable).parent / "mlx_lm.server"
-    model = write_tiny_mlx(tmp_path.resolve() / "tiny-mlx")
+    program, model = Path(sys.executable).parent / "mlx_lm.server", tiny_mlx
     cache = tmp_path / "hf-cache"
     cache.mkdir()
     async with mlx_server(program, model, free_port, cache, tmp_path / "server.log") as server:
