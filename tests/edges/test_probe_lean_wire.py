@@ -173,3 +173,40 @@ async def test_new_connections_are_paced_per_run(autojump_clock: trio.testing.Mo
             nursery.start_soon(wire._new, [0.0])
     assert opened_at.count(0.0) == RECONNECT_BURST
     assert max(opened_at) == pytest.approx(200 / RECONNECTS_PER_S)
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_QUICKACK"), reason="TCP_QUICKACK: Linux only")
+async def test_every_read_asks_for_a_quick_ack() -> None:
+    """An ``http.server`` writes a reply's head and body apart with Nagle on: our delayed ACK
+    of the head would hold the body 40 ms, so each read first asks for a quick ACK."""
+    reads: list[int] = []
+    quickacks: list[int] = []
+
+    with http_server("HTTP/1.1") as server:
+        port = server.server_address[1]
+        connect = tcp_connect("127.0.0.1", port)
+
+        async def spying() -> trio.abc.Stream:
+            stream = await connect()
+            assert isinstance(stream, trio.SocketStream)
+            setsockopt, receive_some = stream.socket.setsockopt, stream.receive_some
+
+            def recorded(level: int, option: int, value: int) -> None:
+                if (level, option, value) == (socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1):
+                    quickacks.append(len(reads))
+                setsockopt(level, option, value)
+
+            async def counted(max_bytes: int | None = None) -> bytes | bytearray:
+                reads.append(len(quickacks))
+                return await receive_some(max_bytes)
+
+            stream.socket.setsockopt = recorded  # type: ignore[method-assign,assignment]
+            stream.receive_some = counted  # type: ignore[method-assign]
+            return stream
+
+        base = f"http://127.0.0.1:{port}"
+        async with ProbeClient.open(base, timeout_s=5.0, connect=spying) as probe:
+            for _ in range(3):
+                assert (await probe.report(InferFlavor.LLAMACPP)).health == Up()
+    assert reads
+    assert reads == list(range(1, len(reads) + 1))  # each read right after its quick ACK
