@@ -196,7 +196,7 @@ async def test_every_read_asks_for_a_quick_ack() -> None:
                     quickacks.append(len(reads))
                 setsockopt(level, option, value)
 
-            async def counted(max_bytes: int | None = None) -> bytes | bytearray:
+            async def counted(max_bytes: int | None = None) -> bytes:
                 reads.append(len(quickacks))
                 return await receive_some(max_bytes)
 
