@@ -53,7 +53,16 @@ from typing import Any
 import attrs
 import trio
 from _child import Child
-from _common import env_float, env_ints, load_note, print_context, print_grid, quick, verdict
+from _common import (
+    env_float,
+    env_ints,
+    load_note,
+    print_context,
+    print_grid,
+    quick,
+    summary,
+    verdict,
+)
 
 N_LIST = env_ints("BENCH_N", (1, 10, 100, 300, 1000), (1, 10))
 WHO = tuple(os.environ.get("BENCH_WHO", "product,bare,h11,raw").split(","))
@@ -320,6 +329,9 @@ async def main() -> None:
         f"{ADMIT_TIMEOUT_S:g} s, {CONCURRENCY} loads at once{' (quick)' if quick() else ''}"
     )
     runs = await curve()
+    summary(
+        "adopted", runs=[attrs.asdict(r) | {"cpu_per_probe_ms": r.cpu_per_probe_ms} for r in runs]
+    )
     print_grid(
         "Adopted servers: product (runtime, adopted) vs bare keep-alive prober, per N and round",
         HEADER,

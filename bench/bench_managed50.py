@@ -44,6 +44,7 @@ import subprocess
 import time
 from collections import Counter
 from pathlib import Path
+from statistics import median
 
 import attrs
 import psutil
@@ -62,6 +63,7 @@ from _common import (
     print_context,
     print_grid,
     print_table,
+    summary,
     verdict,
     workspace,
 )
@@ -296,6 +298,18 @@ async def main() -> None:
                 whole += more[2]
             await runtime.stop_all(5.0)
     print_start(start, floor, bare)
+    summary(
+        "managed50",
+        servers=SERVERS,
+        start=attrs.asdict(start),
+        floor_lag=floor[0] | {"max": floor[1]},
+        bare_lag=bare[0] | {"max": bare[1]},
+        cores=cores,
+        rss=rss,
+        exposure_ms=[s * 1e3 for s in samples],
+        dump_us={"raw": median(raw) * 1e6, "pyroute2": median(netlink) * 1e6,
+                 "psutil": median(whole) * 1e6},
+    )  # fmt: skip
     rows = [
         Row("bind on 0.0.0.0 -> ProcessExited arrives", Summary.of(samples), TARGET_S, "B0"),
         Row("one raw netlink LISTEN dump, both families", Summary.of(raw), key="B0"),

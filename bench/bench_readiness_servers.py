@@ -9,7 +9,9 @@ HTTP round trips after the line.
 
 Baseline B1, right after each Running (the server still up): the same three requests from a
 bare keep-alive httpx client opened then (``GET /health``, ``GET /v1/models``, one ``POST
-/v1/chat/completions`` of one token): what those round trips cost on this server.
+/v1/chat/completions`` of one token): what those round trips cost on this server. Its
+token is the server's second (warm); Running waited for the first (for mlx_lm.server the
+first generation is the slower one).
 
 Servers: ``_http_server_fake.py`` (HTTP/1.1 kept alive; llama.cpp flavor), and the real
 mlx_lm.server on the tiny mlx model (HTTP/1.0: a connection per request; mlx flavor).
@@ -40,6 +42,7 @@ from _common import (
     next_event,
     print_context,
     print_table,
+    summary,
     workspace,
 )
 
@@ -167,17 +170,11 @@ async def main() -> None:
         for number, (name, config, flavor) in enumerate(kinds):
             samples = await measure(config, flavor)
             key = f"B{number + 1}"
-            rows.append(
-                Row(
-                    f"{name}: ready line -> Running",
-                    Summary.of([s.line_to_running for s in samples]),
-                    TARGET_READY_S,
-                    key,
-                )
-            )
-            rows.append(
-                Row(f"{name}: bare 3 round trips", Summary.of([s.bare for s in samples]), key=key)
-            )
+            line = Summary.of([s.line_to_running for s in samples])
+            bare = Summary.of([s.bare for s in samples])
+            rows.append(Row(f"{name}: ready line -> Running", line, TARGET_READY_S, key))
+            rows.append(Row(f"{name}: bare 3 round trips", bare, key=key))
+            summary("readiness", server=name, line_to_running=line.median, bare=bare.median)
     print_table(
         "Readiness on http.server-based servers",
         rows,
