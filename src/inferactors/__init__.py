@@ -47,6 +47,7 @@ from ._errors import InvalidConfig as InvalidConfig
 from ._errors import InvalidState as InvalidState
 from ._errors import ModelError as ModelError
 from ._errors import ModelNotReady as ModelNotReady
+from ._errors import NoVerdict as NoVerdict
 from ._errors import PinMismatch as PinMismatch
 from ._errors import RequestRefused as RequestRefused
 from ._errors import UnknownInstance as UnknownInstance
@@ -146,6 +147,7 @@ __all__ = [
     "ModelSource",
     "ModelTampered",
     "NetworkExposure",
+    "NoVerdict",
     "OrphanOutcome",
     "PinMismatch",
     "ProbeClient",

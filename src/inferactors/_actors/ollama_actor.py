@@ -315,7 +315,8 @@ class OllamaActor:
 
     def _on_surveyed(self, message: Surveyed) -> None:
         book = self._book
-        book.survey = message.survey
+        if not (message.survey.no_verdict and book.survey is not None):
+            book.survey = message.survey  # a survey our lateness spoiled keeps the last one
         if message.survey.resident is not None:
             book.saw(message.survey.resident, trio.current_time())
         if message.reply is not None:

@@ -36,7 +36,7 @@ import attrs
 import httpx
 import trio
 
-from .._errors import BackendError, DeepHealthTimeout
+from .._errors import BackendError, DeepHealthTimeout, NoVerdict
 from .._flavor import InferFlavor
 from .._policy.probe_parse import (
     CompletionResult,
@@ -222,6 +222,8 @@ class ProbeClient:
 
         Raises:
             DeepHealthTimeout: no complete reply within ``timeout_s``; the message names it.
+            NoVerdict: the deadline fired, but our own late loop ate its budget
+                (``_policy/lateness.py``): nothing is known about the server.
             BackendError: transport error, body over 1 MiB, non-200 reply or malformed body
                 (see `parse_completion`); messages start with ``"deep health: "``.
         """
@@ -233,6 +235,8 @@ class ProbeClient:
                 raise DeepHealthTimeout(
                     f"deep health: completion did not finish within {self.timeout_s:g} s"
                 ) from exc
+            if exc.kind == "overloaded":
+                raise NoVerdict(f"deep health: {exc.why}") from exc
             raise BackendError(f"deep health: {exc.why}") from exc
         text, finish_reason = parse_completion(status, body)
         return CompletionResult(text, trio.current_time() - started, finish_reason)
