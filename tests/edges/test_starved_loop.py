@@ -24,6 +24,7 @@ from edges.keepalive_support import MODELS, keepalive_server
 from inferactors._edges.netcheck import connect_reach
 from inferactors._edges.netscan import LAN_ADDRESSES_ENV, SystemNetScanner
 from inferactors._edges.probe import ProbeClient
+from inferactors._errors import DeepHealthTimeout, NoVerdict
 from inferactors._flavor import InferFlavor
 from inferactors._policy.lateness import LATE_S, Reach
 from inferactors._policy.probe_parse import Unreachable, Up
@@ -120,3 +121,17 @@ async def test_the_exposure_scan_through_a_stall_finds_only_what_is_really_expos
                 nursery.start_soon(_starve, BLOCK_S)
                 exposure = await scanner.scan(os.getpid(), port)
             assert (exposure is not None) is exposed, exposure
+
+
+async def test_a_completion_our_stall_timed_out_is_no_verdict_not_a_timeout() -> None:
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(functools.partial(trio.serve_tcp, _silent, 0))
+        port = listeners[0].socket.getsockname()[1]
+        async with ProbeClient.open(f"http://127.0.0.1:{port}", timeout_s=TIMEOUT_S) as probe:
+            nursery.start_soon(functools.partial(_starve, BLOCK_S, after_s=0.02))
+            lost = r"^deep health: POST /v1/chat/completions: no verdict"
+            with pytest.raises(NoVerdict, match=lost):
+                await probe.tiny_completion(None)
+            with pytest.raises(DeepHealthTimeout):  # on time: the server's own silence
+                await probe.tiny_completion(None)
+        nursery.cancel_scope.cancel()
