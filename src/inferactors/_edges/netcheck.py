@@ -78,19 +78,30 @@ async def connect_reach(host: str, port: int, *, timeout_s: float = 0.3) -> Reac
     `Reach.NOT_REACHABLE`.
     """
     started = trio.current_time()
-    stream: trio.SocketStream | None = None
     with trio.move_on_at(started + timeout_s):
         try:
-            stream = await trio.open_tcp_stream(host, port)
+            await _connect_once(host, port)
         except OSError:
             return Reach.NOT_REACHABLE
-    if stream is not None:
-        await trio.aclose_forcefully(stream)
         return Reach.REACHABLE
     late = lateness(started, started + timeout_s)
     if gives_no_verdict(late):
         loop_lag().lost_verdict(lateness_rule.no_verdict_why(f"connect {host}:{port}", late))
     return lateness_rule.connect_reach(ConnectResult.SILENT, late, loopback=_is_loopback(host))
+
+
+async def _connect_once(host: str, port: int) -> None:
+    """One TCP connect to ``host:port`` on a bare trio socket, closed at once without a byte
+    sent (a name is looked up first). Raises `OSError` when refused."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        stream = await trio.open_tcp_stream(host, port)
+        await trio.aclose_forcefully(stream)
+        return
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    with trio.socket.socket(family, socket.SOCK_STREAM) as sock:
+        await sock.connect((host, port))
 
 
 async def accepts_connections(host: str, port: int, *, timeout_s: float = 0.3) -> bool:

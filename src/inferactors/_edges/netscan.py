@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
@@ -112,6 +113,8 @@ def local_addresses(environ: Mapping[str, str] | None = None) -> tuple[str, ...]
     skipped, duplicates dropped, order kept). Otherwise the IPv4 and IPv6 addresses of every
     interface (``psutil.net_if_addrs()``) passed through `lan_addresses`.
 
+    The interface addresses are read at most every `INTERFACES_REUSE_S` seconds.
+
     Raises:
         InvalidConfig: an entry of ``INFERACTORS_LAN_ADDRESSES`` is not an IP address.
     """
@@ -130,13 +133,27 @@ def _parse_override(raw: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(entries))
 
 
+INTERFACES_REUSE_S = 5.0
+"""How long one read of the host's interface addresses answers (float seconds, monotonic):
+the connect check of a thousand adopted servers asked psutil for them each time."""
+
+_interfaces: tuple[float, list[str]] = (-INTERFACES_REUSE_S, [])
+
+
 def _interface_addresses() -> list[str]:
-    return [
+    global _interfaces
+    read_at, found = _interfaces
+    now = time.monotonic()
+    if now - read_at < INTERFACES_REUSE_S:
+        return found
+    found = [
         item.address
         for items in psutil.net_if_addrs().values()
         for item in items
         if item.family in _INET_FAMILIES
     ]
+    _interfaces = (now, found)
+    return found
 
 
 def tree_listeners(pid: int) -> tuple[Listener, ...]:
