@@ -28,6 +28,7 @@ from .._flavor import InferFlavor
 from .._models.manifest import ResolvedModel
 from .._models.registry import ModelRegistry
 from .._policy.admission import Plan, check_runtime_and_port
+from .._policy.lateness import LATE_S
 from .._policy.launch import build_launch, check_format
 from .._policy.ollama_parse import same_tag
 from .._policy.privilege import RunAs, require_unprivileged
@@ -102,21 +103,25 @@ def _run_as(managed: ManagedConfig, euid: int) -> RunAs | None:
 
 
 ADMISSION_RECHECKS = 3
-"""Probes admission makes again, at once, while its probe gives no verdict because our own
-loop ran late (``_policy/lateness.py``): a late probe is neither a refusal nor a pass."""
+"""Probes admission makes again while its probe gives no verdict because our own loop ran
+late (``_policy/lateness.py``): a late probe is neither a refusal nor a pass. The n-th
+re-check waits n x ``LATE_S`` first, so an overloaded loop catches up rather than gets
+more probes to run."""
 
 
 async def probe_for_verdict(
     open_prober: ProberFactory, base: str, timeout_s: float, flavor: InferFlavor
 ) -> ServerReport:
-    """One probe of ``base`` (`probe_once`), made again up to `ADMISSION_RECHECKS` times
-    while it gives no verdict (`ServerReport.no_verdict`). The last report is returned
+    """One probe of ``base`` (`probe_once`), made again up to `ADMISSION_RECHECKS` times,
+    each later than the one before, while it gives no verdict (`ServerReport.no_verdict`).
+    The last report is returned
     whatever it says; callers refuse a no-verdict one as "cannot tell now", never as a
     server that is not there."""
     report = await probe_once(open_prober, base, timeout_s, flavor)
-    for _ in range(ADMISSION_RECHECKS):
+    for attempt in range(1, ADMISSION_RECHECKS + 1):
         if not report.no_verdict:
             break
+        await trio.sleep(attempt * LATE_S)
         report = await probe_once(open_prober, base, timeout_s, flavor)
     return report
 
