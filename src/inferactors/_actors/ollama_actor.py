@@ -314,9 +314,8 @@ class OllamaActor:
         self._start_watch()
 
     def _on_surveyed(self, message: Surveyed) -> None:
-        book = self._book
-        if not (message.survey.no_verdict and book.survey is not None):
-            book.survey = message.survey  # a survey our lateness spoiled keeps the last one
+        book = self._book  # a survey our lateness spoiled (no verdict) keeps the last one:
+        book.survey = book.survey if message.survey.no_verdict and book.survey else message.survey
         if message.survey.resident is not None:
             book.saw(message.survey.resident, trio.current_time())
         if message.reply is not None:

@@ -27,7 +27,6 @@ import trio
 
 from .._config.binding import hosts_collide, spec_host
 from .._config.config import ControlMode
-from .._edges.loop_lag import loop_lag
 from .._errors import BackendError, InferactorsError, InvalidState, PinMismatch, UnknownInstance
 from .._events import (
     Diagnosis,
@@ -39,15 +38,12 @@ from .._events import (
     RestartScheduled,
     StateChanged,
     StopReason,
-    SupervisorCaughtUp,
-    SupervisorOverloaded,
     instance_of,
 )
 from .._policy.admission import Plan
-from .._policy.lateness import Overload
 from .._policy.restart import GiveUp, NoRestart, RestartBudget
 from .._policy.restart import Restart as RestartDecision
-from .._status import InstanceState, SupervisorStatus
+from .._status import InstanceState
 from .mailbox import Crash
 from .messages import (
     Annotate,
@@ -70,6 +66,7 @@ from .messages import (
     call,
     refuse,
 )
+from .overload_report import report_overloads
 from .status_board import StatusBoard
 
 
@@ -139,7 +136,7 @@ class Supervisor:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._relay_events)
-                nursery.start_soon(self._report_overload)
+                nursery.start_soon(report_overloads, self.board, self._publish)
                 task_status.started()
                 async for command in self._inbox_recv:
                     self._dispatch(command)  # type: ignore[arg-type]  # only commands arrive
@@ -152,25 +149,6 @@ class Supervisor:
     async def _relay_events(self) -> None:
         async for event in self._events_recv:
             await self._inbox_send.send(Notify(event))
-
-    async def _report_overload(self) -> None:
-        """The event loop's overloads (``_edges/loop_lag.py``), published once each as the
-        supervisor's own events and status, never as a server's."""
-        lag = loop_lag()
-        current = lag.overloaded
-        if current is not None:
-            self.board.supervisor = SupervisorStatus(True, current.since, current.why)
-        async for report in lag.reports():
-            now = trio.current_time()
-            if isinstance(report, Overload):
-                self.board.supervisor = SupervisorStatus(True, report.since, report.why)
-                self._publish(SupervisorOverloaded(report.why, report.since, now))
-            else:
-                self.board.supervisor = SupervisorStatus()
-                caught_up = SupervisorCaughtUp(
-                    report.lasted_s, report.no_verdicts, report.worst_stall_s, now
-                )
-                self._publish(caught_up)
 
     def _dispatch(self, command: SupervisorCommand) -> None:
         match command:

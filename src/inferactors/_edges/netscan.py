@@ -34,45 +34,31 @@ another user (root then sees them).
 from __future__ import annotations
 
 import os
-import socket
-import time
-from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 import attrs
 import psutil
 import trio
 
-from .._errors import InvalidConfig
 from .._policy.exposure import (
     Exposure,
     Listener,
     covers,
     find_exposure,
     is_loopback,
-    lan_addresses,
     owner_pid,
     parse_address,
 )
 from .._policy.lateness import Reach
 from .connect_schedule import ConnectSchedule as ConnectSchedule
+from .lan_reach import CONNECT_TIMEOUT_S as CONNECT_TIMEOUT_S
+from .lan_reach import LAN_ADDRESSES_ENV as LAN_ADDRESSES_ENV
+from .lan_reach import Connect as Connect
+from .lan_reach import local_addresses as local_addresses
+from .lan_reach import reach_on as reach_on
+from .lan_reach import reachable_on as reachable_on
 from .netcheck import connect_reach
 from .socket_table import CACHE_LIMIT, SocketEntry, SocketTable
-
-LAN_ADDRESSES_ENV = "INFERACTORS_LAN_ADDRESSES"
-"""Environment variable that overrides the connect check's target addresses (comma-separated)."""
-
-CONNECT_TIMEOUT_S = 0.3
-"""How long one exposure connect may take before the address counts as not answering (s)."""
-
-_INET_FAMILIES = (socket.AF_INET, socket.AF_INET6)
-
-
-class Connect(Protocol):
-    """A TCP connect check, as `netcheck.connect_reach`: what a connect to ``host:port``
-    says (reachable, not reachable, or no verdict)."""
-
-    async def __call__(self, host: str, port: int, *, timeout_s: float) -> Reach: ...
 
 
 class NetScanner(Protocol):
@@ -104,56 +90,6 @@ class NetScanner(Protocol):
         """Whether whatever listens on TCP ``port`` is reachable beyond loopback: that port's
         listeners only (an adopted server, whose process is not ours to walk; FC-15)."""
         ...
-
-
-def local_addresses(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """The addresses the exposure connect check tries, from ``environ`` (default ``os.environ``).
-
-    With ``INFERACTORS_LAN_ADDRESSES`` set: exactly its comma-separated entries (blanks
-    skipped, duplicates dropped, order kept). Otherwise the IPv4 and IPv6 addresses of every
-    interface (``psutil.net_if_addrs()``) passed through `lan_addresses`.
-
-    The interface addresses are read at most every `INTERFACES_REUSE_S` seconds.
-
-    Raises:
-        InvalidConfig: an entry of ``INFERACTORS_LAN_ADDRESSES`` is not an IP address.
-    """
-    env = os.environ if environ is None else environ
-    override = env.get(LAN_ADDRESSES_ENV)
-    if override is not None:
-        return _parse_override(override)
-    return lan_addresses(_interface_addresses())
-
-
-def _parse_override(raw: str) -> tuple[str, ...]:
-    entries = [entry.strip() for entry in raw.split(",") if entry.strip()]
-    for entry in entries:
-        if parse_address(entry) is None:
-            raise InvalidConfig(f"{LAN_ADDRESSES_ENV}: {entry!r} is not an IP address")
-    return tuple(dict.fromkeys(entries))
-
-
-INTERFACES_REUSE_S = 5.0
-"""How long one read of the host's interface addresses answers (float seconds, monotonic):
-the connect check of a thousand adopted servers asked psutil for them each time."""
-
-_interfaces: tuple[float, list[str]] = (-INTERFACES_REUSE_S, [])
-
-
-def _interface_addresses() -> list[str]:
-    global _interfaces
-    read_at, found = _interfaces
-    now = time.monotonic()
-    if now - read_at < INTERFACES_REUSE_S:
-        return found
-    found = [
-        item.address
-        for items in psutil.net_if_addrs().values()
-        for item in items
-        if item.family in _INET_FAMILIES
-    ]
-    _interfaces = (now, found)
-    return found
 
 
 def tree_listeners(pid: int) -> tuple[Listener, ...]:
@@ -198,45 +134,6 @@ def _listeners_of(process: psutil.Process) -> list[Listener]:
         for item in connections
         if item.status == psutil.CONN_LISTEN
     ]
-
-
-async def reach_on(
-    port: int,
-    addresses: Iterable[str],
-    *,
-    timeout_s: float = CONNECT_TIMEOUT_S,
-    connect: Connect = connect_reach,
-) -> dict[str, Reach]:
-    """What a TCP connect to ``port`` says on each address (duplicates dropped, order kept).
-
-    Tries every address at once (one task each), each connect bounded by ``timeout_s``
-    (float seconds, default 0.3), so the whole check takes at most about ``timeout_s``.
-    Silence is never reachable (`netcheck.connect_reach`). Source: seed-behaviour.md
-    section 4, ``reachable_beyond_loopback``.
-    """
-    targets = tuple(dict.fromkeys(addresses))
-    said: dict[str, Reach] = {}
-
-    async def try_one(address: str) -> None:
-        said[address] = await connect(address, port, timeout_s=timeout_s)
-
-    async with trio.open_nursery() as nursery:
-        for address in targets:
-            nursery.start_soon(try_one, address)
-    return {address: said[address] for address in targets}
-
-
-async def reachable_on(
-    port: int,
-    addresses: Iterable[str],
-    *,
-    timeout_s: float = CONNECT_TIMEOUT_S,
-    connect: Connect = connect_reach,
-) -> tuple[str, ...]:
-    """The addresses on which ``port`` accepts a TCP connection, in the order given
-    (`reach_on`, keeping the reachable ones)."""
-    said = await reach_on(port, addresses, timeout_s=timeout_s, connect=connect)
-    return tuple(address for address, reach in said.items() if reach is Reach.REACHABLE)
 
 
 def _gather(pid: int) -> tuple[tuple[Listener, ...], tuple[str, ...]]:

@@ -38,6 +38,7 @@ import trio
 
 from .._errors import BackendError, DeepHealthTimeout, NoVerdict
 from .._flavor import InferFlavor
+from .._policy.lateness import no_verdict_report
 from .._policy.probe_parse import (
     CompletionResult,
     Health,
@@ -51,7 +52,6 @@ from .._policy.probe_parse import (
     classify_ollama_version,
     completion_body,
     json_object,
-    no_verdict_report,
     parse_completion,
     parse_ollama_version,
     read_model_list,

@@ -29,6 +29,8 @@ import enum
 
 import attrs
 
+from .probe_parse import ServerReport, Unreachable
+
 LATE_S = 0.25
 """Our own lateness around a deadline beyond which the deadline gives no verdict (float
 seconds): a quarter second of a probe's or a connect's budget lost to our own loop. At
@@ -109,6 +111,15 @@ def connect_reach(result: ConnectResult, lateness: Lateness, *, loopback: bool) 
             if loopback or gives_no_verdict(lateness):
                 return Reach.NO_VERDICT
             return Reach.NOT_REACHABLE
+
+
+def no_verdict_report(why: str, latency_s: float = 0.0) -> ServerReport:
+    """The report of a probe whose request (``/health``, or a model list after it) lost its
+    deadline to our own late loop: it says nothing about the server, neither up nor down,
+    and no "models problem" either (`ServerReport.no_verdict`); its health is `Unreachable`
+    with ``overloaded`` set, ``why`` the request's no-verdict words. The caller checks
+    again soon."""
+    return ServerReport(Unreachable(why, overloaded=True), latency_s=latency_s)
 
 
 @attrs.frozen

@@ -114,7 +114,7 @@ class ServerReport:
     @property
     def no_verdict(self) -> bool:
         """Whether this probe says nothing about the server: one of its requests lost its
-        deadline to our own late loop (`no_verdict_report`)."""
+        deadline to our own late loop (``_policy/lateness.py`` `no_verdict_report`)."""
         return isinstance(self.health, Unreachable) and self.health.overloaded
 
     def lists(self, wanted: str, flavor: InferFlavor = InferFlavor.LLAMACPP) -> bool:
@@ -126,14 +126,6 @@ class ServerReport:
         """Whether ``loaded`` (Ollama's) names ``wanted`` as Ollama names models (see
         `inferactors._policy.matching.same_model`)."""
         return lists(self.loaded, wanted, InferFlavor.OLLAMA)
-
-
-def no_verdict_report(why: str, latency_s: float = 0.0) -> ServerReport:
-    """The report of a probe whose request (``/health``, or a model list after it) lost its
-    deadline to our own late loop: it says nothing about the server, neither up nor down,
-    and no "models problem" either; its health is `Unreachable` with ``overloaded`` set,
-    ``why`` the request's no-verdict words. The caller checks again soon."""
-    return ServerReport(Unreachable(why, overloaded=True), latency_s=latency_s)
 
 
 @attrs.frozen
