@@ -1,7 +1,7 @@
 """One side of ``bench_adopted.py``, in its own process: the product adopting N servers, or
-the bare keep-alive prober probing them the same way.
+a bare keep-alive prober probing them the same way.
 
-``python bench/_adopted_worker.py product|bare PORTS SEED ADMIT_TIMEOUT_S CONCURRENCY``
+``python bench/_adopted_worker.py product|bare|h11|raw PORTS SEED ADMIT_TIMEOUT_S CONCURRENCY``
 (PORTS comma-separated). It admits every port, then prints ``{"admitted": k, "n": N,
 "admit_s": seconds, ...}``; from then on a task measures the event loop's lag (how late
 each 10 ms sleep wakes). On ``report`` it stops that task, times a status of all
@@ -11,7 +11,8 @@ instances `STATUS_ROUNDS` times and prints both. EOF on stdin ends it.
   port (``CONCURRENCY`` at a time), admitted = its ``StateChanged`` to Running arrived. It
   then probes each server at its default interval (1 s). Status of all:
   ``runtime.statuses()`` when the runtime has it, else every ``status(handle)`` at once.
-* bare: trio + httpx, one keep-alive client per server (a shared TLS context), ``GET
+* bare, h11, raw: one keep-alive connection per server (``_bare_probers.py``: httpx with a
+  shared TLS context, h11 on a trio stream, pre-built bytes on a trio stream), ``GET
   /health`` then ``GET /v1/models`` at once (admitted = both answered 200), then every 1 s
   from a random phase. Status of all: a copy of its table of last results.
 """
@@ -25,8 +26,8 @@ import ssl
 import sys
 from collections.abc import Awaitable, Callable
 
-import httpx
 import trio
+from _bare_probers import H11Prober, HttpxProber, RawProber
 from _child import Overshoot, read_commands, say
 
 from inferactors import (
@@ -180,7 +181,19 @@ def status_of_all(
 # --- the bare prober ------------------------------------------------------------------------
 
 
-async def bare(ports: list[int], admit_timeout_s: float, seed: int) -> None:
+Prober = HttpxProber | H11Prober | RawProber
+
+
+def make_prober(kind: str, port: int, context: ssl.SSLContext) -> Prober:
+    """One server's bare prober of ``kind`` (bare: httpx, h11, raw)."""
+    if kind == "h11":
+        return H11Prober(port)
+    if kind == "raw":
+        return RawProber(port)
+    return HttpxProber(port, context)
+
+
+async def bare(kind: str, ports: list[int], admit_timeout_s: float, seed: int) -> None:
     rng = random.Random(seed)
     context = ssl.create_default_context()
     last: dict[int, bool] = {}
@@ -190,7 +203,8 @@ async def bare(ports: list[int], admit_timeout_s: float, seed: int) -> None:
     async with trio.open_nursery() as nursery:
         for port in ports:
             phase = rng.uniform(0.0, PERIOD_S)
-            nursery.start_soon(probe_forever, port, phase, context, last, up, everyone, len(ports))
+            prober = make_prober(kind, port, context)
+            nursery.start_soon(probe_forever, prober, port, phase, last, up, everyone, len(ports))
         with trio.move_on_after(admit_timeout_s):
             await everyone.wait()
         admit_s = trio.current_time() - began
@@ -204,39 +218,35 @@ async def bare(ports: list[int], admit_timeout_s: float, seed: int) -> None:
 
 
 async def probe_forever(
+    prober: Prober,
     port: int,
     phase_s: float,
-    context: ssl.SSLContext,
     last: dict[int, bool],
     up: set[int],
     everyone: trio.Event,
     n: int,
 ) -> None:
     """Probe one server at once, then every `PERIOD_S` from ``phase_s`` on."""
-    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-    base = f"http://127.0.0.1:{port}"
-    async with httpx.AsyncClient(base_url=base, verify=context, limits=limits) as client:
+    try:
         next_at = trio.current_time() + phase_s
         while True:
-            last[port] = ok = await probe(client)
+            last[port] = ok = await probe(prober)
             if ok and port not in up:
                 up.add(port)
                 if len(up) >= n:
                     everyone.set()
             await trio.sleep_until(next_at)
             next_at += PERIOD_S
+    finally:
+        with trio.CancelScope(shield=True):
+            await prober.aclose()
 
 
-async def probe(client: httpx.AsyncClient) -> bool:
+async def probe(prober: Prober) -> bool:
     """``GET /health``, then ``GET /v1/models`` when it said 200: both 200?"""
-    try:
-        health = await client.get("/health", timeout=2.0)
-        if health.status_code != 200:
-            return False
-        models = await client.get("/v1/models", timeout=2.0)
-        return models.status_code == 200
-    except httpx.HTTPError:
+    if await prober.get("/health") != 200:
         return False
+    return await prober.get("/v1/models") == 200
 
 
 def main() -> None:
@@ -247,7 +257,7 @@ def main() -> None:
     if mode == "product":
         trio.run(product, ports, float(admit_timeout_s), int(concurrency))
     else:
-        trio.run(bare, ports, float(admit_timeout_s), int(seed))
+        trio.run(bare, mode, ports, float(admit_timeout_s), int(seed))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ this process (and so for every server it starts) before anything scans.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -365,6 +366,15 @@ def print_grid(
             print("  " + "  ".join("-" * width for width in widths))
     for note in notes:
         print(f"  {note}")
+
+
+def summary(script: str, **figures: object) -> None:
+    """Append ``figures`` as one JSON line ``{"script": ..., ...}`` to the file named by
+    ``$BENCH_SUMMARY``, when set (``bench_cost.py`` sets it and reads them back)."""
+    path = os.environ.get("BENCH_SUMMARY")
+    if path:
+        with open(path, "a", encoding="utf-8") as sink:
+            sink.write(json.dumps({"script": script, **figures}) + "\n")
 
 
 def load_note() -> str:

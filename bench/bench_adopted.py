@@ -1,4 +1,4 @@
-"""Adopted servers: the cost of watching N, as a curve over N (issue 11, item 2).
+"""Adopted servers: the cost of watching N, as a curve over N (issues 11 and 16).
 
 The servers are fakes on loopback that answer at once: one separate process serving N
 ports (``_fake_farm.py``, trio + h11; its CPU is printed, never counted). Against them, each
@@ -7,8 +7,10 @@ flips every round; each round has its own seed):
 
 * product: a runtime adopting the N servers (``InferConfig.adopted``), probing each at its
   default interval (1 s);
-* bare: a keep-alive trio + httpx prober making the same requests (``GET /health`` and
-  ``GET /v1/models``) at the same rate, from random phases.
+* bare, h11, raw: keep-alive probers making the same requests (``GET /health`` and ``GET
+  /v1/models``) at the same rate, from random phases (``_bare_probers.py``): trio + httpx;
+  trio + h11 (the floor of a client that frames with a library); pre-built bytes on a trio
+  socket (the floor of any client).
 
 Columns, over a window that starts 1 s after every server was admitted:
 
@@ -22,15 +24,20 @@ Columns, over a window that starts 1 s after every server was admitted:
   had three or more, else its count / the window): the least-probed server, and the median;
 * conn/s: connections the fake accepted per second (0 when every probe reuses one);
 * req/s/srv: requests per second per server (all paths; a probe here is two GETs);
+* CPU/probe: CPU time per probe (both GETs), ms: cores / (probes per second, all servers);
+* left Running: instances that left Running in the window (product; a healthy server
+  reported as anything else is a false verdict);
 * lag p50/p99: how late a 10 ms ``trio.sleep`` wakes in that process (a task running the
   whole window);
 * status all: the time for a status of all N, after the window (`runtime.statuses()` when
   the runtime has it, else N ``status()`` calls at once; bare: copying its table).
 
 Targets at N = 1,000: at most 0.5 core and 150 MiB, all admitted within 10 s, every
-server probed at 0.95 Hz or more, lag p99 under 5 ms, status of all within 100 ms.
+server probed at 0.95 Hz or more, zero left Running, lag p99 under 5 ms, status of all
+within 100 ms; CPU per probe at most 1.5x the h11 floor.
 
-Settings (environment): ``BENCH_N`` (default ``1,10,100,1000``), ``BENCH_WINDOW_S`` (10),
+Settings (environment): ``BENCH_N`` (default ``1,10,100,300,1000``), ``BENCH_WHO``
+(``product,bare,h11,raw``), ``BENCH_WINDOW_S`` (10),
 ``BENCH_ROUNDS`` (2), ``BENCH_SEED`` (3), ``BENCH_ADMIT_TIMEOUT_S`` (30),
 ``BENCH_ADMIT_CONCURRENCY`` (100). ``--quick``: N = 1 and 10, a 2 s window, one round.
 
@@ -46,9 +53,19 @@ from typing import Any
 import attrs
 import trio
 from _child import Child
-from _common import env_float, env_ints, load_note, print_context, print_grid, quick, verdict
+from _common import (
+    env_float,
+    env_ints,
+    load_note,
+    print_context,
+    print_grid,
+    quick,
+    summary,
+    verdict,
+)
 
-N_LIST = env_ints("BENCH_N", (1, 10, 100, 1000), (1, 10))
+N_LIST = env_ints("BENCH_N", (1, 10, 100, 300, 1000), (1, 10))
+WHO = tuple(os.environ.get("BENCH_WHO", "product,bare,h11,raw").split(","))
 WINDOW_S = env_float("BENCH_WINDOW_S", 10.0, 2.0)
 ROUNDS = int(env_float("BENCH_ROUNDS", 2, 1))
 SEED = int(os.environ.get("BENCH_SEED", "3"))
@@ -80,6 +97,12 @@ class Run:
     errors: int
     first_error: str
     farm_cores: float
+    probes_per_s: float
+
+    @property
+    def cpu_per_probe_ms(self) -> float:
+        """CPU time per probe (both GETs), ms."""
+        return self.cores / max(self.probes_per_s, 1e-9) * 1e3
 
 
 async def one_run(who: str, farm: Child, ports: list[int], seed: int) -> Run:
@@ -138,6 +161,7 @@ def summarise(
         tail["errors"],
         (tail["first_error"] or [""])[0],
         cores[1],
+        sum(counts["health"]) / counts["seconds"],
     )
 
 
@@ -150,7 +174,8 @@ async def curve() -> list[Run]:
             ports = (await farm.answer(120))["ports"]
             for round_number in range(ROUNDS):
                 seed = SEED + round_number
-                order = ("product", "bare") if round_number % 2 == 0 else ("bare", "product")
+                shift = round_number % len(WHO)
+                order = WHO[shift:] + WHO[:shift]  # each side goes first in turn
                 for who in order:
                     run = await one_run(who, farm, ports, seed)
                     print(f"  N={n} {who} seed {seed}: {show(run)}", flush=True)
@@ -165,7 +190,8 @@ def show(run: Run) -> str:
     lag = f"{fmt(run.lag_p50_ms, 2)}/{fmt(run.lag_p99_ms, 2)}"
     return (
         f"{run.cores:.3f} core, {run.rss_mib:.0f} MiB, {run.admitted}/{run.n} in "
-        f"{run.admit_s:.2f} s, {run.hz_min:.2f}/{run.hz_median:.2f} Hz, lag {lag} ms, "
+        f"{run.admit_s:.2f} s, {run.hz_min:.2f}/{run.hz_median:.2f} Hz, "
+        f"{run.cpu_per_probe_ms:.3f} ms CPU/probe, lag {lag} ms, "
         f"status all {run.status_all_ms:.1f} ms, fake {run.farm_cores:.2f} core"
     )
 
@@ -186,6 +212,7 @@ def row(run: Run) -> list[str]:
         f"{run.hz_median:.2f}",
         f"{run.conn_per_s:.1f}",
         f"{run.req_per_server_s:.2f}",
+        f"{run.cpu_per_probe_ms:.3f}",
         fmt(run.lag_p50_ms, 2),
         fmt(run.lag_p99_ms, 2),
         f"{run.status_all_ms:.2f}",
@@ -205,6 +232,7 @@ HEADER = (
     "Hz med",
     "conn/s",
     "req/s/srv",
+    "CPU/probe ms",
     "lag p50",
     "lag p99",
     "status all ms",
@@ -219,18 +247,24 @@ def median_of(runs: list[Run], who: str, field: str) -> float | None:
 
 
 def ratio_lines(runs: list[Run]) -> list[str]:
-    """Per N: product / bare, medians over the rounds."""
+    """Per N: the product's CPU per probe and CPU against each baseline, medians over the
+    rounds."""
     lines = []
     for n in N_LIST:
         at_n = [r for r in runs if r.n == n]
-        ours, base = median_of(at_n, "product", "cores"), median_of(at_n, "bare", "cores")
-        mem, base_mem = median_of(at_n, "product", "rss_mib"), median_of(at_n, "bare", "rss_mib")
-        if ours is None or base is None or mem is None or base_mem is None:
+        ours = median_of(at_n, "product", "cores")
+        per = median_of(at_n, "product", "cpu_per_probe_ms")
+        if ours is None or per is None:
             continue
-        lines.append(
-            f"N={n}: product CPU {ours:.3f} core = {ours / max(base, 1e-6):.1f}x bare "
-            f"({base:.3f}); RSS {mem:.0f} MiB = {mem / base_mem:.2f}x bare ({base_mem:.0f})"
-        )
+        parts = [f"N={n}: product {ours:.3f} core, {per:.3f} ms CPU/probe"]
+        for who in WHO[1:]:
+            base, base_per = median_of(at_n, who, "cores"), median_of(at_n, who, "cpu_per_probe_ms")
+            if base is not None and base_per is not None:
+                parts.append(
+                    f"{who} {base:.3f} core ({ours / max(base, 1e-6):.2f}x), "
+                    f"{base_per:.3f} ms/probe ({per / max(base_per, 1e-9):.2f}x)"
+                )
+        lines.append("; ".join(parts))
     return lines
 
 
@@ -247,8 +281,13 @@ def target_lines(runs: list[Run]) -> list[str]:
 
     admitted_all = all(r.admitted == r.n for r in ours)
     admit_s = worst("admit_s") if admitted_all else None
+    floor = [r.cpu_per_probe_ms for r in runs if r.n == top and r.who == "h11"]
+    per_probe = worst("cpu_per_probe_ms")
+    over_floor = None if not floor or per_probe is None else per_probe / min(floor)
     checks = [
         ("CPU", worst("cores"), 0.5, "core", False),
+        ("CPU per probe / h11 floor", over_floor, 1.5, "x", False),
+        ("left Running (false verdicts)", worst("left_running"), 0.0, "", False),
         ("RSS", worst("rss_mib"), 150.0, "MiB", False),
         ("all admitted in", admit_s, 10.0, "s", False),
         ("least-probed server", worst("hz_min", high=False), 0.95, "Hz", True),
@@ -290,6 +329,9 @@ async def main() -> None:
         f"{ADMIT_TIMEOUT_S:g} s, {CONCURRENCY} loads at once{' (quick)' if quick() else ''}"
     )
     runs = await curve()
+    summary(
+        "adopted", runs=[attrs.asdict(r) | {"cpu_per_probe_ms": r.cpu_per_probe_ms} for r in runs]
+    )
     print_grid(
         "Adopted servers: product (runtime, adopted) vs bare keep-alive prober, per N and round",
         HEADER,

@@ -65,6 +65,7 @@ from ._errors import InvalidConfig as InvalidConfig
 from ._errors import InvalidState as InvalidState
 from ._errors import ModelError as ModelError
 from ._errors import ModelNotReady as ModelNotReady
+from ._errors import NoVerdict as NoVerdict
 from ._errors import PinMismatch as PinMismatch
 from ._errors import RefusalKind as RefusalKind
 from ._errors import RequestRefused as RequestRefused
@@ -91,6 +92,8 @@ from ._events import RestartFailed as RestartFailed
 from ._events import RestartScheduled as RestartScheduled
 from ._events import StateChanged as StateChanged
 from ._events import StopReason as StopReason
+from ._events import SupervisorCaughtUp as SupervisorCaughtUp
+from ._events import SupervisorOverloaded as SupervisorOverloaded
 from ._flavor import InferFlavor as InferFlavor
 from ._flavor import ModelFormat as ModelFormat
 from ._models.manifest import ModelFile as ModelFile
@@ -118,6 +121,7 @@ from ._service.views import LifecycleNote as LifecycleNote
 from ._service.views import ReloadResult as ReloadResult
 from ._status import InstanceState as InstanceState
 from ._status import InstanceStatus as InstanceStatus
+from ._status import SupervisorStatus as SupervisorStatus
 
 __all__ = [
     "Admission",
@@ -180,6 +184,7 @@ __all__ = [
     "ModelSource",
     "ModelTampered",
     "NetworkExposure",
+    "NoVerdict",
     "OnDemandStart",
     "OrphanOutcome",
     "PinMismatch",
@@ -213,6 +218,9 @@ __all__ = [
     "StateChanged",
     "StopReason",
     "Supervision",
+    "SupervisorCaughtUp",
+    "SupervisorOverloaded",
+    "SupervisorStatus",
     "Unhealthy",
     "UnknownInstance",
     "UnknownModel",

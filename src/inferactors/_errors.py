@@ -9,6 +9,7 @@ Every error the library raises on purpose derives from `InferactorsError`::
     ├── UnknownInstance       no instance with that id is loaded
     ├── BackendError          a server, process or file system call failed
     │   ├── DeepHealthTimeout the one-token completion did not finish in time (also TimeoutError)
+    │   ├── NoVerdict         a deadline lost its verdict to our own late event loop
     │   └── RequestRefused    the server answered 401 or 403: it wants an API key, or not ours
     ├── Unsupported           the runtime does not do that in this mode
     ├── FrontDoorRefused      the front door cannot serve a request now (or ever)
@@ -69,6 +70,14 @@ class DeepHealthTimeout(BackendError, TimeoutError):
     """The one-token completion of a deep health check took longer than its timeout."""
 
     code = "deep-health-timeout"
+
+
+class NoVerdict(BackendError):
+    """A deadline fired, but our own event loop lost more of its budget than the rule allows
+    (``_policy/lateness.py``): nothing is known about the server. Not a failure of the
+    server; check again soon."""
+
+    code = "no-verdict"
 
 
 class RequestRefused(BackendError):

@@ -295,6 +295,33 @@ class FootprintDrift:
     at: float
 
 
+@attrs.frozen
+class SupervisorOverloaded:
+    """The supervisor itself is overloaded: its own event loop runs late (too many servers
+    for the CPU, a spawn storm, a stalled thread), so deadlines lose their verdicts instead
+    of judging servers (``_policy/lateness.py``). Reported once, when it starts, as the
+    supervisor's state, never as a server's; ``why`` is the first sign (``"GET /health: no
+    verdict: inferactors' event loop ran 840 ms late ..."`` or ``"event loop stalled 900
+    ms"``), ``since`` when it was seen. Not an instance's event: it has no instance id."""
+
+    why: str
+    since: float
+    at: float
+
+
+@attrs.frozen
+class SupervisorCaughtUp:
+    """The supervisor caught up after ``lasted_s`` seconds overloaded (no lost verdict and
+    no long stall for ``_policy.lateness.CALM_S``): ``no_verdicts`` deadlines gave no
+    verdict meanwhile, the longest stall of its loop was ``worst_stall_s`` seconds. Not an
+    instance's event."""
+
+    lasted_s: float
+    no_verdicts: int
+    worst_stall_s: float
+    at: float
+
+
 Event = (
     StateChanged
     | ProcessStarted
@@ -312,4 +339,14 @@ Event = (
     | ResidencyStop
     | QueuedRequestRefused
     | FootprintDrift
+    | SupervisorOverloaded
+    | SupervisorCaughtUp
 )
+
+
+def instance_of(event: Event) -> str | None:
+    """The instance ``event`` is about, or None for the supervisor's own events
+    (`SupervisorOverloaded`, `SupervisorCaughtUp`)."""
+    if isinstance(event, SupervisorOverloaded | SupervisorCaughtUp):
+        return None
+    return event.instance_id

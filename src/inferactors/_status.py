@@ -62,3 +62,20 @@ class InstanceStatus:
     diagnosis: str | None = None
     last_lines: tuple[str, ...] = ()
     serving: bool = False
+
+
+@attrs.frozen
+class SupervisorStatus:
+    """The supervisor's own state, apart from any server's (`InferRuntime.supervisor_status`).
+
+    Attributes:
+        overloaded: whether its own event loop runs late now, so that deadlines give no
+            verdict instead of judging servers (``_policy/lateness.py``).
+        since: trio time the overload began (float seconds), else None.
+        why: its first sign (``"GET /health: no verdict: ..."``, ``"event loop stalled
+            900 ms"``), else None.
+    """
+
+    overloaded: bool = False
+    since: float | None = None
+    why: str | None = None

@@ -33,6 +33,7 @@ from inferactors import (
     http_prober_factory,
 )
 from inferactors._edges.probe import ProberFactory
+from inferactors._events import instance_of
 
 BOMB_HELPER = Path(__file__).parents[1] / "helpers" / "bomb_server.py"
 WAIT_S = 30.0
@@ -165,7 +166,7 @@ class Recorder:
                 return list(self.seen)
 
     def of(self, instance_id: str) -> list[Event]:
-        return [event for event in self.take() if event.instance_id == instance_id]
+        return [event for event in self.take() if instance_of(event) == instance_id]
 
     async def crash_of(self, instance_id: str) -> InstanceCrashed:
         def crashed(event: Event) -> bool:

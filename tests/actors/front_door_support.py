@@ -23,7 +23,7 @@ from inferactors._actors.front_door_scheduler import FrontDoorScheduler, open_sc
 from inferactors._actors.runtime import InferRuntime, InstanceHandle
 from inferactors._actors.serving import open_runtime
 from inferactors._config.config import RestartPolicy
-from inferactors._events import Event
+from inferactors._events import Event, instance_of
 from inferactors._policy.residency import Bytes, Footprint
 from inferactors._policy.scheduler_state import Limits, SlotRules
 from inferactors.testing import FakeFleet, FakeMemory
@@ -51,7 +51,7 @@ class Rig:
         """The events of ``kind`` (of the instance ``role``), in order."""
         iid = None if role is None else self.handles[role].instance_id
         return [
-            e for e in self.events if isinstance(e, kind) and (iid is None or e.instance_id == iid)
+            e for e in self.events if isinstance(e, kind) and (iid is None or instance_of(e) == iid)
         ]
 
     def spawned(self, role: str) -> int:

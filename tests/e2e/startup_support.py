@@ -9,7 +9,7 @@ import trio
 from inferactors._actors.runtime import InferRuntime, InstanceHandle
 from inferactors._config.config import RestartPolicy, Supervision
 from inferactors._config.spec import InferenceSpec
-from inferactors._events import Event, GaveUp, ProcessExited, ProcessStarted
+from inferactors._events import Event, GaveUp, ProcessExited, ProcessStarted, instance_of
 from inferactors._status import InstanceStatus
 
 FAST = Supervision(
@@ -63,7 +63,7 @@ async def run_until_gave_up(
     with trio.move_on_after(QUIET_S):
         async for event in events:
             seen.append(event)
-    mine = tuple(e for e in seen if e.instance_id == handle.instance_id)
+    mine = tuple(e for e in seen if instance_of(e) == handle.instance_id)
     return Outcome(mine, await runtime.status(handle), handle)
 
 

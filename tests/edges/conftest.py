@@ -1,9 +1,10 @@
 """Fixtures for the edge tests: a nursery, the leak check for tests that run processes, and
 the instance directory and orphan-to-be of the orphan reaper's tests.
 
-None is autouse: the leak check is asked for by the test modules that want it
-(``pytestmark = pytest.mark.usefixtures("no_leaked_processes")``), so other tests in this
-folder keep their own checks.
+The ``wire`` fixture runs a probe test once per `ProbeClient` wire (the probe test modules
+ask for it with ``pytestmark``). None is autouse: the leak check is asked for by the test
+modules that want it (``pytestmark = pytest.mark.usefixtures("no_leaked_processes")``), so
+other tests in this folder keep their own checks.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from edges.probe_support import CURRENT, WIRES, WireName
 from edges.process_support import no_leaked_descendants
 
 
@@ -48,3 +50,13 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     finally:
         process.kill()
         process.wait()
+
+
+@pytest.fixture(params=WIRES)
+def wire(request: pytest.FixtureRequest) -> Iterator[WireName]:
+    """Run the test once per `ProbeClient` wire (httpx, h11): `Fake.client` opens it."""
+    CURRENT.wire = request.param
+    try:
+        yield request.param
+    finally:
+        CURRENT.wire = "httpx"

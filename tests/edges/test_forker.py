@@ -1,7 +1,9 @@
-"""Tests of the forker (issue 11, profile point 5): a managed spawn forks in a thread of its
-own, so the event loop runs while the child sets itself up and execs; the child outlives the
-thread that asked for it (the parent-death signal follows the forker, which never ends); and
-a spawn cancelled mid-fork still hands its child over, so that it can be stopped.
+"""Tests of the forker and the exec helper (issue 11, profile point 5; issue 16 item 2): a
+managed spawn starts the helper from a thread of its own with ``posix_spawn``, so the event
+loop runs while the child sets itself up and execs; the child outlives the thread that
+asked for it (the parent-death signal follows the forker, which never ends); a spawn
+cancelled mid-setup still hands its child over, so that it can be stopped; and a failed
+exec or setup is raised in the caller with the helper's errno and words.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -19,7 +21,6 @@ import trio
 from edges.process_support import linux_only
 from inferactors._edges import spawn
 from inferactors._edges.spawn import PosixChild, open_child_process
-from inferactors._policy.privilege import RunAs
 from proc_checks import is_gone
 
 pytestmark = pytest.mark.usefixtures("no_leaked_processes")
@@ -31,19 +32,14 @@ SETUP_S = 0.3
 
 @pytest.fixture
 def slow_child_setup(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every child spends `SETUP_S` in its setup, between fork and exec."""
-    real = spawn._child_setup
+    """Every child spends `SETUP_S` in its setup, between fork and exec (the helper's
+    test-only ``pause_s``)."""
+    real = spawn.child_plan
 
-    def slow(parent_pid: int, run_as: RunAs | None = None) -> Callable[[], None]:
-        setup = real(parent_pid, run_as)
+    def slow(*args: Any) -> dict[str, object]:
+        return {**real(*args), "pause_s": SETUP_S}
 
-        def slow_setup() -> None:
-            time.sleep(SETUP_S)
-            setup()
-
-        return slow_setup
-
-    monkeypatch.setattr(spawn, "_child_setup", slow)
+    monkeypatch.setattr(spawn, "child_plan", slow)
 
 
 async def kill(child: PosixChild) -> None:
@@ -108,5 +104,27 @@ async def test_a_spawn_cancelled_mid_fork_still_returns_its_child(tmp_path: Path
 
 
 async def test_a_failed_exec_raises_in_the_caller(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match="exec: No such file or directory"):
         await open_child_process([str(tmp_path / "missing")], cwd=tmp_path, env=ENV)
+
+
+async def test_a_failed_setup_raises_in_the_caller(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="setup: No such file or directory"):
+        await open_child_process(SLEEP, cwd=tmp_path / "gone", env=ENV)
+
+
+async def test_the_spawn_is_a_posix_spawn_of_the_isolated_helper(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    seen: list[list[str]] = []
+    real = os.posix_spawn
+
+    def recorded(path: str, argv: list[str], *args: Any, **kwargs: Any) -> int:
+        seen.append(list(argv))
+        return real(path, argv, *args, **kwargs)
+
+    monkeypatch.setattr(os, "posix_spawn", recorded)
+    child = await open_child_process(SLEEP, cwd=tmp_path, env=ENV)
+    await kill(child)
+    [argv] = seen
+    assert argv[1:4] == ["-I", "-S", str(spawn.HELPER)]  # no preexec_fn, no fork of us

@@ -39,6 +39,7 @@ from inferactors._edges.netscan import (
 from inferactors._edges.process import ManagedProcess
 from inferactors._errors import InvalidConfig
 from inferactors._policy.exposure import Exposure, Listener, lan_addresses
+from inferactors._policy.lateness import Reach
 
 HELPER = Path(__file__).parents[1] / "helpers" / "net_listen.py"
 READY_WAIT_S = 20.0
@@ -215,10 +216,10 @@ async def test_reachable_on_counts_answering_and_silent_loopback_listeners() -> 
         finally:
             for sock in held:
                 sock.close()
-    # A loopback listener whose accept queue is full is still a listener: reachable (see
-    # _netcheck.accepts_connections); the refused address is not. The silent one took
-    # about 300 ms.
-    assert found == ("127.0.0.3", "127.0.0.2")
+    # A loopback listener whose accept queue is full does not answer: silence is never
+    # "reachable" (netcheck.connect_reach: no verdict on loopback); the refused address is
+    # not either. The silent one took about 300 ms.
+    assert found == ("127.0.0.2",)
     assert 0.25 <= elapsed_s < 5.0
 
 
@@ -228,12 +229,12 @@ async def test_reachable_on_connects_to_every_address_at_once(
     delays_s = {"10.0.0.1": 0.1, "10.0.0.2": 10.0, "10.0.0.3": 0.25, "10.0.0.4": 0.29}
     calls: list[tuple[str, int, float]] = []
 
-    async def fake_connect(host: str, port: int, *, timeout_s: float) -> bool:
+    async def fake_connect(host: str, port: int, *, timeout_s: float) -> Reach:
         calls.append((host, port, timeout_s))
         with trio.move_on_after(timeout_s):
             await trio.sleep(delays_s[host])
-            return True
-        return False
+            return Reach.REACHABLE
+        return Reach.NOT_REACHABLE
 
     started = trio.current_time()
     found = await reachable_on(8090, list(delays_s), connect=fake_connect)
@@ -245,9 +246,9 @@ async def test_reachable_on_connects_to_every_address_at_once(
 async def test_reachable_on_tries_each_address_once() -> None:
     calls: list[str] = []
 
-    async def counting_connect(host: str, port: int, *, timeout_s: float) -> bool:
+    async def counting_connect(host: str, port: int, *, timeout_s: float) -> Reach:
         calls.append(host)
-        return host == "10.0.0.2"
+        return Reach.REACHABLE if host == "10.0.0.2" else Reach.NOT_REACHABLE
 
     found = await reachable_on(1, ["10.0.0.2", "10.0.0.1", "10.0.0.2"], connect=counting_connect)
     assert found == ("10.0.0.2",)

@@ -6,6 +6,8 @@ in a trio worker thread.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 from pathlib import Path
@@ -15,8 +17,8 @@ import pytest
 import trio
 
 from edges.process_support import HELPERS, PYTHON, Launch, linux_only, wait_for_file, wait_gone
+from inferactors._edges import spawn
 from inferactors._edges.process import ManagedProcess
-from inferactors._edges.spawn import _child_setup
 from proc_checks import group_members as live_group_members
 from proc_checks import is_gone
 
@@ -61,18 +63,29 @@ async def test_fc13_a_server_run_as_nobody_still_dies_with_its_supervisor(
 async def test_pdeathsig_follows_the_forking_thread_not_the_process(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """Why spawn forks in the forker: a worker thread's exit would kill the child."""
+    """Why spawn uses the forker: a worker thread's exit would kill the child. The exec
+    helper spawned here from a trio worker thread arms the signal; the thread ends."""
     monkeypatch.setattr(trio._core._thread_cache, "IDLE_TIMEOUT", 0.05)
-    child = await trio.lowlevel.open_process(
-        ["/bin/sleep", "600"], preexec_fn=_child_setup(os.getpid())
-    )
+    plan = spawn.child_plan(["/bin/sleep", "600"], tmp_path, {"PATH": "/bin"}, None, ())
+    plan_r, plan_w = os.pipe()
+    status_r, status_w = os.pipe()
+    ends = spawn.ChildEnds(plan_r, status_w, 1, 2, ())
+    encoded = json.dumps(plan).encode()
+    pid = await trio.to_thread.run_sync(spawn.spawn_helper, ends, encoded, plan_w)
+    for fd in (plan_r, status_w):
+        os.close(fd)
+    pidfd = os.pidfd_open(pid)
     try:
+        with os.fdopen(status_r, "rb") as status:
+            assert await trio.to_thread.run_sync(status.read) == b""  # it ran
         with trio.fail_after(2.0):
-            await child.wait()
-        assert child.returncode == -signal.SIGKILL
+            await trio.lowlevel.wait_readable(pidfd)  # it exits: the thread has ended
     finally:
-        child.kill()
-        await child.wait()
+        os.close(pidfd)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        _, code = await trio.to_thread.run_sync(os.waitpid, pid, 0)
+    assert os.waitstatus_to_exitcode(code) == -signal.SIGKILL
 
 
 @linux_only

@@ -20,7 +20,7 @@ import trio.testing
 from edges.socket_table_support import listener_process
 from inferactors._edges import socket_table
 from inferactors._edges.netscan import ConnectSchedule, SystemNetScanner
-from inferactors._edges.socket_table import NetlinkReader, SocketEntry, SocketTable, TreeSockets
+from inferactors._edges.socket_table import NetlinkReader, SocketEntry, SocketTable
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="netlink: Linux")
 
@@ -77,32 +77,32 @@ async def test_a_port_reachable_on_a_lan_address_is_exposed_by_the_connect_check
     assert found.reachable_on == ("127.0.0.2",)
 
 
-def test_the_whole_table_is_wanted_only_while_a_trees_sockets_change() -> None:
-    tree = TreeSockets()
-    assert tree.changing({10: 1, 11: 1}, 0.0)  # first look
-    assert not tree.changing({10: 1, 11: 1}, 2.0)  # quiet
-    assert not tree.changing({10: 1}, 2.5)  # a socket closed: nothing new can listen
-    assert tree.changing({10: 1, 12: 1}, 3.0)  # a new socket
-    assert tree.changing({10: 1, 12: 1}, 3.0 + TreeSockets.SETTLE_S / 2)  # may listen soon
-    assert not tree.changing({10: 1, 12: 1}, 3.0 + TreeSockets.SETTLE_S)
-
-
-async def test_a_quiet_servers_scans_ask_only_for_its_port(
+async def test_quiet_servers_scanned_in_one_tick_share_one_dump_and_read_no_process(
     monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
 ) -> None:
     monkeypatch.setenv("INFERACTORS_LAN_ADDRESSES", "127.0.0.2")
+    reads: list[int] = []
+    real = socket_table.tree_sockets
+
+    def counted(root: int) -> dict[int, int]:
+        reads.append(root)
+        return real(root)
+
+    monkeypatch.setattr(socket_table, "tree_sockets", counted)
     reader = PortsAsked()
     net = _scanner(reader)
-    with listener_process("127.0.0.1") as server:
-        assert await net.scan(server.pid, server.port) is None
-        assert None in reader.ports  # the first look reads the whole table once
-        await trio.sleep(TreeSockets.SETTLE_S + 0.1)
-        reader.ports.clear()
+    with ExitStack() as stack:
+        servers = [stack.enter_context(listener_process("127.0.0.1")) for _ in range(3)]
+        for server in servers:  # a first sight reads a fresh dump (and the tree, once for
+            assert await net.scan(server.pid, server.port) is None  # each foreign listener
+        reads.clear()  # beyond loopback the host may have: sshd's, ...)
         for _ in range(5):
-            assert await net.scan(server.pid, server.port) is None
             await trio.sleep(0.2)
-    assert reader.ports
-    assert set(reader.ports) == {server.port}
+            reader.ports.clear()
+            for server in servers:  # every watch wakes on the same tick
+                assert await net.scan(server.pid, server.port) is None
+            assert reader.ports == [None]  # one whole dump for the three
+    assert reads == []  # quiet: no process was read again
 
 
 async def test_a_tree_listening_beyond_loopback_on_another_port_is_found(
@@ -186,12 +186,13 @@ async def test_a_settled_server_that_later_listens_beyond_loopback_is_found_at_o
         try:
             port = int(server.stdout.readline())
             assert await net.scan(server.pid, port) is None
-            await trio.sleep(TreeSockets.SETTLE_S + 0.2)
-            assert await net.scan(server.pid, port) is None  # settled: own port only
+            await trio.sleep(1.2)
+            assert await net.scan(server.pid, port) is None  # settled
             server.stdin.write(b"\n")
             server.stdin.flush()
             other = int(server.stdout.readline())
-            found = await net.scan(server.pid, port)  # the very next scan
+            await trio.sleep(net.table.tick_s)  # the watch's next tick (200 ms) is later
+            found = await net.scan(server.pid, port)
         finally:
             server.kill()
     assert found is not None

@@ -1,6 +1,6 @@
 """Tests of the probe's 1 MiB body cap: a streamed body stops being read just past the cap,
 a declared length over it fails before reading, exactly 1 MiB is accepted, and an oversized
-health body makes the server unhealthy rather than unreachable.
+health body makes the server unhealthy rather than unreachable; on both wires (`Fake`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from edges.probe_support import Fake, reply
 from inferactors._edges.probe import MAX_BODY_BYTES, ProbeFailure
 from inferactors._flavor import InferFlavor
 from inferactors._policy.probe_parse import Unhealthy
+
+pytestmark = pytest.mark.usefixtures("wire")
 
 
 def counted_chunks(pulled: list[int], count: int, size: int) -> AsyncIterator[bytes]:

@@ -19,6 +19,8 @@ from inferactors._flavor import InferFlavor
 from inferactors._policy.probe_parse import CompletionResult, Up
 from policy.probe_replies_support import COMPLETION
 
+pytestmark = pytest.mark.usefixtures("wire")
+
 
 async def test_tiny_completion_without_model_sends_no_model_field() -> None:
     fake = Fake({"/v1/chat/completions": reply(200, COMPLETION)})

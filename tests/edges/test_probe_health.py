@@ -1,7 +1,8 @@
 """Tests of the probe's health reports (seed-behaviour.md section 3; FC-03): `ProbeClient`
-against a `Fake` on MockTransport, for llama-server and mlx_lm.server (/health, falling back
-to /v1/models) and for Ollama (/api/version, /api/tags, /api/ps), its timeouts and latency,
-a real refused connection, and the /props details.
+against a `Fake`, on each of its wires (httpx on MockTransport, the lean h11 wire on
+in-memory streams), for llama-server and mlx_lm.server (/health, falling back to
+/v1/models) and for Ollama (/api/version, /api/tags, /api/ps), its timeouts and latency, a
+real refused connection, proxy variables ignored, and the /props details.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ import pytest
 import trio
 import trio.testing
 
-from edges.probe_support import Fake, Route, closed_port, fail, hang, reply
-from inferactors._edges.probe import ProbeClient, Prober
+from edges.keepalive_support import keepalive_server
+from edges.probe_support import Fake, Route, WireName, closed_port, fail, hang, reply
+from inferactors._edges.probe import ProbeClient, ProbeFailure, Prober
+from inferactors._edges.probe_h11 import H11Wire
+from inferactors._edges.probe_wire import HttpxWire
 from inferactors._errors import BackendError
 from inferactors._flavor import InferFlavor
 from inferactors._policy import probe_parse
@@ -21,19 +25,50 @@ from inferactors._policy.probe_parse import Loading, ServerReport, Unhealthy, Un
 from inferactors._safe_json import parse_json
 from policy.probe_replies_support import LLAMA_LOADING, LLAMA_MODELS, OLLAMA_PS, OLLAMA_TAGS
 
+pytestmark = pytest.mark.usefixtures("wire")
 
-async def test_client_never_follows_redirects_nor_reads_proxy_env() -> None:
-    async with Fake({}).client() as probe:
-        assert probe._client.follow_redirects is False
-        assert probe._client.trust_env is False
+
+async def test_the_httpx_client_never_follows_redirects_nor_reads_proxy_env() -> None:
+    async with Fake({}).client(wire="httpx") as probe:
+        assert isinstance(probe.wire, HttpxWire)
+        assert probe.wire.client.follow_redirects is False
+        assert probe.wire.client.trust_env is False
         assert probe.timeout_s == 2.0
 
 
-async def test_aclose_is_idempotent_and_closes_the_client() -> None:
-    probe = Fake({}).client()
+async def test_a_plain_http_url_gets_the_lean_wire_and_anything_else_httpx() -> None:
+    assert isinstance(ProbeClient.open("http://127.0.0.1:9", timeout_s=1.0).wire, H11Wire)
+    assert isinstance(ProbeClient.open("http://[::1]:9/", timeout_s=1.0).wire, H11Wire)
+    for other in ("https://127.0.0.1:9", "http://127.0.0.1:9/v1"):
+        assert isinstance(ProbeClient.open(other, timeout_s=1.0).wire, HttpxWire)
+
+
+async def test_proxy_variables_are_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    dead_proxy = f"http://127.0.0.1:{closed_port()}"
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(name, dead_proxy)
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    async with keepalive_server() as server:
+        for transport in (None, httpx.AsyncHTTPTransport()):
+            async with ProbeClient.open(
+                server.base_url, timeout_s=2.0, transport=transport
+            ) as probe:
+                assert (await probe.get("/health"))[0] == 200
+    assert [path for _, _, path, _ in server.requests] == ["/health", "/health"]
+
+
+async def test_aclose_is_idempotent_and_closes_the_client(wire: WireName) -> None:
+    probe = Fake({"/health": reply(200, {"status": "ok"})}).client()
+    if wire == "h11":
+        assert (await probe.get("/health"))[0] == 200  # a kept connection to close
     await probe.aclose()
     await probe.aclose()
-    assert probe._client.is_closed
+    if isinstance(probe.wire, HttpxWire):
+        assert probe.wire.client.is_closed
+    else:
+        with pytest.raises(ProbeFailure, match="closed"):
+            await probe.get("/health")
 
 
 def test_probe_client_satisfies_the_prober_protocol() -> None:

@@ -2,7 +2,8 @@
 
 Planning only ever sends GET requests and TCP connects, so ``admit`` may run
 before any permission is granted. Every refusal is `AdmissionRefused` unless the spec itself
-is malformed (`InvalidConfig`).
+is malformed (`InvalidConfig`). A probe that gives no verdict because our own loop ran late
+is made again at once (`probe_for_verdict`), never read as a server that is not there.
 
 Besides the model, a managed process plan checks:
 
@@ -41,10 +42,11 @@ from .._models.manifest import ResolvedModel
 from .._models.registry import ModelRegistry
 from .._policy.admission import Plan, check_runtime_and_port
 from .._policy.help_flags import check_known_flags
+from .._policy.lateness import LATE_S
 from .._policy.launch import build_launch, check_format
 from .._policy.ollama_parse import same_tag
 from .._policy.privilege import RunAs, require_unprivileged
-from .._policy.probe_parse import Unhealthy, Unreachable, Up
+from .._policy.probe_parse import ServerReport, Unhealthy, Unreachable, Up
 from .._untrusted_file import read_secret_line
 from .capabilities import managed_version
 from .identity import wrong_family
@@ -127,12 +129,43 @@ async def _adopted_key(spec: InferenceSpec, edges: Edges) -> str | None:
     return await read_api_key(spec.serve.api_key_file, run_as=None, euid=euid)
 
 
+ADMISSION_RECHECKS = 3
+"""Probes admission makes again while its probe gives no verdict because our own loop ran
+late (``_policy/lateness.py``): a late probe is neither a refusal nor a pass. The n-th
+re-check waits n x ``LATE_S`` first, so an overloaded loop catches up rather than gets
+more probes to run."""
+
+
+async def probe_for_verdict(
+    open_prober: ProberFactory, base: str, timeout_s: float, flavor: InferFlavor
+) -> ServerReport:
+    """One probe of ``base`` (`probe_once`), made again up to `ADMISSION_RECHECKS` times,
+    each later than the one before, while it gives no verdict (`ServerReport.no_verdict`).
+    The last report is returned
+    whatever it says; callers refuse a no-verdict one as "cannot tell now", never as a
+    server that is not there."""
+    report = await probe_once(open_prober, base, timeout_s, flavor)
+    for attempt in range(1, ADMISSION_RECHECKS + 1):
+        if not report.no_verdict:
+            break
+        await trio.sleep(attempt * LATE_S)
+        report = await probe_once(open_prober, base, timeout_s, flavor)
+    return report
+
+
+def _no_verdict_refusal(base: str, report: ServerReport) -> AdmissionRefused:
+    why = getattr(report.health, "why", "")
+    return AdmissionRefused(f"cannot tell whether {base} answers now: {why}; try again")
+
+
 async def _plan_adopted(
     spec: InferenceSpec, config: InferConfig, edges: Edges, api_key: str | None
 ) -> Plan:
     base = spec.base_url()
     prober = with_api_key(edges.open_prober, api_key)
-    report = await probe_once(prober, base, config.probe_timeout_s, config.flavor)
+    report = await probe_for_verdict(prober, base, config.probe_timeout_s, config.flavor)
+    if report.no_verdict:
+        raise _no_verdict_refusal(base, report)
     if isinstance(report.health, Unreachable):
         why = await wrong_family(edges.net, spec, report) or report.health.why
         raise AdmissionRefused(f"no {spec.runtime.id} server answering at {base}: {why}")
@@ -169,7 +202,9 @@ async def _plan_ollama(
     """
     model = await _registered_model(spec, registry)
     base = spec.base_url()
-    report = await probe_once(open_prober, base, config.probe_timeout_s, spec.runtime)
+    report = await probe_for_verdict(open_prober, base, config.probe_timeout_s, spec.runtime)
+    if report.no_verdict:
+        raise _no_verdict_refusal(base, report)
     if isinstance(report.health, Unreachable):
         raise AdmissionRefused(
             f"ollama is not answering at {base}; inferactors drives it but does not start it"

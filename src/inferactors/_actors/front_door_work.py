@@ -19,7 +19,7 @@ import trio
 
 from .._edges.memory_gauge import MemoryGauge
 from .._errors import InferactorsError, InvalidState, RefusalKind, Unsupported
-from .._events import Event, ProcessStarted, StateChanged, StopReason
+from .._events import Event, ProcessStarted, StateChanged, StopReason, instance_of
 from .._flavor import InferFlavor
 from .._policy.buffer_lines import EngineBuffers
 from .._policy.fleet_exit import HELD_DOWN
@@ -136,7 +136,7 @@ async def _until_serving(member: DoorMember, events: trio.MemoryReceiveChannel[E
 
 async def _next_event_of(events: trio.MemoryReceiveChannel[Event], iid: str) -> None:
     async for event in events:
-        if event.instance_id == iid:
+        if instance_of(event) == iid:
             return
 
 
@@ -166,7 +166,7 @@ async def watch_events(
         for member in by_iid.values():
             await post(Observed(member.name, await runtime.status(member.handle)))
         async for event in events:
-            changed = by_iid.get(event.instance_id)
+            changed = by_iid.get(instance_of(event) or "")
             if changed is not None and isinstance(event, StateChanged | ProcessStarted):
                 await post(Observed(changed.name, await runtime.status(changed.handle)))
 

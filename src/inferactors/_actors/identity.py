@@ -65,9 +65,11 @@ async def wrong_family(net: NetScanner, spec: InferenceSpec, report: ServerRepor
     """When ``report`` is a refused probe and ``spec``'s port listens only on the other
     address family (``::1`` while we probe 127.0.0.1, or the reverse), that configuration
     error in words (`health_truth.misbound`); else None. Reads the socket table (a
-    per-port kernel dump, under 1 ms) only for a refusal, never for a timeout."""
+    per-port kernel dump, under 1 ms) only for a refusal, never for a timeout, nor for a
+    probe that gave no verdict because our own loop ran late (``_policy/lateness.py``)."""
     health = report.health
-    if not isinstance(health, Unreachable) or "no complete reply" in health.why:
+    timed_out = isinstance(health, Unreachable) and "no complete reply" in health.why
+    if not isinstance(health, Unreachable) or report.no_verdict or timed_out:
         return None
     listeners = await net.listeners_on(spec.port())
     return misbound(str(spec.bind_ip()), spec.port(), listeners)

@@ -19,7 +19,7 @@ import trio
 
 from .._errors import InvalidConfig, UnknownInstance
 from .._events import Event, StateChanged
-from .._status import InstanceState, InstanceStatus
+from .._status import InstanceState, InstanceStatus, SupervisorStatus
 from .messages import Subscribe, call
 from .status_board import StatusBoard
 
@@ -62,6 +62,14 @@ class RuntimeStatus:
             InstanceHandle(self.id, iid, role): status
             for iid, (role, status) in self._board.all().items()
         }
+
+    async def supervisor_status(self) -> SupervisorStatus:
+        """The supervisor's own state: whether its event loop is overloaded now (and since
+        when, and why), so that deadlines give no verdict rather than judging servers
+        (``_policy/lateness.py``). No message, no I/O; `SupervisorOverloaded` and
+        `SupervisorCaughtUp` events say when it changes."""
+        await trio.lowlevel.checkpoint()
+        return self._board.supervisor
 
     async def instances(self) -> tuple[InstanceHandle, ...]:
         """Handles of every loaded instance, in load order (no message)."""

@@ -22,7 +22,7 @@ import trio
 
 from .._errors import BackendError, UnknownInstance
 from .._policy.restart import CONFIG_ERROR
-from .._status import InstanceState, InstanceStatus
+from .._status import InstanceState, InstanceStatus, SupervisorStatus
 
 _GAVE_UP_CONFIG = f"gave up: {CONFIG_ERROR}"
 
@@ -75,6 +75,8 @@ class StatusBoard:
 
     _slots: dict[str, StatusSlot] = attrs.Factory(dict)
     _closed: bool = False
+    supervisor: SupervisorStatus = SupervisorStatus()  # noqa: RUF009  (frozen)
+    """The supervisor's own state (overloaded or not), written by the supervisor."""
 
     def attach(self, instance_id: str, slot: StatusSlot) -> None:
         """Show ``slot`` under ``instance_id`` (the supervisor accepted its load)."""

@@ -38,6 +38,7 @@ from .._events import (
     RestartScheduled,
     StateChanged,
     StopReason,
+    instance_of,
 )
 from .._policy.admission import Plan
 from .._policy.restart import GiveUp, NoRestart, RestartBudget
@@ -65,6 +66,7 @@ from .messages import (
     call,
     refuse,
 )
+from .overload_report import report_overloads
 from .status_board import StatusBoard
 
 
@@ -134,6 +136,7 @@ class Supervisor:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._relay_events)
+                nursery.start_soon(report_overloads, self.board, self._publish)
                 task_status.started()
                 async for command in self._inbox_recv:
                     self._dispatch(command)  # type: ignore[arg-type]  # only commands arrive
@@ -266,8 +269,9 @@ class Supervisor:
 
     def _on_event(self, event: Event) -> None:
         self._publish(event)
-        budget = self._budgets.get(event.instance_id)
-        if budget is None:
+        iid = instance_of(event)
+        budget = None if iid is None else self._budgets.get(iid)
+        if iid is None or budget is None:
             return
         if isinstance(event, StateChanged):
             budget = budget.refill_if_stable(event.at)  # up until now: stable counts
@@ -275,7 +279,7 @@ class Supervisor:
                 budget = budget.note_running(event.at)
             else:
                 budget = budget.note_not_running()
-            self._budgets[event.instance_id] = budget
+            self._budgets[iid] = budget
         elif isinstance(event, ProcessExited):
             exit_code, signal, diagnosis = event.exit_code, event.signal, event.diagnosis
             self._decide(event.instance_id, event.reason, exit_code, signal, diagnosis)

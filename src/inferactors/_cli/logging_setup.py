@@ -33,6 +33,8 @@ from .._events import (
     ModelTampered,
     ProcessExited,
     StopReason,
+    SupervisorOverloaded,
+    instance_of,
 )
 from .output import describe_event
 
@@ -110,14 +112,22 @@ def say(message: str, *, instance: str | None = None, level: int = logging.INFO)
 
 def log_event(event: Event) -> None:
     """Log ``event`` in the CLI's words, at its level, with its instance and type."""
-    fields = {"instance": event.instance_id, "event": type(event).__name__}
+    iid = instance_of(event)
+    fields = {"event": type(event).__name__} | ({} if iid is None else {"instance": iid})
     run_log.log(event_level(event), "%s", describe_event(event), extra=fields)
 
 
 def event_level(event: Event) -> int:
-    """WARNING for a crash, an exposure, an impostor, a tampered model or a give-up; else
-    INFO."""
-    alarming = (GaveUp, ExposureDetected, ImpostorDetected, InstanceCrashed, ModelTampered)
+    """WARNING for a crash, an exposure, an impostor, a tampered model, a give-up or an
+    overloaded supervisor; else INFO."""
+    alarming = (
+        GaveUp,
+        ExposureDetected,
+        ImpostorDetected,
+        InstanceCrashed,
+        ModelTampered,
+        SupervisorOverloaded,
+    )
     if isinstance(event, alarming):
         return logging.WARNING
     if isinstance(event, ProcessExited) and event.reason is StopReason.CRASH:

@@ -27,6 +27,8 @@ from .._events import (
     RestartScheduled,
     StateChanged,
     StopReason,
+    SupervisorCaughtUp,
+    SupervisorOverloaded,
 )
 from .._policy.residency_words import describe_residency_event
 from .._policy.startup_fault import last_lines
@@ -82,6 +84,14 @@ def describe_event(event: Event) -> str:
             )
         case OnDemandStart() | ResidencyStop() | QueuedRequestRefused() | FootprintDrift():
             return describe_residency_event(event)
+        case SupervisorOverloaded():
+            return f"supervisor  OVERLOADED: {event.why}; no server is judged on a late deadline"
+        case SupervisorCaughtUp():
+            return (
+                f"supervisor  caught up after {event.lasted_s:.1f} s overloaded "
+                f"({event.no_verdicts} deadline(s) gave no verdict, "
+                f"longest stall {event.worst_stall_s * 1000:.0f} ms)"
+            )
     raise AssertionError(f"unknown event {event!r}")
 
 

@@ -7,8 +7,10 @@ question the server will ask: a connect misses a socket that is bound but not li
 at all. The footprint of a host (both loopback families for ``localhost`` and ``::1``) is
 `_config.binding.bind_footprint`, the rule the run file's validation uses too.
 
-`accepts_connections` is the exposure check's TCP connect (bounded by 300 ms): it asks
-whether a listener answers on an address, which only a connect can tell.
+`connect_reach` is the exposure check's TCP connect (bounded by 300 ms): it asks whether a
+listener answers on an address, which only a connect can tell. Its silence is read by the
+lateness rule (``_policy/lateness.py`` `connect_reach`): never "reachable"; no verdict on
+loopback or when our own loop ran late (``loop_lag``), so the caller checks again soon.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ import trio
 
 from .._config.binding import bind_footprint
 from .._config.spec import IPAddress
+from .._policy import lateness as lateness_rule
+from .._policy.lateness import ConnectResult, Reach, gives_no_verdict
+from .loop_lag import lateness, loop_lag
 
 
 async def port_in_use(host: str, port: int) -> bool:
@@ -60,26 +65,47 @@ def _bind_fails(ip: IPAddress, port: int) -> bool:
     return False
 
 
-async def accepts_connections(host: str, port: int, *, timeout_s: float = 0.3) -> bool:
-    """Whether something accepts TCP connections on ``host:port`` (the exposure connect).
+async def connect_reach(host: str, port: int, *, timeout_s: float = 0.3) -> Reach:
+    """What a TCP connect to ``host:port`` says about it (the exposure connect).
 
-    Opens a TCP connection under ``trio.move_on_after(timeout_s)`` and closes it at once
-    without sending a byte. True only if the connect succeeds; a refusal, any other OSError or
-    no answer within ``timeout_s`` (float seconds, default 0.3) is False, except on loopback,
-    where silence can only be a listener with a full accept queue, so it is True.
+    Opens a TCP connection within ``timeout_s`` (float seconds, default 0.3) and closes it
+    at once without sending a byte. `Reach.REACHABLE` only if the connect succeeds (a fact,
+    however late our loop ran); a refusal or any other OSError is `Reach.NOT_REACHABLE`.
+    No answer in time is never reachable: on loopback (nothing is lost in transit there, so
+    silence is a full accept queue or a filter, not an answer) or when our own loop ate
+    the budget it is `Reach.NO_VERDICT` (the latter noted as a sign of overload), elsewhere
+    `Reach.NOT_REACHABLE`.
     """
-    stream: trio.SocketStream | None = None
-    with trio.move_on_after(timeout_s):
+    started = trio.current_time()
+    with trio.move_on_at(started + timeout_s):
         try:
-            stream = await trio.open_tcp_stream(host, port)
+            await _connect_once(host, port)
         except OSError:
-            return False
-    if stream is None:
-        # No answer in time. On loopback nothing is lost in transit: a closed port refuses at
-        # once, so silence means a listener whose accept queue is full. Elsewhere, say free.
-        return _is_loopback(host)
-    await trio.aclose_forcefully(stream)
-    return True
+            return Reach.NOT_REACHABLE
+        return Reach.REACHABLE
+    late = lateness(started, started + timeout_s)
+    if gives_no_verdict(late):
+        loop_lag().lost_verdict(lateness_rule.no_verdict_why(f"connect {host}:{port}", late))
+    return lateness_rule.connect_reach(ConnectResult.SILENT, late, loopback=_is_loopback(host))
+
+
+async def _connect_once(host: str, port: int) -> None:
+    """One TCP connect to ``host:port`` on a bare trio socket, closed at once without a byte
+    sent (a name is looked up first). Raises `OSError` when refused."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        stream = await trio.open_tcp_stream(host, port)
+        await trio.aclose_forcefully(stream)
+        return
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    with trio.socket.socket(family, socket.SOCK_STREAM) as sock:
+        await sock.connect((host, port))
+
+
+async def accepts_connections(host: str, port: int, *, timeout_s: float = 0.3) -> bool:
+    """Whether `connect_reach` finds ``host:port`` reachable (silence never is)."""
+    return await connect_reach(host, port, timeout_s=timeout_s) is Reach.REACHABLE
 
 
 def _is_loopback(host: str) -> bool:

@@ -33,43 +33,31 @@ another user (root then sees them).
 from __future__ import annotations
 
 import os
-import socket
-from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 import attrs
 import psutil
 import trio
 
-from .._errors import InvalidConfig
 from .._policy.exposure import (
     Exposure,
     Listener,
     covers,
     find_exposure,
     is_loopback,
-    lan_addresses,
     owner_pid,
     parse_address,
 )
+from .._policy.lateness import Reach
 from .connect_schedule import ConnectSchedule as ConnectSchedule
-from .netcheck import accepts_connections
-from .proctable import tree_sockets
-from .socket_table import CACHE_LIMIT, SocketEntry, SocketTable, TreeSockets
-
-LAN_ADDRESSES_ENV = "INFERACTORS_LAN_ADDRESSES"
-"""Environment variable that overrides the connect check's target addresses (comma-separated)."""
-
-CONNECT_TIMEOUT_S = 0.3
-"""How long one exposure connect may take before the address counts as not answering (s)."""
-
-_INET_FAMILIES = (socket.AF_INET, socket.AF_INET6)
-
-
-class Connect(Protocol):
-    """A TCP connect check, as `netcheck.accepts_connections`: True if ``host:port`` accepted."""
-
-    async def __call__(self, host: str, port: int, *, timeout_s: float) -> bool: ...
+from .lan_reach import CONNECT_TIMEOUT_S as CONNECT_TIMEOUT_S
+from .lan_reach import LAN_ADDRESSES_ENV as LAN_ADDRESSES_ENV
+from .lan_reach import Connect as Connect
+from .lan_reach import local_addresses as local_addresses
+from .lan_reach import reach_on as reach_on
+from .lan_reach import reachable_on as reachable_on
+from .netcheck import connect_reach
+from .socket_table import CACHE_LIMIT, SocketEntry, SocketTable
 
 
 class NetScanner(Protocol):
@@ -101,40 +89,6 @@ class NetScanner(Protocol):
         """Whether whatever listens on TCP ``port`` is reachable beyond loopback: that port's
         listeners only (an adopted server, whose process is not ours to walk)."""
         ...
-
-
-def local_addresses(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """The addresses the exposure connect check tries, from ``environ`` (default ``os.environ``).
-
-    With ``INFERACTORS_LAN_ADDRESSES`` set: exactly its comma-separated entries (blanks
-    skipped, duplicates dropped, order kept). Otherwise the IPv4 and IPv6 addresses of every
-    interface (``psutil.net_if_addrs()``) passed through `lan_addresses`.
-
-    Raises:
-        InvalidConfig: an entry of ``INFERACTORS_LAN_ADDRESSES`` is not an IP address.
-    """
-    env = os.environ if environ is None else environ
-    override = env.get(LAN_ADDRESSES_ENV)
-    if override is not None:
-        return _parse_override(override)
-    return lan_addresses(_interface_addresses())
-
-
-def _parse_override(raw: str) -> tuple[str, ...]:
-    entries = [entry.strip() for entry in raw.split(",") if entry.strip()]
-    for entry in entries:
-        if parse_address(entry) is None:
-            raise InvalidConfig(f"{LAN_ADDRESSES_ENV}: {entry!r} is not an IP address")
-    return tuple(dict.fromkeys(entries))
-
-
-def _interface_addresses() -> list[str]:
-    return [
-        item.address
-        for items in psutil.net_if_addrs().values()
-        for item in items
-        if item.family in _INET_FAMILIES
-    ]
 
 
 def tree_listeners(pid: int) -> tuple[Listener, ...]:
@@ -181,32 +135,6 @@ def _listeners_of(process: psutil.Process) -> list[Listener]:
     ]
 
 
-async def reachable_on(
-    port: int,
-    addresses: Iterable[str],
-    *,
-    timeout_s: float = CONNECT_TIMEOUT_S,
-    connect: Connect = accepts_connections,
-) -> tuple[str, ...]:
-    """The addresses on which ``port`` accepts a TCP connection, in the order given.
-
-    Tries every address at once (one task each), each connect bounded by ``timeout_s``
-    (float seconds, default 0.3), so the whole check takes at most about ``timeout_s``.
-    An address that refuses, fails or does not answer in time is left out.
-    """
-    targets = tuple(dict.fromkeys(addresses))
-    answered: set[str] = set()
-
-    async def try_one(address: str) -> None:
-        if await connect(address, port, timeout_s=timeout_s):
-            answered.add(address)
-
-    async with trio.open_nursery() as nursery:
-        for address in targets:
-            nursery.start_soon(try_one, address)
-    return tuple(address for address in targets if address in answered)
-
-
 def _gather(pid: int) -> tuple[tuple[Listener, ...], tuple[str, ...]]:
     return tree_listeners(pid), local_addresses()
 
@@ -216,7 +144,7 @@ async def scan(
     port: int,
     *,
     timeout_s: float = CONNECT_TIMEOUT_S,
-    connect: Connect = accepts_connections,
+    connect: Connect = connect_reach,
 ) -> Exposure | None:
     """Whether the server rooted at ``pid`` and serving on ``port`` is reachable beyond loopback.
 
@@ -293,7 +221,6 @@ class SystemNetScanner:
     table: SocketTable = attrs.field(factory=SocketTable)
     connects: ConnectSchedule = attrs.field(factory=ConnectSchedule)
     _seen: set[int] = attrs.field(factory=set)
-    _trees: dict[int, TreeSockets] = attrs.field(factory=dict)
 
     def _first_sight(self, pid: int) -> bool:
         """True the first time ``pid`` is asked about (a new process: read a fresh dump)."""
@@ -310,18 +237,26 @@ class SystemNetScanner:
         The tree's listeners come from the shared table: only listeners bound beyond
         loopback are looked up (`SocketTable.holders_in_tree`, cached by inode), so a
         loopback-only server costs a share of one dump and no reads. The connect check
-        (`reachable_on`, seed behaviour) runs when such a listener is ours (evidence for
+        (`reach_on`, seed behaviour) runs when such a listener is ours (evidence for
         the report) and otherwise on the `ConnectSchedule` (first scan, then about every
         5 s): the kernel table answers the 200 ms question, the connect catches what it
-        cannot see (a forwarded port) a few seconds later.
+        cannot see (a forwarded port) a few seconds later. A connect that gave no verdict
+        (silence on loopback, or our own loop late: ``_policy/lateness.py``) is never
+        "reachable" and is tried again at the next scans (`ConnectSchedule.retry`).
 
         Raises:
             InvalidConfig: ``INFERACTORS_LAN_ADDRESSES`` holds something that is not an address.
         """
-        listeners = await self._beyond_loopback(pid, port, fresh=self._first_sight(pid))
-        reachable = await self._reachable(port, bool(listeners) or self.connects.take(pid, port))
+        listeners = await self._beyond_loopback(pid, fresh=self._first_sight(pid))
+        due = bool(listeners) or self.connects.take(pid, port)
+        said = await self._reach(port, due)
+        if Reach.NO_VERDICT in said.values():
+            self.connects.retry(pid, port)  # no verdict: check again soon, not in 5 s
+        elif said:
+            self.connects.settled(pid, port)
+        reachable = tuple(a for a, reach in said.items() if reach is Reach.REACHABLE)
         if reachable and not listeners:  # bound since the dump? read the kernel again
-            listeners = await self._beyond_loopback(pid, port, fresh=True)
+            listeners = await self._beyond_loopback(pid, fresh=True)
         return find_exposure(listeners, reachable, port=port)
 
     async def port_exposure(self, port: int) -> Exposure | None:
@@ -332,28 +267,25 @@ class SystemNetScanner:
         entries = await self.table.listeners(port)
         beyond = [e for e in entries if e.port == port and not is_loopback(e.address)]
         listeners = [await self._listener(entry) for entry in beyond]
-        return find_exposure(listeners, await self._reachable(port, True), port=port)
+        said = await self._reach(port, True)
+        reachable = tuple(a for a, reach in said.items() if reach is Reach.REACHABLE)
+        return find_exposure(listeners, reachable, port=port)
 
-    async def _reachable(self, port: int, due: bool) -> tuple[str, ...]:
-        """The local addresses on which ``port`` accepts a connect, when ``due``; else ()."""
+    async def _reach(self, port: int, due: bool) -> dict[str, Reach]:
+        """What a connect to ``port`` says on each local address, when ``due``; else {}."""
         if not due:
-            return ()
+            return {}
         addresses = local_addresses()
-        return await reachable_on(port, addresses, timeout_s=self.connect_timeout_s)
+        return await reach_on(port, addresses, timeout_s=self.connect_timeout_s)
 
-    async def _beyond_loopback(self, pid: int, port: int, *, fresh: bool) -> list[Listener]:
-        """The listeners of ``pid``'s tree bound beyond loopback: those on ``port`` from a
-        per-port query every time; those on any other port from the whole table, read only
-        while the tree's set of sockets is changing (`TreeSockets`): a quiet server costs a
-        per-port query and a look at its own descriptors, whatever the machine runs."""
-        entries = list(await self.table.listeners(port, fresh=fresh))
-        tree = self._trees.setdefault(pid, TreeSockets())
-        if len(self._trees) > CACHE_LIMIT:
-            self._trees.clear()
-            self._trees[pid] = tree
-        if tree.changing(tree_sockets(pid), trio.current_time()):
-            entries += await self.table.listeners(None, fresh=fresh)
-        beyond = [e for e in dict.fromkeys(entries) if not is_loopback(e.address)]
+    async def _beyond_loopback(self, pid: int, *, fresh: bool) -> list[Listener]:
+        """The listeners of ``pid``'s tree bound beyond loopback, on any port: the runtime's
+        whole LISTEN table (one dump per tick shared by every server's watch; a few
+        microseconds per listener), its listeners beyond loopback looked up in the tree
+        once per socket inode (`SocketTable.holders_in_tree`). A quiet server reads no
+        process at all: only a listener beyond loopback it has not seen is looked up."""
+        entries = await self.table.listeners(None, fresh=fresh)
+        beyond = [e for e in entries if not is_loopback(e.address)]
         holders = await self.table.holders_in_tree(pid, beyond)
         return [Listener(item.address, item.port, holders[item]) for item in holders]
 

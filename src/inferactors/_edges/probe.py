@@ -27,16 +27,16 @@ Errors::
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Protocol, Self, assert_never
 
 import attrs
 import httpx
 import trio
 
-from .._errors import BackendError, DeepHealthTimeout
+from .._errors import BackendError, DeepHealthTimeout, NoVerdict
 from .._flavor import InferFlavor
+from .._policy.lateness import no_verdict_report
 from .._policy.probe_parse import (
     CompletionResult,
     Health,
@@ -56,11 +56,13 @@ from .._policy.probe_parse import (
     refusal,
     serving,
 )
+from .probe_connect import Connect
+from .probe_h11 import H11Wire
 from .probe_wire import IDENTITY_HEADERS as IDENTITY_HEADERS
 from .probe_wire import MAX_BODY_BYTES as MAX_BODY_BYTES
 from .probe_wire import FailureKind as FailureKind
+from .probe_wire import HttpxWire, Wire
 from .probe_wire import ProbeFailure as ProbeFailure
-from .probe_wire import exchange, pool_limits, shared_ssl_context
 
 
 class Prober(Protocol):
@@ -81,20 +83,22 @@ class ProbeClient:
     """HTTP client for one server's probes; open it with `ProbeClient.open`.
 
     Never follows redirects, ignores proxy environment variables, keeps at most one idle
-    connection alive for 3 s for its GETs (`probe_wire.pool_limits`; a GET that meets it
-    closed by the server is sent again) and sends each POST on a connection of its own
-    (never sent twice, never on a connection the server may be closing), asks for identity
-    encoding and refuses any other, reads at most 1 MiB of a body, and bounds each public
-    call, all its requests and bodies included, by one deadline ``timeout_s`` after the
-    call starts. Usable as
+    connection alive for 3 s for its GETs (a GET that meets it closed by the server is sent
+    again) and sends each POST on a connection of its own (never sent twice, never on a
+    connection the server may be closing), asks for identity encoding and refuses any
+    other, reads at most 1 MiB of a body, and bounds each public call, all its requests and
+    bodies included, by one deadline ``timeout_s`` after the call starts. A timeout whose
+    budget our own late loop ate gives no verdict (``_policy/lateness.py``). Usable as
     ``async with``; closing is idempotent.
+
+    The wire is the lean h11 client (``probe_h11.H11Wire``) for a plain
+    ``http://host:port``, and httpx (``probe_wire.HttpxWire``) when a transport is injected
+    or the URL is of another kind (``https``, a path).
     """
 
     base_url: str
     timeout_s: float
-    _client: httpx.AsyncClient
-    _open_posting: Callable[[], httpx.AsyncClient] = attrs.field(repr=False)  # holds the key
-    _posting: httpx.AsyncClient | None = attrs.field(default=None, repr=False)
+    wire: Wire
 
     @classmethod
     def open(
@@ -104,6 +108,7 @@ class ProbeClient:
         timeout_s: float,
         transport: httpx.AsyncBaseTransport | None = None,
         headers: Mapping[str, str] | None = None,
+        connect: Connect | None = None,
     ) -> ProbeClient:
         """A client for ``base_url`` (for example ``http://127.0.0.1:8090``).
 
@@ -112,29 +117,26 @@ class ProbeClient:
             timeout_s: float seconds: connect, read and write timeout, and the deadline of each
                 whole public call (every request it makes, bodies included).
             transport: an httpx transport to use instead of the network (tests pass
-                ``httpx.MockTransport``).
+                ``httpx.MockTransport``); the client is then httpx's.
             headers: further headers sent with every request (`probe_auth.api_key_headers`:
                 a server's API key); ``Accept-Encoding`` stays ``identity``.
+            connect: opens a stream to the server instead of a TCP connect (tests pass
+                in-memory streams); for the lean wire only.
         """
-        opener = functools.partial(
-            httpx.AsyncClient,
-            base_url=base_url,
-            transport=transport,
-            follow_redirects=False,
-            trust_env=False,
-            timeout=httpx.Timeout(timeout_s),
-            headers={**(headers or {}), **IDENTITY_HEADERS},
-            verify=shared_ssl_context(),
-        )
-        client = opener(limits=pool_limits())
-        posting = functools.partial(opener, limits=httpx.Limits(max_keepalive_connections=0))
-        return cls(base_url=base_url, timeout_s=timeout_s, client=client, open_posting=posting)
+        wire: Wire | None = None
+        if transport is None:
+            try:
+                wire = H11Wire.open(base_url, timeout_s=timeout_s, headers=headers, connect=connect)
+            except ValueError:
+                wire = None  # https, a path, ...: httpx serves it
+        if wire is None:
+            opened = HttpxWire.open
+            wire = opened(base_url, timeout_s=timeout_s, transport=transport, headers=headers)
+        return cls(base_url=base_url, timeout_s=timeout_s, wire=wire)
 
     async def aclose(self) -> None:
-        """Close the underlying httpx clients."""
-        await self._client.aclose()
-        if self._posting is not None:
-            await self._posting.aclose()
+        """Close the wire's connections; idempotent."""
+        await self.wire.aclose()
 
     async def __aenter__(self) -> Self:
         return self
@@ -170,13 +172,15 @@ class ProbeClient:
     async def report(self, flavor: InferFlavor) -> ServerReport:
         """Probe the server as ``flavor`` speaks.
 
-        llama.cpp and mlx-lm: ``GET /health`` (404 or 501 falls back to ``GET
-        /v1/models``), then, only when `Up`, the ids of ``/v1/models``. Ollama: ``GET
-        /api/version``, then, only when `Up`, ``/api/tags`` into ``models`` and ``/api/ps``
-        into ``loaded``. A failed list request leaves its field empty; a model list that
-        could not be read (failed, late, malformed) says why in ``models_problem``. Never
-        raises for a server fault: transport errors and timeouts become `Unreachable`, a
-        body over 1 MiB or encoded `Unhealthy`.
+        llama.cpp and mlx-lm: ``GET /health`` (404 or 501 falls back to ``GET /v1/models``), then,
+        only when `Up`, the ids of ``/v1/models``. Ollama: ``GET /api/version``, then, only when
+        `Up`, ``/api/tags`` into ``models`` and ``/api/ps`` into ``loaded``. A failed list
+        request leaves its field empty; a model list that could not be read (failed, late,
+        malformed) says why in ``models_problem``. Never raises for a server fault:
+        transport errors and timeouts become `Unreachable`, a body over 1 MiB or encoded
+        `Unhealthy`. When any of its requests lost its deadline to our own late loop
+        (``_policy/lateness.py``) the whole report gives no verdict
+        (`ServerReport.no_verdict`): a late model list is not a "models problem".
 
         One deadline, ``timeout_s`` from the call, bounds every request it makes: a server
         that trickles each reply just under the timeout still costs at most ``timeout_s``.
@@ -214,6 +218,8 @@ class ProbeClient:
 
         Raises:
             DeepHealthTimeout: no complete reply within ``timeout_s``; the message names it.
+            NoVerdict: the deadline fired, but our own late loop ate its budget
+                (``_policy/lateness.py``): nothing is known about the server.
             BackendError: transport error, body over 1 MiB, non-200 reply or malformed body
                 (see `parse_completion`); messages start with ``"deep health: "``.
         """
@@ -225,6 +231,8 @@ class ProbeClient:
                 raise DeepHealthTimeout(
                     f"deep health: completion did not finish within {self.timeout_s:g} s"
                 ) from exc
+            if exc.kind == "overloaded":
+                raise NoVerdict(f"deep health: {exc.why}") from exc
             raise BackendError(f"deep health: {exc.why}") from exc
         text, finish_reason = parse_completion(status, body)
         return CompletionResult(text, trio.current_time() - started, finish_reason)
@@ -236,7 +244,11 @@ class ProbeClient:
         if not serving(health):  # a busy server serves: its list is read too
             return ServerReport(health, latency_s=latency_s, refused=refused)
         if fallback is None:
-            (models, problem, router), refused = await self._list_once("/v1/models", deadline)
+            try:
+                listed, refused = await self._list_once("/v1/models", deadline)
+            except ProbeFailure as late:  # our own loop ate its deadline
+                return no_verdict_report(late.why, latency_s)
+            models, problem, router = listed
         else:
             models, problem, router = read_model_list("/v1/models", *fallback)
         return ServerReport(
@@ -274,15 +286,24 @@ class ProbeClient:
         health = classify_ollama_version(status)
         if not isinstance(health, Up):
             return ServerReport(health, latency_s=latency_s)
-        models, problem, _ = await self._list("/api/tags", deadline)
-        loaded, _, _ = await self._list("/api/ps", deadline)
+        try:
+            models, problem, _ = await self._list("/api/tags", deadline)
+            loaded, _, _ = await self._list("/api/ps", deadline)
+        except ProbeFailure as late:  # our own loop ate its deadline
+            return no_verdict_report(late.why, latency_s)
         version = parse_ollama_version(body)
         return ServerReport(health, models, loaded, version, latency_s, problem)
 
     async def _list(self, path: str, deadline: float) -> ListRead:
         """The ids a list endpoint names, why it could not be read (`model_list_problem`;
         a request that failed or timed out is unreadable too) and its router entries
-        (`read_model_list`)."""
+        (`read_model_list`).
+
+        Raises:
+            ProbeFailure: kind ``"overloaded"``: the read lost its deadline to our own late
+                loop, which says nothing about the list (the caller's report gives no
+                verdict, `no_verdict_report`).
+        """
         return (await self._list_once(path, deadline))[0]
 
     async def _list_once(self, path: str, deadline: float) -> tuple[ListRead, str | None]:
@@ -290,6 +311,8 @@ class ProbeClient:
         try:
             status, body = await self.get(path, deadline=deadline)
         except ProbeFailure as exc:
+            if exc.kind == "overloaded":
+                raise
             return ((), f"model list unreadable: {exc.why}", ()), None
         return read_model_list(path, status, body), refusal(status, body)
 
@@ -298,10 +321,7 @@ class ProbeClient:
     ) -> tuple[int, bytes]:
         if deadline is None:
             deadline = trio.current_time() + self.timeout_s
-        client = self._client
-        if method != "GET":  # opened at its first POST: most probe clients never send one
-            client = self._posting = self._posting or self._open_posting()
-        return await exchange(client, method, path, body, deadline, self.timeout_s)
+        return await self.wire.exchange(method, path, body, deadline)
 
 
 def failure_health(exc: ProbeFailure) -> Health:

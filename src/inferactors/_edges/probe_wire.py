@@ -1,5 +1,8 @@
-"""One probe request on the wire: kept-alive connections, the one-deadline exchange, the
-stale-connection retry, the body cap and the identity encoding (split from ``probe``).
+"""One probe request on the wire: what every wire shares (the body cap, the identity
+encoding, `ProbeFailure`, the `Wire` protocol) and the httpx wire (`HttpxWire`: kept-alive
+connections, the one-deadline exchange, the stale-connection retry), used when a test
+injects an httpx transport or the URL is not plain ``http://host:port``; the lean h11 wire
+the supervisor probes with is ``probe_h11``.
 
 Keep-alive: a probe client keeps at most one idle connection
 (`KEEPALIVE_CONNECTIONS`) for `KEEPALIVE_EXPIRY_S`, longer than the 1 s probe interval, so
@@ -24,13 +27,15 @@ import contextlib
 import functools
 import ssl
 from collections.abc import AsyncGenerator, Mapping
-from typing import Literal, TypeAlias, cast
+from typing import Literal, Protocol, TypeAlias, cast
 
 import attrs
 import httpx
 import trio
 
 from .._errors import BackendError
+from .._policy.lateness import LATE_S as LATE_S
+from .loop_lag import no_verdict
 
 MAX_BODY_BYTES = 1024 * 1024
 """Largest response body a probe reads: 1 MiB."""
@@ -47,12 +52,6 @@ cpp-httplib's 5 s keep-alive timeout."""
 
 FailureKind: TypeAlias = Literal["transport", "timeout", "overloaded", "too-large", "encoded"]
 
-LATE_S = 0.25
-"""A timeout that fires more than this long after its deadline (float seconds) was late
-because our own event loop was starved (too many instances for the CPU), not because the
-server was slow: it gives no verdict on the server (at 1,000 adopted servers on
-2 cores, healthy servers were otherwise reported exited)."""
-
 _STALE_ERRORS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
@@ -60,8 +59,8 @@ class ProbeFailure(BackendError):
     """A probe request got no usable reply; ``why`` names the request and the cause.
 
     ``kind`` is ``"transport"`` (refused, reset, protocol error), ``"timeout"`` (no complete
-    reply within the call's deadline), ``"overloaded"`` (a timeout that fired more than
-    `LATE_S` after its deadline: our own loop was starved, so no verdict on the server),
+    reply within the call's deadline), ``"overloaded"`` (a timeout whose budget our own loop
+    ate, more than `LATE_S` of it: no verdict on the server, ``_policy/lateness.py``),
     ``"too-large"`` (body over 1 MiB) or ``"encoded"``
     (a ``Content-Encoding`` other than identity, refused before its body is read).
     """
@@ -125,6 +124,7 @@ async def exchange(
             1 MiB or encoded.
     """
     request = f"{method} {path}"
+    started = trio.current_time()
     try:
         with trio.fail_at(deadline):
             trace = _Trace()
@@ -135,13 +135,9 @@ async def exchange(
                     raise
             return await _attempt(client, method, path, body, _Trace())
     except (trio.TooSlowError, httpx.TimeoutException) as exc:
-        late_s = trio.current_time() - deadline
-        if late_s > LATE_S:
-            why = (
-                f"{request}: no verdict: inferactors' event loop ran {late_s * 1000:.0f} ms "
-                f"late (the supervisor is overloaded; the server may be fine)"
-            )
-            raise ProbeFailure(why, kind="overloaded") from exc
+        late = no_verdict(request, started, deadline)
+        if late is not None:
+            raise ProbeFailure(late, kind="overloaded") from exc
         why = f"{request}: no complete reply within {timeout_s:g} s"
         raise ProbeFailure(why, kind="timeout") from exc
     except httpx.HTTPError as exc:
@@ -202,3 +198,65 @@ def shared_ssl_context() -> ssl.SSLContext:
     bundle into) a fresh one per client, 24 to 54 ms of blocked event loop each time on
     this machine (bench/README.md), although the servers we probe speak plain HTTP."""
     return ssl.create_default_context()
+
+
+class Wire(Protocol):
+    """How `probe.ProbeClient` sends one request: ``exchange`` by a trio-time deadline,
+    ``(status, body)``, raising `ProbeFailure`; ``aclose`` is idempotent."""
+
+    async def exchange(
+        self, method: str, path: str, body: Mapping[str, object] | None, deadline: float
+    ) -> tuple[int, bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
+@attrs.define(eq=False)
+class HttpxWire:
+    """The httpx `Wire`: one client for GETs (`pool_limits`), one opened at the first POST
+    with no kept connection (a POST never rides a connection the server may be closing)."""
+
+    timeout_s: float
+    client: httpx.AsyncClient
+    _open_posting: functools.partial[httpx.AsyncClient] = attrs.field(repr=False)
+    _posting: httpx.AsyncClient | None = attrs.field(default=None, repr=False)
+
+    @classmethod
+    def open(
+        cls,
+        base_url: str,
+        *,
+        timeout_s: float,
+        transport: httpx.AsyncBaseTransport | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> HttpxWire:
+        """httpx clients for ``base_url``: no redirects, no proxy variables, ``timeout_s``
+        for connect, read and write, ``headers`` plus identity encoding on every request."""
+        opener = functools.partial(
+            httpx.AsyncClient,
+            base_url=base_url,
+            transport=transport,
+            follow_redirects=False,
+            trust_env=False,
+            timeout=httpx.Timeout(timeout_s),
+            headers={**(headers or {}), **IDENTITY_HEADERS},
+            verify=shared_ssl_context(),
+        )
+        client = opener(limits=pool_limits())
+        posting = functools.partial(opener, limits=httpx.Limits(max_keepalive_connections=0))
+        return cls(timeout_s, client, posting)
+
+    async def exchange(
+        self, method: str, path: str, body: Mapping[str, object] | None, deadline: float
+    ) -> tuple[int, bytes]:
+        """See `Wire`; the module function `exchange` on the right client."""
+        client = self.client
+        if method != "GET":  # opened at its first POST: most probe clients never send one
+            client = self._posting = self._posting or self._open_posting()
+        return await exchange(client, method, path, body, deadline, self.timeout_s)
+
+    async def aclose(self) -> None:
+        """Close both clients."""
+        await self.client.aclose()
+        if self._posting is not None:
+            await self._posting.aclose()

@@ -31,6 +31,7 @@ Cleanup after an exit or during a stop runs in scopes shielded *and* bounded
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -152,6 +153,10 @@ class ManagedProcess:
             process._escapees = Escapees(child.pid, child.pid)
         nursery.start_soon(process._watch_exit, name=f"inferactors exit watcher {child.pid}")
         nursery.start_soon(process._pump_output, name=f"inferactors output {child.pid}")
+        if isinstance(child, PosixChild) and child.startup_slot is not None:
+            ready = functools.partial(process.lines.wait_ready, 0)
+            hold = child.startup_slot.hold_until
+            nursery.start_soon(hold, ready, process._exited.wait, name="inferactors start-up")
         return process
 
     @property

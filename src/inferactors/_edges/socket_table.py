@@ -1,17 +1,19 @@
 """The kernel's table of listening TCP sockets, read once per tick for the whole runtime.
 
 `SocketTable` is one per runtime (inside `SystemNetScanner`, one field of `Edges`). It asks
-the kernel through netlink socket diagnostics (``sock_diag``, via pyroute2's `DiagSocket`)
-for the sockets in the LISTEN state only, of both families, optionally only those on one
-port (the kernel filters by state and port, so connections and TIME_WAIT sockets cost
+the kernel through a raw netlink socket diagnostics socket (``sock_diag``, `SockDiag`) for
+the sockets in the LISTEN state only, of both families, optionally only those on one port
+(the kernel filters by state and port, so connections and TIME_WAIT sockets cost
 nothing). Each socket comes with its inode; the pid holding it is looked up only when a
 caller needs it (`holder`, `holders_in_tree`) and then kept by inode, which is unique while
 the socket lives.
 
-Costs measured here (2 cores): a dump of one port, both families, 0.3 to 0.6 ms; of all
-listeners about 0.3 ms plus 78 us per listener (pyroute2 decodes each in Python), so it runs
-inline on the trio thread, never in a worker thread that holds the GIL; reading a process
-tree's descriptors (``/proc/<pid>/fd`` links, no text parsing) about 1 ms; the psutil
+Costs measured here (2 cores, CPU per query): a dump of one port, both families, about
+30 us; of all listeners about 60 us plus 1.7 us per listener (121 us with 53), inline on
+the trio thread, never in a worker thread that holds the GIL (pyroute2, used before, took
+400 us per port and 3.3 ms for the same 53: it decodes each message through generic
+classes and runs an asyncio loop per query); reading a process tree's descriptors
+(``/proc/<pid>/fd`` links, no text parsing) about 0.1 ms a process; the psutil
 whole-system table (for a listener outside the tree we asked about) 11 to 46 ms, in a
 worker thread, at most once per listener.
 
@@ -30,13 +32,10 @@ in a worker thread (pids known, inodes not, so nothing is cached by inode).
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import math
-import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 import attrs
 import psutil
@@ -45,6 +44,7 @@ import trio
 from .._policy.exposure import parse_address
 from .proctable import descends_from
 from .proctable import tree_sockets as tree_sockets  # tests count its reads here
+from .sock_diag import SockDiag
 
 TICK_S = 0.05
 """How long one dump answers every caller (float seconds); see the module notes."""
@@ -84,46 +84,26 @@ anything else) when it cannot: the table then falls back to psutil."""
 
 
 class NetlinkReader:
-    """LISTEN sockets from the kernel through pyroute2's `DiagSocket`, opened on first use in
-    the trio thread (pyroute2 ties a socket to its thread) and closed when that trio run
-    ends; a later run opens another."""
+    """LISTEN sockets from the kernel through a raw netlink ``sock_diag`` socket
+    (`sock_diag.SockDiag`), opened at the first read and closed when that trio run ends
+    (a later run opens another)."""
 
     def __init__(self) -> None:
-        self._diag: Any = None
-        self._listen_states = 0
-
-    def open(self) -> None:
-        """Import pyroute2 (about 0.3 s, once per process; `SocketTable` does it when built)."""
-        importlib.import_module("pyroute2.netlink.diag")
+        self._diag: SockDiag | None = None
 
     def __call__(self, port: int | None) -> list[SocketEntry]:
         diag = self._diag or self._connect()
-        found: list[SocketEntry] = []
-        for family in (socket.AF_INET, socket.AF_INET6):
-            for item in diag.get_sock_stats(
-                family=family, states=self._listen_states, sport=port or 0
-            ):
-                found.append(
-                    SocketEntry(item["idiag_src"], item["idiag_sport"], item["idiag_inode"])
-                )
-        return found
+        return [SocketEntry(*found) for found in diag.listeners(port)]
 
-    def _connect(self) -> Any:
-        module = importlib.import_module("pyroute2.netlink.diag")
-        diag = module.DiagSocket()
-        try:
-            diag.bind()
-        except BaseException:
-            diag.close()
-            raise
-        self._listen_states = 1 << module.SS_LISTEN
+    def _connect(self) -> SockDiag:
+        diag = SockDiag()
+        diag.open()  # or OSError (not Linux, EPERM, gVisor): the table falls back
         self._diag = diag
-        trio.lowlevel.spawn_system_task(self._close_at_run_end, diag)
+        with contextlib.suppress(RuntimeError):  # outside trio: closed with the object
+            trio.lowlevel.spawn_system_task(self._close_at_run_end, diag)
         return diag
 
-    async def _close_at_run_end(self, diag: Any) -> None:
-        """Closes ``diag`` in this thread when the trio run ends (pyroute2 keeps its event
-        loop and transport per thread, so a close from a garbage collector elsewhere leaks)."""
+    async def _close_at_run_end(self, diag: SockDiag) -> None:
         try:
             await trio.sleep_forever()
         finally:
@@ -145,33 +125,6 @@ def psutil_listeners(port: int | None) -> list[SocketEntry]:
         and item.laddr
         and (port is None or item.laddr.port == port)
     ]
-
-
-@attrs.define
-class TreeSockets:
-    """The socket inodes of one server's process tree, as last seen, and when they last
-    changed (trio time, float seconds).
-
-    A new listener means a new socket, so the whole table need only be read while the tree's
-    sockets are changing: at a change and for `SETTLE_S` after it (a socket is created, then
-    bound and listened on; the window covers a listen that comes a little after the
-    ``socket()`` call). A server that accepts connections changes its set with each one,
-    and pays for the whole table while it does: cost follows its work, not the machine.
-    """
-
-    inodes: frozenset[int] | None = None
-    changed_at: float = 0.0
-
-    SETTLE_S = 1.0
-
-    def changing(self, inodes: dict[int, int], now: float) -> bool:
-        """Note the tree's current ``inodes`` (inode -> pid); whether the whole table should
-        be read now (first look, a new socket, or within `SETTLE_S` of one)."""
-        current = frozenset(inodes)
-        if self.inodes is None or not current <= self.inodes:
-            self.changed_at = now
-        self.inodes = current
-        return now - self.changed_at < self.SETTLE_S
 
 
 @attrs.frozen
@@ -200,14 +153,6 @@ class SocketTable:
     _owners: tuple[float, dict[tuple[object, int], int]] = (-math.inf, {})
     _owners_read: trio.Event | None = None
     _cost: dict[str | None, float] = attrs.Factory(lambda: {None: 1.0, "port": 0.0})
-
-    def __attrs_post_init__(self) -> None:
-        """Import pyroute2 now, while the runtime is being built (about 0.3 s, once per
-        process): not later in a worker thread, where it would stall the first scan after a
-        spawn, and where trio's MockClock would jump while it ran."""
-        if self.read is None:
-            with contextlib.suppress(Exception):  # `_read` falls back and says why
-                NetlinkReader().open()
 
     def refresh_soon(self) -> None:
         """Forget the cached dumps: the next caller reads the kernel again."""
@@ -277,12 +222,7 @@ class SocketTable:
         if self._fallback:
             return await trio.to_thread.run_sync(psutil_listeners, port)
         if self._netlink is None:
-            reader = NetlinkReader()
-            try:
-                reader.open()  # already imported by `__attrs_post_init__`: instant
-            except Exception as error:  # not installed or not importable here
-                return await self._fall_back(error, port)
-            self._netlink = reader
+            self._netlink = NetlinkReader()
         try:
             return self._netlink(port)
         except Exception as error:  # EPERM, no sock_diag (gVisor, not Linux), ...

@@ -66,8 +66,9 @@ class Unhealthy:
 class Unreachable:
     """No HTTP answer at all (refused, reset, timed out); ``why`` is the transport's message.
 
-    ``overloaded``: the request timed out only because our own event loop ran late (its
-    deadline fired well after it was due): no verdict on the server.
+    ``overloaded``: the request (or a later one of the same probe, such as the model list)
+    timed out only because our own event loop ran late (``_policy/lateness.py``): no
+    verdict on the server (`ServerReport.no_verdict`).
     """
 
     why: str
@@ -110,6 +111,12 @@ class ServerReport:
     models_problem: str | None = None
     router: tuple[RouterModel, ...] = ()
     refused: str | None = None
+
+    @property
+    def no_verdict(self) -> bool:
+        """Whether this probe says nothing about the server: one of its requests lost its
+        deadline to our own late loop (``_policy/lateness.py`` `no_verdict_report`)."""
+        return isinstance(self.health, Unreachable) and self.health.overloaded
 
     def lists(self, wanted: str, flavor: InferFlavor = InferFlavor.LLAMACPP) -> bool:
         """Whether ``models`` names ``wanted`` as ``flavor`` names models (exactly: see

@@ -23,7 +23,7 @@ from .._edges.bundle import Edges, ProbeTimed
 from .._edges.log_ring import LogLine
 from .._edges.memory_gauge import MemoryGauge
 from .._errors import InvalidState, UnknownInstance
-from .._events import Event, StopReason
+from .._events import Event, StopReason, instance_of
 from .._policy import fleet_exit
 from .._policy.reload_plan import Placement, placements
 from .drain import Drainer, NoDrain
@@ -260,7 +260,8 @@ class Fleet:
         """One event of any runtime: kept, counted, passed on, and its member marked."""
         self._fan.publish(event)
         self.metrics.observe(event)
-        member = self._by_iid.get(event.instance_id)
+        iid = instance_of(event)
+        member = None if iid is None else self._by_iid.get(iid)
         if member is not None:
             member.hear(event)
 

@@ -5,7 +5,9 @@ two fleets in one process, or a host's own metrics, do not mix). It is fed three
 synchronous and cheap, none of them I/O:
 
 - `FleetMetrics.observe` with every event (restarts, exits by reason, time to ready, time
-  to first token, deep health, exposure and tamper events);
+  to first token, deep health, exposure and tamper events, and the supervisor's own
+  overload: ``inferactors_supervisor_overloaded`` 1 while it is, the overloads begun and
+  the deadlines that gave no verdict, counted when it catches up);
 - `FleetMetrics.on_probe`, the runtimes' `Edges.on_probe` hook, with every probe report's
   latency (a measurement per instance per second: kept out of the event stream);
 - `FleetMetrics.render` with the fleet's cached views, for the state gauges, when scraped;
@@ -40,6 +42,8 @@ from .._events import (
     ProcessStarted,
     RestartScheduled,
     StateChanged,
+    SupervisorCaughtUp,
+    SupervisorOverloaded,
 )
 from .._status import InstanceState
 from .metrics_engines import EngineFigures
@@ -77,7 +81,11 @@ class FleetMetrics:
     _ttft: Gauge
     _exposure: Counter
     _tamper: Counter
+    _overloaded: Gauge
+    _overloads: Counter
+    _no_verdicts: Counter
     engines: EngineFigures = attrs.Factory(EngineFigures)
+    _last_overload: SupervisorOverloaded | SupervisorCaughtUp | None = None
     _labels: dict[str, tuple[str, str, str]] = attrs.Factory(dict)
     _started_at: dict[str, float] = attrs.Factory(dict)
     door: DoorMetrics = attrs.field(init=False)
@@ -110,6 +118,12 @@ class FleetMetrics:
             gauge("inferactors_time_to_first_token_seconds", "Last deep health TTFT", LABELS),
             counter("inferactors_exposure_events", "Exposure detected", LABELS),
             counter("inferactors_tamper_events", "Model tampered", LABELS),
+            gauge("inferactors_supervisor_overloaded", "1 while the supervisor's loop runs late"),
+            counter("inferactors_supervisor_overloads", "Overloads of the supervisor begun"),
+            counter(
+                "inferactors_supervisor_no_verdicts",
+                "Deadlines that gave no verdict for our own lateness (counted at catching up)",
+            ),
         )
         reg.register(metrics.engines)
         gauge("inferactors_up", "1 while the supervisor runs").set(1)
@@ -153,10 +167,26 @@ class FleetMetrics:
         """Count ``event``; ``views``, when given, are tracked first (`track`). An event of
         an instance id never tracked is ignored."""
         self.track(views)
+        if isinstance(event, SupervisorOverloaded | SupervisorCaughtUp):
+            self._supervisor(event)
+            return
         self.door.observe(event)
         labels = self._labels.get(event.instance_id)
         if labels is not None:
             self._count(event, labels)
+
+    def _supervisor(self, event: SupervisorOverloaded | SupervisorCaughtUp) -> None:
+        """The supervisor's own state; each runtime of the fleet reports the same overload
+        of the one event loop, so a repeated report is counted once."""
+        if event == self._last_overload:
+            return
+        self._last_overload = event
+        if isinstance(event, SupervisorOverloaded):
+            self._overloaded.set(1)
+            self._overloads.inc()
+        else:
+            self._overloaded.set(0)
+            self._no_verdicts.inc(event.no_verdicts)
 
     def on_probe(self, timed: ProbeTimed) -> None:
         """The `Edges.on_probe` hook: one probe's latency into the histogram."""

@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from .._actors.front_door_seam import Residency
 from .._errors import RefusalKind
-from .._events import Event, OnDemandStart, ResidencyStop
+from .._events import Event, OnDemandStart, ResidencyStop, instance_of
 from .views import InstanceView
 
 LABELS = ("instance", "flavor", "mode")
@@ -111,7 +111,7 @@ class DoorMetrics:
 
     def observe(self, event: Event) -> None:
         """Count the scheduler's stops and starts."""
-        labels = self._by_iid.get(event.instance_id)
+        labels = self._by_iid.get(instance_of(event) or "")
         if labels is None:
             return
         if isinstance(event, ResidencyStop):

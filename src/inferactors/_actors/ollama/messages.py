@@ -7,7 +7,7 @@ import attrs
 
 from ..._errors import InferactorsError
 from ..._policy.ollama_parse import LoadedModel, same_tag
-from ..._policy.probe_parse import Health, ServerReport
+from ..._policy.probe_parse import Health, ServerReport, Unreachable
 from ..._status import InstanceStatus
 from ..messages import ReplyTo
 
@@ -27,6 +27,12 @@ class Survey:
     pulled: tuple[str, ...] | None = None
     resident: tuple[LoadedModel, ...] | None = None
     version: str | None = None
+
+    @property
+    def no_verdict(self) -> bool:
+        """Whether it says nothing about the daemon: its deadline was lost to our own late
+        loop (``_policy/lateness.py``)."""
+        return isinstance(self.health, Unreachable) and self.health.overloaded
 
     def report(self) -> ServerReport:
         """The survey as a `ServerReport` (what ``InferRuntime.health`` answers)."""

@@ -193,7 +193,9 @@ def _apply(
             if message.attempt == state.attempt and message.resident is not None:
                 return state.saw(message.resident, now)
         case Surveyed():
-            state = attrs.evolve(state, survey=message.survey)
+            # a survey our own lateness spoiled (no verdict) keeps the last one there is
+            if not (message.survey.no_verdict and state.survey is not None):
+                state = attrs.evolve(state, survey=message.survey)
             if message.survey.resident is not None:
                 state = state.saw(message.survey.resident, now)
             if message.reply is not None:  # the caller sees the status the events announced

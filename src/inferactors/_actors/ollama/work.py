@@ -21,6 +21,7 @@ from pathlib import Path
 import attrs
 import trio
 
+from ..._edges.loop_lag import no_verdict
 from ..._edges.ollama_client import OllamaApi, OllamaClient
 from ..._edges.probe import ProbeFailure, failure_health
 from ..._errors import BackendError, DeepHealthTimeout, InferactorsError
@@ -77,10 +78,13 @@ async def survey(api: OllamaApi, timeout_s: float) -> Survey:
     three within ONE deadline of ``timeout_s`` float seconds from the call.
 
     Never raises for a daemon fault: no reply is Unreachable, a bad version reply Unhealthy,
-    and an unreadable list, or one the deadline cut off, is None (unknown, not "empty").
+    and an unreadable list, or one the deadline cut off, is None (unknown, not "empty"). A
+    ``/api/version`` whose deadline our own late loop ate gives no verdict
+    (`Survey.no_verdict`; ``_edges/loop_lag.py``).
     """
     found = Survey(Unreachable(f"GET /api/version: no complete reply within {timeout_s:g} s"))
-    with trio.move_on_after(timeout_s):
+    started = trio.current_time()
+    with trio.move_on_at(started + timeout_s) as scope:
         try:
             version = await api.version()
         except ProbeFailure as failure:
@@ -93,6 +97,10 @@ async def survey(api: OllamaApi, timeout_s: float) -> Survey:
         except BackendError:
             pass  # unknown: the status does not claim "not pulled" from an unreadable list
         found = attrs.evolve(found, resident=await _ps_or_none(api))
+    if scope.cancelled_caught and not isinstance(found.health, Up):
+        late = no_verdict("GET /api/version", started, started + timeout_s)
+        if late is not None:
+            return Survey(Unreachable(late, overloaded=True))
     return found
 
 

@@ -1,0 +1,194 @@
+"""Our own lateness is never a verdict: when a deadline that fired says nothing about a server.
+
+A deadline (a probe's timeout, a connect's 300 ms, a model list read) judges the server only
+if our own event loop gave the server the whole budget. When the loop ran late (too many
+instances for the CPU, a spawn storm, a blocked thread holding the GIL), the timeout fired
+late or the loop did not run for part of the window, and a timeout then says nothing: it
+gives **no verdict**, fails neither open nor closed, and the caller checks again promptly.
+
+The facts come from the edge (``_edges/loop_lag.py`` measures them around each deadline);
+the rules are here, pure:
+
+- `Lateness`: how late the timeout fired and how long the loop stalled inside the window;
+  `gives_no_verdict` when together they pass `LATE_S`.
+- `connect_reach`: what an exposure connect says. An accepted connect is a fact whatever our
+  lag (reachable); a refusal is a fact (not reachable); silence is never "reachable": on
+  loopback (where nothing is lost in transit, so silence is a full accept queue or a
+  filter, not an answer) or when our loop was late it is no verdict, elsewhere on time it is
+  "not reachable" (a filtered address).
+- `OverloadWatch`: when the supervisor itself is overloaded (some deadline lost its verdict,
+  or the loop stalled past `LATE_S`) and when it has caught up (`CALM_S` without either),
+  so the overload is reported once, as the supervisor's state, never as the servers'.
+
+Durations are float seconds, times are the runtime's clock (trio time).
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+from .probe_parse import ServerReport, Unreachable
+
+LATE_S = 0.25
+"""Our own lateness around a deadline beyond which the deadline gives no verdict (float
+seconds): a quarter second of a probe's or a connect's budget lost to our own loop. At
+1,000 adopted servers on 2 cores, healthy servers were otherwise reported exited."""
+
+CALM_S = 5.0
+"""How long without any lost verdict or long stall before an overloaded supervisor counts
+as caught up again (float seconds)."""
+
+
+@attrs.frozen
+class Lateness:
+    """How late our own event loop ran around one deadline.
+
+    Attributes:
+        fired_late_s: how long after the deadline the timeout was handled (0 when on time).
+        stalled_s: how long, between the start of the wait and its deadline, our loop did
+            not run (a blocked loop: nothing was sent or read meanwhile).
+    """
+
+    fired_late_s: float = 0.0
+    stalled_s: float = 0.0
+
+    @property
+    def ours_s(self) -> float:
+        """The server's budget lost to us: the lateness of the timeout plus the stalls."""
+        return max(0.0, self.fired_late_s) + max(0.0, self.stalled_s)
+
+    def describe(self) -> str:
+        """``"inferactors' event loop ran 840 ms late"`` (one phrase, for a ``why``)."""
+        return f"inferactors' event loop ran {self.ours_s * 1000:.0f} ms late"
+
+
+def gives_no_verdict(lateness: Lateness, *, limit_s: float = LATE_S) -> bool:
+    """Whether a deadline that fired with ``lateness`` says nothing about the server: more
+    than ``limit_s`` of its budget was lost to our own loop."""
+    return lateness.ours_s > limit_s
+
+
+def no_verdict_why(request: str, lateness: Lateness) -> str:
+    """The words of a deadline that gave no verdict: ``"GET /health: no verdict:
+    inferactors' event loop ran 840 ms late (the supervisor is overloaded; the server may
+    be fine)"``."""
+    return (
+        f"{request}: no verdict: {lateness.describe()} "
+        "(the supervisor is overloaded; the server may be fine)"
+    )
+
+
+class ConnectResult(enum.Enum):
+    """What one TCP connect did."""
+
+    ACCEPTED = "accepted"
+    REFUSED = "refused"
+    """Refused, unreachable network, or any other error: an answer."""
+    SILENT = "silent"
+    """No answer within its timeout."""
+
+
+class Reach(enum.Enum):
+    """What an exposure connect says about one address."""
+
+    REACHABLE = "reachable"
+    NOT_REACHABLE = "not reachable"
+    NO_VERDICT = "no verdict"
+
+
+def connect_reach(result: ConnectResult, lateness: Lateness, *, loopback: bool) -> Reach:
+    """What a connect to an address says (module notes): accepted is reachable whatever our
+    lateness; refused is not; silence is no verdict on ``loopback`` or when our loop was
+    late (`gives_no_verdict`), else not reachable. Silence is never reachable."""
+    match result:
+        case ConnectResult.ACCEPTED:
+            return Reach.REACHABLE
+        case ConnectResult.REFUSED:
+            return Reach.NOT_REACHABLE
+        case ConnectResult.SILENT:
+            if loopback or gives_no_verdict(lateness):
+                return Reach.NO_VERDICT
+            return Reach.NOT_REACHABLE
+
+
+def no_verdict_report(why: str, latency_s: float = 0.0) -> ServerReport:
+    """The report of a probe whose request (``/health``, or a model list after it) lost its
+    deadline to our own late loop: it says nothing about the server, neither up nor down,
+    and no "models problem" either (`ServerReport.no_verdict`); its health is `Unreachable`
+    with ``overloaded`` set, ``why`` the request's no-verdict words. The caller checks
+    again soon."""
+    return ServerReport(Unreachable(why, overloaded=True), latency_s=latency_s)
+
+
+@attrs.frozen
+class Overload:
+    """The supervisor is overloaded: since trio time ``since``; ``why`` is the first sign
+    (``"GET /health: no verdict: ..."`` or ``"event loop stalled 900 ms"``)."""
+
+    since: float
+    why: str
+
+
+@attrs.frozen
+class CaughtUp:
+    """The supervisor caught up at trio time ``at`` after ``lasted_s`` seconds overloaded;
+    ``no_verdicts`` deadlines gave no verdict meanwhile and the longest stall was
+    ``worst_stall_s``."""
+
+    at: float
+    lasted_s: float
+    no_verdicts: int
+    worst_stall_s: float
+
+
+@attrs.define
+class OverloadWatch:
+    """Whether the supervisor is overloaded now (see the module notes): a deadline that gave
+    no verdict, or a stall of the loop longer than `LATE_S`, starts an overload (reported
+    once); `CALM_S` without either ends it (reported once).
+
+    ``no_verdicts_total`` counts every deadline that gave no verdict, for the metric.
+    """
+
+    calm_s: float = CALM_S
+    current: Overload | None = None
+    last_sign_at: float = 0.0
+    no_verdicts: int = 0
+    no_verdicts_total: int = 0
+    worst_stall_s: float = 0.0
+
+    def lost_verdict(self, at: float, why: str) -> Overload | None:
+        """A deadline gave no verdict at ``at``; the new `Overload` when this starts one."""
+        self.no_verdicts += 1
+        self.no_verdicts_total += 1
+        return self._sign(at, why)
+
+    def stalled(self, at: float, stall_s: float) -> Overload | None:
+        """The loop did not run for ``stall_s`` seconds, up to ``at``; the new `Overload`
+        when this starts one (a stall up to `LATE_S` is no sign)."""
+        if stall_s <= LATE_S:
+            return None
+        self.worst_stall_s = max(self.worst_stall_s, stall_s)
+        return self._sign(at, f"event loop stalled {stall_s * 1000:.0f} ms")
+
+    def calm(self, at: float) -> CaughtUp | None:
+        """`CaughtUp` when an overload ends at ``at`` (`calm_s` since its last sign)."""
+        current = self.current
+        if current is None or at - self.last_sign_at < self.calm_s:
+            return None
+        done = CaughtUp(at, at - current.since, self.no_verdicts, self.worst_stall_s)
+        self.current, self.no_verdicts, self.worst_stall_s = None, 0, 0.0
+        return done
+
+    def calm_at(self) -> float | None:
+        """When the current overload ends if no further sign comes (None: not overloaded)."""
+        return None if self.current is None else self.last_sign_at + self.calm_s
+
+    def _sign(self, at: float, why: str) -> Overload | None:
+        self.last_sign_at = max(self.last_sign_at, at)
+        if self.current is not None:
+            return None
+        self.current = Overload(at, why)
+        return self.current

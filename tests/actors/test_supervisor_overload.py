@@ -1,0 +1,92 @@
+"""The supervisor's own overload, reported as its state, never as a server's
+(``_policy/lateness.py``): a really blocked loop (a synchronous sleep, nothing mocked) is
+one `SupervisorOverloaded` event, the runtime's `supervisor_status` says so while it lasts,
+and one `SupervisorCaughtUp` follows a calm period; the adopted server it probes stays
+Running. Admission's probe that our stall made late is made again, not read as a refusal.
+
+Real time, a real loopback server (``edges.hostile_server_support``), adopted mode.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import trio
+
+from edges.hostile_server_support import Reply, hostile_server
+from inferactors import (
+    InferConfig,
+    InferenceSpec,
+    InferFlavor,
+    InstanceState,
+    ServeArgs,
+    StateChanged,
+    SupervisorCaughtUp,
+    SupervisorOverloaded,
+    SupervisorStatus,
+    open_runtime,
+)
+from inferactors._edges.loop_lag import loop_lag
+from inferactors._policy.lateness import LATE_S
+
+MODELS = b'{"object": "list", "data": [{"id": "tiny"}]}'
+BLOCK_S = 0.3 + LATE_S + 0.4
+
+
+async def _starve(seconds: float, *, after_s: float = 0.0) -> None:
+    await trio.sleep(after_s)
+    time.sleep(seconds)  # noqa: ASYNC251 (the point: the loop is starved meanwhile)
+
+
+def _spec(port: int) -> InferenceSpec:
+    return InferenceSpec(
+        role="chat", runtime=InferFlavor.LLAMACPP, model="tiny", serve=ServeArgs(port=port)
+    )
+
+
+async def test_a_stalled_loop_is_one_overload_of_the_supervisor_then_one_catching_up() -> None:
+    replies = {"/health": Reply(body=b"{}"), "/v1/models": Reply(body=MODELS)}
+    config = InferConfig.adopted(InferFlavor.LLAMACPP, probe_timeout_s=0.3)
+    async with hostile_server(replies) as server, open_runtime(config) as runtime:
+        handle = await runtime.load(_spec(server.port))
+        await runtime.start(handle)
+        with trio.fail_after(10):
+            await runtime.wait_state(handle, InstanceState.RUNNING)
+        loop_lag().watch.calm_s = 1.0
+        events = await runtime.subscribe()
+        with events:
+            await _starve(BLOCK_S)
+            with trio.fail_after(10):
+                overloaded = await events.receive()
+            assert isinstance(overloaded, SupervisorOverloaded), overloaded
+            status = await runtime.supervisor_status()
+            assert status == SupervisorStatus(True, overloaded.since, overloaded.why)
+            await _starve(BLOCK_S)  # still overloaded: not reported again
+            seen = []
+            with trio.fail_after(10):
+                async for event in events:
+                    seen.append(event)
+                    if isinstance(event, SupervisorCaughtUp):
+                        break
+        assert not any(isinstance(event, SupervisorOverloaded) for event in seen)
+        assert seen[-1].worst_stall_s >= BLOCK_S - 0.05  # type: ignore[union-attr]
+        assert await runtime.supervisor_status() == SupervisorStatus()
+        changes = [e for e in seen if isinstance(e, StateChanged)]
+        assert changes == [], changes  # the server was never judged on our lateness
+        assert (await runtime.status(handle)).state is InstanceState.RUNNING
+
+
+async def test_an_admission_probe_made_late_by_a_stall_is_made_again() -> None:
+    slow_health = Reply(body=b'{"status": "ok"}', chunk=4, pause_s=0.05)  # in flight
+    replies = {"/health": slow_health, "/v1/models": Reply(body=MODELS)}
+    config = InferConfig.adopted(InferFlavor.LLAMACPP, probe_timeout_s=0.5)
+    async with (
+        hostile_server(replies) as server,
+        open_runtime(config) as runtime,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(functools.partial(_starve, 0.5 + LATE_S + 0.3, after_s=0.03))
+        handle = await runtime.load(_spec(server.port))  # not refused
+        assert handle.instance_id
+    assert server.requests.count("GET /health") >= 2  # the late one, then a verdict
