@@ -99,8 +99,7 @@ async def reach_on(
 
     Tries every address at once (one task each), each connect bounded by ``timeout_s``
     (float seconds, default 0.3), so the whole check takes at most about ``timeout_s``.
-    Silence is never reachable (`netcheck.connect_reach`). Source: seed-behaviour.md
-    section 4, ``reachable_beyond_loopback``.
+    Silence is never reachable (`netcheck.connect_reach`).
     """
     targets = tuple(dict.fromkeys(addresses))
     said: dict[str, Reach] = {}

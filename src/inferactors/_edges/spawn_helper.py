@@ -29,7 +29,7 @@ CHILD_RLIMITS: tuple[tuple[str, int], ...] = (
     ("RLIMIT_NOFILE", 4096),
     ("RLIMIT_FSIZE", 1 << 44),
 )
-"""Resource limits set in the child, by `resource` name (seed-behaviour.md section 4)."""
+"""Resource limits set in the child, by `resource` name (``spawn.py`` says why each)."""
 
 
 def child_plan(
