@@ -49,11 +49,12 @@ from .._errors import (
     shown,
 )
 from .._flavor import ModelFormat
-from .hashing import Blake3Hasher, CheckFailure, FileHasher, FileStamp, ProgressFn, scan_model
+from .hashing import Blake3Hasher, CheckFailure, FileHasher, FileStamp, ProgressFn
 from .manifest import ModelManifest, ModelSource, ResolvedModel
 from .manifest_io import check_manifest, check_model_name, registry_to_text
 from .pinning import PinnedModel, open_and_check
 from .registry_file import file_lock, read_registry, registry_stamp, write_atomic
+from .scan import scan_model
 from .verified_record import RACY_MARGIN_S, VerifiedRecord
 
 __all__ = ["ModelCheck", "ModelRegistry"]
@@ -139,7 +140,7 @@ class ModelRegistry:
         ``path`` is one ``.gguf`` file or a model directory: top-level ``*.safetensors,
         *.gguf, *.bin, *.pt, *.pth, *.npz, *.ckpt`` are shards, ``*.json, *.model,
         *.tiktoken, *.txt, *.jinja`` tokenizer files; ``format`` overrides the detected format
-        (see `_hashing.scan_model`). Nothing is copied; the file is saved atomically.
+        (see `scan.scan_model`). Nothing is copied; the file is saved atomically.
 
         Returns:
             The manifest as stored.
