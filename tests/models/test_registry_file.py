@@ -16,7 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inferactors import BackendError, InvalidConfig, ModelFormat, UnknownModel
-from inferactors._models.manifest import ModelFile, ModelManifest, ModelSource
+from inferactors._models.manifest import (
+    SIGNED_ALGORITHMS,
+    ModelFile,
+    ModelManifest,
+    ModelSignature,
+    ModelSource,
+)
 from inferactors._models.manifest_io import (
     REGISTRY_SCHEMA,
     manifest_from_json,
@@ -226,7 +232,14 @@ def _manifests(draw: st.DrawFn) -> ModelManifest:
     )
     shards = tuple(sorted(files[:split], key=lambda f: f.path))
     tokenizer = tuple(sorted(files[split:], key=lambda f: f.path))
-    return ModelManifest(draw(_names), fmt, "/models/" + draw(_names), shards, tokenizer, source)
+    signature = None
+    if draw(st.booleans()):
+        file = ModelFile("signatures/model.sig", draw(st.integers(0, 2**20)), draw(_digests))
+        algorithm = draw(st.sampled_from(SIGNED_ALGORITHMS))
+        signer = "key sha256:" + draw(_digests)
+        signature = ModelSignature(file, algorithm, draw(_names), signer)
+    root = "/models/" + draw(_names)
+    return ModelManifest(draw(_names), fmt, root, shards, tokenizer, source, signature)
 
 
 @settings(max_examples=60)

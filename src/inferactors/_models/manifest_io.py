@@ -41,9 +41,7 @@ MAX_SHARDS = 255
 _NAME_RE = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._+:-]{{0,{MAX_NAME_CHARS - 1}}}")
 _HEX64_RE = re.compile(r"[0-9a-f]{64}")
 _TAG_RE = re.compile(r"[^\s\x00-\x1f\x7f]{1,256}")
-_MANIFEST_KEYS = frozenset(
-    {"name", "format", "root", "shards", "tokenizer", "source", "signature"}
-)
+_MANIFEST_KEYS = frozenset({"name", "format", "root", "shards", "tokenizer", "source", "signature"})
 _FILE_KEYS = frozenset({"path", "size", "blake3"})
 _SIGNATURE_KEYS = _FILE_KEYS | {"algorithm", "anchor", "signer"}
 _ANCHOR_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+:-]{0,63}")

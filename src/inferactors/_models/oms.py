@@ -240,7 +240,7 @@ def _by_key(signature: Signature, claimed: str, anchors: TrustAnchors) -> Signed
     match = next((a for a in keys if key_identity(a.pem) == claimed), None)
     if match is None:
         raise BadSignature(
-            f"signed by {_short(claimed)}: none of the trust anchors "
+            f"signed by {short_signer(claimed)}: none of the trust anchors "
             f"({anchors.described()}) holds that key"
         )
     return _verified(lambda: key_module.Verifier(_contents(match.pem)), signature, match, claimed)
@@ -274,7 +274,8 @@ def _verified(
     try:
         manifest = make().verify(signature)
     except Exception as error:  # cryptography's InvalidSignature, OpenSSL's chain errors, ...
-        raise BadSignature(f"signed by {_short(claimed)}: does not verify: {_why(error)}") from None
+        why = _why(error)
+        raise BadSignature(f"signed by {short_signer(claimed)}: invalid ({why})") from None
     serialization = manifest.serialization_type
     if serialization.get("method") != "files":
         raise BadSignature(
@@ -290,8 +291,9 @@ def _verified(
     return SignedFiles(anchor.name, claimed, str(algorithm), files)
 
 
-def _short(signer: str) -> str:
-    """A key identity cut to 16 hex digits for messages (``key sha256:74e77a506e308a1f...``)."""
+def short_signer(signer: str) -> str:
+    """A key identity cut to 16 hex digits for messages (``key sha256:74e77a506e308a1f...``);
+    a certificate's subject as it is."""
     return signer[:27] + "..." if signer.startswith("key sha256:") else signer
 
 

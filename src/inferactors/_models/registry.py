@@ -21,6 +21,13 @@ Checks (source: seed-behaviour.md section 6, "Registry"):
 - Every check opens the files beneath the root without following links out of it and checks
   the open descriptors (``pinning.py``); `ModelRegistry.pin` returns those descriptors open,
   so a spawn hands the server the very bytes that were verified (``design/pinning.md``).
+- A model registered with a detached OpenSSF Model Signing signature has it verified against
+  the registry's trust anchors whenever one of its files is hashed in full, and a signature
+  that no longer verifies is refused like a changed byte (``signature_check.py``). A load
+  may also require the model to be signed by one of some anchors (`resolve`'s
+  ``signed_by``); the requirement then holds for every later check of that name in this
+  registry object, so a spawn of a model swapped for an unsigned one is refused too
+  (``design/signing.md``).
 
 All I/O here is synchronous; async callers run it in a thread (``trio.to_thread.run_sync``).
 A registry object may be shared by threads: checks of one model are serialised, and updates
@@ -34,7 +41,7 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -49,12 +56,16 @@ from .._errors import (
     shown,
 )
 from .._flavor import ModelFormat
+from .anchors import TrustAnchors
 from .hashing import Blake3Hasher, CheckFailure, FileHasher, FileStamp, ProgressFn
 from .manifest import ModelManifest, ModelSource, ResolvedModel
 from .manifest_io import check_manifest, check_model_name, registry_to_text
 from .pinning import PinnedModel, open_and_check
 from .registry_file import file_lock, read_registry, registry_stamp, write_atomic
 from .scan import scan_model
+from .signature_check import SignatureCheck
+from .signed_add import scan_signed
+from .signing_rules import SigningRules
 from .verified_record import RACY_MARGIN_S, VerifiedRecord
 
 __all__ = ["ModelCheck", "ModelRegistry"]
@@ -72,6 +83,7 @@ class ModelCheck(NamedTuple):
 class _ModelState:
     """Check state of one manifest, guarded by its own lock."""
 
+    signing: SignatureCheck
     lock: threading.Lock = attrs.field(factory=threading.Lock)
     refused: str | None = None
     stamps: dict[str, FileStamp] = attrs.field(factory=dict)
@@ -91,6 +103,7 @@ class ModelRegistry:
     _states: dict[ModelManifest, _ModelState] = attrs.field(factory=dict)
     _lock: threading.RLock = attrs.field(factory=threading.RLock)
     _record: VerifiedRecord | None = None
+    _rules: SigningRules = attrs.field(factory=SigningRules)
 
     @classmethod
     def open(
@@ -99,12 +112,14 @@ class ModelRegistry:
         *,
         hasher: FileHasher | None = None,
         racy_margin_s: float = RACY_MARGIN_S,
+        anchors: TrustAnchors | None = None,
     ) -> ModelRegistry:
         """Open the registry file at ``path``; a missing file is an empty registry.
 
         Files verified by a full hash are recorded in ``<path>.verified``, so a later
         registry object on the same file need not hash them again (module docstring); a
         file changed less than ``racy_margin_s`` seconds before its check is not recorded.
+        Signatures are verified against ``anchors`` (none: a signed model fails its check).
 
         Raises:
             InvalidConfig: the file is malformed; the message names the file and the field,
@@ -112,19 +127,28 @@ class ModelRegistry:
             BackendError: the file exists but cannot be read.
         """
         record = VerifiedRecord.beside(path, racy_margin_s=racy_margin_s)
-        registry = cls(path=path, hasher=hasher or Blake3Hasher(), record=record)
+        rules = SigningRules(anchors or TrustAnchors())
+        registry = cls(path=path, hasher=hasher or Blake3Hasher(), record=record, rules=rules)
         registry._refresh()
         return registry
 
     @classmethod
-    def in_memory(cls, *, hasher: FileHasher | None = None) -> ModelRegistry:
+    def in_memory(
+        cls, *, hasher: FileHasher | None = None, anchors: TrustAnchors | None = None
+    ) -> ModelRegistry:
         """An empty registry that lives only in this object (tests, embedding)."""
-        return cls(path=None, hasher=hasher or Blake3Hasher())
+        rules = SigningRules(anchors or TrustAnchors())
+        return cls(path=None, hasher=hasher or Blake3Hasher(), rules=rules)
 
     @property
     def path(self) -> Path | None:
         """The registry file, or None for an in-memory registry."""
         return self._path
+
+    @property
+    def anchors(self) -> TrustAnchors:
+        """The trust anchors signatures are verified against."""
+        return self._rules.anchors
 
     def add(
         self,
@@ -134,6 +158,7 @@ class ModelRegistry:
         source: ModelSource | None = None,
         format: ModelFormat | None = None,  # shadows the builtin: the manifest's field name
         on_progress: ProgressFn | None = None,
+        signature: Path | None = None,
     ) -> ModelManifest:
         """Register the model at ``path`` under ``name``, hashing its files in place.
 
@@ -141,25 +166,53 @@ class ModelRegistry:
         *.gguf, *.bin, *.pt, *.pth, *.npz, *.ckpt`` are shards, ``*.json, *.model,
         *.tiktoken, *.txt, *.jinja`` tokenizer files; ``format`` overrides the detected format
         (see `scan.scan_model`). Nothing is copied; the file is saved atomically.
+        With ``signature`` (a detached OMS signature beneath the model's root), it is
+        verified against the trust anchors and must sign exactly the files pinned
+        (`signed_add.scan_signed`); the manifest records it and who signed it.
 
         Returns:
             The manifest as stored.
 
         Raises:
             InvalidConfig: ``name`` is not a plain token or is already registered, ``path`` is
-                missing or holds no weights, ``format`` does not fit the files, or the registry
-                file is malformed (it is left untouched).
+                missing or holds no weights, ``format`` does not fit the files, the signature
+                does not verify or sign exactly those files (``signature: model.sig: ...``),
+                or the registry file is malformed (it is left untouched).
+            Unsupported: ``signature`` is given and the ``signing`` extra is not installed.
             BackendError: a model file cannot be read or the registry cannot be saved.
         """
         check_model_name(name)
         _refuse_taken(self._current(), name)
         try:
-            scanned = scan_model(
-                path, name=name, fmt=format, hasher=self._hasher, on_progress=on_progress
-            )
+            if signature is None:
+                scanned = scan_model(
+                    path, name=name, fmt=format, hasher=self._hasher, on_progress=on_progress
+                )
+            else:
+                scanned = scan_signed(
+                    path,
+                    name=name,
+                    fmt=format,
+                    hasher=self._hasher,
+                    signature=signature,
+                    anchors=self.anchors,
+                    on_progress=on_progress,
+                )
         except OSError as error:
             raise BackendError(f"path: cannot read {error.filename}: {error.strerror}") from error
         manifest = check_manifest(attrs.evolve(scanned, source=source or ModelSource()))
+        self._update(lambda models: _insert(models, manifest))
+        return manifest
+
+    def add_manifest(self, manifest: ModelManifest) -> ModelManifest:
+        """Register a manifest made elsewhere (an import that hashed the files itself),
+        checked by the rules of the registry file.
+
+        Raises:
+            InvalidConfig: a bad manifest or a name already registered.
+            BackendError: the registry cannot be saved.
+        """
+        manifest = check_manifest(manifest)
         self._update(lambda models: _insert(models, manifest))
         return manifest
 
@@ -211,24 +264,43 @@ class ModelRegistry:
         manifest = self._current().get(name)
         return manifest if manifest is not None else _unknown(name)
 
-    def resolve(self, name: str, *, on_progress: ProgressFn | None = None) -> ResolvedModel:
+    def resolve(
+        self,
+        name: str,
+        *,
+        on_progress: ProgressFn | None = None,
+        signed_by: Sequence[str] = (),
+    ) -> ResolvedModel:
         """Check the model's files and return their absolute paths, ready to launch.
 
         A file is re-hashed unless its stat is the one it had when it last passed, here or
         in the registry file's record (see the module docstring); a refused model is always
         re-hashed in full. ``root`` is the registered root with its symlinks resolved and
         every path is ``root / relative path``; an ollama model has ``root == Path()`` and no
-        files.
+        files. With ``signed_by`` (trust anchor names), the model must carry a signature that
+        one of them verifies; the requirement is kept for every later check of ``name``.
 
         Raises:
             UnknownModel: no model has that name.
+            InvalidConfig: ``signed_by`` names an anchor the registry does not have.
             ModelNotReady: ``"model tiny is not ready: shard tiny.gguf: BLAKE3 differs ..."``
-                for a missing, resized, tampered or escaping file (`PinMismatch` for the last
-                three).
+                for a missing, resized, tampered or escaping file, a signature that does not
+                verify, or one not made by a required anchor (``"... signed by none of ops,
+                corp: unsigned"``); `PinMismatch` for all but a missing file.
         """
         manifest = self.get(name)
+        if signed_by:
+            self._rules.require(name, signed_by)
         self.pin(manifest, on_progress=on_progress).close()
-        return _resolved(manifest)
+        return attrs.evolve(_resolved(manifest), signed_by=self.signed_by(manifest))
+
+    def signed_by(self, manifest: ModelManifest) -> str | None:
+        """Who signed ``manifest``: ``"ops: key sha256:74e77a506e308a1f..."`` as its last
+        verification here found, else as registered; None when it carries no signature."""
+        with self._lock:
+            state = self._states.get(manifest)
+        verified = state.signing.verified if state is not None else None
+        return self._rules.describe(manifest, verified)
 
     def pin(self, manifest: ModelManifest, *, on_progress: ProgressFn | None = None) -> PinnedModel:
         """Check ``manifest``'s files as `resolve` does and return their descriptors, open.
@@ -275,7 +347,9 @@ class ModelRegistry:
         """Full (every file hashed, no stamp or record trusted) when forced or for a
         manifest refused (sticky). On success the caller owns the open descriptors."""
         with self._lock:
-            state = self._states.setdefault(manifest, _ModelState())
+            state = self._states.get(manifest)
+            if state is None:
+                state = self._states[manifest] = _ModelState(SignatureCheck(self.anchors))
         with state.lock:
             full = force_full or state.refused is not None
             result = open_and_check(
@@ -285,7 +359,10 @@ class ModelRegistry:
                 hasher=self._hasher,
                 record=self._record,
                 on_progress=on_progress,
+                signing=state.signing,
             )
+            if isinstance(result, PinnedModel):
+                result = self._rules.check(result, state.signing.verified)
             if isinstance(result, PinnedModel):
                 state.refused = None
             elif result.sticky:

@@ -63,7 +63,7 @@ def scan_model(
     if path.is_dir():
         root = Path(os.path.abspath(path))
         shards, tokenizer = _list_model_dir(root)
-        tokenizer = sorted(set(tokenizer) | _included(root, include))
+        tokenizer = sorted((set(tokenizer) | _included(root, include)) - set(shards))
     elif path.is_file():
         if path.suffix.lower() != ".gguf":
             raise InvalidConfig(f"path: {path} is not a .gguf file; register its directory")

@@ -145,9 +145,7 @@ def compare_signed(
     """
     signature = manifest.signature
     if signature is not None and signed.algorithm != signature.algorithm:
-        return (
-            f"signs {signed.algorithm} digests, but {signature.algorithm} ones were registered"
-        )
+        return f"signs {signed.algorithm} digests, but {signature.algorithm} ones were registered"
     files = {f.path: f for f in model_files(manifest)}
     names = dict(signed.files)
     if set(names) == {SINGLE_FILE} and len(files) == 1:
