@@ -144,7 +144,7 @@ def _no_shards(doc: dict[str, object]) -> None:
         (_extra_key, "$.models[0].envelope: unknown key"),
         (_bad_signature, "$.models[0].signature: expected an object, got a string"),
         (_signature_without_signer, "$.models[0].signature.signer: missing"),
-        (_signature_is_a_shard, "$.models[0].signature.path: 'tiny.gguf' is also a pinned model file"),
+        (_signature_is_a_shard, "$.models[0].signature.path: 'tiny.gguf' is also a pinned"),
         (_signature_bad_algorithm, "$.models[0].signature.algorithm: 'md5' is not one of"),
         (_escaping_path, "$.models[1].shards[0].path: '../x.gguf' must be a relative path"),
         (_relative_root, "$.models[0].root: expected an absolute directory, got 'models'"),

@@ -63,7 +63,8 @@ def test_an_mlx_folder_signed_with_blake3_pins_every_signed_file(
         "tokenizer.json",
         "tokenizer_config.json",
     ]
-    assert manifest.signature is not None and manifest.signature.algorithm == "blake3"
+    assert manifest.signature is not None
+    assert manifest.signature.algorithm == "blake3"
     registry.resolve("tiny-mlx")
 
 
@@ -95,7 +96,7 @@ def test_a_signed_manifest_missing_a_shard_is_refused(
     aside.rename(mlx_copy / "model-00002-of-00002.safetensors")
     registry = ModelRegistry.open(registry_path, anchors=key_anchors(ops=ops.public))
 
-    with pytest.raises(InvalidConfig, match="model-00002-of-00002.safetensors is pinned but not"):
+    with pytest.raises(InvalidConfig, match=r"model-00002-of-00002\.safetensors is pinned but not"):
         registry.add(mlx_copy, name="tiny-mlx", signature=signature)
     assert registry.list() == ()
 
@@ -202,7 +203,7 @@ def test_a_replaced_signature_file_is_a_changed_pin(
 
     oms_sign(gguf_copy, signature, ops.private, algorithm="blake3")  # valid, but not the pin
 
-    with pytest.raises(PinMismatch, match="signature model.sig: BLAKE3 differs"):
+    with pytest.raises(PinMismatch, match=r"signature model\.sig: BLAKE3 differs"):
         registry.resolve("tiny")
 
 
@@ -217,4 +218,5 @@ def test_a_second_signer_key_is_a_second_anchor(
         gguf_copy, name="tiny", signature=signature
     )
 
-    assert manifest.signature is not None and manifest.signature.anchor == "backup"
+    assert manifest.signature is not None
+    assert manifest.signature.anchor == "backup"
