@@ -230,6 +230,8 @@ def _read_bundle(data: bytes) -> Signature:
         return cast("Signature", pb.Signature.read(cast(Path, _Contents(text))))
     except NotJson as error:
         raise BadSignature(f"not JSON: {error}") from None
+    except InvalidConfig as error:  # depth, duplicate keys, huge integers
+        raise BadSignature(f"refused JSON: {error}") from None
     except Exception as error:  # the package's parser: KeyError, pydantic errors, ...
         raise BadSignature(f"not a sigstore bundle: {_why(error)}") from None
 
@@ -298,8 +300,9 @@ def short_signer(signer: str) -> str:
 
 
 def _why(error: Exception) -> str:
-    text = str(error) or type(error).__name__
-    return cut(text.splitlines()[0] if text.strip() else type(error).__name__, 300)
+    """The error's first three lines, joined (pydantic says what failed on the next two)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return cut("; ".join(lines[:3]) or type(error).__name__, 300)
 
 
 def _import(what: str, *names: str) -> tuple[Any, ...]:
