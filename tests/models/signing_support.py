@@ -118,7 +118,7 @@ def _certificate(
 
 
 def _hashing(algorithm: str, *, ignore: list[str], symlinks: bool) -> model_signing.hashing.Config:
-    config = model_signing.hashing.Config().use_file_serialization(
+    config = model_signing.hashing.Config().use_file_serialization(  # type: ignore[no-untyped-call]
         hashing_algorithm=algorithm,  # type: ignore[arg-type]  # checked by the package
         allow_symlinks=symlinks,
     )
@@ -136,7 +136,8 @@ def oms_sign(
     """Sign ``model`` with the ``model-signing`` package and a bare key (its default digest,
     SHA-256, unless ``algorithm`` says otherwise); the signature itself is left out."""
     ignore = [signature.name] if model.is_dir() and signature.parent == model else []
-    config = model_signing.signing.Config().use_elliptic_key_signer(private_key=key)
+    config = model_signing.signing.Config()  # type: ignore[no-untyped-call]
+    config.use_elliptic_key_signer(private_key=key)
     config.set_hashing_config(_hashing(algorithm, ignore=ignore, symlinks=symlinks))
     config.sign(model, signature)
     return signature
@@ -148,7 +149,8 @@ def oms_sign_certificate(
     """Sign ``model`` with the ``model-signing`` package and a certificate, the bundle
     carrying the leaf and its root."""
     ignore = [signature.name] if model.is_dir() and signature.parent == model else []
-    config = model_signing.signing.Config().use_certificate_signer(
+    config = model_signing.signing.Config()  # type: ignore[no-untyped-call]
+    config.use_certificate_signer(
         private_key=signer.key,
         signing_certificate=signer.certificate,
         certificate_chain=[signer.root],
@@ -160,7 +162,8 @@ def oms_sign_certificate(
 
 def oms_verify(model: Path, signature: Path, public_key: Path) -> None:
     """Verify with the ``model-signing`` package's own public API (raises ValueError)."""
-    config = model_signing.verifying.Config().use_elliptic_key_verifier(public_key=public_key)
+    config = model_signing.verifying.Config()  # type: ignore[no-untyped-call]
+    config.use_elliptic_key_verifier(public_key=public_key)
     config.verify(model, signature)
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -245,7 +246,8 @@ def _by_key(signature: Signature, claimed: str, anchors: TrustAnchors) -> Signed
             f"signed by {short_signer(claimed)}: none of the trust anchors "
             f"({anchors.described()}) holds that key"
         )
-    return _verified(lambda: key_module.Verifier(_contents(match.pem)), signature, match, claimed)
+    make = partial(key_module.Verifier, _contents(match.pem))
+    return _verified(make, signature, match, claimed)
 
 
 def _by_certificate(signature: Signature, claimed: str, anchors: TrustAnchors) -> SignedFiles:
@@ -254,12 +256,8 @@ def _by_certificate(signature: Signature, claimed: str, anchors: TrustAnchors) -
     reasons = []
     for anchor in roots:
         try:
-            return _verified(
-                lambda a=anchor: cert_module.Verifier([_contents(a.pem)]),
-                signature,
-                anchor,
-                claimed,
-            )
+            make = partial(cert_module.Verifier, [_contents(anchor.pem)])
+            return _verified(make, signature, anchor, claimed)
         except BadSignature as error:
             reasons.append(f"{anchor.name}: {error}")
     if not roots:

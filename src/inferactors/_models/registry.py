@@ -60,10 +60,10 @@ from .anchors import TrustAnchors
 from .hashing import Blake3Hasher, CheckFailure, FileHasher, FileStamp, ProgressFn
 from .manifest import ModelManifest, ModelSource, ResolvedModel
 from .manifest_io import check_manifest, check_model_name, registry_to_text
-from .pinning import PinnedModel, open_and_check
+from .model_checks import ModelChecks
+from .pinning import PinnedModel
 from .registry_file import file_lock, read_registry, registry_stamp, write_atomic
 from .scan import scan_model
-from .signature_check import SignatureCheck
 from .signed_add import scan_signed
 from .signing_rules import SigningRules
 from .verified_record import RACY_MARGIN_S, VerifiedRecord
@@ -80,16 +80,6 @@ class ModelCheck(NamedTuple):
 
 
 @attrs.define(eq=False)
-class _ModelState:
-    """Check state of one manifest, guarded by its own lock."""
-
-    signing: SignatureCheck
-    lock: threading.Lock = attrs.field(factory=threading.Lock)
-    refused: str | None = None
-    stamps: dict[str, FileStamp] = attrs.field(factory=dict)
-
-
-@attrs.define(eq=False)
 class ModelRegistry:
     """Named models pinned by size and BLAKE3 digest, optionally backed by a JSON file.
 
@@ -97,13 +87,10 @@ class ModelRegistry:
     """
 
     _path: Path | None
-    _hasher: FileHasher
+    _checks: ModelChecks
     _models: dict[str, ModelManifest] = attrs.field(factory=dict)
     _file_stamp: FileStamp | None = None
-    _states: dict[ModelManifest, _ModelState] = attrs.field(factory=dict)
     _lock: threading.RLock = attrs.field(factory=threading.RLock)
-    _record: VerifiedRecord | None = None
-    _rules: SigningRules = attrs.field(factory=SigningRules)
 
     @classmethod
     def open(
@@ -128,7 +115,7 @@ class ModelRegistry:
         """
         record = VerifiedRecord.beside(path, racy_margin_s=racy_margin_s)
         rules = SigningRules(anchors or TrustAnchors())
-        registry = cls(path=path, hasher=hasher or Blake3Hasher(), record=record, rules=rules)
+        registry = cls(path=path, checks=ModelChecks(hasher or Blake3Hasher(), rules, record))
         registry._refresh()
         return registry
 
@@ -138,7 +125,7 @@ class ModelRegistry:
     ) -> ModelRegistry:
         """An empty registry that lives only in this object (tests, embedding)."""
         rules = SigningRules(anchors or TrustAnchors())
-        return cls(path=None, hasher=hasher or Blake3Hasher(), rules=rules)
+        return cls(path=None, checks=ModelChecks(hasher or Blake3Hasher(), rules))
 
     @property
     def path(self) -> Path | None:
@@ -148,7 +135,7 @@ class ModelRegistry:
     @property
     def anchors(self) -> TrustAnchors:
         """The trust anchors signatures are verified against."""
-        return self._rules.anchors
+        return self._checks.rules.anchors
 
     def add(
         self,
@@ -186,14 +173,14 @@ class ModelRegistry:
         try:
             if signature is None:
                 scanned = scan_model(
-                    path, name=name, fmt=format, hasher=self._hasher, on_progress=on_progress
+                    path, name=name, fmt=format, hasher=self._checks.hasher, on_progress=on_progress
                 )
             else:
                 scanned = scan_signed(
                     path,
                     name=name,
                     fmt=format,
-                    hasher=self._hasher,
+                    hasher=self._checks.hasher,
                     signature=signature,
                     anchors=self.anchors,
                     on_progress=on_progress,
@@ -277,30 +264,37 @@ class ModelRegistry:
         in the registry file's record (see the module docstring); a refused model is always
         re-hashed in full. ``root`` is the registered root with its symlinks resolved and
         every path is ``root / relative path``; an ollama model has ``root == Path()`` and no
-        files. With ``signed_by`` (trust anchor names), the model must carry a signature that
-        one of them verifies; the requirement is kept for every later check of ``name``.
+        files. With ``signed_by`` (trust anchor names), the model must also carry a
+        signature that one of them verifies (checked, not recorded: `require_signed`).
 
         Raises:
             UnknownModel: no model has that name.
             InvalidConfig: ``signed_by`` names an anchor the registry does not have.
             ModelNotReady: ``"model tiny is not ready: shard tiny.gguf: BLAKE3 differs ..."``
                 for a missing, resized, tampered or escaping file, a signature that does not
-                verify, or one not made by a required anchor (``"... signed by none of ops,
-                corp: unsigned"``); `PinMismatch` for all but a missing file.
+                verify, or one not made by a required anchor (``"... not signed by any of
+                the trust anchors ops: unsigned (no signature registered)"``); `PinMismatch`
+                for all but a missing file.
         """
         manifest = self.get(name)
-        if signed_by:
-            self._rules.require(name, signed_by)
-        self.pin(manifest, on_progress=on_progress).close()
+        also = self._checks.rules.known(signed_by)
+        self._pin(manifest, on_progress, also).close()
         return attrs.evolve(_resolved(manifest), signed_by=self.signed_by(manifest))
+
+    def require_signed(self, name: str, signed_by: Sequence[str]) -> None:
+        """Record that model ``name`` must be signed by one of the anchors ``signed_by`` at
+        every later check in this registry object (a load does it once admitted), so a
+        spawn of an entry swapped since is refused (``signing_rules.py``).
+
+        Raises:
+            InvalidConfig: ``signed_by`` names an anchor the registry does not have.
+        """
+        self._checks.rules.require(name, signed_by)
 
     def signed_by(self, manifest: ModelManifest) -> str | None:
         """Who signed ``manifest``: ``"ops: key sha256:74e77a506e308a1f..."`` as its last
         verification here found, else as registered; None when it carries no signature."""
-        with self._lock:
-            state = self._states.get(manifest)
-        verified = state.signing.verified if state is not None else None
-        return self._rules.describe(manifest, verified)
+        return self._checks.signed_by(manifest)
 
     def pin(self, manifest: ModelManifest, *, on_progress: ProgressFn | None = None) -> PinnedModel:
         """Check ``manifest``'s files as `resolve` does and return their descriptors, open.
@@ -315,7 +309,12 @@ class ModelRegistry:
             PinMismatch: a file is resized, differs or resolves outside the root (tampered).
             ModelNotReady: a file or the root is missing or unreadable.
         """
-        result = self._check(manifest, force_full=False, on_progress=on_progress)
+        return self._pin(manifest, on_progress)
+
+    def _pin(
+        self, manifest: ModelManifest, on_progress: ProgressFn | None, also: tuple[str, ...] = ()
+    ) -> PinnedModel:
+        result = self._checks.check(manifest, force_full=False, on_progress=on_progress, also=also)
         if isinstance(result, CheckFailure):
             raise _refusal(manifest.name, result)
         return result
@@ -333,43 +332,13 @@ class ModelRegistry:
         manifests = [self.get(name)] if name is not None else builtins.list(self.list())
         checks = []
         for manifest in manifests:
-            result = self._check(manifest, force_full=True, on_progress=on_progress)
+            result = self._checks.check(manifest, force_full=True, on_progress=on_progress)
             if isinstance(result, CheckFailure):
                 checks.append(ModelCheck(manifest.name, False, result.reason))
             else:
                 result.close()
                 checks.append(ModelCheck(manifest.name, True, _ok_reason(manifest)))
         return checks
-
-    def _check(
-        self, manifest: ModelManifest, *, force_full: bool, on_progress: ProgressFn | None
-    ) -> PinnedModel | CheckFailure:
-        """Full (every file hashed, no stamp or record trusted) when forced or for a
-        manifest refused (sticky). On success the caller owns the open descriptors."""
-        with self._lock:
-            state = self._states.get(manifest)
-            if state is None:
-                state = self._states[manifest] = _ModelState(SignatureCheck(self.anchors))
-        with state.lock:
-            full = force_full or state.refused is not None
-            result = open_and_check(
-                manifest,
-                state.stamps,
-                full=full,
-                hasher=self._hasher,
-                record=self._record,
-                on_progress=on_progress,
-                signing=state.signing,
-            )
-            if isinstance(result, PinnedModel):
-                result = self._rules.check(result, state.signing.verified)
-            if isinstance(result, PinnedModel):
-                state.refused = None
-            elif result.sticky:
-                state.refused = result.reason
-            if self._record is not None:
-                self._record.save()
-        return result
 
     def _current(self) -> dict[str, ModelManifest]:
         with self._lock:

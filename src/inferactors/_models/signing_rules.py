@@ -1,10 +1,12 @@
 """Who must have signed a model: the trust anchors and the "signed by one of" requirements.
 
-A load that names anchors (a spec's ``signed_by``) requires its model to carry a signature
-verified by one of them. The registry keeps each requirement by model name for as long as
-it lives, and every check of that name must meet all of them: a spawn after the registry
-entry was swapped for an unsigned model, or one signed by another key, is refused like a
-changed byte (tampering), not only the load that stated it. Requirements are never
+A spec that names anchors (its ``signed_by``) requires its models to carry a signature
+verified by one of them: admission checks it (`ModelRegistry.resolve`'s ``signed_by``), and
+a load that succeeded records it (`ModelRegistry.require_signed`). The registry keeps each
+recorded requirement by model name for as long as it lives, and every check of that name
+must meet all of them: a spawn after the registry entry was swapped for an unsigned model,
+or one signed by another key, is refused like a changed byte (tampering), not only the load
+that stated it. Requirements are never
 dropped: an instance removed from the run file leaves its requirement behind, which can
 only refuse more, never less (one model required by two instances to be signed by two
 disjoint sets of anchors is refused for both).
@@ -33,31 +35,46 @@ class SigningRules:
     _required: dict[str, set[tuple[str, ...]]] = attrs.field(factory=dict)
     _lock: threading.Lock = attrs.field(factory=threading.Lock)
 
-    def require(self, name: str, signed_by: Sequence[str]) -> None:
-        """Require model ``name`` to be signed by one of the anchors ``signed_by``.
+    def known(self, signed_by: Sequence[str]) -> tuple[str, ...]:
+        """``signed_by``, sorted without repeats, once every name is a configured anchor.
 
         Raises:
-            InvalidConfig: ``signed_by: no trust anchor named 'x' (configured: ops)``.
+            InvalidConfig: ``signed_by[0]: no trust anchor named 'x' (configured: ops)``.
         """
-        known = self.anchors.names()
+        names = self.anchors.names()
         for index, anchor in enumerate(signed_by):
-            if anchor not in known:
+            if anchor not in names:
                 raise InvalidConfig(
                     f"signed_by[{index}]: no trust anchor named {shown(anchor)} "
                     f"(configured: {self.anchors.described()})"
                 )
-        with self._lock:
-            self._required.setdefault(name, set()).add(tuple(sorted(set(signed_by))))
+        return tuple(sorted(set(signed_by)))
+
+    def require(self, name: str, signed_by: Sequence[str]) -> None:
+        """Require every later check of model ``name`` to find it signed by one of the
+        anchors ``signed_by`` (nothing when it is empty).
+
+        Raises:
+            InvalidConfig: as `known`.
+        """
+        anchors = self.known(signed_by)
+        if anchors:
+            with self._lock:
+                self._required.setdefault(name, set()).add(anchors)
 
     def check(
-        self, pinned: PinnedModel, verified: SignedFiles | None
+        self, pinned: PinnedModel, verified: SignedFiles | None, only: tuple[str, ...] = ()
     ) -> PinnedModel | CheckFailure:
-        """``pinned`` when its model meets every requirement on its name, else a sticky
-        failure naming the signer found (or none) and the anchors expected (``pinned`` is
-        closed then). ``verified`` is what its signature's verification found, if any."""
+        """``pinned`` when its model meets every requirement recorded on its name (or, with
+        ``only``, that one requirement instead), else a sticky failure naming the signer
+        found (or none) and the anchors expected (``pinned`` is closed then). ``verified``
+        is what its signature's verification found, if any."""
         manifest = pinned.manifest
-        with self._lock:
-            required = sorted(self._required.get(manifest.name, ()))
+        if only:
+            required = [only]
+        else:
+            with self._lock:
+                required = sorted(self._required.get(manifest.name, ()))
         anchor = verified.anchor if verified is not None else None
         for anchors in required:
             if anchor not in anchors:
