@@ -12,7 +12,7 @@ import pytest
 
 from inferactors import InvalidConfig, ModelRegistry, PinMismatch
 from inferactors._flavor import ModelFormat
-from inferactors._models.oms import key_identity
+from inferactors._models.anchors import key_identity
 from models.registry_support import flip_byte
 from models.signing_support import (
     KeyPair,

@@ -85,7 +85,8 @@ async def _verified(
     spec: InferenceSpec, registry: ModelRegistry, field: str, name: str
 ) -> ResolvedModel:
     try:
-        model = await trio.to_thread.run_sync(registry.resolve, name)
+        resolve = partial(registry.resolve, name, signed_by=spec.signed_by)
+        model = await trio.to_thread.run_sync(resolve)
     except ModelError as error:
         raise AdmissionRefused(f"{field} {name}: {error}") from error
     check_format(spec.runtime, model)

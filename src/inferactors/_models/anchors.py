@@ -12,19 +12,24 @@ checked by parsing it, which needs the ``signing`` extra (``oms.py``).
 from __future__ import annotations
 
 import enum
+import hashlib
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import attrs
 
-from .._errors import InvalidConfig, shown
+from .._errors import InvalidConfig, Unsupported, shown
 from .._untrusted_file import read_capped
+
+SIGNING_EXTRA = "pip install 'inferactors[signing]'"
+"""How to install what signatures need."""
 
 MAX_ANCHOR_BYTES = 256 * 1024
 """The largest anchor file read (a PEM key is under 1 KiB, a certificate a few KiB)."""
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+:-]{0,63}")
+_CURVES = ("secp256r1", "secp384r1", "secp521r1")
 
 
 class AnchorKind(enum.Enum):
@@ -68,8 +73,6 @@ class TrustAnchors:
             Unsupported: the ``signing`` extra is not installed (the message says how to
                 install it).
         """
-        from .oms import check_anchor_pem
-
         anchors: list[TrustAnchor] = []
         for index, (name, kind, path) in enumerate(entries):
             field = f"{where}[{index}]"
@@ -117,3 +120,51 @@ def _read_pem(path: Path, where: str) -> bytes:
         raise InvalidConfig(f"{where}: {error}") from None
     except OSError as error:
         raise InvalidConfig(f"{where}: cannot read {path}: {error.strerror}") from None
+
+
+def missing_extra(what: str) -> Unsupported:
+    """The error for ``what`` needing the ``signing`` extra that is not installed."""
+    return Unsupported(f"{what} needs the signing extra (OpenSSF Model Signing): {SIGNING_EXTRA}")
+
+
+def check_anchor_pem(kind: AnchorKind, pem: bytes, where: str) -> None:
+    """Check that ``pem`` holds what an anchor of ``kind`` needs.
+
+    Raises:
+        InvalidConfig: ``"<where>: not a PEM public key"``, a key that is not elliptic-curve
+            P-256, P-384 or P-521, or no PEM certificate.
+        Unsupported: the ``signing`` extra is not installed.
+    """
+    try:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+    except ImportError:
+        raise missing_extra(f"{where.split(':')[0]}: a trust anchor") from None
+    if kind is AnchorKind.CERTIFICATE:
+        try:
+            x509.load_pem_x509_certificates(pem)
+        except ValueError:
+            raise InvalidConfig(f"{where}: holds no PEM certificate") from None
+        return
+    try:
+        key = serialization.load_pem_public_key(pem)
+    except (ValueError, TypeError):
+        raise InvalidConfig(f"{where}: not a PEM public key") from None
+    if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name not in _CURVES:
+        raise InvalidConfig(
+            f"{where}: not an elliptic-curve P-256, P-384 or P-521 public key "
+            "(the keys OpenSSF Model Signing signs with)"
+        )
+
+
+def key_identity(pem: bytes) -> str:
+    """``key sha256:<hex>``: the SHA-256 of the public key's PEM (SubjectPublicKeyInfo), the
+    hint an OMS bundle signed with that key carries."""
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_public_key(pem)
+    spki = key.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return f"key sha256:{hashlib.sha256(spki).hexdigest()}"

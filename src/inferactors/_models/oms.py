@@ -25,7 +25,6 @@ optional ``signing`` extra, imported on first use; without it every entry point 
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -33,24 +32,19 @@ from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
-from .._errors import InvalidConfig, Unsupported, cut
+from .._errors import InvalidConfig, cut
 from .._safe_json import NotJson, parse_json
-from .anchors import AnchorKind, TrustAnchor, TrustAnchors
+from .anchors import AnchorKind, TrustAnchor, TrustAnchors, key_identity, missing_extra
 from .manifest import SIGNED_ALGORITHMS
 
 if TYPE_CHECKING:
     from model_signing._signing.sign_sigstore_pb import Signature
-
-SIGNING_EXTRA = "pip install 'inferactors[signing]'"
-"""How to install what signatures need."""
 
 MAX_SIGNATURE_BYTES = 4 << 20
 """The largest signature file read: a bundle is about 1 KiB plus 150 bytes per signed file."""
 
 SINGLE_FILE = "."
 """The name OMS gives the one file of a model signed as a single file."""
-
-_CURVES = ("secp256r1", "secp384r1", "secp521r1")
 
 
 class BadSignature(Exception):
@@ -74,54 +68,6 @@ class SignedFiles:
     signer: str
     algorithm: str
     files: dict[str, str]
-
-
-def missing_extra(what: str) -> Unsupported:
-    """The error for ``what`` needing the ``signing`` extra that is not installed."""
-    return Unsupported(f"{what} needs the signing extra (OpenSSF Model Signing): {SIGNING_EXTRA}")
-
-
-def check_anchor_pem(kind: AnchorKind, pem: bytes, where: str) -> None:
-    """Check that ``pem`` holds what an anchor of ``kind`` needs.
-
-    Raises:
-        InvalidConfig: ``"<where>: not a PEM public key"``, a key that is not elliptic-curve
-            P-256, P-384 or P-521, or no PEM certificate.
-        Unsupported: the ``signing`` extra is not installed.
-    """
-    try:
-        from cryptography import x509
-        from cryptography.hazmat.primitives import serialization
-        from cryptography.hazmat.primitives.asymmetric import ec
-    except ImportError:
-        raise missing_extra(f"{where.split(':')[0]}: a trust anchor") from None
-    if kind is AnchorKind.CERTIFICATE:
-        try:
-            x509.load_pem_x509_certificates(pem)
-        except ValueError:
-            raise InvalidConfig(f"{where}: holds no PEM certificate") from None
-        return
-    try:
-        key = serialization.load_pem_public_key(pem)
-    except (ValueError, TypeError):
-        raise InvalidConfig(f"{where}: not a PEM public key") from None
-    if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name not in _CURVES:
-        raise InvalidConfig(
-            f"{where}: not an elliptic-curve P-256, P-384 or P-521 public key "
-            "(the keys OpenSSF Model Signing signs with)"
-        )
-
-
-def key_identity(pem: bytes) -> str:
-    """``key sha256:<hex>``: the SHA-256 of the public key's PEM (SubjectPublicKeyInfo), the
-    hint an OMS bundle signed with that key carries."""
-    from cryptography.hazmat.primitives import serialization
-
-    key = serialization.load_pem_public_key(pem)
-    spki = key.public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    return f"key sha256:{hashlib.sha256(spki).hexdigest()}"
 
 
 def verify_signature(data: bytes, anchors: TrustAnchors) -> SignedFiles:

@@ -21,13 +21,9 @@ Checks (source: seed-behaviour.md section 6, "Registry"):
 - Every check opens the files beneath the root without following links out of it and checks
   the open descriptors (``pinning.py``); `ModelRegistry.pin` returns those descriptors open,
   so a spawn hands the server the very bytes that were verified (``design/pinning.md``).
-- A model registered with a detached OpenSSF Model Signing signature has it verified against
-  the registry's trust anchors whenever one of its files is hashed in full, and a signature
-  that no longer verifies is refused like a changed byte (``signature_check.py``). A load
-  may also require the model to be signed by one of some anchors (`resolve`'s
-  ``signed_by``); the requirement then holds for every later check of that name in this
-  registry object, so a spawn of a model swapped for an unsigned one is refused too
-  (``design/signing.md``).
+- A detached OpenSSF Model Signing signature is verified against the trust anchors whenever
+  a file is hashed in full; one that no longer verifies is refused like a changed byte, and
+  so is a model not signed as a load required (``design/signing.md``).
 
 All I/O here is synchronous; async callers run it in a thread (``trio.to_thread.run_sync``).
 A registry object may be shared by threads: checks of one model are serialised, and updates

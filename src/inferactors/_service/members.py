@@ -64,6 +64,8 @@ class Member:
     """The state its last `StateChanged` announced (None before any)."""
     first_done: trio.Event = attrs.Factory(trio.Event)
     """Set once its first load and start returned (or were refused)."""
+    signed_by: str | None = None
+    """Who signed its model, read from the registry after each load (`signer_of`)."""
     _updated: trio.Event = attrs.Factory(trio.Event)
 
     @property
@@ -81,6 +83,7 @@ class Member:
             instance_id=None if self.handle is None else self.handle.instance_id,
             status=self.status,
             refused=self.refused,
+            signed_by=self.signed_by,
         )
 
     def standing(self) -> Standing:
@@ -152,6 +155,7 @@ async def _attempt(member: Member, keeper: Keeper) -> bool:
     entry, runtime = member.placement.entry, member.runtime
     try:
         member.handle = await runtime.load(entry.spec, entry.supervision)
+        member.signed_by = await trio.to_thread.run_sync(signer_of, runtime, entry.spec.model)
         keeper.index(member)
         await runtime.start(member.handle)
     except InferactorsError as error:
@@ -161,6 +165,18 @@ async def _attempt(member: Member, keeper: Keeper) -> bool:
     iid = member.handle.instance_id
     keeper.say(f"{iid}: started ({runtime.id})", instance=iid)
     return True
+
+
+def signer_of(runtime: InferRuntime, model: str | None) -> str | None:
+    """Who signed ``model`` as ``runtime``'s registry last verified it, or None (no
+    registry, no model, unsigned, or no longer registered). Blocking: a stat of the
+    registry file."""
+    if runtime.registry is None or model is None:
+        return None
+    try:
+        return runtime.registry.signed_by(runtime.registry.get(model))
+    except InferactorsError:
+        return None
 
 
 async def _refused(member: Member, keeper: Keeper, error: InferactorsError) -> None:

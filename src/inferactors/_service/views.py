@@ -23,6 +23,9 @@ class InstanceView:
         instance_id: the runtime's id for it, or None when it was refused at load.
         status: the last known status (cached from events; producing it does no I/O).
         refused: why it was refused at load or start, in words, else None.
+        signed_by: who signed its model, as the registry last verified it (the trust anchor
+            and the signer: ``"ops: key sha256:74e77a506e308a1f..."``), read at each load;
+            None for an unsigned model, an adopted server or before its first load.
     """
 
     name: str
@@ -31,6 +34,7 @@ class InstanceView:
     instance_id: str | None
     status: InstanceStatus
     refused: str | None = None
+    signed_by: str | None = None
 
 
 @attrs.frozen
