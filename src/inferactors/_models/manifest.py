@@ -95,3 +95,18 @@ class ResolvedModel:
     def ollama_tag(self) -> str:
         """The tag Ollama knows this model by: the manifest's ``ollama_tag`` or the name."""
         return self.source.ollama_tag or self.name
+
+
+def resolved_model(manifest: ModelManifest) -> ResolvedModel:
+    """``manifest`` as a `ResolvedModel`: absolute paths under its root, symlinks resolved
+    (an ollama model: ``Path()`` and no files). Reads the file system (``Path.resolve``)."""
+    ollama = manifest.format is ModelFormat.OLLAMA
+    root = Path() if ollama else Path(manifest.root).resolve()
+    return ResolvedModel(
+        name=manifest.name,
+        format=manifest.format,
+        root=root,
+        shards=tuple(root / f.path for f in manifest.shards),
+        tokenizer=tuple(root / f.path for f in manifest.tokenizer),
+        source=manifest.source,
+    )

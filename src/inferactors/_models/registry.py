@@ -54,7 +54,7 @@ from .._errors import (
 from .._flavor import ModelFormat
 from .anchors import TrustAnchors
 from .hashing import Blake3Hasher, CheckFailure, FileHasher, FileStamp, ProgressFn
-from .manifest import ModelManifest, ModelSource, ResolvedModel
+from .manifest import ModelManifest, ModelSource, ResolvedModel, resolved_model
 from .manifest_io import check_manifest, check_model_name, registry_to_text
 from .model_checks import ModelChecks
 from .pinning import PinnedModel
@@ -275,7 +275,7 @@ class ModelRegistry:
         manifest = self.get(name)
         also = self._checks.rules.known(signed_by)
         self._pin(manifest, on_progress, also).close()
-        return attrs.evolve(_resolved(manifest), signed_by=self.signed_by(manifest))
+        return attrs.evolve(resolved_model(manifest), signed_by=self.signed_by(manifest))
 
     def require_signed(self, name: str, signed_by: Sequence[str]) -> None:
         """Record that model ``name`` must be signed by one of the anchors ``signed_by`` at
@@ -376,19 +376,6 @@ def _refusal(name: str, failure: CheckFailure) -> ModelNotReady:
     if failure.sticky:
         return PinMismatch(message, name, failure.file, failure.reason)
     return ModelNotReady(message)
-
-
-def _resolved(manifest: ModelManifest) -> ResolvedModel:
-    ollama = manifest.format is ModelFormat.OLLAMA
-    root = Path() if ollama else Path(manifest.root).resolve()
-    return ResolvedModel(
-        name=manifest.name,
-        format=manifest.format,
-        root=root,
-        shards=tuple(root / f.path for f in manifest.shards),
-        tokenizer=tuple(root / f.path for f in manifest.tokenizer),
-        source=manifest.source,
-    )
 
 
 def _ok_reason(manifest: ModelManifest) -> str:
