@@ -333,7 +333,8 @@ class ModelRegistry:
                 checks.append(ModelCheck(manifest.name, False, result.reason))
             else:
                 result.close()
-                checks.append(ModelCheck(manifest.name, True, _ok_reason(manifest)))
+                reason = _ok_reason(manifest, self._checks.signed_by(manifest))
+                checks.append(ModelCheck(manifest.name, True, reason))
         return checks
 
     def _current(self) -> dict[str, ModelManifest]:
@@ -378,11 +379,12 @@ def _refusal(name: str, failure: CheckFailure) -> ModelNotReady:
     return ModelNotReady(message)
 
 
-def _ok_reason(manifest: ModelManifest) -> str:
+def _ok_reason(manifest: ModelManifest, signer: str | None) -> str:
     if manifest.format is ModelFormat.OLLAMA:
         return f"ollama tag {manifest.source.ollama_tag}: no files pinned (Ollama keeps them)"
     count = len(manifest.shards) + len(manifest.tokenizer)
-    return f"{count} file{'s' if count != 1 else ''} verified"
+    signed = f", signed by {signer}" if signer is not None else ""
+    return f"{count} file{'s' if count != 1 else ''} verified{signed}"
 
 
 def _unknown(name: str) -> ModelManifest:

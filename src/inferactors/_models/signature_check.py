@@ -112,7 +112,7 @@ class SignatureCheck:
 
     def _verify(self, manifest: ModelManifest, signature: ModelSignature, fd: int) -> str | None:
         if not self.anchors:
-            return "no trust anchor is configured to verify it (trust_anchors)"
+            return "no trust anchor is configured to verify it"
         if signature.file.size > MAX_SIGNATURE_BYTES:
             return f"larger than its limit of {MAX_SIGNATURE_BYTES >> 20} MiB"
         data = os.pread(fd, signature.file.size, 0)
