@@ -38,7 +38,7 @@ MAX_CONFIG_BYTES = 1 * MiB
 
 def import_llama_swap(args: argparse.Namespace) -> int:
     """``models import llama-swap CONFIG [--draft RUN_FILE]``."""
-    config: Path = args.config
+    config: Path = args.swap_config
 
     def run(registry: ModelRegistry) -> int:
         try:

@@ -48,7 +48,7 @@ def add_import_commands(
     swap = sources.add_parser(
         "llama-swap", parents=[common], help="a llama-swap config: models and drafted instances"
     )
-    swap.add_argument("config", type=Path, help="llama-swap's config.yaml")
+    swap.add_argument("swap_config", type=Path, metavar="CONFIG", help="llama-swap's config.yaml")
     swap.add_argument(
         "--draft", type=Path, default=Path("llama-swap.run.toml"), metavar="RUN_FILE",
         help="where to write the drafted run file (default: ./llama-swap.run.toml; never "

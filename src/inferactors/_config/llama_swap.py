@@ -35,6 +35,9 @@ DEFAULT_START_PORT = 5800
 MAX_MODELS = 512
 """The most models one config may hold."""
 
+MAX_MACRO_DEPTH = 16
+"""The deepest macros may be nested in one another."""
+
 _MACRO_NAME = re.compile(r"[A-Za-z0-9_-]{1,63}")
 _REFERENCE = re.compile(r"\$\{([^}]{1,80})\}")
 _RESERVED = frozenset({"PORT", "MODEL_ID"})
@@ -120,7 +123,9 @@ def _load(text: str) -> dict[str, Any]:
 def _macros(
     obj: object, where: str, env: Mapping[str, str], outer: Mapping[str, str]
 ) -> dict[str, str]:
-    """A macro table, each value substituted with the macros defined before it."""
+    """A macro table over ``outer`` (a model's own macros override the global ones), its
+    values as written: they are substituted when used, so ``${default_ctx}`` inside a
+    global macro takes a model's own ``default_ctx``."""
     if not isinstance(obj, dict):
         raise InvalidConfig(f"{where}: expected a mapping of names to values")
     macros = dict(outer)
@@ -129,18 +134,22 @@ def _macros(
             raise InvalidConfig(f"{where}: {shown(name)} is not a macro name")
         if not isinstance(value, str | int | float | bool):
             raise InvalidConfig(f"{where}.{name}: expected a string, number or boolean")
-        text = str(value).lower() if isinstance(value, bool) else str(value)
-        macros[name] = substitute(text, macros, env, f"{where}.{name}")
+        macros[name] = str(value).lower() if isinstance(value, bool) else str(value)
     return macros
 
 
-def substitute(text: str, macros: Mapping[str, str], env: Mapping[str, str], where: str) -> str:
-    """``text`` with ``${env.NAME}`` and ``${name}`` replaced (``PORT`` and ``MODEL_ID``
-    are left for the caller).
+def substitute(
+    text: str, macros: Mapping[str, str], env: Mapping[str, str], where: str, depth: int = 0
+) -> str:
+    """``text`` with ``${env.NAME}`` and ``${name}`` replaced, macros within macros too
+    (``PORT`` and ``MODEL_ID`` are left for the caller).
 
     Raises:
-        InvalidConfig: an unset environment variable or an unknown macro, naming ``where``.
+        InvalidConfig: an unset environment variable, an unknown macro, or macros nested
+            more than 16 deep (a cycle), naming ``where``.
     """
+    if depth > MAX_MACRO_DEPTH:
+        raise InvalidConfig(f"{where}: macros nested more than {MAX_MACRO_DEPTH} deep (a cycle?)")
 
     def one(match: re.Match[str]) -> str:
         name = match.group(1)
@@ -152,7 +161,7 @@ def substitute(text: str, macros: Mapping[str, str], env: Mapping[str, str], whe
             return match.group(0)
         if name not in macros:
             raise InvalidConfig(f"{where}: ${{{cut(name, 40)}}} is not a defined macro")
-        return macros[name]
+        return substitute(macros[name], macros, env, where, depth + 1)
 
     return _REFERENCE.sub(one, text)
 
