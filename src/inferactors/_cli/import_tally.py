@@ -18,6 +18,7 @@ from .._errors import InvalidConfig
 from .._models.manifest import ModelManifest
 from .._models.manifest_io import classify_file
 from .._models.registry import ModelRegistry
+from .._models.scan import gguf_root
 from .models_common import format_size
 
 _KINDS = ("registered", "already registered", "skipped")
@@ -88,8 +89,10 @@ def expected_files(path: Path) -> tuple[str, dict[str, int]] | None:
         if path.is_dir():
             shards = _top_level_shards(path)
             return os.path.abspath(path), {name: (path / name).stat().st_size for name in shards}
-        real = Path(os.path.realpath(path))
-        return str(real.parent), {real.name: real.stat().st_size}
+        root, name = gguf_root(path)
+        return str(root), {name: (root / name).stat().st_size}
+    except InvalidConfig:
+        return None
     except OSError:
         return None
 

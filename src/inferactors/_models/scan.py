@@ -67,8 +67,8 @@ def scan_model(
     elif path.is_file():
         if path.suffix.lower() != ".gguf":
             raise InvalidConfig(f"path: {path} is not a .gguf file; register its directory")
-        real = Path(os.path.realpath(path) if path.is_symlink() else os.path.abspath(path))
-        root, shards, tokenizer = real.parent, [real.name], []
+        root, file_name = gguf_root(path)
+        shards, tokenizer = [file_name], []
     else:
         raise InvalidConfig(f"path: {path} is not an existing file or directory")
     fmt = choose_format(shards, explicit=fmt, says_mlx=_says_mlx(root, shards, tokenizer))
@@ -79,6 +79,27 @@ def scan_model(
         shards=_hash_files(root, shards, hasher, on_progress, second),
         tokenizer=_hash_files(root, tokenizer, hasher, on_progress, second),
     )
+
+
+def gguf_root(path: Path) -> tuple[Path, str]:
+    """The root and pinned name of a single ``.gguf`` file: its own folder and name; for a
+    symbolic link, its target's (the link may move), except in a Hugging Face snapshot,
+    where the link itself is pinned (its target, ``blobs/<sha256>``, has no ``.gguf``
+    name) and must lead into the repository's ``blobs/``.
+
+    Raises:
+        InvalidConfig: a snapshot's link that leads elsewhere.
+    """
+    here = Path(os.path.abspath(path))
+    if not path.is_symlink():
+        return here.parent, here.name
+    if here.parent.parent.name == "snapshots":
+        real = Path(os.path.realpath(path))
+        if not any(real.is_relative_to(base) for base in allowed_bases(here.parent.resolve())):
+            raise InvalidConfig(f"path: {path.name} resolves to {real}, outside {here.parent}")
+        return here.parent, here.name
+    real = Path(os.path.realpath(path))
+    return real.parent, real.name
 
 
 @attrs.define

@@ -27,7 +27,7 @@ from .anchors import TrustAnchors
 from .hashing import FileHasher, ProgressFn
 from .manifest import ModelFile, ModelManifest, ModelSignature
 from .oms import MAX_SIGNATURE_BYTES, SINGLE_FILE, BadSignature, verify_signature
-from .scan import SecondDigests, scan_model
+from .scan import SecondDigests, gguf_root, scan_model
 from .signature_check import compare_signed
 
 SIGNATURE_NAME = "model.sig"
@@ -108,8 +108,7 @@ def scan_signed(
 def _root_of(path: Path) -> Path:
     if path.is_dir():
         return Path(os.path.abspath(path))
-    real = Path(os.path.realpath(path) if path.is_symlink() else os.path.abspath(path))
-    return real.parent
+    return gguf_root(path)[0]
 
 
 def _beneath(root: Path, signature: Path) -> str:
