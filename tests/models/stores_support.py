@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 V2 = "application/vnd.docker.distribution.manifest.v2+json"
@@ -35,7 +36,7 @@ def put_blob(store: Path, data: bytes) -> str:
 
 
 def ollama_manifest(layers: list[dict[str, object]]) -> dict[str, object]:
-    config = {"mediaType": "application/vnd.docker.container.image.v1+json"}
+    config: dict[str, object] = {"mediaType": "application/vnd.docker.container.image.v1+json"}
     config |= {"digest": "sha256:" + "c" * 64, "size": 487}
     return {"schemaVersion": 2, "mediaType": V2, "config": config, "layers": layers}
 
@@ -66,7 +67,7 @@ def write_ollama_manifest(
 
 
 def cache_repo(
-    cache: Path, repo_id: str, files: dict[str, Path | bytes], *, revision: str = "a" * 40
+    cache: Path, repo_id: str, files: Mapping[str, Path | bytes], *, revision: str = "a" * 40
 ) -> Path:
     """Lay ``files`` out as ``hf_hub_download`` leaves a repository at ``revision``: each
     file's content in ``blobs/`` under its SHA-256, a relative link to it in the snapshot,

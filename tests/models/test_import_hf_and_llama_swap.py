@@ -190,7 +190,7 @@ def test_a_llama_swap_config_registers_its_models_and_drafts_a_run_file(
     assert specs["tiny"].serve.extra_args == ("--threads", "2", "-ngl", "99")
     assert specs["tiny-long"].serve.ctx == 8192
     assert specs["tiny-long"].serve.kv_quant == "q8_0"
-    assert sorted(s.serve.port for s in specs.values()) == [9100, 9101, 9102]
+    assert sorted(s.port() for s in specs.values()) == [9100, 9101, 9102]
     assert run.managed is not None
     assert str(run.managed.serve_programs[0][1]) == "/opt/llama/llama-server"
     assert "# not carried: ttl: no idle unload" in draft.read_text()

@@ -28,8 +28,9 @@ from .._models.signing_rules import describe
 from .models_common import PROGRESS_THRESHOLD_BYTES as PROGRESS_THRESHOLD_BYTES
 from .models_common import REGISTRY_ENV as REGISTRY_ENV
 from .models_common import HashProgress as HashProgress
-from .models_common import common_options, format_size, with_registry
+from .models_common import common_options, with_registry
 from .models_common import default_registry_path as default_registry_path
+from .models_common import format_size as format_size
 from .models_import import add_import_commands
 from .models_sign import add_sign_command
 
