@@ -3,8 +3,11 @@ sign their own.
 
 The signature is written by ``model-signing``'s own signing API (``_models/oms.py``), so its
 ``model_signing verify`` accepts it, and so does ``models add``. It signs every file of a
-folder (but the signature itself and git's files) or the one file given, with BLAKE3 by
-default: a BLAKE3 signature is checked against the registry's pins with no second hash.
+folder (but the signature itself and git's files) or the one file given, with SHA-256 by
+default: the ``model_signing verify`` command of model-signing 1.1.1 checks SHA-256
+signatures only. ``--hashing-algorithm blake3`` signs with BLAKE3, which the registry checks
+against its pins with no second hash (model-signing's library verifies it; its command does
+not).
 """
 
 from __future__ import annotations
@@ -47,8 +50,9 @@ def add_sign_command(commands: argparse._SubParsersAction[argparse.ArgumentParse
         help="where to write it (default: FOLDER/model.sig, or FILE.sig for a file)",
     )  # fmt: skip
     sign.add_argument(
-        "--hashing-algorithm", choices=["blake3", "sha256"], default="blake3",
-        help="the digest each file is signed with (default blake3: no second hash to verify)",
+        "--hashing-algorithm", choices=["sha256", "blake3"], default="sha256",
+        help="the digest each file is signed with (default sha256, what model_signing verify "
+        "checks; blake3 needs no second hash when the registry verifies it)",
     )  # fmt: skip
     sign.set_defaults(func=handle_sign)
 

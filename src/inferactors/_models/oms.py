@@ -130,7 +130,7 @@ def sign_model(
     signature: Path,
     *,
     private_key: Path,
-    algorithm: str = "blake3",
+    algorithm: str = "sha256",
     certificate: Path | None = None,
     chain: Sequence[Path] = (),
     allow_symlinks: bool = False,
