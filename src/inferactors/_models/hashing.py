@@ -31,6 +31,10 @@ CHUNK_SIZE = 4 << 20
 """Bytes read per chunk: 4 MiB (large enough for BLAKE3's threads, small enough to stay in
 cache between the read and the hash)."""
 
+SMALL_FILE = 1 << 20
+"""Files shorter than this (1 MiB) are read in one ``pread``, without `read_ahead`'s two
+4 MiB buffers and reader thread (which cost more than hashing them)."""
+
 ProgressFn = Callable[[Path, int, int], None]
 """``on_progress(path, done_bytes, total_bytes)``, called after every chunk (and once for an
 empty file with ``(path, 0, 0)``)."""
@@ -168,11 +172,19 @@ def read_ahead(fd: int, chunk_size: int) -> Iterator[memoryview]:
     """The bytes of ``fd`` from offset 0 in chunks of at most ``chunk_size``, through two
     reused buffers: while the caller holds one chunk, the next is read (``preadv``) into the
     other buffer by a reader thread of this call's own. A chunk is valid until the next one
-    is asked for. Ends at the first empty read.
+    is asked for. Ends at the first empty read. A file under `SMALL_FILE` bytes (a
+    tokenizer, a config, a signature) and under ``chunk_size`` is one ``pread``: no
+    buffers, no thread.
 
     Raises:
         OSError: a read failed.
     """
+    small = min(SMALL_FILE, chunk_size)
+    first = os.pread(fd, small, 0)
+    if len(first) < small:
+        if first:
+            yield memoryview(first)
+        return
     buffers = (bytearray(chunk_size), bytearray(chunk_size))
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="inferactors-read") as reader:
         offset, turn = 0, 0
