@@ -31,6 +31,7 @@ from pathlib import Path
 import attrs
 
 from .._errors import InvalidConfig, cut
+from .._untrusted_file import read_capped
 from .import_ollama import Skipped
 from .manifest import ModelSource
 from .manifest_io import check_model_name
@@ -101,8 +102,8 @@ def _refs(folder: Path) -> dict[str, str]:
     for path in _listed(folder / "refs"):
         if _REF.fullmatch(path.name) and path.is_file() and not path.is_symlink():
             try:
-                text = path.read_bytes()[:64].decode("ascii", errors="replace").strip()
-            except OSError:
+                text = read_capped(path, 4096, "ref").decode("ascii", errors="replace").strip()
+            except (OSError, InvalidConfig):
                 continue
             if _REVISION.fullmatch(text):
                 refs[path.name] = text
