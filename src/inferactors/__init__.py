@@ -46,6 +46,7 @@ from ._config.spec import InferenceSpec as InferenceSpec
 from ._config.spec import LatencyClass as LatencyClass
 from ._config.spec import MemoryFootprint as MemoryFootprint
 from ._config.spec import ServeArgs as ServeArgs
+from ._config.trust import TrustAnchorEntry as TrustAnchorEntry
 from ._edges.bundle import Edges as Edges
 from ._edges.bundle import ProbeTimed as ProbeTimed
 from ._edges.bundle import http_prober_factory as http_prober_factory
@@ -96,8 +97,11 @@ from ._events import SupervisorCaughtUp as SupervisorCaughtUp
 from ._events import SupervisorOverloaded as SupervisorOverloaded
 from ._flavor import InferFlavor as InferFlavor
 from ._flavor import ModelFormat as ModelFormat
+from ._models.anchors import AnchorKind as AnchorKind
+from ._models.anchors import TrustAnchors as TrustAnchors
 from ._models.manifest import ModelFile as ModelFile
 from ._models.manifest import ModelManifest as ModelManifest
+from ._models.manifest import ModelSignature as ModelSignature
 from ._models.manifest import ModelSource as ModelSource
 from ._models.manifest import ResolvedModel as ResolvedModel
 from ._models.registry import ModelCheck as ModelCheck
@@ -126,6 +130,7 @@ from ._status import SupervisorStatus as SupervisorStatus
 __all__ = [
     "Admission",
     "AdmissionRefused",
+    "AnchorKind",
     "BackendError",
     "BadRequest",
     "Capability",
@@ -181,6 +186,7 @@ __all__ = [
     "ModelManifest",
     "ModelNotReady",
     "ModelRegistry",
+    "ModelSignature",
     "ModelSource",
     "ModelTampered",
     "NetworkExposure",
@@ -221,6 +227,8 @@ __all__ = [
     "SupervisorCaughtUp",
     "SupervisorOverloaded",
     "SupervisorStatus",
+    "TrustAnchorEntry",
+    "TrustAnchors",
     "Unhealthy",
     "UnknownInstance",
     "UnknownModel",

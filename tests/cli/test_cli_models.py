@@ -110,9 +110,9 @@ def test_add_ollama_and_list_table(
 
     lines = capsys.readouterr().out.splitlines()
     assert lines == [
-        "NAME  FORMAT  FILES  SIZE     ROOT",
-        "qwen  ollama  0      -        (ollama tag qwen3:0.6b)",
-        f"tiny  gguf    1      1.0 KiB  {gguf_file.parent}",
+        "NAME  FORMAT  FILES  SIZE     SIGNED BY  ROOT",
+        "qwen  ollama  0      -        -          (ollama tag qwen3:0.6b)",
+        f"tiny  gguf    1      1.0 KiB  -          {gguf_file.parent}",
     ]
 
 

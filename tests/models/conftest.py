@@ -1,5 +1,6 @@
 """Fixtures for the model registry's tests: a counting hasher, a tiny GGUF file, a Hugging
-Face style directory, and a registry path not yet written.
+Face style directory, a registry path not yet written, private copies of the tiny models,
+and key pairs.
 
 ``registry_path`` here replaces the root conftest's (which registers the tiny model): these
 tests start from no registry file at all.
@@ -7,11 +8,13 @@ tests start from no registry file at all.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from models.registry_support import GGUF_BYTES, CountingHasher, safetensors_bytes
+from models.signing_support import KeyPair, make_key
 
 
 @pytest.fixture
@@ -48,3 +51,29 @@ def hf_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def registry_path(tmp_path: Path) -> Path:
     return tmp_path / "state" / "models.json"
+
+
+@pytest.fixture
+def gguf_copy(tmp_path: Path, tiny_gguf: Path) -> Path:
+    """A private copy of the tiny GGUF (tests change it), alone in its folder."""
+    folder = tmp_path / "gguf"
+    folder.mkdir()
+    return Path(shutil.copy2(tiny_gguf, folder / "tiny.gguf"))
+
+
+@pytest.fixture
+def mlx_copy(tmp_path: Path, tiny_mlx_model: Path) -> Path:
+    """A private copy of the tiny mlx model directory (tests change it)."""
+    return Path(shutil.copytree(tiny_mlx_model, tmp_path / "mlx" / "tiny"))
+
+
+@pytest.fixture
+def ops(tmp_path: Path) -> KeyPair:
+    """The operator's P-256 key pair."""
+    return make_key(tmp_path / "keys", "ops")
+
+
+@pytest.fixture
+def stranger(tmp_path: Path) -> KeyPair:
+    """Someone else's P-256 key pair."""
+    return make_key(tmp_path / "keys", "stranger")

@@ -16,7 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inferactors import BackendError, InvalidConfig, ModelFormat, UnknownModel
-from inferactors._models.manifest import ModelFile, ModelManifest, ModelSource
+from inferactors._models.manifest import (
+    SIGNED_ALGORITHMS,
+    ModelFile,
+    ModelManifest,
+    ModelSignature,
+    ModelSource,
+)
 from inferactors._models.manifest_io import (
     REGISTRY_SCHEMA,
     manifest_from_json,
@@ -85,7 +91,29 @@ def _dup_name(doc: dict[str, object]) -> None:
 
 
 def _extra_key(doc: dict[str, object]) -> None:
+    doc["models"][0]["envelope"] = "x"  # type: ignore[index]  # test JSON
+
+
+def _bad_signature(doc: dict[str, object]) -> None:
     doc["models"][0]["signature"] = "x"  # type: ignore[index]  # test JSON
+
+
+def _signature_without_signer(doc: dict[str, object]) -> None:
+    file = {"path": "model.sig", "size": 10, "blake3": "a" * 64}
+    signature = file | {"algorithm": "blake3", "anchor": "ops"}
+    doc["models"][0]["signature"] = signature  # type: ignore[index]  # test JSON
+
+
+def _signature_is_a_shard(doc: dict[str, object]) -> None:
+    shard = doc["models"][0]["shards"][0]  # type: ignore[index]  # test JSON
+    signer = {"algorithm": "sha256", "anchor": "ops", "signer": "key sha256:00"}
+    doc["models"][0]["signature"] = shard | signer  # type: ignore[index]  # test JSON
+
+
+def _signature_bad_algorithm(doc: dict[str, object]) -> None:
+    file = {"path": "model.sig", "size": 10, "blake3": "a" * 64}
+    signer = {"algorithm": "md5", "anchor": "ops", "signer": "key sha256:00"}
+    doc["models"][0]["signature"] = file | signer  # type: ignore[index]  # test JSON
 
 
 def _escaping_path(doc: dict[str, object]) -> None:
@@ -113,7 +141,11 @@ def _no_shards(doc: dict[str, object]) -> None:
     [
         (_bad_digest, "$.models[2].shards[0].blake3: expected 64 lower-case hex characters"),
         (_dup_name, "$.models[1].name: duplicate name 'm0'"),
-        (_extra_key, "$.models[0].signature: unknown key"),
+        (_extra_key, "$.models[0].envelope: unknown key"),
+        (_bad_signature, "$.models[0].signature: expected an object, got a string"),
+        (_signature_without_signer, "$.models[0].signature.signer: missing"),
+        (_signature_is_a_shard, "$.models[0].signature.path: 'tiny.gguf' is also a pinned"),
+        (_signature_bad_algorithm, "$.models[0].signature.algorithm: 'md5' is not one of"),
         (_escaping_path, "$.models[1].shards[0].path: '../x.gguf' must be a relative path"),
         (_relative_root, "$.models[0].root: expected an absolute directory, got 'models'"),
         (_bad_size, "$.models[0].shards[0].size: expected a byte count >= 0, got -1"),
@@ -200,7 +232,14 @@ def _manifests(draw: st.DrawFn) -> ModelManifest:
     )
     shards = tuple(sorted(files[:split], key=lambda f: f.path))
     tokenizer = tuple(sorted(files[split:], key=lambda f: f.path))
-    return ModelManifest(draw(_names), fmt, "/models/" + draw(_names), shards, tokenizer, source)
+    signature = None
+    if draw(st.booleans()):
+        file = ModelFile("signatures/model.sig", draw(st.integers(0, 2**20)), draw(_digests))
+        algorithm = draw(st.sampled_from(SIGNED_ALGORITHMS))
+        signer = "key sha256:" + draw(_digests)
+        signature = ModelSignature(file, algorithm, draw(_names), signer)
+    root = "/models/" + draw(_names)
+    return ModelManifest(draw(_names), fmt, root, shards, tokenizer, source, signature)
 
 
 @settings(max_examples=60)

@@ -239,7 +239,7 @@ async def _plan_process(
     model = await _registered_model(spec, registry)
     draft = None
     if spec.serve.draft_model is not None:
-        draft = await _resolve(registry, spec.serve.draft_model)
+        draft = await _resolve(registry, spec.serve.draft_model, spec.signed_by)
         check_format(spec.runtime, draft)
     mmproj, lora = await resolve_extras(spec, registry)
     program = _serve_program(managed)
@@ -267,7 +267,8 @@ async def _plan_process(
     )
     notes = (
         f"endpoint {spec.base_url()}",
-        f"model {model.name} ({model.format.value}) verified",
+        f"model {model.name} ({model.format.value}) verified"
+        + (f", signed by {model.signed_by}" if model.signed_by else ""),
         f"launch {program} with {len(launch.args)} args",
     )
     return Plan(
@@ -288,14 +289,18 @@ async def _registered_model(spec: InferenceSpec, registry: ModelRegistry) -> Res
         raise AdmissionRefused(
             "managed mode needs a model: set the spec's model to a registry name"
         )
-    model = await _resolve(registry, spec.model)
+    model = await _resolve(registry, spec.model, spec.signed_by)
     check_format(spec.runtime, model)
     return model
 
 
-async def _resolve(registry: ModelRegistry, name: str) -> ResolvedModel:
+async def _resolve(
+    registry: ModelRegistry, name: str, signed_by: tuple[str, ...] = ()
+) -> ResolvedModel:
+    """The verified model ``name``, signed by one of ``signed_by`` when that is not empty
+    (the spec's requirement: checked here, recorded by the load once it succeeds)."""
     try:
-        return await trio.to_thread.run_sync(registry.resolve, name)
+        return await trio.to_thread.run_sync(partial(registry.resolve, name, signed_by=signed_by))
     except ModelError as error:
         raise AdmissionRefused(f"model {name}: {error}") from error
 
@@ -366,7 +371,8 @@ async def _verified(
     spec: InferenceSpec, registry: ModelRegistry, field: str, name: str
 ) -> ResolvedModel:
     try:
-        model = await trio.to_thread.run_sync(registry.resolve, name)
+        resolve = partial(registry.resolve, name, signed_by=spec.signed_by)
+        model = await trio.to_thread.run_sync(resolve)
     except ModelError as error:
         raise AdmissionRefused(f"{field} {name}: {error}") from error
     check_format(spec.runtime, model)

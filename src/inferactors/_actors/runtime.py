@@ -171,6 +171,7 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
                 if created and directory is not None:  # refused: leave no trace behind
                     await trio.to_thread.run_sync(shutil.rmtree, directory, True)
                 raise
+        self._require_signed(plan)
         return InstanceHandle(self.id, iid, spec.role)
 
     @contextlib.asynccontextmanager
@@ -189,6 +190,16 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
                 del self._install_locks[iid]
             else:
                 self._install_locks[iid] = (lock, users - 1)
+
+    def _require_signed(self, plan: Plan) -> None:
+        """Record the spec's ``signed_by`` for every model its server reads, so each later
+        spawn's pin check requires it too (``_models/signing_rules.py``)."""
+        if not plan.spec.signed_by or self.registry is None:
+            return
+        models = (plan.model, plan.draft, plan.mmproj, *plan.lora)
+        for model in models:
+            if model is not None:
+                self.registry.require_signed(model.name, plan.spec.signed_by)
 
     async def start(self, handle: InstanceHandle) -> None:
         """Start a managed server (returns once spawned), or confirm an adopted one answers

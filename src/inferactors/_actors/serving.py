@@ -22,6 +22,7 @@ from .._edges.orphans import reap_orphans
 from .._edges.probe import ProberFactory
 from .._edges.state_lock import StateLock, acquire_state_lock
 from .._models.registry import ModelRegistry
+from .registry_open import open_registry
 from .runtime import DEFAULT_STOP_GRACE_S, InferRuntime
 from .supervisor import Supervisor
 
@@ -118,7 +119,7 @@ async def _prepare(
     registry: ModelRegistry | None = None
     reaped: tuple[ReapedOrphan, ...] = ()
     if config.managed is not None:
-        registry = await trio.to_thread.run_sync(ModelRegistry.open, config.managed.registry)
+        registry = await trio.to_thread.run_sync(open_registry, config.managed)
         data_root = config.managed.data_root
         reaped = tuple(await trio.to_thread.run_sync(reap_orphans, data_root))
     supervisor = Supervisor.create(random=edges.random)

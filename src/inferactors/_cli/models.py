@@ -1,45 +1,38 @@
-"""The ``inferactors models`` commands: add, add-ollama, list, verify, remove.
+"""The ``inferactors models`` commands: add, add-ollama, list, verify, remove, sign, import.
 
-Each command reads the registry file named by ``--registry`` (default: `default_registry_path`)
-and is a plain function ``handler(args) -> exit code`` set with ``set_defaults(func=...)``.
-Errors print ``inferactors: error: <message>`` on stderr and exit 2 for bad input (a malformed
-name, path, registry file or unknown model) or 1 for anything else (a tampered model, an I/O
-failure). Hashing a file over 64 MiB shows its progress on stderr.
+Each command reads the registry file named by ``--registry`` (default: `default_registry_path`,
+or the run file's ``[managed] registry`` with ``--config``) and is a plain function
+``handler(args) -> exit code`` set with ``set_defaults(func=...)``. Signatures are verified
+against the trust anchors named by ``--trust-key`` and ``--trust-root`` (public keys and root
+certificates, each named after its file's stem) or the run file's
+``[[managed.trust_anchors]]`` (``--config``). Errors print ``inferactors: error: <message>``
+on stderr and exit 2 for bad input (a malformed name, path, signature, anchor, registry file
+or unknown model) or 1 for anything else (a tampered model, an I/O failure, a missing
+extra). Hashing a file over 64 MiB shows its progress on stderr. ``sign`` is
+``models_sign.py``, ``import`` ``models_import.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
 
-import attrs
-
-from .._errors import InferactorsError, InvalidConfig, UnknownModel, one_line
+from .._errors import InvalidConfig
 from .._flavor import ModelFormat
 from .._models.manifest import ModelManifest, ModelSource
 from .._models.registry import ModelRegistry
-
-REGISTRY_ENV = "INFERACTORS_REGISTRY"
-"""Environment variable naming the registry file."""
-
-PROGRESS_THRESHOLD_BYTES = 64 << 20
-"""Files larger than this (64 MiB) get a progress line while they are hashed."""
-
-_MIB = float(1 << 20)
-
-
-def default_registry_path() -> Path:
-    """``$INFERACTORS_REGISTRY`` if set and not empty, else
-    ``~/.local/share/inferactors/models.json``."""
-    configured = os.environ.get(REGISTRY_ENV)
-    if configured:
-        return Path(configured).expanduser()
-    return Path.home() / ".local" / "share" / "inferactors" / "models.json"
+from .._models.signed_add import find_signature
+from .._models.signing_rules import describe
+from .models_common import PROGRESS_THRESHOLD_BYTES as PROGRESS_THRESHOLD_BYTES
+from .models_common import REGISTRY_ENV as REGISTRY_ENV
+from .models_common import HashProgress as HashProgress
+from .models_common import common_options, with_registry
+from .models_common import default_registry_path as default_registry_path
+from .models_common import format_size as format_size
+from .models_import import add_import_commands
+from .models_sign import add_sign_command
 
 
 def register_models_commands(
@@ -50,18 +43,13 @@ def register_models_commands(
     Every leaf sets ``func`` to its handler: ``args.func(args)`` runs it and returns the exit
     code.
     """
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--registry",
-        type=Path,
-        default=None,
-        metavar="PATH",
-        help=f"registry file (default: ${REGISTRY_ENV} or ~/.local/share/inferactors/models.json)",
-    )
+    common = common_options()
     models = subparsers.add_parser("models", help="register and check local models")
     commands = models.add_subparsers(dest="models_command", metavar="COMMAND", required=True)
     _add_add(commands, common)
     _add_add_ollama(commands, common)
+    add_sign_command(commands)
+    add_import_commands(commands, common)
     listing = commands.add_parser("list", parents=[common], help="list registered models")
     listing.set_defaults(func=handle_list)
     verify = commands.add_parser("verify", parents=[common], help="re-hash models in full")
@@ -84,6 +72,19 @@ def _add_add(
     add.add_argument("--hf-revision", default=None, help="Hugging Face revision it came from")
     formats = [f.value for f in ModelFormat if f is not ModelFormat.OLLAMA]
     add.add_argument("--format", choices=formats, default=None, help="override detection")
+    add.add_argument(
+        "--signature",
+        type=Path,
+        default=None,
+        metavar="SIG",
+        help="its detached OpenSSF Model Signing signature, in the model's folder "
+        "(default: model.sig, or FILE.sig for a .gguf file, when one lies beside it)",
+    )
+    add.add_argument(
+        "--unsigned",
+        action="store_true",
+        help="register it without the signature found beside it",
+    )
     add.set_defaults(func=handle_add)
 
 
@@ -102,14 +103,49 @@ def handle_add(args: argparse.Namespace) -> int:
     def run(registry: ModelRegistry) -> int:
         source = ModelSource(hf_repo=args.hf_repo, hf_revision=args.hf_revision)
         fmt = ModelFormat(args.format) if args.format else None
+        signature, found = _signature_for(args, registry)
         progress = HashProgress(stream=sys.stderr)
-        manifest = registry.add(
-            args.path, name=args.name, source=source, format=fmt, on_progress=progress
-        )
+        try:
+            manifest = registry.add(
+                args.path,
+                name=args.name,
+                source=source,
+                format=fmt,
+                on_progress=progress,
+                signature=signature,
+            )
+        except InvalidConfig as error:
+            if found is None:
+                raise
+            raise InvalidConfig(f"{error} (found beside the model; --unsigned skips it)") from None
         print(f"registered {manifest.name}: {_summary(manifest)}")
+        signer = describe(manifest, None)
+        if signer is not None:
+            print(f"signed by {signer}")
         return 0
 
-    return _with_registry(args, run)
+    return with_registry(args, run)
+
+
+def _signature_for(
+    args: argparse.Namespace, registry: ModelRegistry
+) -> tuple[Path | None, Path | None]:
+    """The signature to register with (``--signature``, else one found beside the model
+    unless ``--unsigned``), and the one found, if that is where it came from. A signature
+    found with no trust anchor to check it is named on stderr and left out."""
+    if args.signature is not None or args.unsigned:
+        return args.signature, None
+    found = find_signature(args.path)
+    if found is None:
+        return None, None
+    if not registry.anchors:
+        print(
+            f"note: {found} not checked: no trust anchor given (--trust-key, --trust-root or "
+            "--config); registering the model unsigned",
+            file=sys.stderr,
+        )
+        return None, None
+    return found, found
 
 
 def handle_add_ollama(args: argparse.Namespace) -> int:
@@ -120,7 +156,7 @@ def handle_add_ollama(args: argparse.Namespace) -> int:
         print(f"registered {manifest.name}: ollama tag {manifest.source.ollama_tag}")
         return 0
 
-    return _with_registry(args, run)
+    return with_registry(args, run)
 
 
 def handle_list(args: argparse.Namespace) -> int:
@@ -134,7 +170,7 @@ def handle_list(args: argparse.Namespace) -> int:
         print(format_table(manifests))
         return 0
 
-    return _with_registry(args, run)
+    return with_registry(args, run)
 
 
 def handle_verify(args: argparse.Namespace) -> int:
@@ -148,7 +184,7 @@ def handle_verify(args: argparse.Namespace) -> int:
             print(f"{'ok' if check.ok else 'FAILED':<7} {check.name}: {check.reason}")
         return 0 if all(check.ok for check in checks) else 1
 
-    return _with_registry(args, run)
+    return with_registry(args, run)
 
 
 def handle_remove(args: argparse.Namespace) -> int:
@@ -159,50 +195,25 @@ def handle_remove(args: argparse.Namespace) -> int:
         print(f"removed {manifest.name} (its files are untouched)")
         return 0
 
-    return _with_registry(args, run)
-
-
-def _with_registry(args: argparse.Namespace, run: Callable[[ModelRegistry], int]) -> int:
-    path = (args.registry or default_registry_path()).expanduser()
-    try:
-        return run(ModelRegistry.open(path))
-    except (InvalidConfig, UnknownModel) as error:
-        return _fail(error, 2)
-    except InferactorsError as error:
-        return _fail(error, 1)
-
-
-def _fail(error: Exception, code: int) -> int:
-    print(one_line(f"inferactors: error: {error}"), file=sys.stderr)
-    return code
+    return with_registry(args, run)
 
 
 def format_table(manifests: Sequence[ModelManifest]) -> str:
-    """A left-aligned table: NAME, FORMAT, FILES, SIZE (binary units) and ROOT."""
-    rows = [("NAME", "FORMAT", "FILES", "SIZE", "ROOT")]
+    """A left-aligned table: NAME, FORMAT, FILES, SIZE (binary units), SIGNED BY (the anchor
+    and signer registered, ``-`` for none) and ROOT."""
+    rows = [("NAME", "FORMAT", "FILES", "SIZE", "SIGNED BY", "ROOT")]
     for m in manifests:
         files = m.shards + m.tokenizer
         root = m.root or f"(ollama tag {m.source.ollama_tag})"
         size = format_size(sum(f.size for f in files)) if files else "-"
-        rows.append((m.name, m.format.value, str(len(files)), size, root))
-    widths = [max(len(row[column]) for row in rows) for column in range(4)]
+        signer = describe(m, None) or "-"
+        rows.append((m.name, m.format.value, str(len(files)), size, signer, root))
+    widths = [max(len(row[column]) for row in rows) for column in range(5)]
     lines = []
     for row in rows:
-        cells = [cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)]
-        lines.append("  ".join([*cells, row[4]]))
+        cells = [cell.ljust(width) for cell, width in zip(row[:5], widths, strict=True)]
+        lines.append("  ".join([*cells, row[5]]))
     return "\n".join(lines)
-
-
-def format_size(size: int) -> str:
-    """Bytes in binary units with one decimal: ``"512 B"``, ``"510.1 KiB"``, ``"4.2 GiB"``."""
-    if size < 1024:
-        return f"{size} B"
-    value = float(size)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        value /= 1024
-        if value < 1024 or unit == "TiB":
-            break
-    return f"{value:.1f} {unit}"
 
 
 def _summary(manifest: ModelManifest) -> str:
@@ -210,44 +221,3 @@ def _summary(manifest: ModelManifest) -> str:
     count = f"{len(files)} file{'s' if len(files) != 1 else ''}"
     size = format_size(sum(f.size for f in files))
     return f"{manifest.format.value}, {count}, {size}, root {manifest.root}"
-
-
-@attrs.define(eq=False)
-class HashProgress:
-    """A hashing progress callback that rewrites one stderr line per large file.
-
-    Only files over ``threshold_bytes`` (64 MiB) are shown; the line is rewritten at most every
-    ``interval_s`` seconds (0.5 s) and ends with a newline when the file is done. The rate is
-    MiB/s since the first chunk, measured with ``clock`` (``time.monotonic``: CLI code, no
-    trio loop runs here).
-    """
-
-    stream: TextIO
-    clock: Callable[[], float] = time.monotonic
-    threshold_bytes: int = PROGRESS_THRESHOLD_BYTES
-    interval_s: float = 0.5
-    _file: Path | None = None
-    _start: tuple[float, int] = (0.0, 0)
-    _shown_at: float = float("-inf")
-
-    def __call__(self, path: Path, done_bytes: int, total_bytes: int) -> None:
-        """The `ProgressFn` for `ModelRegistry.add` and `ModelRegistry.verify`."""
-        if total_bytes <= self.threshold_bytes:
-            return
-        now = self.clock()
-        if path != self._file:
-            self._file, self._start = path, (now, done_bytes)
-        finished = done_bytes >= total_bytes
-        if not finished and now - self._shown_at < self.interval_s:
-            return
-        self._shown_at = now
-        self.stream.write(f"\r{self._line(path, done_bytes, total_bytes, now)}")
-        self.stream.write("\n" if finished else "")
-        self.stream.flush()
-
-    def _line(self, path: Path, done: int, total: int, now: float) -> str:
-        started, first = self._start
-        elapsed = now - started
-        rate = f"{(done - first) / _MIB / elapsed:.1f} MiB/s" if elapsed > 0 else "-- MiB/s"
-        percent = 100 * done // total
-        return f"hashing {path.name}: {percent:3d}% of {format_size(total)} ({rate})"

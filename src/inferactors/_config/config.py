@@ -20,6 +20,7 @@ from .._flavor import InferFlavor
 from .keep_alive import check_keep_alive as check_keep_alive
 from .keep_alive import check_managed_keep_alive
 from .server_logs import ServerLogs
+from .trust import TrustAnchorEntry, check_trust_anchors
 
 DEFAULT_PASSTHROUGH: tuple[str, ...] = ()
 """Environment variables handed from the supervisor to a managed server by default: none.
@@ -120,6 +121,9 @@ class ManagedConfig:
         keep_alive: Ollama keep_alive: a Go duration string (``"30m"``) or seconds.
         readiness_timeout_s: Seconds a started server may take to become ready.
         logs: How much of each server's output is kept (`ServerLogs`, ``[managed.logs]``).
+        trust_anchors: The keys and certificate roots model signatures are verified
+            against (`TrustAnchorEntry`; none: a model registered with a signature cannot
+            be verified, so it is refused).
     """
 
     registry: Path
@@ -133,6 +137,7 @@ class ManagedConfig:
     keep_alive: str | int = "30m"
     readiness_timeout_s: float = 600.0
     logs: ServerLogs = ServerLogs()  # noqa: RUF009  (frozen value)
+    trust_anchors: tuple[TrustAnchorEntry, ...] = ()
 
     def validate(self, field: str = "managed") -> None:
         """Raise `InvalidConfig` naming the field (``managed.env[0]``, ...) when a setting
@@ -147,6 +152,7 @@ class ManagedConfig:
         self.restart.validate(f"{field}.restart")
         check_positive(f"{field}.readiness_timeout_s", self.readiness_timeout_s)
         self.logs.validate(f"{field}.logs")
+        check_trust_anchors(f"{field}.trust_anchors", self.trust_anchors)
 
 
 @attrs.frozen

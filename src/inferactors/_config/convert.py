@@ -120,7 +120,8 @@ def run_config_from_toml(text: str, base_dir: Path, source: str = "") -> RunConf
 
     Args:
         text: The TOML text.
-        base_dir: Directory relative paths (registry, data_root, serve programs) start from.
+        base_dir: Directory relative paths (registry, data_root, serve programs, trust
+            anchor files) start from.
         source: Prefix for messages, e.g. ``"run.toml: "``.
 
     Raises:
@@ -208,10 +209,19 @@ def _resolve_paths(config: RunConfig, base_dir: Path) -> RunConfig:
     if managed is None:
         return config
     programs = tuple((flavor, base_dir / program) for flavor, program in managed.serve_programs)
+    anchors = tuple(
+        attrs.evolve(
+            anchor,
+            public_key=None if anchor.public_key is None else base_dir / anchor.public_key,
+            certificate=None if anchor.certificate is None else base_dir / anchor.certificate,
+        )
+        for anchor in managed.trust_anchors
+    )
     managed = attrs.evolve(
         managed,
         registry=base_dir / managed.registry,
         data_root=base_dir / managed.data_root,
         serve_programs=programs,
+        trust_anchors=anchors,
     )
     return attrs.evolve(config, managed=managed)

@@ -28,6 +28,7 @@ from .front_door import FrontDoorConfig
 from .residency import InstanceResidency, ResidencySection, check_residency
 from .server_logs import ServerLogs
 from .spec import InferenceSpec, valid_token
+from .trust import TrustAnchorEntry, check_signed_by
 
 
 @attrs.frozen
@@ -48,6 +49,7 @@ class ManagedSection:
     keep_alive: str | int = "30m"
     readiness_timeout_s: float = 600.0
     logs: ServerLogs = ServerLogs()  # noqa: RUF009  (frozen value)
+    trust_anchors: tuple[TrustAnchorEntry, ...] = ()
 
     def serve_program(self, flavor: InferFlavor) -> Path | None:
         """The executable configured for ``flavor``, or None."""
@@ -66,6 +68,7 @@ class ManagedSection:
             keep_alive=self.keep_alive,
             readiness_timeout_s=self.readiness_timeout_s,
             logs=self.logs,
+            trust_anchors=self.trust_anchors,
         )
 
     def validate(self, field: str = "$.managed") -> None:
@@ -169,6 +172,8 @@ class RunConfig:
         except InvalidConfig as error:
             raise InvalidConfig(f"{path}.{error}") from None
         instance.supervision.validate(f"{path}.supervision")
+        if instance.spec.signed_by:
+            self._check_signed_by(path, instance)
         if instance.mode is ControlMode.ADOPTED:
             return
         flavor = instance.spec.runtime
@@ -181,6 +186,20 @@ class RunConfig:
                 f'{path}: $.managed.serve_programs has no "{flavor.id}" entry for this '
                 "managed instance"
             )
+
+    def _check_signed_by(self, path: str, instance: RunInstance) -> None:
+        if instance.mode is ControlMode.ADOPTED:
+            raise InvalidConfig(
+                f"{path}.signed_by: an adopted server's model is not pinned, so no signature "
+                'can be checked (signed_by needs mode = "managed")'
+            )
+        if instance.spec.runtime is InferFlavor.OLLAMA:
+            raise InvalidConfig(
+                f"{path}.signed_by: Ollama keeps an ollama model's files, so none is pinned "
+                "and no signature can be checked"
+            )
+        anchors = self.managed.trust_anchors if self.managed is not None else ()
+        check_signed_by(f"{path}.signed_by", instance.spec.signed_by, anchors)
 
 
 def check_roles(instances: Sequence[RunInstance]) -> None:

@@ -100,6 +100,9 @@ class InferenceSpec:
         latency_class: Interactive or batch (default batch).
         sticky: Keep the instance where it is (its KV cache is warm).
         api: The API it serves; only ``"openai-v1"``.
+        signed_by: Trust anchor names (``[[managed.trust_anchors]]``): every model the
+            server reads (model, draft, projector, adapters) must carry an OpenSSF Model
+            Signing signature one of them verifies; empty: no signature is required.
     """
 
     role: str
@@ -111,6 +114,7 @@ class InferenceSpec:
     latency_class: LatencyClass = LatencyClass.BATCH
     sticky: bool = False
     api: str = OPENAI_V1
+    signed_by: tuple[str, ...] = ()
 
     def bind_ip(self) -> IPAddress:
         """The address the server binds: ``serve.host`` parsed, 127.0.0.1 when absent.
@@ -164,7 +168,8 @@ class InferenceSpec:
         """Check every rule, in the order below; the first one broken is raised.
 
         Order: role, model and draft names, host then port, ctx, kv_quant, draft flavor,
-        extra_args allowlist, mmproj, lora and api_key_file, memory caps, excludes, api.
+        extra_args allowlist, mmproj, lora and api_key_file, memory caps, excludes, api,
+        signed_by (plain tokens; whether the run file has such anchors is `RunConfig`'s).
 
         Raises:
             InvalidConfig: the first rule broken; the message starts with the field path.
@@ -191,6 +196,8 @@ class InferenceSpec:
             _check_token(f"excludes[{index}]", exclude, 64)
         if self.api != OPENAI_V1:
             raise InvalidConfig(f'api "{cut(self.api)}" is not supported; use "{OPENAI_V1}"')
+        for index, anchor in enumerate(self.signed_by):
+            _check_token(f"signed_by[{index}]", anchor, 64)
 
     def _check_model(self) -> None:
         """A plain token; for Ollama also any name Ollama reads (``user/model``,

@@ -1,4 +1,4 @@
-"""The model registry's file-system edge: hash and scan model files in place.
+"""The model registry's file-system edge: hash model files in place.
 
 `FileHasher` is the Protocol everything hashes through; `Blake3Hasher` is the real one, and
 tests swap in a counting wrapper to see which files a lazy check re-hashed. Files are read
@@ -7,14 +7,15 @@ its own while BLAKE3 hashes the current one on every core (``max_threads=AUTO``)
 stays flat whatever the model size, and nothing is ever copied to disk. Not ``update_mmap``: it
 maps by path, not the descriptor that was checked, and a file truncated while mapped is a SIGBUS
 that ends the whole supervisor (``design/pinning.md``). Checking a pinned file (from a
-descriptor opened beneath the model root) is ``pinning.py``. Files are hashed in place
-(streaming BLAKE3) and never copied, and every file must resolve inside the model root (or, for
-a Hugging Face repository, its ``blobs/``).
+descriptor opened beneath the model root) is ``pinning.py``; scanning a model to register it
+is ``scan.py``. Files are hashed in place (streaming BLAKE3) and never copied, and every file
+must resolve inside the model root (or, for a Hugging Face repository, its ``blobs/``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,16 +25,15 @@ from typing import Protocol
 import attrs
 import blake3
 
-from .._errors import InvalidConfig
-from .._flavor import ModelFormat
 from .._safe_json import parse_json
-from .._untrusted_file import MiB, read_capped
-from .manifest import ModelFile, ModelManifest
-from .manifest_io import WEIGHT_SUFFIXES, choose_format, classify_file
 
 CHUNK_SIZE = 4 << 20
 """Bytes read per chunk: 4 MiB (large enough for BLAKE3's threads, small enough to stay in
 cache between the read and the hash)."""
+
+SMALL_FILE = 1 << 20
+"""Files shorter than this (1 MiB) are read in one ``pread``, without `read_ahead`'s two
+4 MiB buffers and reader thread (which cost more than hashing them)."""
 
 ProgressFn = Callable[[Path, int, int], None]
 """``on_progress(path, done_bytes, total_bytes)``, called after every chunk (and once for an
@@ -136,15 +136,55 @@ def blake3_fd(
     return hasher.hexdigest()
 
 
+def blake3_and_fd(
+    fd: int,
+    also: str,
+    *,
+    path: Path,
+    on_progress: ProgressFn | None = None,
+    chunk_size: int = CHUNK_SIZE,
+) -> tuple[str, str]:
+    """BLAKE3 and a second digest of the open file ``fd`` in one read, as `blake3_fd` reads:
+    the digest a signature signed the file with when it is not BLAKE3 (``also``:
+    ``"sha256"`` or ``"blake2"``, BLAKE2b as OpenSSF Model Signing names it).
+
+    Returns:
+        ``(blake3 hex, other hex)``.
+
+    Raises:
+        OSError: the descriptor cannot be read.
+    """
+    other = hashlib.blake2b() if also == "blake2" else hashlib.new(also)
+    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    total, done = os.fstat(fd).st_size, 0
+    if on_progress is not None and total == 0:
+        on_progress(path, 0, 0)
+    for chunk in read_ahead(fd, chunk_size):
+        hasher.update(chunk)
+        other.update(chunk)
+        done += len(chunk)
+        if on_progress is not None:
+            on_progress(path, done, total)
+    return hasher.hexdigest(), other.hexdigest()
+
+
 def read_ahead(fd: int, chunk_size: int) -> Iterator[memoryview]:
     """The bytes of ``fd`` from offset 0 in chunks of at most ``chunk_size``, through two
     reused buffers: while the caller holds one chunk, the next is read (``preadv``) into the
     other buffer by a reader thread of this call's own. A chunk is valid until the next one
-    is asked for. Ends at the first empty read.
+    is asked for. Ends at the first empty read. A file under `SMALL_FILE` bytes (a
+    tokenizer, a config, a signature) and under ``chunk_size`` is one ``pread``: no
+    buffers, no thread.
 
     Raises:
         OSError: a read failed.
     """
+    small = min(SMALL_FILE, chunk_size)
+    first = os.pread(fd, small, 0)
+    if len(first) < small:
+        if first:
+            yield memoryview(first)
+        return
     buffers = (bytearray(chunk_size), bytearray(chunk_size))
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="inferactors-read") as reader:
         offset, turn = 0, 0
@@ -196,96 +236,6 @@ class CheckFailure:
     sticky: bool
     file: str = ""
     """The pinned file's relative path, or empty when the failure is not one file's."""
-
-
-def allowed_bases(real_root: Path) -> tuple[Path, ...]:
-    """Directories a model's files may resolve into: the (symlink-free) root, plus the Hugging
-    Face cache's ``blobs/`` when the root is ``.../snapshots/<revision>``."""
-    if real_root.parent.name == "snapshots":
-        return (real_root, real_root.parent.parent / "blobs")
-    return (real_root,)
-
-
-def scan_model(
-    path: Path,
-    *,
-    name: str,
-    fmt: ModelFormat | None,
-    hasher: FileHasher,
-    on_progress: ProgressFn | None = None,
-) -> ModelManifest:
-    """Hash the model at ``path`` in place and describe it as a manifest (no source).
-
-    ``path`` is one ``.gguf`` file (root: its directory, or its target's if it is a symlink)
-    or a directory: its top-level weight files are shards, its tokenizer, config and template
-    files are pinned too (`classify_file`), and the format comes from `choose_format`, mlx
-    when ``config.json`` has mlx-lm's ``quantization`` key or the first safetensors header
-    says ``format: mlx``.
-
-    Raises:
-        InvalidConfig: ``path`` is missing, not a ``.gguf`` file, holds no weight files, has a
-            file that resolves outside it, changed while hashed, or ``fmt`` does not fit.
-        OSError: a file cannot be read.
-    """
-    if path.is_dir():
-        root = Path(os.path.abspath(path))
-        shards, tokenizer = _list_model_dir(root)
-    elif path.is_file():
-        if path.suffix.lower() != ".gguf":
-            raise InvalidConfig(f"path: {path} is not a .gguf file; register its directory")
-        real = Path(os.path.realpath(path) if path.is_symlink() else os.path.abspath(path))
-        root, shards, tokenizer = real.parent, [real.name], []
-    else:
-        raise InvalidConfig(f"path: {path} is not an existing file or directory")
-    fmt = choose_format(shards, explicit=fmt, says_mlx=_says_mlx(root, shards, tokenizer))
-    return ModelManifest(
-        name=name,
-        format=fmt,
-        root=str(root),
-        shards=_hash_files(root, shards, hasher, on_progress),
-        tokenizer=_hash_files(root, tokenizer, hasher, on_progress),
-    )
-
-
-def _list_model_dir(root: Path) -> tuple[list[str], list[str]]:
-    bases = allowed_bases(root.resolve())
-    shards: list[str] = []
-    tokenizer: list[str] = []
-    for entry in sorted(os.scandir(root), key=lambda e: e.name):
-        kind = classify_file(entry.name)
-        if kind is None or not entry.is_file():
-            continue
-        real = (root / entry.name).resolve()
-        if not any(real.is_relative_to(base) for base in bases):
-            raise InvalidConfig(f"path: {entry.name} resolves to {real}, outside {root}")
-        (shards if kind == "shard" else tokenizer).append(entry.name)
-    if not shards:
-        suffixes = ", ".join(sorted(WEIGHT_SUFFIXES))
-        raise InvalidConfig(f"path: no weight files ({suffixes}) in {root}")
-    return shards, tokenizer
-
-
-def _hash_files(
-    root: Path, names: list[str], hasher: FileHasher, on_progress: ProgressFn | None
-) -> tuple[ModelFile, ...]:
-    files = []
-    for rel in names:
-        before = FileStamp.of((root / rel).stat())
-        digest = hasher.hash_file(root / rel, on_progress=on_progress)
-        if FileStamp.of((root / rel).stat()) != before:
-            raise InvalidConfig(f"path: {rel} changed while it was hashed; add it once complete")
-        files.append(ModelFile(path=rel, size=before.size, blake3=digest))
-    return tuple(files)
-
-
-def _says_mlx(root: Path, shards: list[str], tokenizer: list[str]) -> bool:
-    if "config.json" in tokenizer:
-        with contextlib.suppress(OSError, ValueError):
-            config = parse_json(read_capped(root / "config.json", 16 * MiB, "config.json"))
-            if isinstance(config, dict) and "quantization" in config:
-                return True
-    first = next((s for s in shards if s.lower().endswith(".safetensors")), None)
-    return first is not None and safetensors_format(root / first) == "mlx"
 
 
 def safetensors_format(path: Path) -> object:

@@ -5,15 +5,20 @@ where a manifest is::
 
     {"name": "tiny", "format": "gguf", "root": "/abs/dir",
      "shards": [{"path": "tiny.gguf", "size": 522336, "blake3": "<64 hex>"}],
-     "tokenizer": [], "source": {"hf_repo": "...", "hf_revision": "...", "ollama_tag": "..."}}
+     "tokenizer": [], "source": {"hf_repo": "...", "hf_revision": "...", "ollama_tag": "..."},
+     "signature": {"path": "model.sig", "size": 1234, "blake3": "<64 hex>",
+                   "algorithm": "blake3", "anchor": "ops", "signer": "key sha256:<64 hex>"}}
+
+``signature`` is present only for a model registered with a detached OpenSSF Model Signing
+signature (``manifest.ModelSignature``).
 
 Unknown keys are refused. Every error is an `InvalidConfig` whose message names the field as a
 JSON path, for example ``$.models[2].shards[0].blake3: expected 64 lower-case hex characters``.
 The text is read by the one safe parser (`inferactors._safe_json.parse_json`), so nesting
 bombs, duplicate keys and huge integers are refused the same way, naming line or path.
 A manifest body has a token name of up to 128 characters and 1 to 255 shards sorted by
-path, each a relative path with a size and a 64 lower-hex BLAKE3 digest; there is no
-signature envelope.
+path, each a relative path with a size and a 64 lower-hex BLAKE3 digest, and an optional
+detached OpenSSF Model Signing signature (``design/signing.md``).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any
 from .._errors import InvalidConfig, shown
 from .._flavor import ModelFormat
 from .._safe_json import NotJson, parse_json
-from .manifest import ModelFile, ModelManifest, ModelSource
+from .manifest import SIGNED_ALGORITHMS, ModelFile, ModelManifest, ModelSignature, ModelSource
 
 REGISTRY_SCHEMA = "inferactors.model-registry.v1"
 MAX_NAME_CHARS = 128
@@ -36,8 +41,11 @@ MAX_SHARDS = 255
 _NAME_RE = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._+:-]{{0,{MAX_NAME_CHARS - 1}}}")
 _HEX64_RE = re.compile(r"[0-9a-f]{64}")
 _TAG_RE = re.compile(r"[^\s\x00-\x1f\x7f]{1,256}")
-_MANIFEST_KEYS = frozenset({"name", "format", "root", "shards", "tokenizer", "source"})
+_MANIFEST_KEYS = frozenset({"name", "format", "root", "shards", "tokenizer", "source", "signature"})
 _FILE_KEYS = frozenset({"path", "size", "blake3"})
+_SIGNATURE_KEYS = _FILE_KEYS | {"algorithm", "anchor", "signer"}
+_ANCHOR_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+:-]{0,63}")
+_SIGNER_RE = re.compile(r"[^\x00-\x1f\x7f]{1,512}")
 _SOURCE_KEYS = frozenset({"hf_repo", "hf_revision", "ollama_tag"})
 _FORMATS = ", ".join(f.value for f in ModelFormat)
 
@@ -73,7 +81,7 @@ def manifest_to_json(manifest: ModelManifest) -> dict[str, Any]:
         for key in sorted(_SOURCE_KEYS)
         if (value := getattr(manifest.source, key)) is not None
     }
-    return {
+    body: dict[str, Any] = {
         "name": manifest.name,
         "format": manifest.format.value,
         "root": manifest.root,
@@ -81,6 +89,9 @@ def manifest_to_json(manifest: ModelManifest) -> dict[str, Any]:
         "tokenizer": [_file_to_json(f) for f in manifest.tokenizer],
         "source": source,
     }
+    if manifest.signature is not None:
+        body["signature"] = _signature_to_json(manifest.signature)
+    return body
 
 
 def manifest_from_json(obj: object, *, where: str = "$") -> ModelManifest:
@@ -95,6 +106,10 @@ def manifest_from_json(obj: object, *, where: str = "$") -> ModelManifest:
     shards = _files(body["shards"], f"{where}.shards")
     tokenizer = _files(body.get("tokenizer", []), f"{where}.tokenizer")
     _check_file_set(fmt, shards, tokenizer, where)
+    signature = None
+    if body.get("signature") is not None:
+        signature = _signature(body["signature"], f"{where}.signature")
+        _check_signature_file(fmt, signature, shards + tokenizer, f"{where}.signature")
     return ModelManifest(
         name=check_model_name(body["name"], where=f"{where}.name"),
         format=fmt,
@@ -102,6 +117,7 @@ def manifest_from_json(obj: object, *, where: str = "$") -> ModelManifest:
         shards=shards,
         tokenizer=tokenizer,
         source=source,
+        signature=signature,
     )
 
 
@@ -145,6 +161,40 @@ def _registry_from_json(obj: object) -> tuple[ModelManifest, ...]:
 
 def _file_to_json(file: ModelFile) -> dict[str, Any]:
     return {"path": file.path, "size": file.size, "blake3": file.blake3}
+
+
+def _signature_to_json(signature: ModelSignature) -> dict[str, Any]:
+    return _file_to_json(signature.file) | {
+        "algorithm": signature.algorithm,
+        "anchor": signature.anchor,
+        "signer": signature.signer,
+    }
+
+
+def _signature(obj: object, where: str) -> ModelSignature:
+    body = _object(obj, where, _SIGNATURE_KEYS, required=tuple(sorted(_SIGNATURE_KEYS)))
+    file = _file({key: body[key] for key in _FILE_KEYS}, where)
+    algorithm = _str(body["algorithm"], f"{where}.algorithm")
+    if algorithm not in SIGNED_ALGORITHMS:
+        raise InvalidConfig(
+            f"{where}.algorithm: {shown(algorithm)} is not one of {', '.join(SIGNED_ALGORITHMS)}"
+        )
+    anchor = _str(body["anchor"], f"{where}.anchor")
+    if _ANCHOR_RE.fullmatch(anchor) is None:
+        raise InvalidConfig(f"{where}.anchor: {shown(anchor)} is not a trust anchor name")
+    signer = _str(body["signer"], f"{where}.signer")
+    if _SIGNER_RE.fullmatch(signer) is None:
+        raise InvalidConfig(f"{where}.signer: expected 1 to 512 printable characters")
+    return ModelSignature(file=file, algorithm=algorithm, anchor=anchor, signer=signer)
+
+
+def _check_signature_file(
+    fmt: ModelFormat, signature: ModelSignature, files: tuple[ModelFile, ...], where: str
+) -> None:
+    if fmt is ModelFormat.OLLAMA:
+        raise InvalidConfig(f"{where}: an ollama model pins no files, so it carries no signature")
+    if any(f.path == signature.file.path for f in files):
+        raise InvalidConfig(f"{where}.path: {signature.file.path!r} is also a pinned model file")
 
 
 def _object(

@@ -7,7 +7,8 @@ unless the stamp equals the one recorded at the last full hash in this process o
 registry's persisted record vouches for it (``verified_record.py``), BLAKE3 read from the
 descriptor. What passed is returned as a `PinnedModel` holding the descriptors, so a server
 can be handed exactly the bytes that were verified (``/proc/self/fd/N``, see
-``design/pinning.md``).
+``design/pinning.md``). A model registered with a signature has it checked once its files
+pass (``signature_check.py``): the signature file is pinned like the others.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from typing import Self
 import attrs
 
 from .._flavor import ModelFormat
+from .anchors import TrustAnchors
 from .beneath import MAX_LINKS as MAX_LINKS
 from .beneath import ModelTree as ModelTree
 from .beneath import OutsideRoot as OutsideRoot
 from .beneath import open_beneath as open_beneath
-from .hashing import CheckFailure, FileHasher, FileStamp, ProgressFn
+from .hashing import CheckFailure, FileHasher, FileStamp, ProgressFn, blake3_and_fd
 from .manifest import ModelFile, ModelManifest
+from .signature_check import HashNotes, SignatureCheck
 from .verified_record import VerifiedRecord
 
 
@@ -104,9 +107,10 @@ def open_and_check(
     hasher: FileHasher,
     record: VerifiedRecord | None = None,
     on_progress: ProgressFn | None = None,
+    signing: SignatureCheck | None = None,
 ) -> PinnedModel | CheckFailure:
     """Open every pinned file of ``manifest`` beneath its root and check it from its
-    descriptor; see the module docstring.
+    descriptor, then its signature if it has one; see the module docstring.
 
     Args:
         manifest: what to check against.
@@ -118,6 +122,8 @@ def open_and_check(
         record: the registry's persisted record of verified files: consulted unless
             ``full``, and told of every hash that passed or failed.
         on_progress: passed to the hasher.
+        signing: the manifest's signature state (``signature_check.py``); None checks a
+            signed manifest against no trust anchor (so it fails).
 
     Returns:
         The open descriptors when every file passed, else the first `CheckFailure` (its
@@ -131,10 +137,15 @@ def open_and_check(
     except (OSError, RuntimeError):
         return CheckFailure(f"root {manifest.root} is missing", sticky=False)
     pinned = PinnedModel(manifest)
+    signing = signing if signing is not None else SignatureCheck(TrustAnchors())
+    notes = HashNotes(also=signing.second_algorithm(manifest))
     try:
         pinned.root_fd = tree.open_root()
         for label, file in pinned_files(manifest):
             known = None if full else stamps.get(file.path)
+            second = notes.also is not None and label.startswith(_MODEL_FILE_LABELS)
+            if second and not signing.knows(file.path, known):
+                known = None  # its second digest is needed: hash it in full
             result = check_file(
                 tree,
                 label,
@@ -143,7 +154,8 @@ def open_and_check(
                 hasher=hasher,
                 on_progress=on_progress,
                 record=record,
-                trust_record=not full,
+                trust_record=not full and not second,
+                notes=notes if second else HashNotes(),
             )
             if isinstance(result, CheckFailure):
                 stamps.pop(file.path, None)
@@ -151,6 +163,12 @@ def open_and_check(
                 return result
             pinned.fds[file.path], stamps[file.path] = result
             pinned.stamps[file.path] = result[1]
+            if known != result[1]:  # not on this process's stamp: checked afresh
+                notes.hashed.setdefault(file.path, None)
+        failure = signing.after_files(manifest, pinned.fds, pinned.stamps, notes, full=full)
+        if failure is not None:
+            pinned.close()
+            return failure
     except OSError:
         pinned.close()
         return CheckFailure(f"root {manifest.root} is missing", sticky=False)
@@ -162,10 +180,16 @@ def open_and_check(
     return pinned
 
 
+_MODEL_FILE_LABELS = ("shard ", "tokenizer file ")
+
+
 def pinned_files(manifest: ModelManifest) -> Iterator[tuple[str, ModelFile]]:
-    """Each pinned file with its label: ``"shard x.gguf"``, ``"tokenizer file y.json"``."""
+    """Each pinned file with its label: ``"shard x.gguf"``, ``"tokenizer file y.json"``,
+    and last the signature file, if any (``"signature model.sig"``)."""
     yield from ((f"shard {f.path}", f) for f in manifest.shards)
     yield from ((f"tokenizer file {f.path}", f) for f in manifest.tokenizer)
+    if manifest.signature is not None:
+        yield f"signature {manifest.signature.file.path}", manifest.signature.file
 
 
 def check_file(
@@ -178,10 +202,12 @@ def check_file(
     on_progress: ProgressFn | None = None,
     record: VerifiedRecord | None = None,
     trust_record: bool = False,
+    notes: HashNotes | None = None,
 ) -> tuple[int, FileStamp] | CheckFailure:
     """Open one pinned file beneath ``tree`` and check it from the descriptor; a file
     whose stamp is ``known``, or that ``record`` vouches for (when ``trust_record``), is not
-    hashed; a hash that passes or fails is noted in ``record``.
+    hashed; a hash that passes or fails is noted in ``record``, and one that passes in
+    ``notes`` (with the digest in ``notes.also`` too, computed in the same read).
 
     Returns:
         ``(descriptor, stamp)`` when it passed (the caller owns the descriptor), else a
@@ -198,7 +224,7 @@ def check_file(
         return CheckFailure(reason, sticky=False, file=file.path)
     try:
         path = tree.real_root / file.path
-        result = _check_open(fd, label, file, known, hasher, path, on_progress, noted)
+        result = _check_open(fd, label, file, known, hasher, path, on_progress, noted, notes)
     except BaseException:
         os.close(fd)
         raise
@@ -217,6 +243,7 @@ def _check_open(
     path: Path,
     on_progress: ProgressFn | None,
     noted: _Noted | None,
+    notes: HashNotes | None = None,
 ) -> FileStamp | CheckFailure:
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
@@ -227,8 +254,12 @@ def _check_open(
     stamp = FileStamp.of(info)
     if known == stamp or (noted is not None and noted.vouches(stamp, file.blake3)):
         return stamp
+    second = None
     try:
-        digest = hasher.hash_fd(fd, path=path, on_progress=on_progress)
+        if notes is not None and notes.also is not None:
+            digest, second = blake3_and_fd(fd, notes.also, path=path, on_progress=on_progress)
+        else:
+            digest = hasher.hash_fd(fd, path=path, on_progress=on_progress)
     except OSError as error:
         return CheckFailure(f"{label}: unreadable: {error.strerror}", sticky=False, file=file.path)
     if digest != file.blake3:
@@ -241,6 +272,8 @@ def _check_open(
         return CheckFailure(reason, sticky=False, file=file.path)
     if noted is not None:
         noted.record.note(stamp, digest, checked_since_ns=noted.since_ns)
+    if notes is not None:
+        notes.hashed[file.path] = second
     return stamp
 
 

@@ -21,6 +21,9 @@ Checks:
 - Every check opens the files beneath the root without following links out of it and checks
   the open descriptors (``pinning.py``); `ModelRegistry.pin` returns those descriptors open,
   so a spawn hands the server the very bytes that were verified (``design/pinning.md``).
+- A detached OpenSSF Model Signing signature is verified against the trust anchors whenever
+  a file is hashed in full; one that no longer verifies is refused like a changed byte, and
+  so is a model not signed as a load required (``design/signing.md``).
 
 All I/O here is synchronous; async callers run it in a thread (``trio.to_thread.run_sync``).
 A registry object may be shared by threads: checks of one model are serialised, and updates
@@ -34,7 +37,7 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -49,11 +52,16 @@ from .._errors import (
     shown,
 )
 from .._flavor import ModelFormat
-from .hashing import Blake3Hasher, CheckFailure, FileHasher, FileStamp, ProgressFn, scan_model
-from .manifest import ModelManifest, ModelSource, ResolvedModel
+from .anchors import TrustAnchors
+from .hashing import Blake3Hasher, CheckFailure, FileHasher, FileStamp, ProgressFn
+from .manifest import ModelManifest, ModelSource, ResolvedModel, resolved_model
 from .manifest_io import check_manifest, check_model_name, registry_to_text
-from .pinning import PinnedModel, open_and_check
+from .model_checks import ModelChecks
+from .pinning import PinnedModel
 from .registry_file import file_lock, read_registry, registry_stamp, write_atomic
+from .scan import scan_model
+from .signed_add import scan_signed
+from .signing_rules import SigningRules
 from .verified_record import RACY_MARGIN_S, VerifiedRecord
 
 __all__ = ["ModelCheck", "ModelRegistry"]
@@ -68,15 +76,6 @@ class ModelCheck(NamedTuple):
 
 
 @attrs.define(eq=False)
-class _ModelState:
-    """Check state of one manifest, guarded by its own lock."""
-
-    lock: threading.Lock = attrs.field(factory=threading.Lock)
-    refused: str | None = None
-    stamps: dict[str, FileStamp] = attrs.field(factory=dict)
-
-
-@attrs.define(eq=False)
 class ModelRegistry:
     """Named models pinned by size and BLAKE3 digest, optionally backed by a JSON file.
 
@@ -84,12 +83,10 @@ class ModelRegistry:
     """
 
     _path: Path | None
-    _hasher: FileHasher
+    _checks: ModelChecks
     _models: dict[str, ModelManifest] = attrs.field(factory=dict)
     _file_stamp: FileStamp | None = None
-    _states: dict[ModelManifest, _ModelState] = attrs.field(factory=dict)
     _lock: threading.RLock = attrs.field(factory=threading.RLock)
-    _record: VerifiedRecord | None = None
 
     @classmethod
     def open(
@@ -98,12 +95,14 @@ class ModelRegistry:
         *,
         hasher: FileHasher | None = None,
         racy_margin_s: float = RACY_MARGIN_S,
+        anchors: TrustAnchors | None = None,
     ) -> ModelRegistry:
         """Open the registry file at ``path``; a missing file is an empty registry.
 
         Files verified by a full hash are recorded in ``<path>.verified``, so a later
         registry object on the same file need not hash them again (module docstring); a
         file changed less than ``racy_margin_s`` seconds before its check is not recorded.
+        Signatures are verified against ``anchors`` (none: a signed model fails its check).
 
         Raises:
             InvalidConfig: the file is malformed; the message names the file and the field,
@@ -111,19 +110,28 @@ class ModelRegistry:
             BackendError: the file exists but cannot be read.
         """
         record = VerifiedRecord.beside(path, racy_margin_s=racy_margin_s)
-        registry = cls(path=path, hasher=hasher or Blake3Hasher(), record=record)
+        rules = SigningRules(anchors or TrustAnchors())
+        registry = cls(path=path, checks=ModelChecks(hasher or Blake3Hasher(), rules, record))
         registry._refresh()
         return registry
 
     @classmethod
-    def in_memory(cls, *, hasher: FileHasher | None = None) -> ModelRegistry:
+    def in_memory(
+        cls, *, hasher: FileHasher | None = None, anchors: TrustAnchors | None = None
+    ) -> ModelRegistry:
         """An empty registry that lives only in this object (tests, embedding)."""
-        return cls(path=None, hasher=hasher or Blake3Hasher())
+        rules = SigningRules(anchors or TrustAnchors())
+        return cls(path=None, checks=ModelChecks(hasher or Blake3Hasher(), rules))
 
     @property
     def path(self) -> Path | None:
         """The registry file, or None for an in-memory registry."""
         return self._path
+
+    @property
+    def anchors(self) -> TrustAnchors:
+        """The trust anchors signatures are verified against."""
+        return self._checks.rules.anchors
 
     def add(
         self,
@@ -133,32 +141,61 @@ class ModelRegistry:
         source: ModelSource | None = None,
         format: ModelFormat | None = None,  # shadows the builtin: the manifest's field name
         on_progress: ProgressFn | None = None,
+        signature: Path | None = None,
     ) -> ModelManifest:
         """Register the model at ``path`` under ``name``, hashing its files in place.
 
         ``path`` is one ``.gguf`` file or a model directory: top-level ``*.safetensors,
         *.gguf, *.bin, *.pt, *.pth, *.npz, *.ckpt`` are shards, ``*.json, *.model,
         *.tiktoken, *.txt, *.jinja`` tokenizer files; ``format`` overrides the detected format
-        (see `hashing.scan_model`). Nothing is copied; the file is saved atomically.
+        (see `scan.scan_model`). Nothing is copied; the file is saved atomically.
+        With ``signature`` (a detached OMS signature beneath the model's root), it is
+        verified against the trust anchors and must sign exactly the files pinned
+        (`signed_add.scan_signed`); the manifest records it and who signed it.
 
         Returns:
             The manifest as stored.
 
         Raises:
             InvalidConfig: ``name`` is not a plain token or is already registered, ``path`` is
-                missing or holds no weights, ``format`` does not fit the files, or the registry
-                file is malformed (it is left untouched).
+                missing or holds no weights, ``format`` does not fit the files, the signature
+                does not verify or sign exactly those files (``signature: model.sig: ...``),
+                or the registry file is malformed (it is left untouched).
+            Unsupported: ``signature`` is given and the ``signing`` extra is not installed.
             BackendError: a model file cannot be read or the registry cannot be saved.
         """
         check_model_name(name)
         _refuse_taken(self._current(), name)
         try:
-            scanned = scan_model(
-                path, name=name, fmt=format, hasher=self._hasher, on_progress=on_progress
-            )
+            if signature is None:
+                scanned = scan_model(
+                    path, name=name, fmt=format, hasher=self._checks.hasher, on_progress=on_progress
+                )
+            else:
+                scanned = scan_signed(
+                    path,
+                    name=name,
+                    fmt=format,
+                    hasher=self._checks.hasher,
+                    signature=signature,
+                    anchors=self.anchors,
+                    on_progress=on_progress,
+                )
         except OSError as error:
             raise BackendError(f"path: cannot read {error.filename}: {error.strerror}") from error
         manifest = check_manifest(attrs.evolve(scanned, source=source or ModelSource()))
+        self._update(lambda models: _insert(models, manifest))
+        return manifest
+
+    def add_manifest(self, manifest: ModelManifest) -> ModelManifest:
+        """Register a manifest made elsewhere (an import that hashed the files itself),
+        checked by the rules of the registry file.
+
+        Raises:
+            InvalidConfig: a bad manifest or a name already registered.
+            BackendError: the registry cannot be saved.
+        """
+        manifest = check_manifest(manifest)
         self._update(lambda models: _insert(models, manifest))
         return manifest
 
@@ -210,24 +247,50 @@ class ModelRegistry:
         manifest = self._current().get(name)
         return manifest if manifest is not None else _unknown(name)
 
-    def resolve(self, name: str, *, on_progress: ProgressFn | None = None) -> ResolvedModel:
+    def resolve(
+        self,
+        name: str,
+        *,
+        on_progress: ProgressFn | None = None,
+        signed_by: Sequence[str] = (),
+    ) -> ResolvedModel:
         """Check the model's files and return their absolute paths, ready to launch.
 
         A file is re-hashed unless its stat is the one it had when it last passed, here or
         in the registry file's record (see the module docstring); a refused model is always
         re-hashed in full. ``root`` is the registered root with its symlinks resolved and
         every path is ``root / relative path``; an ollama model has ``root == Path()`` and no
-        files.
+        files. With ``signed_by`` (trust anchor names), the model must also carry a
+        signature that one of them verifies (checked, not recorded: `require_signed`).
 
         Raises:
             UnknownModel: no model has that name.
+            InvalidConfig: ``signed_by`` names an anchor the registry does not have.
             ModelNotReady: ``"model tiny is not ready: shard tiny.gguf: BLAKE3 differs ..."``
-                for a missing, resized, tampered or escaping file (`PinMismatch` for the last
-                three).
+                for a missing, resized, tampered or escaping file, a signature that does not
+                verify, or one not made by a required anchor (``"... not signed by any of
+                the trust anchors ops: unsigned (no signature registered)"``); `PinMismatch`
+                for all but a missing file.
         """
         manifest = self.get(name)
-        self.pin(manifest, on_progress=on_progress).close()
-        return _resolved(manifest)
+        also = self._checks.rules.known(signed_by)
+        self._pin(manifest, on_progress, also).close()
+        return attrs.evolve(resolved_model(manifest), signed_by=self.signed_by(manifest))
+
+    def require_signed(self, name: str, signed_by: Sequence[str]) -> None:
+        """Record that model ``name`` must be signed by one of the anchors ``signed_by`` at
+        every later check in this registry object (a load does it once admitted), so a
+        spawn of an entry swapped since is refused (``signing_rules.py``).
+
+        Raises:
+            InvalidConfig: ``signed_by`` names an anchor the registry does not have.
+        """
+        self._checks.rules.require(name, signed_by)
+
+    def signed_by(self, manifest: ModelManifest) -> str | None:
+        """Who signed ``manifest``: ``"ops: key sha256:74e77a506e308a1f..."`` as its last
+        verification here found, else as registered; None when it carries no signature."""
+        return self._checks.signed_by(manifest)
 
     def pin(self, manifest: ModelManifest, *, on_progress: ProgressFn | None = None) -> PinnedModel:
         """Check ``manifest``'s files as `resolve` does and return their descriptors, open.
@@ -242,7 +305,12 @@ class ModelRegistry:
             PinMismatch: a file is resized, differs or resolves outside the root (tampered).
             ModelNotReady: a file or the root is missing or unreadable.
         """
-        result = self._check(manifest, force_full=False, on_progress=on_progress)
+        return self._pin(manifest, on_progress)
+
+    def _pin(
+        self, manifest: ModelManifest, on_progress: ProgressFn | None, also: tuple[str, ...] = ()
+    ) -> PinnedModel:
+        result = self._checks.check(manifest, force_full=False, on_progress=on_progress, also=also)
         if isinstance(result, CheckFailure):
             raise _refusal(manifest.name, result)
         return result
@@ -260,38 +328,14 @@ class ModelRegistry:
         manifests = [self.get(name)] if name is not None else builtins.list(self.list())
         checks = []
         for manifest in manifests:
-            result = self._check(manifest, force_full=True, on_progress=on_progress)
+            result = self._checks.check(manifest, force_full=True, on_progress=on_progress)
             if isinstance(result, CheckFailure):
                 checks.append(ModelCheck(manifest.name, False, result.reason))
             else:
                 result.close()
-                checks.append(ModelCheck(manifest.name, True, _ok_reason(manifest)))
+                reason = _ok_reason(manifest, self._checks.signed_by(manifest))
+                checks.append(ModelCheck(manifest.name, True, reason))
         return checks
-
-    def _check(
-        self, manifest: ModelManifest, *, force_full: bool, on_progress: ProgressFn | None
-    ) -> PinnedModel | CheckFailure:
-        """Full (every file hashed, no stamp or record trusted) when forced or for a
-        manifest refused (sticky). On success the caller owns the open descriptors."""
-        with self._lock:
-            state = self._states.setdefault(manifest, _ModelState())
-        with state.lock:
-            full = force_full or state.refused is not None
-            result = open_and_check(
-                manifest,
-                state.stamps,
-                full=full,
-                hasher=self._hasher,
-                record=self._record,
-                on_progress=on_progress,
-            )
-            if isinstance(result, PinnedModel):
-                state.refused = None
-            elif result.sticky:
-                state.refused = result.reason
-            if self._record is not None:
-                self._record.save()
-        return result
 
     def _current(self) -> dict[str, ModelManifest]:
         with self._lock:
@@ -335,24 +379,12 @@ def _refusal(name: str, failure: CheckFailure) -> ModelNotReady:
     return ModelNotReady(message)
 
 
-def _resolved(manifest: ModelManifest) -> ResolvedModel:
-    ollama = manifest.format is ModelFormat.OLLAMA
-    root = Path() if ollama else Path(manifest.root).resolve()
-    return ResolvedModel(
-        name=manifest.name,
-        format=manifest.format,
-        root=root,
-        shards=tuple(root / f.path for f in manifest.shards),
-        tokenizer=tuple(root / f.path for f in manifest.tokenizer),
-        source=manifest.source,
-    )
-
-
-def _ok_reason(manifest: ModelManifest) -> str:
+def _ok_reason(manifest: ModelManifest, signer: str | None) -> str:
     if manifest.format is ModelFormat.OLLAMA:
         return f"ollama tag {manifest.source.ollama_tag}: no files pinned (Ollama keeps them)"
     count = len(manifest.shards) + len(manifest.tokenizer)
-    return f"{count} file{'s' if count != 1 else ''} verified"
+    signed = f", signed by {signer}" if signer is not None else ""
+    return f"{count} file{'s' if count != 1 else ''} verified{signed}"
 
 
 def _unknown(name: str) -> ModelManifest:

@@ -68,6 +68,8 @@ class Member:
     """Set once its first load and start returned (or were refused)."""
     readiness: Readiness = attrs.Factory(Readiness)
     """Whether ``/readyz`` counts it ready (changed by observations in a row)."""
+    signed_by: str | None = None
+    """Who signed its model, read from the registry after each load (`signer_of`)."""
     _updated: trio.Event = attrs.Factory(trio.Event)
 
     @property
@@ -92,6 +94,7 @@ class Member:
             status=self.status,
             refused=self.refused,
             residency=residency,
+            signed_by=self.signed_by,
         )
 
     def standing(self) -> Standing:
@@ -189,6 +192,7 @@ async def _attempt(member: Member, keeper: Keeper) -> bool:
     entry, runtime = member.placement.entry, member.runtime
     try:
         member.handle = await runtime.load(entry.spec, entry.supervision)
+        member.signed_by = await trio.to_thread.run_sync(signer_of, runtime, entry.spec.model)
         keeper.index(member)
         if not member.on_demand:  # an on-demand instance waits for its first request
             await runtime.start(member.handle)
@@ -200,6 +204,18 @@ async def _attempt(member: Member, keeper: Keeper) -> bool:
     done = "loaded, started on demand" if member.on_demand else "started"
     keeper.say(f"{iid}: {done} ({runtime.id})", instance=iid)
     return True
+
+
+def signer_of(runtime: InferRuntime, model: str | None) -> str | None:
+    """Who signed ``model`` as ``runtime``'s registry last verified it, or None (no
+    registry, no model, unsigned, or no longer registered). Blocking: a stat of the
+    registry file."""
+    if runtime.registry is None or model is None:
+        return None
+    try:
+        return runtime.registry.signed_by(runtime.registry.get(model))
+    except InferactorsError:
+        return None
 
 
 async def _refused(member: Member, keeper: Keeper, error: InferactorsError) -> None:

@@ -15,11 +15,13 @@ pins were checked already: a stat each), else in one opened for the check.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import partial
 from pathlib import Path
 
 import trio
 
 from .._actors.admission import make_plan
+from .._actors.registry_open import trust_anchors
 from .._config.config import InferConfig
 from .._edges.bundle import Edges
 from .._errors import InferactorsError, InvalidConfig, one_line
@@ -75,9 +77,10 @@ async def _registry_for(
     if config.managed is None:
         return None
     path = config.managed.registry
+    anchors = await trio.to_thread.run_sync(trust_anchors, config.managed)
     for registry in registries:
-        if registry is not None and registry.path == path:
+        if registry is not None and registry.path == path and registry.anchors == anchors:
             return registry
-    fresh = await trio.to_thread.run_sync(ModelRegistry.open, path)
+    fresh = await trio.to_thread.run_sync(partial(ModelRegistry.open, path, anchors=anchors))
     registries.append(fresh)  # the other checks of this reload share it
     return fresh

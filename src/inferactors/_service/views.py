@@ -27,6 +27,9 @@ class InstanceView:
         residency: what the scheduler shows of it (resident bytes declared, estimated
             and measured; requests in flight and queued; TTL left; its last stop's reason),
             None when no scheduler runs or it is not scheduled.
+        signed_by: who signed its model, as the registry last verified it (the trust anchor
+            and the signer: ``"ops: key sha256:74e77a506e308a1f..."``), read at each load;
+            None for an unsigned model, an adopted server or before its first load.
     """
 
     name: str
@@ -36,6 +39,7 @@ class InstanceView:
     status: InstanceStatus
     refused: str | None = None
     residency: ResidencyView | None = None
+    signed_by: str | None = None
 
 
 @attrs.frozen

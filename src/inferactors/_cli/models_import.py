@@ -1,0 +1,134 @@
+"""``inferactors models import``: register the models already on this machine.
+
+Three sources, none downloaded from: Ollama's model store (``ollama [STORE]``), a Hugging
+Face cache folder (``hf-cache [CACHE]``) and a llama-swap config (``llama-swap CONFIG``,
+whose models are registered and drafted as run-file instances, ``llama_swap_draft.py``).
+Each found model gets one line, ``[3/7] qwen3:0.6b: registered (gguf, 1 file, 4.7 GiB)``,
+and large files their hashing progress on stderr; a model registered before under the same
+name from the same files is ``already registered`` (an import can be run again), one whose
+name another model holds is skipped, and every skip says why. The last line sums it up.
+Exit status: 0 once the source was read (skips included), 2 for a source that is not one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from .._models.import_hf import HfModel, find_hf_models
+from .._models.import_ollama import OllamaModel, Skipped, find_ollama_models, ollama_manifest
+from .._models.manifest import ModelManifest
+from .._models.registry import ModelRegistry
+from .import_tally import Tally, expected_files, import_one
+from .llama_swap_draft import import_llama_swap
+from .models_common import HashProgress, with_registry
+
+
+def add_import_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """Add ``models import ollama|hf-cache|llama-swap`` to the ``models`` subcommands."""
+    parser = commands.add_parser("import", help="register models already here (no download)")
+    sources = parser.add_subparsers(dest="import_source", metavar="SOURCE", required=True)
+    ollama = sources.add_parser("ollama", parents=[common], help="Ollama's model store")
+    ollama.add_argument(
+        "store", type=Path, nargs="?", default=None,
+        help="its models directory (default: $OLLAMA_MODELS, else ~/.ollama/models)",
+    )  # fmt: skip
+    ollama.set_defaults(func=handle_import_ollama)
+    hf = sources.add_parser("hf-cache", parents=[common], help="a Hugging Face cache folder")
+    hf.add_argument(
+        "cache", type=Path, nargs="?", default=None,
+        help="the cache (default: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub)",
+    )  # fmt: skip
+    hf.set_defaults(func=handle_import_hf)
+    swap = sources.add_parser(
+        "llama-swap", parents=[common], help="a llama-swap config: models and drafted instances"
+    )
+    swap.add_argument("swap_config", type=Path, metavar="CONFIG", help="llama-swap's config.yaml")
+    swap.add_argument(
+        "--draft", type=Path, default=Path("llama-swap.run.toml"), metavar="RUN_FILE",
+        help="where to write the drafted run file (default: ./llama-swap.run.toml; never "
+        "overwritten)",
+    )  # fmt: skip
+    swap.set_defaults(func=import_llama_swap)
+
+
+def handle_import_ollama(args: argparse.Namespace) -> int:
+    """``models import ollama [STORE]``."""
+    store = args.store or Path(os.environ.get("OLLAMA_MODELS") or "~/.ollama/models")
+
+    def run(registry: ModelRegistry) -> int:
+        found = list(find_ollama_models(store.expanduser()))
+        tally = Tally(len(found))
+        for item in found:
+            if isinstance(item, Skipped):
+                tally.say(item.what, "skipped", item.why)
+                continue
+            import_one(registry, tally, item.name, _ollama_files(item), _ollama_add(item))
+        print(tally.summary())
+        return 0
+
+    return with_registry(args, run)
+
+
+def handle_import_hf(args: argparse.Namespace) -> int:
+    """``models import hf-cache [CACHE]``."""
+    cache = args.cache or _hf_cache()
+
+    def run(registry: ModelRegistry) -> int:
+        found = list(find_hf_models(cache.expanduser()))
+        tally = Tally(len(found))
+        for item in found:
+            if isinstance(item, Skipped):
+                tally.say(item.what, "skipped", item.why)
+                continue
+            add = hf_add(registry, item)
+            import_one(registry, tally, item.name, expected_files(item.path), add)
+        print(tally.summary())
+        return 0
+
+    return with_registry(args, run)
+
+
+def _ollama_files(found: OllamaModel) -> tuple[str, dict[str, int]]:
+    return str(found.blob.parent), {found.blob.name: found.size}
+
+
+def _ollama_add(found: OllamaModel) -> Callable[[ModelRegistry], ModelManifest]:
+    def add(registry: ModelRegistry) -> ModelManifest:
+        return registry.add_manifest(ollama_manifest(found, HashProgress(stream=sys.stderr)))
+
+    return add
+
+
+def hf_add(registry: ModelRegistry, found: HfModel) -> Callable[[ModelRegistry], ModelManifest]:
+    """Register ``found`` (a GGUF file or a folder), with its signature when trust anchors
+    are given to check it; a signature left unchecked is said on stderr."""
+    signature = found.signature
+    if signature is not None and not registry.anchors:
+        print(f"note: {signature} not checked: no trust anchor given", file=sys.stderr)
+        signature = None
+
+    def add(registry: ModelRegistry) -> ModelManifest:
+        progress = HashProgress(stream=sys.stderr)
+        return registry.add(
+            found.path,
+            name=found.name,
+            source=found.source,
+            on_progress=progress,
+            signature=signature,
+        )
+
+    return add
+
+
+def _hf_cache() -> Path:
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]) / "hub"
+    return Path("~/.cache/huggingface/hub")
