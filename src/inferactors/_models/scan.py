@@ -1,10 +1,8 @@
 """Scanning a model to register it: which files it has, its format, and their digests.
 
 `scan_model` hashes a ``.gguf`` file or a model directory in place (never copying it) and
-describes it as a manifest; the registry's ``add`` is built on it. Source: seed-behaviour.md
-section 6 (adoption "hashes files in place (streaming BLAKE3) and never copies them";
-``scan_file`` and ``scan_dir``; "every file resolves inside the root (or its HF
-``blobs/``)").
+describes it as a manifest; the registry's ``add`` is built on it. Every file must resolve
+inside the model's root (or, for a Hugging Face repository, its ``blobs/``).
 """
 
 from __future__ import annotations
