@@ -48,7 +48,10 @@ def lines_until(run: subprocess.Popen[bytes], needle: str, within_s: float = 30.
 
 def run_adopting(tmp_path: Path, port: int, *flags: str) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "inferactors", "run", str(adopt_run_file(tmp_path, port))]
-    return subprocess.Popen([*argv, *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    env = {**os.environ, "HOME": str(tmp_path)}  # its own state directory (no [managed])
+    return subprocess.Popen(
+        [*argv, *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
 
 
 def stop(run: subprocess.Popen[bytes]) -> None:

@@ -4,6 +4,7 @@ of start-up. Real processes: the CLI, and loopback listeners that never reply.""
 
 from __future__ import annotations
 
+import os
 import select
 import signal
 import socket
@@ -13,6 +14,10 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.exclusive  # start-up and Ctrl-C timed in real seconds
 
 SILENT = 6
 PROBE_TIMEOUT_S = 2.0
@@ -51,7 +56,10 @@ def run_file(tmp_path: Path, listeners: list[socket.socket]) -> Path:
 
 def start(path: Path) -> subprocess.Popen[str]:
     argv = [sys.executable, "-m", "inferactors", "run", str(path)]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = {**os.environ, "HOME": str(path.parent)}  # its own state directory (no [managed])
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
 
 
 def test_silent_servers_are_admitted_side_by_side_not_one_after_another(tmp_path: Path) -> None:
