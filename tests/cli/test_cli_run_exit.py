@@ -4,7 +4,6 @@ nothing left to supervise, 2 a bad run file; SIGHUP applies only what changed.""
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -17,11 +16,12 @@ from cli.run_support import RunProcess
 from inferactors.testing import CrashAt, RuntimeKit, Timeline, start_fake_server
 from inferactors.testing._fake_processes import free_port
 from service.fleet_support import Entry, RunFile
+from support import own_state_dir_env
 
 
 def run_once(path: Path) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "inferactors", "run", str(path)]
-    env = {**os.environ, "HOME": str(path.parent)}  # its own state directory
+    env = own_state_dir_env(path.parent)  # its own state directory (no [managed])
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False, env=env)
 
 

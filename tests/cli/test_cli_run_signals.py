@@ -14,7 +14,6 @@ llama-server.
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -28,6 +27,7 @@ from cli.run_support import RunProcess
 from inferactors.testing import RuntimeKit
 from inferactors.testing._fake_processes import free_port
 from service.fleet_support import Entry, RunFile
+from support import own_state_dir_env
 
 SCRIPT = Path(sys.executable).with_name("inferactors")
 """The console script an operator (or systemd) runs."""
@@ -35,7 +35,7 @@ SCRIPT = Path(sys.executable).with_name("inferactors")
 
 def start_script(path: Path) -> RunProcess:
     """``inferactors run PATH`` through the console script (not ``python -m``)."""
-    env = {**os.environ, "HOME": str(path.parent)}
+    env = own_state_dir_env(path.parent)  # its own state directory (no [managed])
     process = subprocess.Popen(
         [str(SCRIPT), "run", str(path)],
         stdout=subprocess.PIPE,

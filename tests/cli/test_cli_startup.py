@@ -4,7 +4,6 @@ of start-up. Real processes: the CLI, and loopback listeners that never reply.""
 
 from __future__ import annotations
 
-import os
 import select
 import signal
 import socket
@@ -16,6 +15,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
+
+from support import own_state_dir_env
 
 pytestmark = pytest.mark.exclusive  # start-up and Ctrl-C timed in real seconds
 
@@ -56,7 +57,7 @@ def run_file(tmp_path: Path, listeners: list[socket.socket]) -> Path:
 
 def start(path: Path) -> subprocess.Popen[str]:
     argv = [sys.executable, "-m", "inferactors", "run", str(path)]
-    env = {**os.environ, "HOME": str(path.parent)}  # its own state directory (no [managed])
+    env = own_state_dir_env(path.parent)  # its own state directory (no [managed])
     return subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )

@@ -15,9 +15,7 @@ import typing
 from collections.abc import Callable, Iterable
 from typing import Any, TypeAlias
 
-from .._config.convert_hooks import converter
 from .._errors import one_line
-from .._events import Event
 from .control_client import (
     COMMAND_WAIT_S,
     DEFAULT_TIMEOUT_S,
@@ -31,7 +29,6 @@ from .control_client import (
     positive_seconds,
     socket_of,
 )
-from .output import describe_event
 
 EXIT_STATUSES = """exit status:
   0  done (-f: the supervisor stopped)
@@ -229,13 +226,16 @@ def log_line(line: dict[str, Any]) -> str:
     return f"{at} {line['stream']} {line['pid']}  {line['text']}"
 
 
-_EVENT_TYPES: dict[str, type[Any]] = {cl.__name__: cl for cl in typing.get_args(Event)}
-
-
 def event_line(item: dict[str, Any]) -> str:
-    """An event as the supervisor prints it, or its JSON when this CLI does not know it."""
+    """An event as the supervisor prints it, or its JSON when this CLI does not know it.
+    (Only ``events`` needs the event classes and the converter: imported here.)"""
+    from .._config.convert_hooks import converter
+    from .._events import Event
+    from .event_words import describe_event
+
+    types = {cl.__name__: cl for cl in typing.get_args(Event)}
     fields = {key: value for key, value in item.items() if key != "type"}
-    cl = _EVENT_TYPES.get(str(item.get("type")))
+    cl = types.get(str(item.get("type")))
     event: Event | None = None
     try:
         event = converter.structure(fields, cl) if cl is not None else None

@@ -31,12 +31,12 @@ from hypercorn.trio.run import worker_serve
 from hypercorn.typing import ASGIFramework
 from hypercorn.utils import wrap_app
 
+from .._config.state_dir import CONTROL_SOCKET as CONTROL_SOCKET
+from .._config.state_dir import control_socket_path as control_socket_path
 from .._errors import InvalidConfig, InvalidState
 from .control_app import ControlledFleet, control_app
 from .control_token import read_token
 
-CONTROL_SOCKET = "control.sock"
-"""The control socket's name in the state directory."""
 BACKLOG = socket.SOMAXCONN
 """The listen backlog: connections the kernel holds while the server is busy (the kernel
 caps it at ``net.core.somaxconn``). A full queue makes a client's connect fail with
@@ -57,11 +57,6 @@ class _NoBanner(logging.Filter):
 
 
 log.addFilter(_NoBanner())
-
-
-def control_socket_path(state_dir: Path) -> Path:
-    """Where the supervisor of ``state_dir`` listens: ``<state_dir>/control.sock``."""
-    return state_dir / CONTROL_SOCKET
 
 
 def _answers(path: Path) -> bool:
