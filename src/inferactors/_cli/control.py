@@ -53,15 +53,22 @@ def register_control_commands(subparsers: Subparsers) -> None:
         command = _add(subparsers, verb, what, _instance_command(verb), named=True)
         command.set_defaults(verb=verb)
         _add_wait(command)
+        _add_json(command, "print the instance after the command as JSON")
     logs = _add(subparsers, "logs", "print one instance's server output", _logs, named=True)
     logs.add_argument("-n", "--lines", type=int, default=100, help="lines of the tail (100)")
     logs.add_argument("-f", "--follow", action="store_true", help="then print new lines")
+    _add_json(logs, "print NDJSON log lines as received")
     events = _add(subparsers, "events", "print the supervisor's recent events", _events)
     events.add_argument("-n", "--count", type=int, default=20, help="recent events (20)")
     events.add_argument("-f", "--follow", action="store_true", help="then print new ones")
     events.add_argument("--json", action="store_true", help="print NDJSON as received")
     reload = _add(subparsers, "reload", "re-read the run file; restart only what changed", _reload)
     _add_wait(reload)
+    _add_json(reload, "print what the reload did as JSON")
+
+
+def _add_json(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--json", action="store_true", help=what)
 
 
 def _add_wait(parser: argparse.ArgumentParser) -> None:
@@ -122,7 +129,7 @@ def _status(client: ControlClient, args: argparse.Namespace) -> int:
 def _instance_command(verb: str) -> Command:
     def command(client: ControlClient, args: argparse.Namespace) -> int:
         view = client.post(f"/v1/instances/{args.name}/{verb}", args.wait)
-        print(f"{view['name']}: {_state_words(view)}")
+        print(json.dumps(view, indent=2) if args.json else f"{view['name']}: {_state_words(view)}")
         return 0
 
     return command
@@ -131,7 +138,7 @@ def _instance_command(verb: str) -> Command:
 def _logs(client: ControlClient, args: argparse.Namespace) -> int:
     params: dict[str, str | int] = {"lines": max(args.lines, 0)}
     for line in client.lines(f"/v1/instances/{args.name}/logs", params, follow=args.follow):
-        print(log_line(line), flush=True)
+        print(json.dumps(line) if args.json else log_line(line), flush=True)
     return _ended(args)
 
 
@@ -156,7 +163,7 @@ def _reload(client: ControlClient, args: argparse.Namespace) -> int:
         if error.exit_status == EXIT_BAD_INPUT:
             raise ControlError(f"the run file is invalid; nothing changed: {error}", 2) from None
         raise
-    print(reload_words(result))
+    print(json.dumps(result, indent=2) if args.json else reload_words(result))
     return EXIT_ERROR if refused_of(result) else 0
 
 

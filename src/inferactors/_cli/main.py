@@ -34,8 +34,21 @@ def _top_parser() -> tuple[
         prog="inferactors",
         description="Keep local LLM inference servers registered, healthy and contained.",
     )
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="print the version of inferactors and exit"
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     return parser, subparsers
+
+
+class _Version(argparse.Action):
+    """``--version``: ``inferactors 0.1.0``, looked up only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from .._version import package_version
+
+        print(f"inferactors {package_version()}")
+        parser.exit()
 
 
 def client_parser() -> argparse.ArgumentParser:
@@ -82,7 +95,8 @@ def _llama_server(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default: ``sys.argv[1:]``) and return the exit status."""
     words = sys.argv[1:] if argv is None else list(argv)
-    parser = client_parser() if words[:1] and words[0] in CLIENT_COMMANDS else build_parser()
+    light = words[:1] == ["--version"] or (words[:1] and words[0] in CLIENT_COMMANDS)
+    parser = client_parser() if light else build_parser()
     args = parser.parse_args(words)
     code: int = args.func(args)
     return code
