@@ -14,12 +14,14 @@ demo: $(STAMP)
 	@$(BIN)/inferactors llama-server >/dev/null
 	$(BIN)/inferactors demo
 
+# pytest -n auto: the suite on pytest-xdist workers (tests/conftest.py: two per core, at
+# least 4); tests marked exclusive still run with the machine to themselves.
 test: $(STAMP)
 	@$(BIN)/inferactors llama-server >/dev/null
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
-	INFERACTORS_LLAMA_SERVER="$$($(BIN)/inferactors llama-server)" $(BIN)/pytest
+	INFERACTORS_LLAMA_SERVER="$$($(BIN)/inferactors llama-server)" $(BIN)/pytest -n auto
 
 setup: $(STAMP)
 

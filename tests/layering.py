@@ -14,18 +14,23 @@ Every import counts, at module level or inside a function, except those under
 ``if __name__ == "__main__":`` (which run only when the module is a program). The rules
 are stated in ``design/README.md``; `tests/test_layers.py` runs the check on the real
 package and on deliberately broken copies.
+
+A source text is parsed once per process, and what a parsed module imports or calls is
+worked out once (the same text gives the same tree, hence the same answers): a broken copy
+is checked in the time its one changed module takes.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
 
 VOCABULARY = frozenset(
-    {"_errors", "_events", "_flavor", "_safe_json", "_status", "_untrusted_file"}
+    {"_errors", "_events", "_flavor", "_safe_json", "_status", "_untrusted_file", "_version"}
 )
 """Top-level modules every layer may import: the shared vocabulary."""
 
@@ -107,8 +112,21 @@ def load_modules(root: Path) -> dict[str, Module]:
         if is_package:
             parts.pop()
         name = ".".join(parts)
-        modules[name] = Module(name, is_package, ast.parse(path.read_text(), str(path)))
+        modules[name] = Module(name, is_package, _parse(path))
     return modules
+
+
+def _parse(path: Path) -> ast.Module:
+    text = path.read_text()
+    try:
+        return _tree(text)
+    except SyntaxError:
+        return ast.parse(text, str(path))  # raises again, naming the file
+
+
+@functools.cache
+def _tree(text: str) -> ast.Module:
+    return ast.parse(text)
 
 
 def _is_main_guard(node: ast.AST) -> bool:
@@ -188,6 +206,7 @@ def _dotted(node: ast.AST) -> str | None:
 _LOOP_STARTERS = frozenset({"run", "start_guest_run"})
 
 
+@functools.cache
 def _calls_trio_run(module: Module) -> bool:
     """Whether ``module`` starts a trio event loop: ``trio.run`` or ``start_guest_run``,
     however trio was imported (``import trio as t``, ``from trio import run as go``,
@@ -213,13 +232,16 @@ def _starts_loop(node: ast.AST, aliases: set[str]) -> bool:
     return False
 
 
-def _io_calls(module: Module) -> Iterator[str]:
+@functools.cache
+def _io_calls(module: Module) -> frozenset[str]:
+    found = set()
     for node in _walk(module.tree):
         if isinstance(node, ast.Call):
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
             if name in POLICY_IO_CALLS:
-                yield name
+                found.add(name)
+    return frozenset(found)
 
 
 def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
@@ -231,11 +253,17 @@ def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
+@functools.cache
+def _imports(module: Module, known: frozenset[str]) -> frozenset[str]:
+    """`imports_of`, once per parsed module and set of our module names."""
+    return frozenset(imports_of(module, set(known)))
+
+
 def graph_of(modules: dict[str, Module]) -> dict[str, set[str]]:
     """Our modules' import graph: each module's set of our modules it imports."""
-    known = set(modules)
+    known = frozenset(modules)
     return {
-        name: {target for target in imports_of(module, known) if target in known} - {name}
+        name: {target for target in _imports(module, known) if target in known} - {name}
         for name, module in modules.items()
     }
 
@@ -276,12 +304,10 @@ def _policy_io(name: str, modules: dict[str, Module], graph: dict[str, set[str]]
     problems = []
     for reached in sorted(_reachable(graph, name)):
         via = "" if reached == name else f" through {reached}"
-        for imported in sorted(set(imports_of(modules[reached], set(modules)))):
+        for imported in sorted(_imports(modules[reached], frozenset(modules))):
             if imported.split(".")[0] in POLICY_FORBIDDEN:
                 problems.append(f"{name} (policy) imports the I/O library {imported}{via}")
-    problems += [
-        f"{name} (policy) calls {call}()" for call in sorted(set(_io_calls(modules[name])))
-    ]
+    problems += [f"{name} (policy) calls {call}()" for call in sorted(_io_calls(modules[name]))]
     return problems
 
 

@@ -1,8 +1,15 @@
-"""The public surface: `__all__` is sorted, complete, and every name resolves."""
+"""The public surface: `__all__` is sorted, complete, and every name resolves; the names
+are imported on first use (the package itself loads none of its modules)."""
 
 from __future__ import annotations
 
+import ast
+import subprocess
+import sys
 import types
+from pathlib import Path
+
+import pytest
 
 import inferactors
 import inferactors.testing
@@ -15,6 +22,8 @@ def test_all_is_sorted_and_unique() -> None:
 
 def test_all_lists_every_public_name_and_nothing_else() -> None:
     for module in (inferactors, inferactors.testing):
+        for name in module.__all__:
+            getattr(module, name)  # imported on first use: now in vars(module)
         public = {
             name
             for name, value in vars(module).items()
@@ -60,3 +69,31 @@ def test_the_readme_python_examples_compile_and_import_what_exists() -> None:
             if isinstance(node, ast.ImportFrom) and node.module == "inferactors":
                 for alias in node.names:
                     assert hasattr(inferactors, alias.name), alias.name
+
+
+@pytest.mark.parametrize("module", [inferactors, inferactors.testing], ids=lambda m: m.__name__)
+def test_the_lazy_table_the_type_checkers_imports_and_all_name_the_same(
+    module: types.ModuleType,
+) -> None:
+    tree = ast.parse(Path(str(module.__file__)).read_text())
+    checking = next(node for node in tree.body if isinstance(node, ast.If))  # TYPE_CHECKING
+    imported: dict[str, str] = {}
+    for node in checking.body:
+        assert isinstance(node, ast.ImportFrom), ast.unparse(node)
+        for alias in node.names:
+            assert alias.asname == alias.name, ast.unparse(node)  # an explicit re-export
+            imported[alias.name] = "." * node.level + str(node.module)
+    assert imported == module._LAZY
+    assert sorted(imported) == module.__all__
+
+
+def test_importing_the_package_loads_none_of_its_modules() -> None:
+    code = (
+        "import sys, inferactors, inferactors.testing; "
+        "print(sorted(m for m in sys.modules if m.startswith('inferactors.') "
+        "and m != 'inferactors.testing'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"

@@ -57,6 +57,6 @@ def main() -> int:
     """The ``inferactors`` console script: `EARLY` for ``run``, then the real command."""
     if sys.argv[1:2] == ["run"]:
         EARLY.install()
-    from inferactors._cli import main as cli_main
+    from inferactors._cli.main import main as cli_main
 
     return cli_main()

@@ -170,6 +170,7 @@ async def test_a_supervised_restart_after_a_crash_is_refused_held_and_not_counte
         assert status.supervision is None
 
 
+@pytest.mark.exclusive  # every status answer within 0.1 s of real time
 async def test_a_rehash_does_not_hold_the_event_loop_or_the_actor(
     pin_lab: PinLab, free_port: int
 ) -> None:

@@ -44,6 +44,7 @@ WHY = "shard tiny.gguf: changed while served: ctime differs"
 """Size kept and mtime set back: only ctime gives the write away."""
 
 
+@pytest.mark.exclusive  # stopped within 2 s of real time
 async def test_an_in_place_write_stops_the_running_llama_server_and_holds_it(
     pin_lab: PinLab, llama_server: Path, free_port: int
 ) -> None:

@@ -44,7 +44,9 @@ async def test_the_ring_keeps_both_lives_of_a_crashed_and_restarted_server(
     lines = runtime.logs(handle, 1000)
     assert [line.pid for line in lines if line.text.startswith(LISTENING)] == [first, second]
     crash = [line for line in lines if line.text == f"{CRASH} (exit status 3)"]
-    assert [(line.stream, line.pid) for line in crash] == [("stderr", first)]
+    # the first life's crash; the second one's too when it came (0.6 s in) before this read
+    assert [(line.stream, line.pid) for line in crash][:1] == [("stderr", first)]
+    assert {line.pid for line in crash} <= {first, second}
     assert [line.text for line in followed] == [line.text for line in lines][: len(followed)]
     assert all(a.at <= b.at for a, b in itertools.pairwise(lines))
     assert runtime.logs(handle, 1) == lines[-1:]

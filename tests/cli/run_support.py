@@ -3,7 +3,6 @@ they come, so a test can wait for one while the supervisor runs."""
 
 from __future__ import annotations
 
-import os
 import queue
 import subprocess
 import sys
@@ -12,6 +11,8 @@ import time
 from pathlib import Path
 
 import attrs
+
+from support import own_state_dir_env
 
 WAIT_S = 30.0
 
@@ -29,7 +30,7 @@ class RunProcess:
         """Start it; HOME is the run file's directory, so a run file without
         ``[managed]`` has its state directory (its control socket) to itself."""
         argv = [sys.executable, "-m", "inferactors", "run", str(path), *flags]
-        env = {**os.environ, "HOME": str(path.parent)}
+        env = own_state_dir_env(path.parent)  # its own state directory (no [managed])
         process = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
         )

@@ -17,6 +17,8 @@ import pytest
 
 from inferactors._service.control_server import control_socket_path
 
+pytestmark = pytest.mark.exclusive  # a CLI call's whole run timed in real seconds
+
 COMMANDS = [
     ["status"],
     ["stop", "chat"],

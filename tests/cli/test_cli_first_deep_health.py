@@ -4,6 +4,7 @@ first settled state is Degraded but serving (issue 9): a slow first token made i
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -65,7 +66,10 @@ def test_a_slow_first_token_still_gets_the_first_deep_health_line(
     said = "".join(lines)
     if not any(_first(s) for s in lines):
         pytest.fail("no first deep health line:\n" + said + rest)
-    assert "-> degraded (slow: first token in 1.0 s (threshold 0.5 s))" in said
+    # the token takes the fault's 1.0 s, and a little more on a busy machine
+    slow = re.search(r"-> degraded \(slow: first token in (\d+\.\d) s \(threshold 0\.5 s\)\)", said)
+    assert slow is not None, said
+    assert 1.0 <= float(slow[1]) < 5.0, said
     assert "-> running" not in said
     (line,) = [s for s in lines if _first(s)]
     assert "deep health: one token " in line, line

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from inferactors.testing import start_fake_server
+from support import own_state_dir_env
 
 
 def adopt_run_file(tmp_path: Path, port: int) -> Path:
@@ -48,7 +49,10 @@ def lines_until(run: subprocess.Popen[bytes], needle: str, within_s: float = 30.
 
 def run_adopting(tmp_path: Path, port: int, *flags: str) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "inferactors", "run", str(adopt_run_file(tmp_path, port))]
-    return subprocess.Popen([*argv, *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    env = own_state_dir_env(tmp_path)  # its own state directory (no [managed])
+    return subprocess.Popen(
+        [*argv, *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
 
 
 def stop(run: subprocess.Popen[bytes]) -> None:

@@ -5,7 +5,6 @@ SIGHUP applies only what changed."""
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -18,11 +17,12 @@ from cli.run_support import RunProcess
 from inferactors.testing import CrashAt, RuntimeKit, Timeline, start_fake_server
 from inferactors.testing._fake_processes import free_port
 from service.fleet_support import Entry, RunFile
+from support import own_state_dir_env
 
 
 def run_once(path: Path) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "inferactors", "run", str(path)]
-    env = {**os.environ, "HOME": str(path.parent)}  # its own state directory
+    env = own_state_dir_env(path.parent)  # its own state directory (no [managed])
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False, env=env)
 
 
@@ -164,7 +164,7 @@ def test_an_instance_on_the_control_port_is_a_bad_run_file_exit_2(
     token.chmod(0o600)
     argv = [sys.executable, "-m", "inferactors", "run", str(run.path)]
     argv += ["--control-port", str(port), "--control-token-file", str(token)]
-    env = {**os.environ, "HOME": str(run.path.parent)}
+    env = own_state_dir_env(run.path.parent)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False, env=env)
     assert done.returncode == 2, done.stdout + done.stderr
     assert (

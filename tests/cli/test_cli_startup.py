@@ -14,6 +14,12 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import pytest
+
+from support import own_state_dir_env
+
+pytestmark = pytest.mark.exclusive  # start-up and Ctrl-C timed in real seconds
+
 SILENT = 6
 PROBE_TIMEOUT_S = 2.0
 
@@ -51,7 +57,10 @@ def run_file(tmp_path: Path, listeners: list[socket.socket]) -> Path:
 
 def start(path: Path) -> subprocess.Popen[str]:
     argv = [sys.executable, "-m", "inferactors", "run", str(path)]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = own_state_dir_env(path.parent)  # its own state directory (no [managed])
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
 
 
 def test_silent_servers_are_admitted_side_by_side_not_one_after_another(tmp_path: Path) -> None:

@@ -54,9 +54,9 @@ def deep_message(line: int) -> str:
     ids=["dotted-key", "table-header", "array-of-tables", "inline-table-key", "quoted-keys"],
 )
 def test_a_key_100000_segments_deep_is_refused_at_once_naming_its_line(text: str) -> None:
-    started = time.monotonic()
+    started = time.process_time()  # CPU seconds: other processes on the machine do not count
     assert refused(text) == deep_message(2)
-    assert time.monotonic() - started < 1.0
+    assert time.process_time() - started < 1.0
 
 
 def _cases(n: int) -> dict[str, str]:
@@ -105,9 +105,9 @@ def test_dots_and_brackets_inside_strings_and_comments_do_not_count() -> None:
 
 def test_a_long_flat_array_is_scanned_in_linear_time() -> None:
     text = "a = [" + "1.5, " * 200_000 + "]\n"
-    started = time.monotonic()
+    started = time.process_time()
     check_toml_depth(text)
-    assert time.monotonic() - started < 2.0
+    assert time.process_time() - started < 2.0
 
 
 # Files that are not what a run file or registry should be.

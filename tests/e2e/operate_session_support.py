@@ -10,6 +10,7 @@ starting or waiting for a restart). `normalized` takes out what differs between 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -57,7 +58,7 @@ def shown_session() -> list[tuple[str, list[str]]]:
 def prepare(where: Path, llama_server: Path, tiny: Path, run_as: str | None) -> dict[str, str]:
     """``operate.toml`` (its server, ``run_as`` when root, free ports) and ``models.json``
     with ``tiny`` and ``broken`` registered, in ``where``; the README port -> the real one."""
-    ports = {shown: str(_free_port()) for shown in PORTS}
+    ports = dict(zip(PORTS, map(str, _free_ports(len(PORTS))), strict=True))
     text = (ROOT / "examples" / "operate.toml").read_text().replace(SHOWN_SERVER, str(llama_server))
     if run_as is not None:
         text = text.replace("[managed]\n", f'[managed]\nrun_as = "{run_as}"\n')
@@ -122,6 +123,7 @@ def render(steps: Sequence[Step]) -> str:
 
 _VARIABLE = (
     (re.compile(r"\d{4}-\d\d-\d\dT[\d:.+]+"), "<time>"),
+    (re.compile(r"\b(\d+h\d\dm|\d+m\d\ds|\d+s)\b"), "<uptime>"),  # 13s, 1m05s, 2h07m
     (re.compile(r"-[0-9a-f]{8}-"), "-<id>-"),
     (re.compile(r"/proc/self/fd/\d+"), "/proc/self/fd/<n>"),
     (re.compile(r"\d+(\.\d+)?(e[+-]?\d+)?"), "<n>"),
@@ -142,15 +144,18 @@ def normalized(lines: Sequence[str], ports: dict[str, str] | None = None) -> lis
 
 
 def _ported(text: str, ports: dict[str, str]) -> str:
-    for shown, real in ports.items():
-        text = text.replace(shown, real)
-    return text
+    """``text`` with each README port (a whole number, not part of one) made the real one,
+    all at once (a real port that holds a README port is not replaced again)."""
+    return _swapped(text, ports)
 
 
 def _unported(text: str, ports: dict[str, str]) -> str:
-    for shown, real in ports.items():
-        text = text.replace(real, shown)
-    return text
+    return _swapped(text, {real: shown for shown, real in ports.items()})
+
+
+def _swapped(text: str, mapping: dict[str, str]) -> str:
+    pattern = re.compile(r"(?<!\d)(" + "|".join(map(re.escape, mapping)) + r")(?!\d)")
+    return pattern.sub(lambda match: mapping[match[1]], text)
 
 
 def _env() -> dict[str, str]:
@@ -191,8 +196,11 @@ def _settled(view: dict[str, object]) -> bool:
     return status["state"] in ("running", "exited") and not supervision.startswith("restarting")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct loopback ports that were free a moment ago (all held at once
+    while chosen, so none is handed out twice)."""
+    with contextlib.ExitStack() as stack:
+        probes = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [int(probe.getsockname()[1]) for probe in probes]

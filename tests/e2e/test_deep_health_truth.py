@@ -21,6 +21,8 @@ from inferactors import (
 )
 from inferactors.testing._fake_faults import FakeServerFaults
 
+pytestmark = pytest.mark.exclusive  # Running before the fault starts 2 s in, in real time
+
 FAULT_AFTER_S = 2.0
 """The health fault begins this long after the fake listens: time to become Running."""
 

@@ -42,6 +42,7 @@ from inferactors.testing._fake_faults import FakeServerFaults
 # FC-01, FC-02, FC-06: the readiness deadline.
 
 
+@pytest.mark.exclusive  # a 0.8 s readiness deadline against a 1.5 s load, in real time
 async def test_fc01_slow_load_fails_then_a_longer_deadline_starts_clean(
     bench: Bench, free_port: int
 ) -> None:

@@ -245,6 +245,7 @@ async def test_fc10_a_crash_mid_stream_is_restarted_after_the_backoff_unasked(
 # FC-11: SIGTERM ignored; the stop must still end and the next start work.
 
 
+@pytest.mark.exclusive  # the stop returns within 0.5 s of its grace, in real time
 async def test_fc11_sigterm_ignored_stop_returns_after_the_grace_and_start_works(
     bench: Bench, free_port: int
 ) -> None:

@@ -3,7 +3,8 @@
 FC-13, FC-14 and FC-15 of /work/shared/reference/field-cases.md (harness:
 ``test_field_cases``). Servers that a test starts itself (foreign listeners, an earlier
 life's orphan) are killed in a ``finally``; the exposure connect check only ever goes to
-127.0.0.2 (``INFERACTORS_LAN_ADDRESSES``, set by conftest).
+`LAN_ADDRESS`, a loopback address of this test process's own (``INFERACTORS_LAN_ADDRESSES``,
+set by conftest).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ from inferactors._edges.orphan_record import OrphanOutcome
 from inferactors.testing._fake_faults import FakeServerFaults
 from inferactors.testing._fake_server import fake_server_argv, read_request_log
 from proc_checks import group_members
-from support import Unprivileged
+from support import LAN_ADDRESS, Unprivileged
 
 HELPERS = Path(__file__).parents[1] / "helpers"
 FAST_S = 1.0
@@ -323,7 +324,7 @@ async def test_fc15_a_server_bound_to_all_interfaces_is_stopped(
         started = await rec.next(ProcessStarted)
         exposed = await rec.next(ExposureDetected)
         assert f"0.0.0.0:{free_port} (pid {started.pid})" in exposed.detail
-        assert f"reachable on 127.0.0.2:{free_port}" in exposed.detail  # the connect check
+        assert f"reachable on {LAN_ADDRESS}:{free_port}" in exposed.detail  # the connect check
         assert (await rec.next(ProcessExited)).reason is StopReason.EXPOSURE
         await assert_group_gone(started.pid)
         status = await runtime.status(handle)

@@ -89,6 +89,7 @@ def _free_port() -> int:
         return port
 
 
+@pytest.mark.exclusive  # the watchdog pings keep a real-time rhythm
 def test_run_notifies_ready_status_watchdog_reload_and_stopping(
     tmp_path: Path,
     datagrams: Datagrams,

@@ -4,18 +4,26 @@ root) as ``nobody``, and ``pytest --fixtures`` lists the plugin's fixtures with 
 docstrings.
 
 The virtualenv is built once (``pip install '<repo>[testing]'``, about a minute) under /tmp,
-keyed by a hash of pyproject.toml, and reused while it stays the same (older ones are
-removed); each session reinstalls the package itself from the work tree (``--no-deps``, a few
-seconds), so the venv runs the current sources. The test is skipped, saying so, when pip
-cannot reach the package registry.
+keyed by a hash of pyproject.toml, and reused while it stays the same (a venv of another
+key unused for `STALE_S` is removed: other clones may use other keys); each session
+reinstalls the package itself from the work tree (``--no-deps``, a few seconds), so the
+venv runs the current sources. The venvs are shared by every test session on the machine
+(other clones, other workers): each test holds an exclusive ``flock`` on `LOCK` from
+before it looks at them until it is done, and the tests form one xdist group (one worker
+runs them all, so the sources are installed once). The test is skipped, saying so, when
+pip cannot reach the package registry.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,6 +46,12 @@ FIXTURES = (
 )
 PIP_S = 600.0
 PREFIX = "inferactors-testing-venv-"
+LOCK = Path("/tmp") / "inferactors-testing-venv.lock"
+"""Held while a session builds, reinstalls, runs or removes a shared venv."""
+STALE_S = 3 * 86400.0
+"""A venv of another key unused this long (its mtime, touched at each use) is removed."""
+
+pytestmark = pytest.mark.xdist_group("testing-venv")
 
 
 def pyproject_key() -> str:
@@ -56,7 +70,8 @@ def pip(venv: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def build_venv(target: Path, python: str) -> None:
-    """A fresh venv at ``target`` with ``<repo>[testing]``; skip if the registry is away."""
+    """A fresh venv at ``target`` with ``<repo>[testing]`` (in place of an unfinished one);
+    skip if the registry is away. Called with `LOCK` held."""
     staging = target.with_name(target.name + f".{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     subprocess.run([python, "-m", "venv", str(staging)], check=True, timeout=PIP_S)
@@ -68,24 +83,45 @@ def build_venv(target: Path, python: str) -> None:
     assert installed.returncode == 0, installed.stdout + installed.stderr
     staging.chmod(0o755)
     for stale in target.parent.glob(PREFIX + "*"):
-        if stale.is_dir() and not stale.name.startswith(target.name):
+        unused_s = time.time() - stale.stat().st_mtime
+        if stale.is_dir() and not stale.name.startswith(target.name) and unused_s > STALE_S:
             shutil.rmtree(stale, ignore_errors=True)
+    shutil.rmtree(target, ignore_errors=True)  # what an interrupted build left
+    staging.rename(target)
+
+
+INSTALLED = f"{REPO} {os.getpid()} {time.time()}"
+"""Who installed the sources in a venv last: this work tree, in this process."""
+
+
+@contextlib.contextmanager
+def venv_lock() -> Iterator[None]:
+    """The machine-wide lock on the shared venvs (`LOCK`), held inside."""
+    fd = os.open(LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     try:
-        staging.rename(target)
-    except OSError:
-        shutil.rmtree(staging, ignore_errors=True)  # another run finished first: use its venv
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
-@pytest.fixture(scope="module")
-def fresh_venv() -> Path:
-    """The cached fresh venv (built by an interpreter ``nobody`` can execute, as root)."""
+@pytest.fixture
+def fresh_venv() -> Iterator[Path]:
+    """The cached fresh venv (built by an interpreter ``nobody`` can execute, as root),
+    holding this work tree's sources (installed again when another process put its own
+    there), locked for the test."""
     python = server_python("nobody" if os.geteuid() == 0 else None)
     target = Path("/tmp") / f"{PREFIX}{pyproject_key()}"
-    if not (target / "bin" / "python").exists():
-        build_venv(target, python)
-    fresh = pip(target, "install", "--quiet", "--no-deps", "--force-reinstall", str(REPO))
-    assert fresh.returncode == 0, fresh.stdout + fresh.stderr
-    return target
+    marker = target / "installed-from"
+    with venv_lock():
+        if not (target / "bin" / "python").exists():
+            build_venv(target, python)
+        os.utime(target)  # in use: not stale
+        if not marker.exists() or marker.read_text() != INSTALLED:
+            fresh = pip(target, "install", "--quiet", "--no-deps", "--force-reinstall", str(REPO))
+            assert fresh.returncode == 0, fresh.stdout + fresh.stderr
+            marker.write_text(INSTALLED)
+        yield target
 
 
 def test_the_venv_holds_only_the_testing_extra(fresh_venv: Path) -> None:

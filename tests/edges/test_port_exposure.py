@@ -116,6 +116,7 @@ async def test_a_tree_listening_beyond_loopback_on_another_port_is_found(
     assert [(item.port, item.pid) for item in found.listeners] == [(other.port, other.pid)]
 
 
+@pytest.mark.exclusive  # the table times its real dumps
 async def test_many_ports_asked_at_once_are_answered_by_one_whole_dump(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -18,6 +18,7 @@ from inferactors._edges.process import ManagedProcess
 pytestmark = pytest.mark.usefixtures("no_leaked_processes")
 
 
+@pytest.mark.exclusive  # noticed within 0.1 s of real time
 async def test_exit_on_its_own_is_noticed_as_it_happens(
     nursery: trio.Nursery, tmp_path: Path
 ) -> None:

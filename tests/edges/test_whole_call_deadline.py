@@ -31,6 +31,8 @@ from inferactors._policy.probe_parse import CompletionResult, Unreachable, Up
 
 T = TypeVar("T")
 
+pytestmark = pytest.mark.exclusive  # real-time bounds: the machine to itself
+
 TIMEOUT_S = 1.0
 LATE_S = 1.45
 """Latest acceptable end of a call with a 1 s deadline (per-request deadlines: >= 1.6 s)."""

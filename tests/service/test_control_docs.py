@@ -24,7 +24,7 @@ def test_every_route_is_documented() -> None:
     assert isinstance(app, Starlette)
     text = DOC.read_text()
     paths = [route.path for route in app.routes if isinstance(route, Route)]
-    assert len(paths) == 12
+    assert len(paths) == 14
     for path in paths:
         assert f"`{path}" in text, path
 

@@ -15,11 +15,9 @@ import typing
 from collections.abc import Callable, Iterable
 from typing import Any, TypeAlias
 
-from .._config.convert_hooks import converter
-from .._edges.log_file import CONTINUED
+from .._edges.line_marks import CONTINUED
 from .._errors import one_line
-from .._events import Event
-from .._policy.residency import size_text
+from .._policy.sizes import size_text
 from .control_client import (
     COMMAND_WAIT_S,
     DEFAULT_TIMEOUT_S,
@@ -33,7 +31,6 @@ from .control_client import (
     positive_seconds,
     socket_of,
 )
-from .output import describe_event
 
 EXIT_STATUSES = """exit status:
   0  done (-f: the supervisor stopped)
@@ -58,15 +55,22 @@ def register_control_commands(subparsers: Subparsers) -> None:
         command = _add(subparsers, verb, what, _instance_command(verb), named=True)
         command.set_defaults(verb=verb)
         _add_wait(command)
+        _add_json(command, "print the instance after the command as JSON")
     logs = _add(subparsers, "logs", "print one instance's server output", _logs, named=True)
     logs.add_argument("-n", "--lines", type=int, default=100, help="lines of the tail (100)")
     logs.add_argument("-f", "--follow", action="store_true", help="then print new lines")
+    _add_json(logs, "print NDJSON log lines as received")
     events = _add(subparsers, "events", "print the supervisor's recent events", _events)
     events.add_argument("-n", "--count", type=int, default=20, help="recent events (20)")
     events.add_argument("-f", "--follow", action="store_true", help="then print new ones")
     events.add_argument("--json", action="store_true", help="print NDJSON as received")
     reload = _add(subparsers, "reload", "re-read the run file; restart only what changed", _reload)
     _add_wait(reload)
+    _add_json(reload, "print what the reload did as JSON")
+
+
+def _add_json(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--json", action="store_true", help=what)
 
 
 def _add_wait(parser: argparse.ArgumentParser) -> None:
@@ -127,7 +131,7 @@ def _status(client: ControlClient, args: argparse.Namespace) -> int:
 def _instance_command(verb: str) -> Command:
     def command(client: ControlClient, args: argparse.Namespace) -> int:
         view = client.post(f"/v1/instances/{args.name}/{verb}", args.wait)
-        print(f"{view['name']}: {_state_words(view)}")
+        print(json.dumps(view, indent=2) if args.json else f"{view['name']}: {_state_words(view)}")
         return 0
 
     return command
@@ -136,7 +140,7 @@ def _instance_command(verb: str) -> Command:
 def _logs(client: ControlClient, args: argparse.Namespace) -> int:
     params: dict[str, str | int] = {"lines": max(args.lines, 0)}
     for line in client.lines(f"/v1/instances/{args.name}/logs", params, follow=args.follow):
-        print(log_line(line), flush=True)
+        print(json.dumps(line) if args.json else log_line(line), flush=True)
     return _ended(args)
 
 
@@ -161,7 +165,7 @@ def _reload(client: ControlClient, args: argparse.Namespace) -> int:
         if error.exit_status == EXIT_BAD_INPUT:
             raise ControlError(f"the run file is invalid; nothing changed: {error}", 2) from None
         raise
-    print(reload_words(result))
+    print(json.dumps(result, indent=2) if args.json else reload_words(result))
     return EXIT_ERROR if refused_of(result) else 0
 
 
@@ -260,13 +264,16 @@ def log_line(line: dict[str, Any]) -> str:
     return f"{at} {line['stream']} {line['pid']}  {line['text']}{mark}"
 
 
-_EVENT_TYPES: dict[str, type[Any]] = {cl.__name__: cl for cl in typing.get_args(Event)}
-
-
 def event_line(item: dict[str, Any]) -> str:
-    """An event as the supervisor prints it, or its JSON when this CLI does not know it."""
+    """An event as the supervisor prints it, or its JSON when this CLI does not know it.
+    (Only ``events`` needs the event classes and the converter: imported here.)"""
+    from .._config.convert_hooks import converter
+    from .._events import Event
+    from .event_words import describe_event
+
+    types = {cl.__name__: cl for cl in typing.get_args(Event)}
     fields = {key: value for key, value in item.items() if key != "type"}
-    cl = _EVENT_TYPES.get(str(item.get("type")))
+    cl = types.get(str(item.get("type")))
     event: Event | None = None
     try:
         event = converter.structure(fields, cl) if cl is not None else None

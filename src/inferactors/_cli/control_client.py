@@ -1,5 +1,9 @@
 """Talking to a running supervisor's control API from the CLI: find its socket, send a
-request, read JSON or NDJSON back (httpx, synchronous, over the Unix socket).
+request, read JSON or NDJSON back (synchronous, over the Unix socket: `control_http`).
+
+The client commands import only this, `control_http` and the light modules they need (no
+trio, httpx, hypercorn or starlette: ``tests/cli/test_cli_imports.py``), so a call costs
+about what ``curl --unix-socket`` costs (``bench/bench_cli_latency.py``).
 
 Exit statuses of the commands that use it: 0 done, 1 the supervisor answered with an error
 (unknown instance, a command its state refuses, a failure) or did not answer in time (busy,
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import http.client
 import json
 import os
 import time
@@ -18,13 +23,15 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
-import httpx
-
-from .._config.state_dir import default_state_dir, state_dir_of_file
-from .._edges.state_lock import lock_holder
+from .._config.state_dir import (
+    CONFIG_ENV,
+    READ_ONLY_SOCKET,
+    STATE_DIR_ENV,
+    control_socket_path,
+    find_state_dir,
+)
 from .._errors import InvalidConfig
-from .._service.control_server import READ_ONLY_SOCKET, control_socket_path
+from .control_http import Reply, exchange
 
 EXIT_ERROR = 1
 EXIT_BAD_INPUT = 2
@@ -84,8 +91,9 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
         "--state-dir",
         type=Path,
         metavar="DIR",
-        help="the supervisor's state directory (default: from CONFIG, else "
-        "~/.local/state/inferactors)",
+        help=f"the supervisor's state directory (default: from CONFIG, else ${STATE_DIR_ENV}, "
+        f"else ${CONFIG_ENV}'s, else a running run file of this folder, else "
+        "$XDG_STATE_HOME/inferactors or ~/.local/state/inferactors)",
     )
 
 
@@ -112,36 +120,32 @@ def positive_seconds(text: str) -> float:
 
 
 def socket_of(args: argparse.Namespace) -> Path:
-    """The control socket named by ``--state-dir`` or the run file, else the default's.
+    """The control socket of the supervisor the arguments name (`find_state_dir`: the run
+    file or ``--state-dir``, the environment, the current folder, the default).
 
     Raises:
-        ControlError: both given (exit 2), or the run file is unusable (exit 2).
+        ControlError: both given, or a run file is unusable (exit 2).
     """
-    if args.state_dir is not None and args.config is not None:
-        raise ControlError("give a run file or --state-dir, not both", EXIT_BAD_INPUT)
-    if args.state_dir is not None:
-        return control_socket_path(args.state_dir)
-    if args.config is None:
-        return control_socket_path(default_state_dir())
     try:
-        return control_socket_path(state_dir_of_file(args.config))
+        where = find_state_dir(args.config, args.state_dir, os.environ, Path.cwd())
     except InvalidConfig as error:
         raise ControlError(str(error), EXIT_BAD_INPUT, error.code) from None
+    return control_socket_path(where)
 
 
-@attrs.define(eq=False)
 class ControlClient:
     """A synchronous client of one supervisor's control socket.
 
     Every exchange has a deadline: ``timeout_s`` for the supervisor to answer (a frozen
     supervisor is reported, not waited on forever). A connection refused, or no socket
     file, means no supervisor is running (exit 3); a full accept queue (``EAGAIN``) means
-    a busy one, retried until the deadline (then exit 1).
+    a busy one, retried until the deadline (then exit 1). (A plain class: the client
+    commands do not import attrs, see `control_http`.)
     """
 
-    path: Path
-    http: httpx.Client
-    timeout_s: float = DEFAULT_TIMEOUT_S
+    def __init__(self, path: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.path = path
+        self.timeout_s = timeout_s
 
     @classmethod
     def open(cls, path: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> ControlClient:
@@ -153,13 +157,10 @@ class ControlClient:
         """
         if not path.is_socket():
             _await_socket(path, timeout_s)
-        path = _usable(path)
-        transport = httpx.HTTPTransport(uds=str(path))
-        http = httpx.Client(transport=transport, base_url="http://inferactors")
-        return cls(path, http, timeout_s)
+        return cls(_usable(path), timeout_s)
 
     def close(self) -> None:
-        self.http.close()
+        """Nothing to release: each exchange has its own connection, closed with it."""
 
     def get(self, route: str, **params: str | int) -> Any:
         """The JSON answer of ``GET route``, within ``timeout_s``.
@@ -168,7 +169,7 @@ class ControlClient:
             ControlError: as `answer`, or the supervisor answered with an error (exit 1; 2
                 for ``invalid-config``).
         """
-        return _checked(self.answer("GET", route, params, limit_s=self.timeout_s)).json()
+        return self._json(self.answer("GET", route, params, limit_s=self.timeout_s))
 
     def post(self, route: str, wait_s: float = COMMAND_WAIT_S) -> Any:
         """The JSON answer of ``POST route``: the supervisor must show it answers within
@@ -178,8 +179,8 @@ class ControlClient:
         Raises:
             ControlError: as `get`.
         """
-        self.answer("GET", "/readyz", limit_s=self.timeout_s)
-        return _checked(self.answer("POST", route, limit_s=wait_s)).json()
+        self.answer("GET", "/readyz", limit_s=self.timeout_s).close()
+        return self._json(self.answer("POST", route, limit_s=wait_s))
 
     def lines(
         self, route: str, params: dict[str, str | int], *, follow: bool = False
@@ -193,7 +194,7 @@ class ControlClient:
             ControlError: as `get`; the reply was cut (exit 1).
         """
         if follow:
-            self.answer("GET", "/readyz", limit_s=self.timeout_s)
+            self.answer("GET", "/readyz", limit_s=self.timeout_s).close()
             params = {**params, "follow": 1}
         limit_s = None if follow else self.timeout_s
         reply = _checked(self.answer("GET", route, params, limit_s=limit_s, stream=True))
@@ -201,10 +202,10 @@ class ControlClient:
             for line in reply.iter_lines():
                 if line:
                     yield json.loads(line)
-        except httpx.TimeoutException:
+        except TimeoutError:
             raise self._silent(self.timeout_s) from None
-        except httpx.HTTPError as error:
-            raise ControlError(f"the supervisor went away: {error}", EXIT_ERROR) from None
+        except (OSError, http.client.HTTPException) as error:
+            raise ControlError(f"the supervisor went away: {_why(error)}", EXIT_ERROR) from None
         finally:
             reply.close()
 
@@ -216,10 +217,11 @@ class ControlClient:
         *,
         limit_s: float | None,
         stream: bool = False,
-    ) -> httpx.Response:
-        """The supervisor's reply to ``method route``, whatever its status. A busy socket
-        (``EAGAIN``) is tried again until ``timeout_s`` has passed; ``limit_s`` then bounds
-        the wait for the reply, float seconds (None: no bound).
+    ) -> Reply:
+        """The supervisor's reply to ``method route``, whatever its status (its body read
+        unless ``stream``). A busy socket (``EAGAIN``) is tried again until ``timeout_s``
+        has passed; ``limit_s`` then bounds each wait for the reply, float seconds (None:
+        no bound).
 
         Raises:
             ControlError: no supervisor is running (refused; exit 3), it is busy or did
@@ -229,12 +231,20 @@ class ControlClient:
         pause = FIRST_PAUSE_S
         while True:
             remaining = max(deadline - time.monotonic(), MIN_WAIT_S)
-            timeout = httpx.Timeout(limit_s, connect=remaining, pool=remaining)
-            request = self.http.build_request(method, route, params=params, timeout=timeout)
             try:
-                return self.http.send(request, stream=stream)
-            except httpx.ConnectError as error:
-                if not _busy(error):
+                reply = exchange(
+                    str(self.path),
+                    method,
+                    route,
+                    params,
+                    connect_timeout_s=remaining,
+                    read_timeout_s=limit_s,
+                )
+                if not stream:
+                    _read_whole(reply)
+                return reply
+            except BlockingIOError as error:
+                if error.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
                     raise self._unreachable(error) from None
                 if time.monotonic() + pause > deadline:
                     raise ControlError(
@@ -242,12 +252,25 @@ class ControlClient:
                         f"connection within {float(self.timeout_s)} s",
                         EXIT_ERROR,
                     ) from None
-            except httpx.TimeoutException:
+            except TimeoutError:
                 raise self._silent(limit_s) from None
-            except httpx.HTTPError as error:
-                raise ControlError(f"the supervisor did not answer: {error}", EXIT_ERROR) from None
+            except (ConnectionRefusedError, FileNotFoundError, PermissionError) as error:
+                raise self._unreachable(error) from None
+            except (OSError, http.client.HTTPException) as error:
+                why = _why(error)
+                raise ControlError(f"the supervisor did not answer: {why}", EXIT_ERROR) from None
             time.sleep(pause)
             pause = min(pause * 2, MAX_PAUSE_S)
+
+    def _json(self, reply: Reply) -> Any:
+        try:
+            return _checked(reply).json()
+        except ValueError as error:
+            raise ControlError(
+                f"the supervisor's answer is not JSON: {error}", EXIT_ERROR
+            ) from None
+        finally:
+            reply.close()
 
     def _silent(self, waited_s: float | None) -> ControlError:
         return ControlError(
@@ -255,16 +278,15 @@ class ControlClient:
             EXIT_ERROR,
         )
 
-    def _unreachable(self, error: httpx.ConnectError) -> ControlError:
-        cause = _os_error(error)
-        if isinstance(cause, PermissionError) or "Permission denied" in str(error):
+    def _unreachable(self, error: OSError) -> ControlError:
+        if isinstance(error, PermissionError):
             why = "permission denied (the supervisor runs as another user?)"
             return ControlError(f"cannot reach the supervisor at {self.path}: {why}", EXIT_ERROR)
-        if cause is None or cause.errno in (errno.ECONNREFUSED, errno.ENOENT):
+        if isinstance(error, ConnectionRefusedError | FileNotFoundError):
             return ControlError(
                 f"no supervisor is running (nothing answers at {self.path})", EXIT_NO_SUPERVISOR
             )
-        why = cause.strerror or str(cause)
+        why = error.strerror or str(error)
         return ControlError(f"cannot reach the supervisor at {self.path}: {why}", EXIT_ERROR)
 
 
@@ -276,6 +298,8 @@ def _await_socket(path: Path, timeout_s: float) -> None:
         ControlError: no supervisor holds it (exit 3), or its socket did not come back
             within ``timeout_s`` (exit 1, naming the supervisor's pid).
     """
+    from .._edges.state_lock import lock_holder  # only when the socket is missing: attrs
+
     holder = lock_holder(path.parent)
     if holder is None:
         raise ControlError(f"no supervisor is running (no socket at {path})", EXIT_NO_SUPERVISOR)
@@ -301,21 +325,24 @@ def _usable(path: Path) -> Path:
     return path
 
 
-def _os_error(error: BaseException) -> OSError | None:
-    """The `OSError` under an httpx error (httpx wraps httpcore's, which wraps it)."""
-    seen: BaseException | None = error
-    while seen is not None and not isinstance(seen, OSError):
-        seen = seen.__cause__ or seen.__context__
-    return seen
+def _read_whole(reply: Reply) -> None:
+    """Read the body now (the exchange's read timeout applies); a cut one is closed."""
+    try:
+        reply.read()
+    except BaseException:
+        reply.close()
+        raise
 
 
-def _busy(error: httpx.ConnectError) -> bool:
-    """Whether the connect failed because the socket's accept queue is full."""
-    cause = _os_error(error)
-    return cause is not None and cause.errno in (errno.EAGAIN, errno.EWOULDBLOCK)
+def _why(error: BaseException) -> str:
+    return (
+        (error.strerror if isinstance(error, OSError) else None)
+        or str(error)
+        or type(error).__name__
+    )
 
 
-def _checked(reply: httpx.Response) -> httpx.Response:
+def _checked(reply: Reply) -> Reply:
     """``reply`` when it is a success.
 
     Raises:
@@ -324,17 +351,23 @@ def _checked(reply: httpx.Response) -> httpx.Response:
     """
     if reply.is_success:
         return reply
-    reply.read()
-    reply.close()
-    code, message = _error_of(reply)
+    try:
+        code, message = _error_of(reply)
+    finally:
+        reply.close()
     status = EXIT_BAD_INPUT if code == "invalid-config" else EXIT_ERROR
     raise ControlError(message, status, code)
 
 
-def _error_of(reply: httpx.Response) -> tuple[str, str]:
+def _error_of(reply: Reply) -> tuple[str, str]:
     """The ``{"error": {"code", "message"}}`` of an error answer, or its status in words."""
     try:
-        error = reply.json()["error"]
+        body = reply.read()
+    except (OSError, http.client.HTTPException):
+        body = b""
+    try:
+        error = json.loads(body)["error"]
         return str(error["code"]), str(error["message"])
     except (ValueError, KeyError, TypeError):
-        return f"http-{reply.status_code}", f"HTTP {reply.status_code}: {reply.text[:200]}"
+        text = body[:200].decode("utf-8", errors="replace")
+        return f"http-{reply.status_code}", f"HTTP {reply.status_code}: {text}"

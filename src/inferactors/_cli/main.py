@@ -5,6 +5,10 @@ Subcommands: ``demo`` (the embedded default, end to end), ``run CONFIG.toml`` (s
 llama-server), and ``status``, ``start``, ``stop``, ``restart``, ``logs``, ``events``,
 ``reload``, which talk to a running supervisor (`control`; exit 3: none is running).
 Exit status: 0 success, 1 failure, 2 bad input.
+
+The client commands (`CLIENT_COMMANDS`) are parsed by a parser that holds only them
+(`client_parser`), so that a call imports only the light modules they need; any other
+command line is parsed by the full one (`build_parser`), which imports the rest.
 """
 
 from __future__ import annotations
@@ -13,22 +17,55 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .._edges.llama_build import ensure_llama_server
 from .._errors import InferactorsError, one_line
 from .control import register_control_commands
-from .demo import add_demo_command
-from .models import register_models_commands
 from .probe import add_probe_command
-from .run import add_run_command
+
+CLIENT_COMMANDS = frozenset(
+    {"status", "start", "stop", "restart", "logs", "events", "reload", "probe"}
+)
+"""The commands that only talk to a running supervisor: parsed by `client_parser`."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser, with ``--help`` on every subcommand."""
+def _top_parser() -> tuple[
+    argparse.ArgumentParser, argparse._SubParsersAction[argparse.ArgumentParser]
+]:
     parser = argparse.ArgumentParser(
         prog="inferactors",
         description="Keep local LLM inference servers registered, healthy and contained.",
     )
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="print the version of inferactors and exit"
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    return parser, subparsers
+
+
+class _Version(argparse.Action):
+    """``--version``: ``inferactors 0.1.0``, looked up only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from .._version import package_version
+
+        print(f"inferactors {package_version()}")
+        parser.exit()
+
+
+def client_parser() -> argparse.ArgumentParser:
+    """A parser of the client commands alone (they parse as in `build_parser`)."""
+    parser, subparsers = _top_parser()
+    register_control_commands(subparsers)
+    add_probe_command(subparsers)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser, with ``--help`` on every subcommand."""
+    from .demo import add_demo_command
+    from .models import register_models_commands
+    from .run import add_run_command
+
+    parser, subparsers = _top_parser()
     add_demo_command(subparsers)
     add_run_command(subparsers)
     register_control_commands(subparsers)
@@ -45,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _llama_server(args: argparse.Namespace) -> int:
+    from .._edges.llama_build import ensure_llama_server
+
     try:
         print(ensure_llama_server())
     except InferactorsError as error:
@@ -55,7 +94,10 @@ def _llama_server(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default: ``sys.argv[1:]``) and return the exit status."""
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    light = words[:1] == ["--version"] or (words[:1] and words[0] in CLIENT_COMMANDS)
+    parser = client_parser() if light else build_parser()
+    args = parser.parse_args(words)
     code: int = args.func(args)
     return code
 

@@ -64,6 +64,7 @@ def probe(args: argparse.Namespace) -> int:
         client = ControlClient.open(socket_of(args), args.timeout)
         try:
             reply = client.answer("GET", f"/{args.endpoint}", limit_s=args.timeout)
+            reply.close()  # its body was read
         finally:
             client.close()
     except ControlError as error:

@@ -11,30 +11,26 @@ parser (`inferactors._safe_json.parse_json`: depth, duplicate keys, huge integer
 parsed TOML through its `check_tree`, after `toml_depth.check_toml_depth` has scanned the
 text for nesting (tables, dotted keys, arrays) past 64 levels; a nesting bomb that still
 exhausts the parser's recursion, or an integer past Python's 4,300-digit limit, is caught
-and refused too. The file itself is read by `inferactors._untrusted_file.read_capped`:
-a regular file of at most 1 MiB.
+and refused too (`toml_text.parse_toml`). The file itself is read by
+`inferactors._untrusted_file.read_capped`: a regular file of at most 1 MiB.
 """
 
 from __future__ import annotations
 
 import json
-import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import attrs
 
 from .._errors import InvalidConfig, cut
-from .._safe_json import MAX_DEPTH, MAX_INT_DIGITS, check_tree, parse_json
-from .._untrusted_file import MiB, read_capped_text
+from .._safe_json import parse_json
+from .._untrusted_file import read_capped_text
 from .convert_hooks import converter, describe_error
 from .runfile import RunConfig
 from .spec import InferenceSpec
-from .toml_depth import check_toml_depth
-
-MAX_RUN_FILE_BYTES = 1 * MiB
-"""The largest run file read (a real one is a few KiB); larger, a FIFO or a device is refused."""
+from .toml_text import MAX_RUN_FILE_BYTES as MAX_RUN_FILE_BYTES
+from .toml_text import parse_toml as _parse_toml
 
 
 def _structure_or_refuse(data: object, cl: type[Any], source: str) -> Any:
@@ -151,53 +147,6 @@ def load_run_config(path: Path) -> RunConfig:
     except OSError as error:
         raise InvalidConfig(f"{path}: cannot read the run file: {error}") from None
     return run_config_from_toml(text, path.parent, f"{path}: ")
-
-
-def _parse_toml(text: str, source: str) -> dict[str, Any]:
-    """TOML text as data, checked by `check_tree` (depth, huge integers).
-
-    Raises:
-        InvalidConfig: a syntax error (line and column), nesting too deep for the parser
-            or over 64 levels, or an integer over 100 digits (naming its path).
-    """
-    try:
-        check_toml_depth(text)  # before tomllib: deep dotted keys cost it super-linear time
-    except InvalidConfig as error:
-        raise InvalidConfig(f"{source}{error}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        message = str(error).replace(
-            "(at end of document)", f"(at end of document, after line {len(text.splitlines())})"
-        )
-        raise InvalidConfig(f"{source}TOML syntax error: {message}") from None
-    except RecursionError:  # tomllib recurses once per nested array or inline table
-        raise InvalidConfig(
-            f"{source}TOML nested too deep (arrays or inline tables over {MAX_DEPTH} levels)"
-        ) from None
-    except ValueError:  # int() of a literal past Python's 4,300-digit limit
-        raise InvalidConfig(f"{source}{_huge_integer(text)}") from None
-    try:
-        check_tree(data)
-    except InvalidConfig as error:
-        raise InvalidConfig(f"{source}{error}") from None
-    return data
-
-
-_LONG_DIGITS = re.compile(rf"[0-9][0-9_]{{{MAX_INT_DIGITS},}}")
-
-
-def _huge_integer(text: str) -> str:
-    """Why tomllib refused an integer, naming its path when it can be found: every run of
-    more than 100 digits is cut to 101 and the copy parsed only to locate the integer."""
-    located = _LONG_DIGITS.sub("1" + "0" * MAX_INT_DIGITS, text)
-    try:
-        check_tree(tomllib.loads(located))
-    except InvalidConfig as error:
-        return str(error)
-    except (ValueError, RecursionError):
-        pass  # the copy does not parse either: say what we know without a path
-    return f"TOML has an integer of more than {MAX_INT_DIGITS} digits"
 
 
 def _resolve_paths(config: RunConfig, base_dir: Path) -> RunConfig:

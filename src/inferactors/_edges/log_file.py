@@ -25,10 +25,10 @@ from typing import Protocol
 
 import attrs
 
+from .line_marks import CONTINUED as CONTINUED
+
 QUEUE_LINES = 1024
 """Lines waiting for the writer thread at most (at most 8 KiB each: 8 MiB at worst)."""
-CONTINUED = " [continues]"
-"""Written after a piece of a long line that goes on in the next line of the file."""
 BEHIND = "the disk fell behind"
 FILE_MODE = 0o600
 DIR_MODE = 0o700

@@ -37,6 +37,9 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
+from .sizes import GB as GB
+from .sizes import size_text as size_text
+
 MEMORY = "memory"
 """The machine's memory, the one resource every instance uses."""
 
@@ -44,9 +47,6 @@ DRIFT_RATIO = 0.25
 """Measured and expected differ by more than this fraction of expected: drift."""
 DRIFT_MIN_BYTES = 64 << 20
 """...and by more than this many bytes (a tiny model's few MiB are noise, not drift)."""
-
-GB = 1_000_000_000
-"""The unit of the ledger's messages (decimal, as the reference's texts)."""
 
 
 @attrs.frozen
@@ -200,12 +200,3 @@ def foreign_in_budget(foreign: int, machine_total: int, budget_memory: int) -> i
     """The part of other programs' memory that falls inside the budget: what they use
     beyond the part of the machine outside it (``machine_total - budget_memory``)."""
     return max(0, foreign - max(0, machine_total - budget_memory))
-
-
-def size_text(value: int) -> str:
-    """``55.0 GB``, ``600.0 MB``, ``12.3 kB`` or ``512 bytes``: decimal units, as the
-    reference's ledger texts, in the largest unit the figure reaches."""
-    for unit, name in ((GB, "GB"), (1_000_000, "MB"), (1_000, "kB")):
-        if abs(value) >= unit:
-            return f"{value / unit:.1f} {name}"
-    return f"{value} bytes"

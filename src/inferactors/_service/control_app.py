@@ -10,6 +10,8 @@ Routes, all JSON through the one converter (`inferactors._config.convert_api`)::
     POST /v1/reload                        ReloadResult, or 400 with the config error
     GET  /metrics                          Prometheus text
     GET  /livez   /readyz   /readyz/{name} 200 or 503
+    GET  /v1                               {"api", "version", "routes": [{"path", "methods"}]}
+    GET  /v1/version                       {"name": "inferactors", "version", "api": "v1"}
 
 Errors are ``{"error": {"code": ..., "message": ...}}``: the exception tree's code
 (`inferactors._errors`) with the status of `ERROR_STATUS`; an unknown route is
@@ -51,6 +53,7 @@ from .._errors import (
     Unsupported,
 )
 from .._events import Event
+from .._version import package_version
 from .views import InstanceView, ReadyView, ReloadResult
 
 LIVE_DEADLINE_S = 2.0
@@ -300,6 +303,25 @@ class ReadOnly:
         await self.app(scope, receive, send)
 
 
+API = "v1"
+"""The control API's version: its routes' prefix."""
+
+
+async def api_version(request: Request) -> Response:
+    """``GET /v1/version``: the supervisor's package version and the API's."""
+    return JSONResponse({"name": "inferactors", "version": package_version(), "api": API})
+
+
+async def api_index(request: Request) -> Response:
+    """``GET /v1``: the API's version and every route the app serves, with its methods."""
+    served = [
+        {"path": route.path, "methods": sorted(route.methods or ())}
+        for route in request.app.routes
+        if isinstance(route, Route)
+    ]
+    return JSONResponse({"api": API, "version": package_version(), "routes": served})
+
+
 def control_app(
     fleet: ControlledFleet, *, token: str | None = None, live_deadline_s: float = LIVE_DEADLINE_S
 ) -> ASGIApp:
@@ -325,6 +347,8 @@ def control_app(
             Route("/livez", routes.livez),
             Route("/readyz", routes.readyz),
             Route("/readyz/{name}", routes.readyz_one),
+            Route("/v1", api_index),
+            Route("/v1/version", api_version),
         ],
         exception_handlers={
             InferactorsError: _on_inferactors_error,

@@ -34,14 +34,14 @@ from hypercorn.typing import AppWrapper, ASGIFramework
 from hypercorn.utils import wrap_app
 from starlette.types import ASGIApp
 
+from .._config.state_dir import CONTROL_SOCKET as CONTROL_SOCKET
+from .._config.state_dir import READ_ONLY_SOCKET as READ_ONLY_SOCKET
+from .._config.state_dir import control_socket_path as control_socket_path
+from .._config.state_dir import read_only_socket_path as read_only_socket_path
 from .._errors import BackendError, InvalidConfig, InvalidState
 from .control_app import ControlledFleet, ReadOnly, control_app
 from .control_token import read_token
 
-CONTROL_SOCKET = "control.sock"
-"""The control socket's name in the state directory."""
-READ_ONLY_SOCKET = "control-ro.sock"
-"""The read-only socket's name in the state directory (served with a read group)."""
 WATCH_S = 1.0
 """How often the socket files are looked at (a vanished one is made again), seconds."""
 _UNIX_PATH_MAX = 108
@@ -65,16 +65,6 @@ class NoBanner(logging.Filter):
 
 
 log.addFilter(NoBanner())
-
-
-def control_socket_path(state_dir: Path) -> Path:
-    """Where the supervisor of ``state_dir`` listens: ``<state_dir>/control.sock``."""
-    return state_dir / CONTROL_SOCKET
-
-
-def read_only_socket_path(state_dir: Path) -> Path:
-    """Where its read-only socket is, when served: ``<state_dir>/control-ro.sock``."""
-    return state_dir / READ_ONLY_SOCKET
 
 
 @attrs.frozen

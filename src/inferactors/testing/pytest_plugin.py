@@ -1,7 +1,9 @@
 """inferactors' pytest plugin: fake servers with faults, tiny models, a managed runtime.
 
 Installed with ``pip install 'inferactors[testing]'`` and loaded by pytest through the
-``pytest11`` entry point (nothing to import or list in a conftest). ``pytest --fixtures``
+``pytest11`` entry point (nothing to import or list in a conftest). Loading it imports
+nothing but pytest: each fixture imports what it needs when a test first asks for it, so a
+run that uses none of them starts as fast as without the plugin. ``pytest --fixtures``
 lists its fixtures:
 
 - ``fake_llama_server``, ``fake_mlx_server``, ``fake_ollama``: a fake llama-server,
@@ -28,24 +30,20 @@ names the fixture that would::
 
 from __future__ import annotations
 
+import typing
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 
-from .._actors.runtime import InferRuntime
-from .._errors import InvalidConfig
-from ._fake_faults import Flavor
-from ._fake_processes import FakeOllamaServer, FakeServer, start_fake_ollama, start_fake_server
-from ._field_cases import field_case
-from ._runtime_kit import RuntimeKit
-from ._timeline import FakeKind, Timeline, players
-from ._timeline_data import timeline_from_data
-from ._tiny_mlx import write_tiny_mlx
-from ._tiny_models import write_tiny_gguf
-from ._workspace import Workspace
+if typing.TYPE_CHECKING:
+    from .._actors.runtime import InferRuntime
+    from ._fake_faults import Flavor
+    from ._fake_processes import FakeOllamaServer, FakeServer
+    from ._runtime_kit import RuntimeKit
+    from ._timeline import FakeKind, Timeline
+    from ._workspace import Workspace
 
 MARKER = "inferactors_faults"
 
@@ -66,6 +64,10 @@ def marked_timeline(node: pytest.Item | pytest.Collector | Any) -> Timeline:
     arguments are steps, `Timeline` values, field case ids and timelines as data (a mapping
     ``{"steps": [...]}``, read by `timeline_from_data`). Raises InvalidConfig for bad data
     or steps that contradict."""
+    from ._field_cases import field_case
+    from ._timeline import Timeline
+    from ._timeline_data import timeline_from_data
+
     marker = node.get_closest_marker(MARKER) if node is not None else None
     if marker is None:
         return Timeline()
@@ -99,6 +101,9 @@ def timeline_for(request: pytest.FixtureRequest, kind: FakeKind) -> Timeline:
     than one fake fixture, each plays the steps it can (`LoadTimeout` goes to
     ``fake_ollama``, `Status503` to ``fake_llama_server``). Raises InvalidConfig naming a
     step that no fixture of the test can play, and the fixture that would."""
+    from .._errors import InvalidConfig
+    from ._timeline import players
+
     timeline = marked_timeline(request.node)
     used = {PLAYERS[name] for name in request.fixturenames if name in PLAYERS}
     for step in timeline.steps:
@@ -112,7 +117,6 @@ def timeline_for(request: pytest.FixtureRequest, kind: FakeKind) -> Timeline:
     return timeline.played_by(kind)
 
 
-@attrs.define(eq=False)
 class Fakes:
     """Starts fake servers for one test, each playing its own timeline; all stop after it.
 
@@ -121,8 +125,9 @@ class Fakes:
     not listen within 30 s.
     """
 
-    root: Path
-    started: list[FakeServer | FakeOllamaServer] = attrs.Factory(list)
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.started: list[FakeServer | FakeOllamaServer] = []
 
     def llama(self, timeline: Timeline | None = None, *, model: str = "tiny.gguf") -> FakeServer:
         """A fake llama-server playing ``timeline``."""
@@ -136,6 +141,8 @@ class Fakes:
         self, timeline: Timeline | None = None, *, models: tuple[str, ...] = ("tiny:latest",)
     ) -> FakeOllamaServer:
         """A fake Ollama with ``models`` pulled, playing ``timeline``."""
+        from ._fake_processes import start_fake_ollama
+
         fake = start_fake_ollama(timeline=timeline, models=models)
         self.started.append(fake)
         return fake
@@ -146,6 +153,8 @@ class Fakes:
             fake.stop()
 
     def _server(self, flavor: Flavor, timeline: Timeline | None, model: str) -> FakeServer:
+        from ._fake_processes import start_fake_server
+
         directory = self.root / f"{flavor}-{len(self.started)}"
         fake = start_fake_server(directory, flavor=flavor, timeline=timeline, model=model)
         self.started.append(fake)
@@ -190,6 +199,8 @@ def fake_ollama(inferactors_fakes: Fakes, request: pytest.FixtureRequest) -> Fak
 def inferactors_workspace() -> Iterator[Workspace]:
     """The session's workspace: a world-readable directory under /tmp, and as root the
     unprivileged user (``nobody``) managed servers run as, with an interpreter it can run."""
+    from ._workspace import Workspace
+
     workspace = Workspace.create()
     try:
         yield workspace
@@ -201,6 +212,8 @@ def inferactors_workspace() -> Iterator[Workspace]:
 def tiny_gguf(inferactors_workspace: Workspace) -> Path:
     """The tiny deterministic llama GGUF (522,336 bytes) that the real llama-server loads in
     well under a second, written once per session where managed servers can read it."""
+    from ._tiny_models import write_tiny_gguf
+
     return write_tiny_gguf(inferactors_workspace.directory("models") / "tiny.gguf")
 
 
@@ -208,6 +221,8 @@ def tiny_gguf(inferactors_workspace: Workspace) -> Path:
 def tiny_mlx_model(inferactors_workspace: Workspace) -> Path:
     """The tiny deterministic mlx model directory (about 520 KB) that the real
     mlx_lm.server loads offline, every file readable by all, written once per session."""
+    from ._tiny_mlx import write_tiny_mlx
+
     written = write_tiny_mlx(inferactors_workspace.directory("mlx-model").resolve() / "tiny")
     written.chmod(0o755)
     for path in written.iterdir():
@@ -220,6 +235,8 @@ def inferactors_kit(inferactors_workspace: Workspace, tiny_gguf: Path) -> Runtim
     """Material for a managed runtime: ``registry()`` (the tiny GGUF as ``"tiny"``),
     ``fake_program(timeline)``, ``config(timeline)``, ``spec(role)``, and
     ``runtime(timeline)``, an async context manager that opens a runtime."""
+    from ._runtime_kit import RuntimeKit
+
     return RuntimeKit.create(inferactors_workspace, tiny_gguf)
 
 
