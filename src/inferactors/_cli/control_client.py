@@ -246,7 +246,7 @@ class ControlClient:
             except BlockingIOError as error:
                 if error.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
                     raise self._unreachable(error) from None
-                if time.monotonic() + pause > deadline:
+                if time.monotonic() >= deadline:
                     raise ControlError(
                         f"the supervisor at {self.path} is busy: its control socket took no "
                         f"connection within {float(self.timeout_s)} s",
@@ -259,7 +259,7 @@ class ControlClient:
             except (OSError, http.client.HTTPException) as error:
                 why = _why(error)
                 raise ControlError(f"the supervisor did not answer: {why}", EXIT_ERROR) from None
-            time.sleep(pause)
+            time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
             pause = min(pause * 2, MAX_PAUSE_S)
 
     def _json(self, reply: Reply) -> Any:

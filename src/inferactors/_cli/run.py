@@ -48,6 +48,7 @@ from .._service.front_door_metrics import FrontDoorMetrics
 from .._service.front_door_server import serve_front_door
 from .._service.lifecycle import ServiceNotes, serve_notify, watchdog_problem
 from .._service.reload import describe
+from .._status import InstanceState
 from .logging_setup import add_logging_arguments, configure_logging, log_event, say
 
 EXIT_CODES = f"""exit status:
@@ -273,6 +274,9 @@ async def _until_done(fleet: Fleet, signals: AsyncIterator[int], flush: Callable
             nonlocal code
             await fleet.given_up.wait()
             code = fleet.exit_status if fleet.exit_status is not None else EXIT_NOTHING_LEFT
+            with trio.move_on_after(FINAL_WORDS_S):  # its last state change comes first
+                while not _exits_heard(fleet):
+                    await fleet.until_changed()
             flush()
             say(stop_words(fleet, code), level=logging.ERROR)
             nursery.cancel_scope.cancel()
@@ -292,6 +296,22 @@ async def _until_done(fleet: Fleet, signals: AsyncIterator[int], flush: Callable
             break
         nursery.cancel_scope.cancel()
     return code
+
+
+FINAL_WORDS_S = 1.0
+"""How long the line that says why the supervisor stops waits for the given-up instances'
+own last state change (their exit), so it comes after them in the log, float seconds."""
+
+
+def _exits_heard(fleet: Fleet) -> bool:
+    """Whether every instance that gave up has also reported its exit (the supervisor's
+    give-up is heard a moment before the instance's own state change)."""
+    gave_up = (
+        view
+        for view in fleet.views()
+        if view.refused is None and (view.status.supervision or "").startswith("gave up")
+    )
+    return all(view.status.state is InstanceState.EXITED for view in gave_up)
 
 
 def stop_words(fleet: Fleet, code: int) -> str:

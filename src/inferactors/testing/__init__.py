@@ -124,13 +124,12 @@ loading the pytest plugin or one helper does not load every fake and the runtime
 ``tests/test_public_api.py`` holds it, the type checker's imports above and `__all__`
 to the same names."""
 
-__all__ = [
-    "FIELD_CASES",
-    "NOT_REPRODUCIBLE",
+__all__ = [  # noqa: RUF022  (plain sorted(), as tests/test_public_api.py checks)
     "BindBeyondLoopback",
     "CrashAt",
     "DeadGenerator",
     "EndlessStream",
+    "FIELD_CASES",
     "FakeChild",
     "FakeFleet",
     "FakeMemory",
@@ -151,6 +150,7 @@ __all__ = [
     "ImpostorOnPort",
     "ListenLate",
     "LoadTimeout",
+    "NOT_REPRODUCIBLE",
     "RecordedRequest",
     "RecordingProxy",
     "ResidentScheduler",
