@@ -137,7 +137,7 @@ class PinMismatch(ModelNotReady):
         self.why = why
 
 
-class RefusalKind(enum.Enum):
+class RefusalKind(enum.StrEnum):
     """Why the front door refused a request: the client's HTTP status and whether a retry
     can help are set by the kind (`FrontDoorRefused.status`)."""
 

@@ -14,7 +14,7 @@ import attrs
 from ._status import InstanceState
 
 
-class StopReason(enum.Enum):
+class StopReason(enum.StrEnum):
     """Why a managed server's process ended, recorded apart from its exit status."""
 
     REQUESTED = "requested"
@@ -44,7 +44,7 @@ class StopReason(enum.Enum):
     exit with an error reason, abnormal, restarted and counted like a crash."""
 
 
-class FaultKind(enum.Enum):
+class FaultKind(enum.StrEnum):
     """What kind of start-up failure a server's own words describe (the value is shown);
     read from its output by ``_policy.startup_fault``."""
 

@@ -10,7 +10,7 @@ import enum
 import attrs
 
 
-class InstanceState(enum.Enum):
+class InstanceState(enum.StrEnum):
     """The reference's five states; ``detail`` in `InstanceStatus` says the rest."""
 
     LOADED = "loaded"

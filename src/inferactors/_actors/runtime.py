@@ -81,7 +81,7 @@ PROBING = 32
 run at once; more wait. A thousand at once would time out on their own CPU."""
 
 
-class NetworkExposure(enum.Enum):
+class NetworkExposure(enum.StrEnum):
     """How far a runtime's servers may be reachable."""
 
     NONE = "none"

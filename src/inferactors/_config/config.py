@@ -32,14 +32,14 @@ _USER_NAME = re.compile(r"[a-z_][a-z0-9_.-]*\$?")
 _IDS = re.compile(r"([0-9]+)(?::([0-9]+))?")
 
 
-class ControlMode(enum.Enum):
+class ControlMode(enum.StrEnum):
     """Whether inferactors starts the server (managed) or watches one already running."""
 
     MANAGED = "managed"
     ADOPTED = "adopted"
 
 
-class RestartType(enum.Enum):
+class RestartType(enum.StrEnum):
     """OTP's child restart types: which exits of a managed server are restarted.
 
     ``permanent`` restarts after any exit it did not ask for, ``transient`` only after an
