@@ -66,6 +66,7 @@ if typing.TYPE_CHECKING:
     from ._errors import DeepHealthTimeout as DeepHealthTimeout
     from ._errors import FrontDoorRefused as FrontDoorRefused
     from ._errors import InferactorsError as InferactorsError
+    from ._errors import InstanceDown as InstanceDown
     from ._errors import InvalidConfig as InvalidConfig
     from ._errors import InvalidState as InvalidState
     from ._errors import ModelError as ModelError
@@ -74,6 +75,7 @@ if typing.TYPE_CHECKING:
     from ._errors import PinMismatch as PinMismatch
     from ._errors import RefusalKind as RefusalKind
     from ._errors import RequestRefused as RequestRefused
+    from ._errors import StartTimeout as StartTimeout
     from ._errors import UnknownInstance as UnknownInstance
     from ._errors import UnknownModel as UnknownModel
     from ._errors import Unsupported as Unsupported
@@ -81,6 +83,7 @@ if typing.TYPE_CHECKING:
     from ._events import DeepHealthPassed as DeepHealthPassed
     from ._events import Diagnosis as Diagnosis
     from ._events import Event as Event
+    from ._events import EventsLost as EventsLost
     from ._events import ExposureDetected as ExposureDetected
     from ._events import FaultKind as FaultKind
     from ._events import FootprintDrift as FootprintDrift
@@ -148,6 +151,7 @@ _LAZY: dict[str, str] = {
     "DoorSettings": "._actors.front_door_msgs",
     "Edges": "._edges.bundle",
     "Event": "._events",
+    "EventsLost": "._events",
     "Exposure": "._policy.exposure",
     "ExposureDetected": "._events",
     "FaultKind": "._events",
@@ -166,6 +170,7 @@ _LAZY: dict[str, str] = {
     "InferactorsError": "._errors",
     "InferenceSpec": "._config.spec",
     "InstanceCrashed": "._events",
+    "InstanceDown": "._errors",
     "InstanceHandle": "._actors.runtime",
     "InstanceResidency": "._config.residency",
     "InstanceState": "._status",
@@ -225,6 +230,7 @@ _LAZY: dict[str, str] = {
     "ServeArgs": "._config.spec",
     "ServerLogs": "._config.server_logs",
     "ServerReport": "._policy.probe_parse",
+    "StartTimeout": "._errors",
     "StateChanged": "._events",
     "StopReason": "._events",
     "Supervision": "._config.config",
@@ -277,6 +283,7 @@ __all__ = [
     "DoorSettings",
     "Edges",
     "Event",
+    "EventsLost",
     "Exposure",
     "ExposureDetected",
     "FaultKind",
@@ -295,6 +302,7 @@ __all__ = [
     "InferactorsError",
     "InferenceSpec",
     "InstanceCrashed",
+    "InstanceDown",
     "InstanceHandle",
     "InstanceResidency",
     "InstanceState",
@@ -354,6 +362,7 @@ __all__ = [
     "ServeArgs",
     "ServerLogs",
     "ServerReport",
+    "StartTimeout",
     "StateChanged",
     "StopReason",
     "Supervision",

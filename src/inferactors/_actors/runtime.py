@@ -11,7 +11,7 @@ Usage::
     async with open_runtime(config, node_id="laptop") as runtime:
         handle = await runtime.load(spec)
         await runtime.start(handle)
-        print(await runtime.status(handle))
+        print(runtime.status(handle))
 """
 
 from __future__ import annotations
