@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 import trio
 
+from .._config.config import ControlMode
 from .._errors import InstanceDown, InvalidConfig, UnknownInstance
 from .._events import Event, EventsLost, GaveUp, StateChanged
 from .._policy.fleet_exit import HELD_DOWN, down_reason
@@ -102,6 +103,15 @@ class RuntimeStatus:
         `SupervisorCaughtUp` events say when it changes."""
         await trio.lowlevel.checkpoint()
         return self._board.supervisor
+
+    def mode_of(self, handle: InstanceHandle) -> ControlMode:
+        """Whether the instance is managed or adopted (no message, no I/O).
+
+        Raises:
+            UnknownInstance: it is not loaded.
+            InvalidConfig: ``handle`` is not an `InstanceHandle`.
+        """
+        return self._board.mode_of(id_of(handle))
 
     async def instances(self) -> tuple[InstanceHandle, ...]:
         """Handles of every loaded instance, in load order (no message)."""
