@@ -352,9 +352,7 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
         `control_mode`); raises `AdmissionRefused` as `InferConfig.for_instance`."""
         return self.config.for_instance(spec.runtime, mode or self.control_mode)
 
-    async def _plan(
-        self, spec: InferenceSpec, config: InferConfig, directory: Path | None
-    ) -> Plan:
+    async def _plan(self, spec: InferenceSpec, config: InferConfig, directory: Path | None) -> Plan:
         """Admit ``spec`` with its one-flavor ``config``: at most `PROBING` admissions
         (each may probe) at once, whoever asks (`admit`, `load`, `adopt`)."""
         async with self._probing:

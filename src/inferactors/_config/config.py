@@ -338,8 +338,7 @@ class InferConfig:
         if self.flavor is not None:
             if self.serve_programs:
                 raise InvalidConfig(
-                    "serve_programs: a one-flavor config names its program in "
-                    "managed.serve_program"
+                    "serve_programs: a one-flavor config names its program in managed.serve_program"
                 )
             return
         if self.managed is not None and self.managed.serve_program is not None:
