@@ -68,6 +68,7 @@ from .messages import (
 )
 from .ollama import OllamaActor
 from .runtime_logs import RuntimeLogs
+from .runtime_running import RuntimeRunning
 from .runtime_status import InstanceHandle as InstanceHandle
 from .runtime_status import RuntimeStatus, id_of
 from .status_board import StatusBoard, StatusSlot
@@ -91,7 +92,7 @@ class NetworkExposure(enum.StrEnum):
 
 
 @attrs.define(eq=False)
-class InferRuntime(RuntimeLogs, RuntimeStatus):
+class InferRuntime(RuntimeLogs, RuntimeStatus, RuntimeRunning):
     """One flavor of inference server in one mode (adopted or managed), or every flavor in
     both (`InferConfig.all_flavors`).
 
