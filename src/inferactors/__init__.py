@@ -55,6 +55,7 @@ if typing.TYPE_CHECKING:
     from ._edges.bundle import ProbeTimed as ProbeTimed
     from ._edges.bundle import http_prober_factory as http_prober_factory
     from ._edges.capture import RunEvidence as RunEvidence
+    from ._edges.llama_build import locate_llama_server as locate_llama_server
     from ._edges.log_ring import LogLine as LogLine
     from ._edges.orphan_record import OrphanOutcome as OrphanOutcome
     from ._edges.orphan_record import ReapedOrphan as ReapedOrphan
@@ -251,6 +252,7 @@ _LAZY: dict[str, str] = {
     "door_settings": "._actors.front_door_members",
     "http_prober_factory": "._edges.bundle",
     "load_run_config": "._config.convert",
+    "locate_llama_server": "._edges.llama_build",
     "open_front_door": "._service.front_door_server",
     "open_runtime": "._actors.serving",
     "open_scheduler": "._actors.front_door_scheduler",
@@ -383,6 +385,7 @@ __all__ = [
     "door_settings",
     "http_prober_factory",
     "load_run_config",
+    "locate_llama_server",
     "open_front_door",
     "open_runtime",
     "open_scheduler",
