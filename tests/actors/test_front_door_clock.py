@@ -415,3 +415,21 @@ async def test_the_schedulers_stops_reach_the_process_with_their_reason(
         ]
         assert rig.door.residency()["a"].last_stop == "reload"
         assert rig.door.residency()["b"].last_stop == "evicted"
+
+
+async def test_a_wait_that_began_before_the_queue_counts_from_its_arrival(
+    make_config: Config, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with door_rig(make_config(), FakeFleet(), max_wait_s=5.0) as rig:
+        held = await rig.door.acquire("a")
+        came = trio.current_time() - 4.0  # it waited 4 s for the scheduler to open
+        with pytest.raises(FrontDoorRefused) as refused:
+            await rig.door.acquire("b", since=came)
+        assert trio.current_time() - came == pytest.approx(5.0)
+        assert refused.value.kind is RefusalKind.WAIT_TIMEOUT
+        [event] = rig.of(QueuedRequestRefused, "b")
+        assert event.waited_s == pytest.approx(5.0)
+        held.done()
+        grant = await rig.door.acquire("a", since=trio.current_time() - 60.0)
+        assert grant.upstream.role == "a"  # resident: granted at once, however long before
+        grant.done()

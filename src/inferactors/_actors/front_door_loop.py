@@ -129,8 +129,10 @@ class DoorLoop:
                 self._begin(now)
             case Acquire():
                 self.replies[message.request] = message.reply
-                self.arrived[message.request] = now
-                self.step(scheduler.on_request(self.state, message.request, message.model, now))
+                since = now if message.since is None else min(message.since, now)
+                self.arrived[message.request] = since
+                request, model = message.request, message.model
+                self.step(scheduler.on_request(self.state, request, model, now, since))
             case StartCommand():
                 self._on_start_command(message, now)
             case StopCommand():
