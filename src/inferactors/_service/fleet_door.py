@@ -18,7 +18,7 @@ the scheduler's queue (503 ``wait-timeout`` with ``Retry-After`` past it).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 import attrs
@@ -265,12 +265,13 @@ class DoorDrainer:
     one stop path), within the reload's deadline."""
 
     door: FleetDoor
-    members: Mapping[str, Member]
+    fleet: Keeper
+    """Whose members (the table a reload replaces is read at each drain)."""
 
     async def drain(self, name: str, deadline_s: float) -> None:
         """`FleetDoor.drain` of the member ``name``, for at most ``deadline_s`` float
         seconds; nothing for a name that is not a member."""
-        member = self.members.get(name)
+        member = self.fleet.members.get(name)
         if member is None:
             return
         with trio.move_on_after(deadline_s):
