@@ -433,3 +433,13 @@ async def test_a_wait_that_began_before_the_queue_counts_from_its_arrival(
         grant = await rig.door.acquire("a", since=trio.current_time() - 60.0)
         assert grant.upstream.role == "a"  # resident: granted at once, however long before
         grant.done()
+
+
+async def test_a_server_is_measured_as_soon_as_it_is_resident(
+    make_config: Config, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with door_rig(make_config(), FakeFleet(footprint_mib=300, load_s=0.5)) as rig:
+        grant = await rig.door.acquire("a")  # resident at 0.5 s; the 2 s interval not over
+        await trio.sleep(0.01)
+        assert rig.door.residency()["a"].measured_bytes == 300 * MiB
+        grant.done()
