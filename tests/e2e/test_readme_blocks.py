@@ -192,3 +192,49 @@ def _table_or_summary(line: str) -> bool:
     return line.startswith(
         ("INSTANCE ", "demo-", "fake ollama listening on http://127.0.0.1:", "3 of 3 instances")
     )
+
+
+def _cli_block() -> Block:
+    (block,) = [b for b in SHELL if "models add-tiny" in b.text]
+    return block
+
+
+def test_the_cli_blocks_model_steps_run_and_write_only_what_git_ignores(tmp_path: Path) -> None:
+    """The CLI block's ``models`` steps that need no model of the reader's own (``add-tiny``
+    and the ``list`` after it), run in order in a folder laid out as a clone (an
+    ``examples/`` folder): ``tiny`` is registered in ``examples/models.json``, the model the
+    run file serves, and every file they write is one the repository's .gitignore ignores
+    (so ``git status`` in a clone shows nothing new)."""
+    clone = tmp_path / "clone"
+    (clone / "examples").mkdir(parents=True)
+    steps = [
+        words
+        for words in shell_commands(_cli_block().text)
+        if words[:3] in (["inferactors", "models", "add-tiny"], ["inferactors", "models", "list"])
+        and "--registry" in words
+    ]
+    assert [words[2] for words in steps] == ["add-tiny", "list"]
+    cli = Path(sys.executable).with_name("inferactors")
+    outputs = []
+    for words in steps:
+        done = subprocess.run(
+            [str(cli), *words[1:]], cwd=clone, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        outputs.append(done.stdout)
+    assert outputs[1].splitlines()[1].split()[:3] == ["tiny", "gguf", "1"], outputs[1]
+    assert [m.name for m in ModelRegistry.open(clone / "examples" / "models.json").list()] == [
+        "tiny"
+    ]
+    written = sorted(str(p.relative_to(clone)) for p in clone.rglob("*") if p.is_file())
+    assert "tiny.gguf" in written
+    ignored = subprocess.run(
+        ["git", "-C", str(ROOT), "check-ignore", "--no-index", "--stdin"],
+        input="\n".join(written),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert sorted(ignored.stdout.split()) == written, "not ignored by git: " + str(
+        set(written) - set(ignored.stdout.split())
+    )
