@@ -96,6 +96,11 @@ class PageSource(Protocol):
     ) -> contextlib.AbstractContextManager[trio.MemoryReceiveChannel[Event]]: ...
 
 
+def open_to_all(method: str, path: str) -> bool:
+    """Whether a request holds nothing private: a read of the page or its assets."""
+    return method in READS and (path in ("/ui", "/ui/") or path.startswith("/ui/static/"))
+
+
 def _no_budget() -> int | None:
     return None
 
@@ -131,8 +136,8 @@ class WebPage:
         return cls(fleet, words or JsonWords(), facts, budget)
 
     def open_to_all(self, method: str, path: str) -> bool:
-        """Whether a request holds nothing private: a read of the page or its assets."""
-        return method in READS and (path in ("/ui", "/ui/") or path.startswith("/ui/static/"))
+        """`open_to_all`."""
+        return open_to_all(method, path)
 
     def routes(self) -> list[BaseRoute]:
         """The page's routes (module docstring)."""
