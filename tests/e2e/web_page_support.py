@@ -51,7 +51,7 @@ registry = "{registry}"
 data_root = "{state}"
 serve_programs = {{ "infer.llamacpp" = "{llama}", "infer.mlx-lm" = "{fake}" }}
 {run_as}
-restart = {{ max_restarts = 10000, base_s = 0.3, cap_s = 0.6, intensity = 10000, period_s = 60.0, jitter = 0.0 }}
+restart = {{ max_restarts = 10000, base_s = 0.3, cap_s = 0.6, intensity = 10000, jitter = 0.0 }}
 
 [[instances]]
 mode = "managed"

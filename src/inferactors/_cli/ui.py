@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import secrets
+import signal
 import sys
 from functools import partial
 from pathlib import Path
@@ -61,7 +62,7 @@ def serve_ui(args: argparse.Namespace) -> int:
     token = secrets.token_urlsafe(32)
     try:
         trio.run(_serve, socket_path, token, args.port)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before it listened for signals
         return 0
     except InferactorsError as error:
         print(one_line(f"inferactors ui: {error}"), file=sys.stderr)
@@ -86,10 +87,15 @@ def _page_socket(path: Path, timeout_s: float) -> Path:
 
 
 async def _serve(socket_path: Path, token: str, port: int) -> None:
+    """Serve the door until SIGINT or SIGTERM."""
     from .._service.ui_door import serve_ui_door
 
-    async with trio.open_nursery() as nursery:
-        address = await nursery.start(partial(serve_ui_door, socket_path, token, port=port))
-        print(f"the web page of the supervisor at {socket_path}:", flush=True)
-        print(f"  {address}#token={token}", flush=True)
-        print("open it in a browser; Ctrl-C stops serving it", flush=True)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            address = await nursery.start(partial(serve_ui_door, socket_path, token, port=port))
+            print(f"the web page of the supervisor at {socket_path}:", flush=True)
+            print(f"  {address}#token={token}", flush=True)
+            print("open it in a browser; Ctrl-C stops serving it", flush=True)
+            async for _ in signals:
+                break
+            nursery.cancel_scope.cancel()

@@ -47,6 +47,9 @@ class _Forward:
         self.socket_path = socket_path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
         request = Request(scope, receive)
@@ -75,6 +78,17 @@ class _Forward:
             await _relay(upstream, receive, send)
         finally:
             await upstream.aclose()
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    """ASGI's lifespan: nothing to start or stop, said as done."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
 
 
 def _query(scope: Scope) -> str:

@@ -376,7 +376,10 @@ function drawPlots() {
   const series = page.series;
   if (!series) return;
   const now = Date.now() / 1000;
-  const from = now - page.windowS;
+  // the last hour, or less while the history is younger (at least 5 minutes)
+  const times = [series.probe, series.ttft, series.memory].flatMap((points) =>
+    points.length ? [points[0][0]] : []).concat(series.restarts.slice(0, 1));
+  const from = Math.max(now - page.windowS, Math.min(now - 300, ...times));
   plotLines($("plot-probe"), [
     { points: series.probe.map(([t, , max]) => [t, max * 1000]), class: "line faint" },
     { points: series.probe.map(([t, mean]) => [t, mean * 1000]), class: "line" },
@@ -401,7 +404,7 @@ function frame(svg, top, from, now) {
   svgEl("rect", { x: BOX.left, y: BOX.top, width: BOX.right - BOX.left, height: BOX.bottom - BOX.top, class: "area" });
   svgEl("text", { x: BOX.left - 4, y: BOX.top + 8, class: "axis end" }, label(top));
   svgEl("text", { x: BOX.left - 4, y: BOX.bottom, class: "axis end" }, "0");
-  svgEl("text", { x: BOX.left, y: BOX.bottom + 12, class: "axis" }, "-60 min");
+  svgEl("text", { x: BOX.left, y: BOX.bottom + 12, class: "axis" }, `-${Math.round((now - from) / 60)} min`);
   svgEl("text", { x: BOX.right, y: BOX.bottom + 12, class: "axis end" }, "now");
   const x = (t) => BOX.left + ((t - from) / (now - from)) * (BOX.right - BOX.left);
   const y = (v) => BOX.bottom - (v / top) * (BOX.bottom - BOX.top);
