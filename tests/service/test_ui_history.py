@@ -80,7 +80,9 @@ def test_every_series_and_the_timeline_are_bounded() -> None:
     one = kept.of("chat")
     assert len(one.restarts) == POINTS
     assert len(one.timeline) == TIMELINE
-    assert one.timeline[-1].event.attempt == 3 * POINTS - 1  # the newest are kept
+    newest = one.timeline[-1].event
+    assert isinstance(newest, RestartScheduled)
+    assert newest.attempt == 3 * POINTS - 1  # the newest are kept
 
 
 def test_cpu_is_the_cpu_time_spent_between_two_readings_of_one_process() -> None:
