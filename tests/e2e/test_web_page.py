@@ -5,34 +5,44 @@ serve every test of this module, in order, on one worker.
 
 The page lists every instance as the CLI does; a crash shows within a second, without a
 reload; the log view follows, the server's last words at the top; stop and start from the
-page change the process as the CLI would, answered in the CLI's words; a command without
-the token, or from another origin, is refused and changes nothing; ``inferactors ui``
-serves the page for its user; and the main page's console stays free of errors. The
-README's screenshot (``docs/ui.png``) is taken here: with ``INFERACTORS_SCREENSHOT=1`` the
-test writes it there.
+page change the process as the CLI would, and so does restart, each confirmed and
+answered in the CLI's words (reload through ``inferactors ui``); reading changes nothing;
+a command without the token, or from another origin, is refused and changes nothing;
+``inferactors ui`` serves the page for its user; and the main page's console stays free of
+errors. The README's section is run here (its ``inferactors run`` flags start the
+supervisor, its ``inferactors ui`` command serves the page) and its screenshot
+(``docs/ui.png``) taken here: with ``INFERACTORS_SCREENSHOT=1`` the test writes it there.
 """
 
 from __future__ import annotations
 
 import contextlib
-import http.server
 import os
 import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import httpx
 import psutil
 import pytest
 
-from e2e.web_page_support import PageRun, kept_screenshot, open_browser, page_run
+from e2e.web_page_browser import (
+    OTHER_SITE,
+    SEEN_CHANGE,
+    WAIT_MS,
+    Watched,
+    kept_screenshot,
+    open_browser,
+    serving_elsewhere,
+    wait_until,
+    watch,
+)
+from e2e.web_page_support import PageRun, page_run, readme_commands
 from inferactors._cli.control import _state_words
 from inferactors._cli.ui_words import CliWords
 from support import Unprivileged
@@ -41,23 +51,6 @@ pytestmark = pytest.mark.xdist_group("web-page")
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = ROOT / "docs" / "ui.png"
-WAIT_MS = 30_000
-"""How long an expectation of the page may take on a busy machine, milliseconds."""
-
-
-@attrs.define(eq=False)
-class Watched:
-    """The page every test shares, with the errors its console said."""
-
-    page: Any
-    errors: list[str] = attrs.Factory(list)
-
-    def row(self, name: str) -> Any:
-        return self.page.locator(f'tr[data-name="{name}"]')
-
-    def cell(self, name: str, cell: str) -> str:
-        text: str = self.row(name).locator(f'[data-cell="{cell}"]').inner_text()
-        return text.strip()
 
 
 @pytest.fixture(scope="module")
@@ -78,20 +71,6 @@ def supervised(
         yield run
 
 
-def watch(context: Any) -> Watched:
-    """A new page of ``context`` whose console errors and uncaught exceptions are kept."""
-    watched = Watched(context.new_page())
-    watched.page.set_default_timeout(WAIT_MS)
-
-    def on_console(message: Any) -> None:
-        if message.type == "error":
-            watched.errors.append(f"console: {message.text}")
-
-    watched.page.on("console", on_console)
-    watched.page.on("pageerror", lambda error: watched.errors.append(f"uncaught: {error}"))
-    return watched
-
-
 @pytest.fixture(scope="module")
 def shared(browser: Any, supervised: PageRun) -> Iterator[Watched]:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -107,16 +86,6 @@ def page(shared: Watched) -> Iterator[Watched]:
     """The shared page; its console must stay free of errors through each test."""
     yield shared
     assert shared.errors == []
-
-
-def wait_until(check: Any, within_s: float = 30.0, every_s: float = 0.05) -> Any:
-    """``check()``'s first true value, polled."""
-    deadline = time.monotonic() + within_s
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still not so after {within_s} s")
-        time.sleep(every_s)
-    return value
 
 
 def test_the_page_lists_every_instance_as_the_cli_shows_it(
@@ -139,11 +108,11 @@ def test_the_page_lists_every_instance_as_the_cli_shows_it(
     assert page.page.locator("#connection").inner_text() == "live"
 
 
-def test_a_crash_shows_within_a_second_without_a_reload(page: Watched) -> None:
+def test_a_crash_shows_within_a_second_without_a_reload(page: Watched, machine_alone: None) -> None:
     page.page.evaluate("window.notReloaded = true")
     for _ in range(5):  # the fake also crashes by itself: kill one that still runs
         pid = wait_until(lambda: _running_pid(page, "flaky"))
-        page.page.evaluate(_SEEN_CHANGE, ["flaky", pid])
+        page.page.evaluate(SEEN_CHANGE, ["flaky", pid])
         killed_at = time.time()
         try:
             os.kill(pid, signal.SIGKILL)
@@ -158,20 +127,6 @@ def test_a_crash_shows_within_a_second_without_a_reload(page: Watched) -> None:
     print(f"a crash showed on the page {seen_s * 1000:.0f} ms after the kill")
     assert seen_s < 1.0
     assert page.page.evaluate("window.notReloaded") is True
-
-
-_SEEN_CHANGE = """([name, pid]) => {
-  window.changeSeenAt = null;
-  const row = document.querySelector(`tr[data-name="${name}"]`);
-  const changed = () => row.dataset.state !== "running" ||
-    row.querySelector('[data-cell="pid"]').textContent !== String(pid);
-  new MutationObserver((_, observer) => {
-    if (window.changeSeenAt === null && changed()) {
-      window.changeSeenAt = Date.now();
-      observer.disconnect();
-    }
-  }).observe(row, { subtree: true, childList: true, characterData: true, attributes: true });
-}"""
 
 
 def _running_pid(page: Watched, name: str) -> int | None:
@@ -259,48 +214,79 @@ def test_stop_and_start_from_the_page_change_the_process_as_the_cli_would(
     wait_until(lambda: page.cell("chat", "pid") == str(new_pid))
 
 
-_OTHER_SITE = """<!doctype html><script>
-const target = %(target)r;
-window.attempts = {};
-async function attempt(name, path, init) {
-  try { window.attempts[name] = (await fetch(target + path, init)).status; }
-  catch (error) { window.attempts[name] = "blocked"; }
-}
-(async () => {
-  await attempt("page", "/ui/api/instances/chat/stop", { method: "POST", mode: "no-cors" });
-  await attempt("api", "/v1/instances/chat/stop",
-    { method: "POST", mode: "no-cors", body: "x", headers: { "Content-Type": "text/plain" } });
-  await attempt("with the token", "/ui/api/instances/chat/stop",
-    { method: "POST", headers: { Authorization: "Bearer %(token)s" } });
-  await attempt("read", "/ui/api/instances/chat", {});
-  window.done = true;
-})();
-</script>"""
+def test_restart_from_the_page_is_a_new_process_said_as_the_cli_would(
+    page: Watched, supervised: PageRun
+) -> None:
+    before = supervised.wait_view("chat", lambda view: view["status"]["state"] == "running")
+    old_pid, restarts = before["status"]["pid"], before["status"]["restarts"]
+    restarted = _confirm(page, "restart", "chat", "/ui/api/instances/chat/restart")
+    assert restarted["ok"] is True
+    shown = page.page.locator("#result-words").inner_text()
+    assert shown == CliWords().instance("restart", restarted["result"])
+    assert shown == f"chat: {_state_words(restarted['result'])}"  # as `inferactors restart`
+    wait_until(lambda: not psutil.pid_exists(old_pid), within_s=15)
+    running = supervised.wait_view(
+        "chat", lambda view: view["status"]["state"] == "running" and view["status"]["pid"]
+    )
+    assert running["status"]["pid"] != old_pid
+    assert running["status"]["restarts"] == restarts  # an operator's restart is no crash
+    wait_until(lambda: page.cell("chat", "pid") == str(running["status"]["pid"]))
+
+
+_READS = (
+    "/ui/",
+    "/ui",
+    "/ui/static/app.js",
+    "/ui/static/app.css",
+    "/ui/api/instances/chat",
+    "/ui/api/instances/flaky",
+    "/ui/api/instances/chat/start",  # a command's path, read: 405
+    "/ui/api/instances/chat/stop",
+    "/ui/api/instances/chat/restart",
+    "/ui/api/reload",
+)
+_STREAMS = ("/ui/api/stream", "/ui/api/instances/chat/logs")
+
+
+def test_reading_changes_nothing(page: Watched, supervised: PageRun) -> None:
+    """Every read the page makes, and a read of each command's path, with the token, over
+    TCP: each answered, and ``chat`` is still the same process, never restarted."""
+    before = supervised.wait_view("chat", lambda view: view["status"]["state"] == "running")
+    bearer = {"Authorization": f"Bearer {supervised.token}"}
+    with httpx.Client(base_url=supervised.base_url, headers=bearer) as client:
+        statuses = {path: client.get(path).status_code for path in _READS}
+        for path in _STREAMS:
+            with client.stream("GET", path) as stream:
+                assert stream.status_code == 200
+                assert stream.headers["content-type"].startswith("text/event-stream")
+                assert next(stream.iter_lines()).startswith("event: ")
+        heads = {path: client.head(path).status_code for path in _READS[:4]}
+    assert (
+        statuses
+        == {
+            **dict.fromkeys(_READS[:6], 200),
+            "/ui": 308,  # to /ui/
+            **dict.fromkeys(_READS[6:], 405),
+        }
+    )
+    assert heads == {**dict.fromkeys(_READS[:4], 200), "/ui": 308}
+    time.sleep(0.5)  # a command that got through would have begun by now
+    after = supervised.views()["chat"]["status"]
+    assert (after["state"], after["pid"], after["restarts"]) == (
+        "running",
+        before["status"]["pid"],
+        before["status"]["restarts"],
+    )
 
 
 @pytest.fixture
 def other_site(supervised: PageRun) -> Iterator[str]:
     """A page of another origin (another loopback port) that tries the supervisor's
     commands, even with the token (a leak): its address."""
-    html = _OTHER_SITE % {"target": supervised.base_url, "token": supervised.token}
-
-    class Site(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.end_headers()
-            self.wfile.write(html.encode())
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Site)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving_elsewhere(
+        OTHER_SITE % {"target": supervised.base_url, "token": supervised.token}
+    ) as address:
+        yield address
 
 
 def test_commands_from_another_origin_or_without_the_token_change_nothing(
@@ -351,7 +337,9 @@ def test_the_page_asks_for_the_token_it_lacks(browser: Any, supervised: PageRun)
 
 
 def test_inferactors_ui_serves_the_page_for_its_user(browser: Any, supervised: PageRun) -> None:
-    command = [sys.executable, "-m", "inferactors", "ui", "--state-dir", str(supervised.state_dir)]
+    """The README's ``inferactors ui`` command, on this run's file."""
+    shown = readme_commands(supervised.run_file, supervised.where / "token")["ui"]
+    command = [sys.executable, "-m", *shown]
     pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
     with subprocess.Popen(command, **pipes) as door:  # type: ignore[call-overload]
         try:
@@ -417,3 +405,27 @@ def test_the_screenshot_of_a_real_run(page: Watched, tmp_path: Path) -> None:
     target = SCREENSHOT if os.environ.get("INFERACTORS_SCREENSHOT") == "1" else tmp_path / "ui.png"
     kept_screenshot(target, shot)
     assert target.stat().st_size > 10_000
+
+
+def test_the_readme_shows_the_screenshot_and_the_commands_run_here() -> None:
+    """The README's web page section: its image is the screenshot this module takes (a
+    PNG of a real page), and its commands are the ones `page_run` and
+    `test_inferactors_ui_serves_the_page_for_its_user` run."""
+    text = ROOT.joinpath("README.md").read_text()
+    section = text[text.index("## The web page") : text.index("<!-- web-page:end -->")]
+    images = re.findall(r"!\[[^\]]+\]\(([^)]+)\)", section)
+    assert images == ["docs/ui.png"]
+    assert ROOT / images[0] == SCREENSHOT
+    shot = SCREENSHOT.read_bytes()
+    assert shot[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(shot) > 10_000
+    width, height = int.from_bytes(shot[16:20], "big"), int.from_bytes(shot[20:24], "big")
+    assert (width, height >= 600) == (1280, True)  # the page at the tests' viewport
+    commands = readme_commands(Path("run.toml"), Path("token"))
+    assert sorted(commands) == ["run", "ui"]
+    assert commands["run"] == [
+        "inferactors", "run", "run.toml", "--control-port", "0", "--control-token-file", "token"
+    ]  # fmt: skip
+    assert commands["ui"] == ["inferactors", "ui", "run.toml"]
+    assert "[docs/web-page.md](docs/web-page.md)" in text
+    assert (ROOT / "docs" / "web-page.md").is_file()

@@ -1,15 +1,13 @@
-"""The harness of the web page's tests: a real ``inferactors run`` (`PageRun`) with the real
-llama-server on the tiny model (``chat``) and a fake that crash-loops (``flaky``), its
-control API on a loopback port with a token; and a headless Chromium (`open_browser`),
-Debian's, driven by Playwright, or a skip that says why none can be had."""
+"""The supervisor side of the web page's tests: a real ``inferactors run`` (`PageRun`) with
+the real llama-server on the tiny model (``chat``) and a fake that crash-loops
+(``flaky``), started with the README's flags (`readme_commands`): its control API on a
+loopback port with a token. The browser side is ``web_page_browser.py``."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
-import shutil
 import subprocess
 import sys
 import time
@@ -19,25 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import pytest
 
 from cli.run_support import RunProcess
+from e2e.readme_blocks_support import README, shell_commands
 from inferactors._models.registry import ModelRegistry
 from inferactors.testing import Workspace
 from inferactors.testing._fake_faults import FakeServerFaults
 from inferactors.testing._fake_server import write_fake_server_program
 
-CHROMIUM = "/usr/bin/chromium"
-"""Debian's chromium (``make setup`` installs it, as root, when missing)."""
-CHROMIUM_FLAGS = (
-    "--no-sandbox",  # as root, Chromium's sandbox refuses to start
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",  # no connection anywhere but the page's own
-    "--disable-component-update",
-    "--disable-sync",
-)
 CRASH_AFTER_S = 3.0
 """How long the crash-looping fake serves before it crashes, each time."""
 START_S = 90.0
@@ -68,6 +55,29 @@ model = "tiny-mlx"
 serve = {{ port = {flaky_port} }}
 required = false
 """
+
+
+README_RUN_FILE = "operate.toml"
+"""The run file the README's web page commands name (the Operate session's)."""
+README_PORT = "8765"
+README_TOKEN_FILE = "token"
+
+
+def readme_section() -> str:
+    """The README's web page commands and what is around them (between its markers)."""
+    text = README.read_text()
+    begin = text.index("<!-- web-page:begin")
+    return text[begin : text.index("<!-- web-page:end -->", begin)]
+
+
+def readme_commands(run_file: Path, token_file: Path) -> dict[str, list[str]]:
+    """The section's ``inferactors`` commands by subcommand (``ui``, ``run``), made local:
+    ``run_file`` for the README's, a free port (0) for its port, ``token_file`` for its."""
+    (block,) = readme_section().split("```sh\n")[1:]
+    local = {README_RUN_FILE: str(run_file), README_PORT: "0", README_TOKEN_FILE: str(token_file)}
+    commands = shell_commands(block.split("```")[0])
+    assert all(argv[0] == "inferactors" for argv in commands), commands
+    return {argv[1]: [local.get(word, word) for word in argv] for argv in commands}
 
 
 def free_port() -> int:
@@ -160,8 +170,9 @@ def page_run(
             flaky_port=free_port(),
         )
     )
-    flags = ("--control-port", "0", "--control-token-file", str(token_file))
-    run = RunProcess.start(run_file, *flags)
+    run_command = readme_commands(run_file, token_file)["run"]
+    assert run_command[:3] == ["inferactors", "run", str(run_file)], run_command
+    run = RunProcess.start(run_file, *run_command[3:])
     try:
         listening = run.wait_for("control API listening on", START_S)
         base_url = re.findall(r"http://127\.0\.0\.1:\d+", listening)[0]
@@ -174,44 +185,3 @@ def page_run(
             run.finish(30.0)
         except AssertionError:
             pass
-
-
-def browser_missing() -> str | None:
-    """Why no browser can be had here, else None."""
-    if not os.access(CHROMIUM, os.X_OK):
-        how = "run `make setup` as root" if os.geteuid() != 0 else "run `make setup`"
-        return (
-            f"no browser: {CHROMIUM} is not installed ({how}: it installs Debian's chromium "
-            "with apt-get when it runs as root)"
-        )
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "no browser driver: the playwright package is missing (pip install -e '.[dev]')"
-    return None
-
-
-@contextmanager
-def open_browser() -> Iterator[Any]:
-    """Debian's Chromium, headless, with a new empty profile (Playwright makes one), or a
-    skip naming what is missing."""
-    why = browser_missing()
-    if why is not None:
-        pytest.skip(why)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as driver:
-        browser = driver.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=list(CHROMIUM_FLAGS)
-        )
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
-def kept_screenshot(path: Path, shot: bytes) -> None:
-    """Write ``shot`` to ``path`` (the README's screenshot), through a temporary file."""
-    temporary = path.with_suffix(".tmp")
-    temporary.write_bytes(shot)
-    shutil.move(temporary, path)
