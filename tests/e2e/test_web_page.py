@@ -108,8 +108,16 @@ def test_the_page_lists_every_instance_as_the_cli_shows_it(
     assert page.page.locator("#connection").inner_text() == "live"
 
 
-def test_a_crash_shows_within_a_second_without_a_reload(page: Watched, machine_alone: None) -> None:
+def test_a_crash_shows_within_a_second_without_a_reload_or_a_request(
+    page: Watched, machine_alone: None
+) -> None:
     page.page.evaluate("window.notReloaded = true")
+    sent: list[str] = []  # every request the page makes from here: none (no polling)
+
+    def record(request: Any) -> None:
+        sent.append(request.url)
+
+    page.page.on("request", record)
     for _ in range(5):  # the fake also crashes by itself: kill one that still runs
         pid = wait_until(lambda: _running_pid(page, "flaky"))
         page.page.evaluate(SEEN_CHANGE, ["flaky", pid])
@@ -127,6 +135,8 @@ def test_a_crash_shows_within_a_second_without_a_reload(page: Watched, machine_a
     print(f"a crash showed on the page {seen_s * 1000:.0f} ms after the kill")
     assert seen_s < 1.0
     assert page.page.evaluate("window.notReloaded") is True
+    page.page.remove_listener("request", record)
+    assert sent == []  # it came over the event stream the page already had open
 
 
 def _running_pid(page: Watched, name: str) -> int | None:
