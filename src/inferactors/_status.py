@@ -6,11 +6,13 @@ A status is a snapshot: it never raises and it is never stale by more than one p
 from __future__ import annotations
 
 import enum
+from collections.abc import Generator
+from typing import Any
 
 import attrs
 
 
-class InstanceState(enum.Enum):
+class InstanceState(enum.StrEnum):
     """The reference's five states; ``detail`` in `InstanceStatus` says the rest."""
 
     LOADED = "loaded"
@@ -62,6 +64,16 @@ class InstanceStatus:
     diagnosis: str | None = None
     last_lines: tuple[str, ...] = ()
     serving: bool = False
+
+    def __await__(self) -> Generator[Any, None, InstanceStatus]:
+        """``await runtime.status(handle)``, the spelling from when `status` was a
+        coroutine: deprecated, kept for one release; it gives this status at once (no
+        checkpoint). Call ``runtime.status(handle)`` without ``await``."""
+        return _at_once(self).__await__()
+
+
+async def _at_once(status: InstanceStatus) -> InstanceStatus:
+    return status
 
 
 @attrs.frozen

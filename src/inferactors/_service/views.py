@@ -91,7 +91,7 @@ class ReloadResult:
     refused: tuple[tuple[str, str], ...] = ()
 
 
-class Lifecycle(enum.Enum):
+class Lifecycle(enum.StrEnum):
     """The supervisor's own milestones, for a service manager (systemd's notify protocol)."""
 
     SETTLED = "settled"
