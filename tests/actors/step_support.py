@@ -59,6 +59,7 @@ from inferactors._actors.messages import (
 from inferactors._edges.process import ManagedProcess
 from inferactors._models.manifest import ModelManifest
 from inferactors._policy.exposure import Exposure, Listener
+from inferactors._policy.lateness import no_verdict_report
 from inferactors._policy.probe_parse import ServerReport, Unhealthy, Unreachable, Up
 
 E = TypeVar("E")
@@ -301,6 +302,7 @@ def messages_for(run: Run) -> dict[str, Message]:
         "Probed up": Probed(up(), watched, owner_ok=True, first_token=""),
         "Probed unhealthy": Probed(unhealthy(), watched, owner_ok=True),
         "Probed silent": Probed(silent(), watched),
+        "Probed no verdict": Probed(no_verdict_report("GET /health: no verdict"), watched),
         "Probed impostor": Probed(up(), watched, owner_ok=False, owner_pid=7),
         "Probed exposed": Probed(up(), watched, exposure=EXPOSURE),
         "ExposureFound": ExposureFound(current, EXPOSURE),

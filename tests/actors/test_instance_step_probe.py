@@ -57,6 +57,7 @@ from inferactors._actors.instance.step import (
     Seen,
 )
 from inferactors._policy.health_truth import Confirmation
+from inferactors._policy.lateness import no_verdict_report
 from inferactors._policy.probe_parse import ServerReport, Up
 
 MISBOUND = 'listening on [::1]:8090, not 127.0.0.1:8090: set serve.host = "::1"'
@@ -89,6 +90,28 @@ def test_a_probe_of_a_process_that_just_died_is_dropped() -> None:
     process = started(run)
     assert run.send(Probed(up(), process, owner_ok=True), Seen(running=False)) == ()
     assert detail(run) == "starting: not listening yet"
+
+
+def test_a_report_without_a_verdict_is_never_judged_however_many_come() -> None:
+    """Our own late loop is no verdict on a server: neither a ready one nor a starting one
+    changes, emits or is killed, after any number of such reports in a row (before, the
+    fourth in a row was judged as a timeout); the next report made on time is judged."""
+    late = no_verdict_report("GET /health: no verdict: inferactors' event loop ran 900 ms late")
+    for make in (made_ready, lambda run: None):
+        run = Run.of()
+        started(run)
+        make(run)
+        before = run.state
+        for second in range(1, 30):
+            assert run.at(10.0 + second).send(Probed(late, run.process, owner_ok=True)) == ()
+        assert run.state == before
+        run.at(40.0).send(Probed(silent("GET /health: timed out"), run.process))
+        assert run.state.findings.last_probe == "unreachable: GET /health: timed out"
+    adopted = Run.of(managed=False)
+    adopted.send(Confirmed(caller("start")))
+    adopted.send(Probed(up(), None))
+    assert adopted.send(Probed(late, None)) == ()
+    assert adopted.status().state is InstanceState.RUNNING
 
 
 def test_an_impostor_is_said_once_wins_over_everything_and_goes_when_ours_again() -> None:

@@ -2,7 +2,8 @@
 (``_policy/lateness.py``): a really blocked loop (a synchronous sleep, nothing mocked) is
 one `SupervisorOverloaded` event, the runtime's `supervisor_status` says so while it lasts,
 and one `SupervisorCaughtUp` follows a calm period; the adopted server it probes stays
-Running. Admission's probe that our stall made late is made again, not read as a refusal.
+Running, however many of its probes in a row our loop made late. Admission's probe that
+our stall made late is made again, not read as a refusal.
 
 Real time, a real loopback server (``edges.hostile_server_support``), adopted mode.
 """
@@ -74,6 +75,43 @@ async def test_a_stalled_loop_is_one_overload_of_the_supervisor_then_one_catchin
         assert await runtime.supervisor_status() == SupervisorStatus()
         changes = [e for e in seen if isinstance(e, StateChanged)]
         assert changes == [], changes  # the server was never judged on our lateness
+        assert (await runtime.status(handle)).state is InstanceState.RUNNING
+
+
+async def _starve_most_of_each_second(seconds: float) -> None:
+    """Block the loop 0.8 s of every second, for ``seconds``."""
+    end = trio.current_time() + seconds
+    while trio.current_time() < end:
+        await trio.sleep(0.2)
+        time.sleep(0.8)  # noqa: ASYNC251 (the point: the loop is starved meanwhile)
+
+
+async def test_a_loop_late_for_many_probes_in_a_row_never_judges_the_server() -> None:
+    """Before, the fourth late probe in a row was judged as the timeout it seemed: a
+    healthy server read Exited (or Degraded) while only the supervisor was overloaded."""
+    slow_health = Reply(body=b'{"status": "ok"}', chunk=4, pause_s=0.05)  # in flight
+    replies = {"/health": slow_health, "/v1/models": Reply(body=MODELS)}
+    config = InferConfig.adopted(InferFlavor.LLAMACPP, probe_timeout_s=0.3)
+    async with hostile_server(replies) as server, open_runtime(config) as runtime:
+        handle = await runtime.load(_spec(server.port))
+        await runtime.start(handle)
+        with trio.fail_after(10):
+            await runtime.wait_state(handle, InstanceState.RUNNING)
+        events = await runtime.subscribe()
+        lost_before = loop_lag().watch.no_verdicts_total
+        with events:
+            await _starve_most_of_each_second(8.0)
+            await trio.sleep(0.1)
+            seen = []
+            while True:
+                try:
+                    seen.append(events.receive_nowait())
+                except trio.WouldBlock:
+                    break
+        lost = loop_lag().watch.no_verdicts_total - lost_before
+        assert lost >= 5, lost  # more late probes than the old rule let pass in a row
+        changes = [e for e in seen if isinstance(e, StateChanged)]
+        assert changes == [], changes
         assert (await runtime.status(handle)).state is InstanceState.RUNNING
 
 

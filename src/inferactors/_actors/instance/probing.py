@@ -55,9 +55,6 @@ MISBOUND_SCAN_S = 0.5
 """While probes are refused, the socket table is read for a listener on the other address
 family at most this often (float seconds): one per-port kernel query, under 1 ms."""
 
-NO_VERDICT_LIMIT = 3
-"""Probes in a row that may be passed over for our own late loop."""
-
 ADOPTED_EXPOSURE_S = 5.0
 """An adopted server's port is checked for listeners beyond loopback at its first serving
 probe and then at most this often (float seconds): the finding is only reported, never
@@ -78,7 +75,6 @@ class ProbeLook:
     answered: bool = False
     exposure: Exposure | None = None
     exposure_at: float | None = None
-    late_in_a_row: int = 0
 
     def note(self, report: ServerReport) -> None:
         """Remember a serving server's list; a serving ``/health`` ends any confirmation."""
@@ -106,13 +102,6 @@ class ProbeLook:
             return False
         self.scanned_at = now
         return True
-
-    def passes_over(self, late: bool) -> bool:
-        """Whether to pass over a probe that gave no verdict because our own loop ran late:
-        at most `NO_VERDICT_LIMIT` in a row; after that it is judged as the timeout it is,
-        so a server that hangs is not hidden by a supervisor that stays overloaded."""
-        self.late_in_a_row = self.late_in_a_row + 1 if late else 0
-        return late and self.late_in_a_row <= NO_VERDICT_LIMIT
 
     def exposure_due(self) -> bool:
         """Whether an adopted server's port is due for its exposure check
@@ -175,6 +164,12 @@ class Probing:
         While the server has never answered, a refused probe looks for a listener on the
         other address family, at most every `MISBOUND_SCAN_S` (a server that answered and
         went away is not looked for: it was where we probe).
+
+        A probe that gives no verdict (`ServerReport.no_verdict`: one of its requests lost
+        its deadline to our own late loop, ``_policy/lateness.py``) is never judged, nor
+        posted, however many come in a row, and the schedule stays as it was: the next
+        probe made on time judges (a server that really hangs times out on time then). An
+        overload is the supervisor's own state (`SupervisorOverloaded`), never a server's.
         """
         look = ProbeLook(token_ok=process is None)  # adopted: no first token
         delay, phase = FIRST_PROBE_S, phase_of(self.plan.spec.base_url())
@@ -184,7 +179,7 @@ class Probing:
                 while True:
                     lines_seen = 0 if process is None else process.lines.ready_count
                     report = await prober.report(self._flavor)
-                    if not look.passes_over(no_verdict(report)):  # our loop was late
+                    if not report.no_verdict:  # else our own loop was late: no verdict
                         await self._judge(process, report, look)
                         delay = look.next_delay(report, delay)
                     at = next_probe_at(trio.current_time(), delay, phase)
@@ -416,12 +411,6 @@ class Probing:
     async def _probe(self) -> ServerReport:
         base = self.plan.spec.base_url()
         return await probe_once(self.open_prober, base, self.config.probe_timeout_s, self._flavor)
-
-
-def no_verdict(report: ServerReport) -> bool:
-    """Whether ``report`` says nothing about the server: its probe timed out only because
-    our own event loop ran late (`Unreachable.overloaded`)."""
-    return isinstance(report.health, Unreachable) and report.health.overloaded
 
 
 def _words(report: ServerReport) -> str:

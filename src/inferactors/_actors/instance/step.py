@@ -459,8 +459,10 @@ def judge_report(state: State, probed: Probed, now: float, seen: Seen, out: Effe
     which `status.status_of` lays its own rules."""
     setup, found, report = state.setup, state.findings, probed.report
     health, who = report.health, setup.instance_id
-    # 1. A report of a process that just died is dropped: its exit is on the way.
-    if state.process is not None and not seen.running:
+    # 1. A report of a process that just died is dropped: its exit is on the way. So is a
+    #    report that gives no verdict (our own loop ran late, `ServerReport.no_verdict`):
+    #    however many come, nothing is judged; the next probe made on time judges.
+    if (state.process is not None and not seen.running) or report.no_verdict:
         return state
     # 2. A listener on our port that is not our process is an impostor (said once); one
     #    that is ours clears it.
