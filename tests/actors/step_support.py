@@ -311,6 +311,7 @@ def messages_for(run: Run) -> dict[str, Message]:
         "ReadinessExpired": ReadinessExpired(current, 8.0),
         "WatchdogResult failed": WatchdogResult(watched, "deep health: timeout"),
         "WatchdogResult passed": WatchdogResult(watched, None, 0.2),
+        "WatchdogResult no verdict": WatchdogResult(watched, "no verdict", no_verdict=True),
         "DeepHealthDone": DeepHealthDone(watched, 0.2),
         "Confirmed": Confirmed(caller("confirm")),
         "ShutdownDone": ShutdownDone(caller("unload3")),

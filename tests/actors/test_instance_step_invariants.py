@@ -108,7 +108,11 @@ PROBES = [
     "no verdict",
 ]
 WATCHERS = st.sampled_from(
-    [*PROBES, "exposed", "tampered", "fault", "late", "watchdog passed", "watchdog failed", "crash"]
+    [
+        *PROBES,
+        *["exposed", "tampered", "fault", "late", "watchdog passed", "watchdog failed"],
+        *["watchdog no verdict", "crash"],
+    ]
 )
 
 
@@ -121,6 +125,7 @@ def watcher_message(kind: str, process: ManagedProcess, now: float) -> Message:
         "late": ReadinessExpired(process, 8.0),
         "watchdog passed": WatchdogResult(process, None, 0.3),
         "watchdog failed": WatchdogResult(process, "deep health: timeout"),
+        "watchdog no verdict": WatchdogResult(process, "no verdict", no_verdict=True),
         "crash": Crashed(CRASH),
     }
     if kind in others:
@@ -185,7 +190,8 @@ class World(RuleBasedStateMachine):
         after = self.run.state
         if before.stop_reason is not None and after.process is before.process:
             assert after.stop_reason is before.stop_reason  # a stop's reason is kept
-        if isinstance(message, Probed) and message.report.no_verdict:
+        late_check = isinstance(message, WatchdogResult) and message.no_verdict
+        if late_check or (isinstance(message, Probed) and message.report.no_verdict):
             assert (after, out) == (before, ())  # our own lateness is never a verdict
         self.check_crash(message, before, out)
         for effect in out:

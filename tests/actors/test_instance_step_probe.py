@@ -225,6 +225,22 @@ def test_the_watchdog_kills_after_its_failures_in_a_row_and_a_pass_resets_them()
     assert detail(run) == "deep health failed 2 times: timeout"
 
 
+def test_a_watchdog_check_without_a_verdict_counts_for_nothing() -> None:
+    """A check whose deadline our own late loop ate is neither a failure (never a kill,
+    however many) nor a pass (the failures in a row stand)."""
+    run = Run.of(watchdog=2)
+    process = started(run)
+    made_ready(run)
+    run.send(WatchdogResult(process, "deep health: timeout"))
+    before = run.state
+    late = WatchdogResult(process, "deep health: no verdict", no_verdict=True)
+    for _ in range(5):
+        assert run.send(late) == ()
+    assert run.state == before
+    out = run.send(WatchdogResult(process, "deep health: timeout"))
+    assert of_type(out, Terminate) == [Terminate(process, 3.0)]
+
+
 def test_an_adopted_server_failing_its_watchdog_is_marked_never_killed() -> None:
     run = Run.of(managed=False, watchdog=1)
     run.send(Confirmed(caller("start")))

@@ -121,6 +121,9 @@ class WatchdogResult:
     why: str | None
     ttft_s: float | None = None
     """The check's time to first token when it passed, float seconds."""
+    no_verdict: bool = False
+    """The check's deadline was lost to our own late loop (`NoVerdict`): ``why`` says so;
+    neither a pass nor a failure."""
 
 
 @attrs.frozen

@@ -15,11 +15,18 @@ import trio
 
 from ..._config.config import InferConfig, Watchdog
 from ..._edges.bundle import Edges
+from ..._edges.loop_lag import no_verdict
 from ..._edges.netscan import NetScanner
 from ..._edges.probe import Prober, ProberFactory, probe_once
 from ..._edges.probe_auth import with_api_key
 from ..._edges.process import ManagedProcess
-from ..._errors import BackendError, DeepHealthTimeout, InferactorsError, RequestRefused
+from ..._errors import (
+    BackendError,
+    DeepHealthTimeout,
+    InferactorsError,
+    NoVerdict,
+    RequestRefused,
+)
 from ..._flavor import InferFlavor
 from ..._policy.admission import Plan
 from ..._policy.exposure import Exposure
@@ -226,11 +233,16 @@ class Probing:
     ) -> None:
         """``/health`` failed on a server that was Running: ask for one token, within the
         deep-health timeout, to tell a broken health endpoint from a broken server. The
-        probe's report said the check is under way; this posts how it went."""
+        probe's report said the check is under way; this posts how it went. A check whose
+        deadline our own late loop ate (`NoVerdict`) posts nothing: it stays under way
+        until the next probe's check, never a failure."""
         started = trio.current_time()
         try:
             await self.ensure_ours(process)
             result = await self.one_token(self.deep_timeout_s, listed=look.models)
+        except NoVerdict:  # our own late loop: no verdict; the next failed probe asks again
+            look.confirmation = None
+            return
         except InferactorsError as error:
             look.confirmation = Confirmation(started, why=str(error) or type(error).__name__)
             ttft_s = None
@@ -256,13 +268,19 @@ class Probing:
         mapped = map_report(report, model=self.plan.listed_names, alive=True, adopted=False)
         return mapped.state is InstanceState.RUNNING
 
-    async def _first_token(self, listed: tuple[str, ...]) -> tuple[str, float | None, str | None]:
+    async def _first_token(
+        self, listed: tuple[str, ...]
+    ) -> tuple[str | None, float | None, str | None]:
         """``("", ttft_s, None)`` when one token came back within the instance's deep-health
         timeout (`deep_timeout_s`), else ``(why not, None, refused)``: ``refused`` the status
-        and words of a 401 or 403 (`RequestRefused`), else None. ``listed``: the ids the
-        monitor's probe just read, so the check asks at once, without a probe of its own."""
+        and words of a 401 or 403 (`RequestRefused`), else None; ``(None, None, None)`` when
+        our own late loop ate the deadline (`NoVerdict`: not a failure; the next probe asks
+        again). ``listed``: the ids the monitor's probe just read, so the check asks at
+        once, without a probe of its own."""
         try:
             result = await self.one_token(self.deep_timeout_s, listed=listed)
+        except NoVerdict:
+            return None, None, None
         except RequestRefused as error:
             return str(error), None, error.refused
         except InferactorsError as error:
@@ -340,13 +358,16 @@ class Probing:
         self, process: ManagedProcess | None, watchdog: Watchdog, scope: trio.CancelScope
     ) -> None:
         """Every ``interval_s``, one token within ``timeout_s``; report each result (with
-        its time to first token when it passed)."""
+        its time to first token when it passed; one whose deadline our own late loop ate,
+        `NoVerdict`, as no verdict: never counted as a failure)."""
         with scope:
             while True:
                 await trio.sleep(watchdog.interval_s)
                 try:
                     await self.ensure_ours(process)
                     result = await self.one_token(watchdog.timeout_s)
+                except NoVerdict as error:
+                    await self._post(WatchdogResult(process, str(error), no_verdict=True))
                 except InferactorsError as error:
                     await self._post(WatchdogResult(process, str(error)))
                 else:
@@ -369,16 +390,23 @@ class Probing:
 
         Raises:
             DeepHealthTimeout: no answer in time.
+            NoVerdict: the deadline fired, but our own late loop ate its budget
+                (``_policy/lateness.py``): nothing is known about the server; never a
+                failure of it (the monitor and the watchdog ask again).
             BackendError: the server says it is loading (or, mlx_lm.server, dead), or the
                 completion failed (the message gives the server's words).
         """
         prober = self.open_prober(self.plan.spec.base_url(), timeout_s)
+        started = trio.current_time()
         try:
-            with trio.move_on_after(timeout_s):
+            with trio.move_on_at(started + timeout_s):
                 await guard_adopted_ollama(self.plan, timeout_s)  # loads nothing, calls no cloud
                 if listed is None:
                     listed = await self._listed(prober, timeout_s * PRE_PROBE_SHARE)
                 return await self._one_token(prober, listed)
+            late = no_verdict("deep health", started, started + timeout_s)
+            if late is not None:
+                raise NoVerdict(late)
             raise DeepHealthTimeout(f"deep health: no complete answer within {timeout_s:g} s")
         finally:
             with trio.move_on_after(1.0, shield=True):

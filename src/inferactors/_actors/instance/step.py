@@ -28,7 +28,8 @@ The rules, in the order they win:
 * A probe's report: see `judge_report`, one rule per line, in order.
 * Holds: a server found listening beyond loopback, or whose verified model file changed,
   is stopped and held down (never restarted); a start-up fault, a missed readiness
-  deadline, a failing watchdog and a long unhealthy spell stop it.
+  deadline, a failing watchdog and a long unhealthy spell stop it. A watchdog check that
+  gave no verdict (our own loop ran late) counts for nothing.
 * Crashed: a managed server is stopped with reason ``error`` (restarted by the supervisor
   under its policy); a start under way is aborted once spawned; a stop under way keeps its
   reason; an adopted server is only marked.
@@ -606,9 +607,10 @@ def _passed(state: State, ttft_s: float, now: float, out: Effects) -> State:
 
 def _on_watchdog(state: State, message: WatchdogResult, now: float, out: Effects) -> State:
     """Count a watchdog check; stop the process once the failures in a row reach the
-    limit (an adopted server is only marked)."""
+    limit (an adopted server is only marked). A check that gave no verdict (our own loop
+    ran late) is neither: nothing is counted, reset or said."""
     limit = state.setup.watchdog_failures
-    if message.process is not state.process or limit is None:
+    if message.process is not state.process or limit is None or message.no_verdict:
         return state
     found, why = state.findings, message.why
     if why is None:
