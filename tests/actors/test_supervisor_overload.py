@@ -28,6 +28,7 @@ from inferactors import (
     SupervisorStatus,
     open_runtime,
 )
+from inferactors._actors.instance.probing import ADMISSION_REUSE_S
 from inferactors._edges.loop_lag import loop_lag
 from inferactors._policy.lateness import LATE_S
 
@@ -88,10 +89,12 @@ async def _starve_most_of_each_second(seconds: float) -> None:
 
 async def test_a_loop_late_for_many_probes_in_a_row_never_judges_the_server() -> None:
     """Before, the fourth late probe in a row was judged as the timeout it seemed: a
-    healthy server read Exited (or Degraded) while only the supervisor was overloaded."""
-    slow_health = Reply(body=b'{"status": "ok"}', chunk=4, pause_s=0.05)  # in flight
+    healthy server read Exited (or Degraded) while only the supervisor was overloaded.
+    Each probe takes 0.4 s (its reply trickles), longer than the loop's 0.2 s between
+    blocks, so each is in flight when a block eats its deadline."""
+    slow_health = Reply(body=b'{"status": "ok"}', chunk=4, pause_s=0.1)
     replies = {"/health": slow_health, "/v1/models": Reply(body=MODELS)}
-    config = InferConfig.adopted(InferFlavor.LLAMACPP, probe_timeout_s=0.3)
+    config = InferConfig.adopted(InferFlavor.LLAMACPP, probe_timeout_s=0.6)
     async with hostile_server(replies) as server, open_runtime(config) as runtime:
         handle = await runtime.load(_spec(server.port))
         await runtime.start(handle)
@@ -100,7 +103,7 @@ async def test_a_loop_late_for_many_probes_in_a_row_never_judges_the_server() ->
         events = await runtime.subscribe()
         lost_before = loop_lag().watch.no_verdicts_total
         with events:
-            await _starve_most_of_each_second(8.0)
+            await _starve_most_of_each_second(11.0)  # a late probe every 2 s
             await trio.sleep(0.1)
             seen = []
             while True:
@@ -128,3 +131,20 @@ async def test_an_admission_probe_made_late_by_a_stall_is_made_again() -> None:
         handle = await runtime.load(_spec(server.port))  # not refused
         assert handle.instance_id
     assert server.requests.count("GET /health") >= 2  # the late one, then a verdict
+
+
+async def test_an_adopted_start_whose_check_a_stall_made_late_checks_again() -> None:
+    """The start's check of an adopted server (its admission's report too old to stand)
+    is made again while our stall leaves it without a verdict (before, it was refused as
+    "adopted server is not answering")."""
+    slow_health = Reply(body=b'{"status": "ok"}', chunk=4, pause_s=0.05)  # in flight
+    replies = {"/health": slow_health, "/v1/models": Reply(body=MODELS)}
+    config = InferConfig.adopted(InferFlavor.LLAMACPP, probe_timeout_s=0.5)
+    async with hostile_server(replies) as server, open_runtime(config) as runtime:
+        handle = await runtime.load(_spec(server.port))
+        await trio.sleep(ADMISSION_REUSE_S + 0.2)
+        before = server.requests.count("GET /health")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(functools.partial(_starve, 0.5 + LATE_S + 0.3, after_s=0.03))
+            await runtime.start(handle)  # not refused
+        assert server.requests.count("GET /health") - before >= 2  # the late one, again

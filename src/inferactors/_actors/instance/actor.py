@@ -116,7 +116,8 @@ class InstanceActor:
         ring = edges.logs.ring(instance_id, config.managed)
         post = box.inbox
         life = ProcessLife(plan, edges, post, registry, ring)
-        probing = Probing(plan, config, edges, post)
+        admitted_at = trio.current_time() if plan.admitted is not None else None
+        probing = Probing(plan, config, edges, post, admitted_at)
         exposure = ExposureWatch(plan, edges, post)
         state = State.initial(Setup.of(instance_id, runtime_id, plan))
         actor = cls(

@@ -43,6 +43,7 @@ from ..._policy.probe_schedule import (
 )
 from ..._policy.status import map_report
 from ..._status import InstanceState
+from ..admission import probe_for_verdict
 from ..identity import ensure_ours, listener_owner, wrong_family
 from ..mailbox import post
 from ..messages import ReplyTo, answer, refuse
@@ -61,6 +62,12 @@ checks it is sent again at most this often (float seconds)."""
 MISBOUND_SCAN_S = 0.5
 """While probes are refused, the socket table is read for a listener on the other address
 family at most this often (float seconds): one per-port kernel query, under 1 ms."""
+
+ADMISSION_REUSE_S = RUNNING_PROBE_S
+"""An adopted server's admission report stands for the start's check and the monitor's
+first probe while it is at most this old (float seconds): as old as a running server's
+status may be anyway. At 1,000 adopted servers this is two probes of three saved at each
+admission, when the CPU is shortest."""
 
 ADOPTED_EXPOSURE_S = 5.0
 """An adopted server's port is checked for listeners beyond loopback at its first serving
@@ -130,12 +137,24 @@ class ProbeLook:
 
 @attrs.frozen
 class Probing:
-    """The probing workers of one instance; ``post`` is the actor's inbox."""
+    """The probing workers of one instance; ``post`` is the actor's inbox; ``admitted_at``
+    is the trio time of the admission's report of an adopted server (`Plan.admitted`;
+    None: none)."""
 
     plan: Plan
     config: InferConfig
     edges: Edges
     post: trio.MemorySendChannel[object]
+    admitted_at: float | None = None
+
+    def admission_report(self) -> ServerReport | None:
+        """The admission's report of an adopted server while it is at most
+        `ADMISSION_REUSE_S` old (the start's check and the monitor's first probe take it
+        instead of probing again), else None."""
+        report, at = self.plan.admitted, self.admitted_at
+        if report is None or at is None or trio.current_time() - at > ADMISSION_REUSE_S:
+            return None
+        return report
 
     @property
     def open_prober(self) -> ProberFactory:
@@ -172,6 +191,9 @@ class Probing:
         other address family, at most every `MISBOUND_SCAN_S` (a server that answered and
         went away is not looked for: it was where we probe).
 
+        An adopted server's first probe is the admission's report while it is fresh
+        (`admission_report`).
+
         A probe that gives no verdict (`ServerReport.no_verdict`: one of its requests lost
         its deadline to our own late loop, ``_policy/lateness.py``) is never judged, nor
         posted, however many come in a row, and the schedule stays as it was: the next
@@ -181,11 +203,13 @@ class Probing:
         look = ProbeLook(token_ok=process is None)  # adopted: no first token
         delay, phase = FIRST_PROBE_S, phase_of(self.plan.spec.base_url())
         prober = self.open_prober(self.plan.spec.base_url(), self.config.probe_timeout_s)
+        fresh = self.admission_report() if process is None else None
         with scope:
             try:
                 while True:
                     lines_seen = 0 if process is None else process.lines.ready_count
-                    report = await prober.report(self._flavor)
+                    report = fresh or await prober.report(self._flavor)
+                    fresh = None
                     if not report.no_verdict:  # else our own loop was late: no verdict
                         await self._judge(process, report, look)
                         delay = look.next_delay(report, delay)
@@ -313,9 +337,20 @@ class Probing:
         return await listener_owner(self.net, self.plan.spec, process)
 
     async def confirm_adopted(self, reply: ReplyTo[None]) -> None:
-        """An adopted start only checks that the server answers; one
-        that listens only on the other address family is refused saying so."""
-        report = await self._probe()
+        """An adopted start only checks that the server answers: the admission's report
+        while it is fresh (`admission_report`), else a probe, made again while our own late
+        loop leaves it without a verdict (`probe_for_verdict`). One that listens only on the
+        other address family is refused saying so; one we cannot tell about now (still no
+        verdict) is refused as such (`NoVerdict`), never as a server that is not there."""
+        report = self.admission_report()
+        if report is None:
+            base, timeout_s = self.plan.spec.base_url(), self.config.probe_timeout_s
+            report = await probe_for_verdict(self.open_prober, base, timeout_s, self._flavor)
+        if report.no_verdict:
+            why = getattr(report.health, "why", "")
+            base = self.plan.spec.base_url()
+            refuse(reply, NoVerdict(f"cannot tell whether {base} answers now: {why}; try again"))
+            return
         if isinstance(report.health, Unreachable):
             why = await self._misbound(report) or report.health.why
             refuse(
