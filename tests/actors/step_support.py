@@ -309,6 +309,7 @@ def messages_for(run: Run) -> dict[str, Message]:
         "PinChanged": PinChanged(current, hold()),
         "StartupFault": StartupFault(current, FATAL),
         "ReadinessExpired": ReadinessExpired(current, 8.0),
+        "ReadinessExpired late": ReadinessExpired(current, 8.0, lost_s=2.0),
         "WatchdogResult failed": WatchdogResult(watched, "deep health: timeout"),
         "WatchdogResult passed": WatchdogResult(watched, None, 0.2),
         "WatchdogResult no verdict": WatchdogResult(watched, "no verdict", no_verdict=True),

@@ -111,7 +111,7 @@ WATCHERS = st.sampled_from(
     [
         *PROBES,
         *["exposed", "tampered", "fault", "late", "watchdog passed", "watchdog failed"],
-        *["watchdog no verdict", "crash"],
+        *["watchdog no verdict", "late, our loop too", "crash"],
     ]
 )
 
@@ -123,6 +123,7 @@ def watcher_message(kind: str, process: ManagedProcess, now: float) -> Message:
         "tampered": PinChanged(process, HOLD),
         "fault": StartupFault(process, FATAL),
         "late": ReadinessExpired(process, 8.0),
+        "late, our loop too": ReadinessExpired(process, 8.0, lost_s=1.0),
         "watchdog passed": WatchdogResult(process, None, 0.3),
         "watchdog failed": WatchdogResult(process, "deep health: timeout"),
         "watchdog no verdict": WatchdogResult(process, "no verdict", no_verdict=True),

@@ -40,6 +40,7 @@ from inferactors._actors.instance.effects import (
     StartWatchdog,
     StopReadingLines,
     Terminate,
+    TimeReadiness,
 )
 from inferactors._actors.instance.messages import (
     Confirmed,
@@ -57,7 +58,7 @@ from inferactors._actors.instance.step import (
     Seen,
 )
 from inferactors._policy.health_truth import Confirmation
-from inferactors._policy.lateness import no_verdict_report
+from inferactors._policy.lateness import LATE_S, no_verdict_report
 from inferactors._policy.probe_parse import ServerReport, Up
 
 MISBOUND = 'listening on [::1]:8090, not 127.0.0.1:8090: set serve.host = "::1"'
@@ -250,6 +251,26 @@ def test_an_adopted_server_failing_its_watchdog_is_marked_never_killed() -> None
     assert of_type(out, Terminate) == []
     assert run.status().state is InstanceState.DEGRADED
     assert detail(run) == "deep health failed 1 times: timeout"
+
+
+def test_a_readiness_deadline_our_late_loop_ate_moves_on_by_the_time_lost() -> None:
+    """More than `LATE_S` of the window lost to our own loop: the server gets that time
+    back from when the timer was heard (the timer again), however often; on time, the
+    kill (grace 0)."""
+    run = Run.of()
+    process = started(run)
+    out = run.at(9.5).send(ReadinessExpired(process, 8.0, lost_s=1.5))
+    assert out == (TimeReadiness(process, 8.0, 11.0),)
+    out = run.at(11.9).send(ReadinessExpired(process, 8.0, lost_s=0.9))
+    assert out == (TimeReadiness(process, 8.0, 12.8),)
+    assert run.state.stop_reason is None
+    out = run.at(12.8).send(ReadinessExpired(process, 8.0, lost_s=LATE_S))
+    assert out == (Terminate(process, 0.0),)
+    assert run.state.stop_reason is StopReason.READINESS_TIMEOUT
+    ready = Run.of()
+    made = started(ready)
+    made_ready(ready)
+    assert ready.send(ReadinessExpired(made, 8.0, lost_s=5.0)) == ()
 
 
 def test_a_slow_first_token_is_ready_but_degraded_and_serving() -> None:

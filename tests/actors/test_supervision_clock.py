@@ -304,6 +304,30 @@ async def test_readiness_deadline_kills_and_counts(
     assert scheduled.attempt == 1
 
 
+async def test_a_readiness_deadline_heard_late_gives_the_time_lost_back_before_killing(
+    harness: Harness, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The readiness timer fires 4 s late (our loop did not run: here the clock jumps past
+    the deadline while no task runs): the server is not killed at once on what we could
+    not watch, but gets those 4 s back from then; before, it was killed the moment the
+    late timer was heard."""
+    h = harness
+    h.fleet.load_s = None  # 503 "Loading model" forever (FC-06)
+    handle = await h.runtime.load(SPEC, Supervision(readiness_timeout_s=15.0))
+    await h.runtime.start(handle)
+    t0 = h.fleet.last.started_at
+    await trio.sleep_until(t0 + 14.5)
+    autojump_clock.autojump_threshold = float("inf")  # nothing runs while the clock jumps
+    autojump_clock.jump(4.5)  # the deadline (t0 + 15) passed 4 s ago
+    await trio.testing.wait_all_tasks_blocked()
+    heard = trio.current_time()
+    autojump_clock.autojump_threshold = 0.0
+    exited = await h.next(ProcessExited)
+    assert isinstance(exited, ProcessExited)
+    assert exited.reason is StopReason.READINESS_TIMEOUT
+    assert exited.at == pytest.approx(heard + 4.0, abs=0.01)
+
+
 async def test_status_shows_loading_progress(
     harness: Harness, autojump_clock: trio.testing.MockClock
 ) -> None:

@@ -52,6 +52,7 @@ from .effects import (
     StartWatchdog,
     StopReadingLines,
     Terminate,
+    TimeReadiness,
     WatchAdopted,
     WatchProcess,
 )
@@ -201,6 +202,11 @@ class InstanceActor:
                 box.finish(self._life.stop, effect.process, effect.grace_s)
             case WatchProcess():
                 self._watch_process(effect)
+            case TimeReadiness():
+                if self._process_tasks is not None:
+                    timer = self._life.readiness_timer
+                    scope, process = self._process_tasks.new(), effect.process
+                    box.soon(scoped, scope, timer, process, effect.timeout_s, effect.deadline)
             case EndProcessWatch():
                 self._end_process_watch()
             case WatchAdopted():

@@ -28,7 +28,9 @@ The rules, in the order they win:
 * A probe's report: see `judge_report`, one rule per line, in order.
 * Holds: a server found listening beyond loopback, or whose verified model file changed,
   is stopped and held down (never restarted); a start-up fault, a missed readiness
-  deadline, a failing watchdog and a long unhealthy spell stop it. A watchdog check that
+  deadline (moved on by the time our own late loop lost in its window, given back from
+  the moment it caught up), a failing
+  watchdog and a long unhealthy spell stop it. A watchdog check that
   gave no verdict (our own loop ran late) counts for nothing.
 * Crashed: a managed server is stopped with reason ``error`` (restarted by the supervisor
   under its policy); a start under way is aborted once spawned; a stop under way keeps its
@@ -62,6 +64,7 @@ from ..._policy.health_truth import (
     slow_detail,
     worth_confirming,
 )
+from ..._policy.lateness import Lateness, gives_no_verdict
 from ..._policy.probe_parse import Loading, Unhealthy, Unreachable, serving
 from ..._policy.startup_fault import read_exit
 from ..._policy.status import map_ollama_report, map_report
@@ -98,6 +101,7 @@ from .effects import (
     StartWatchdog,
     StopReadingLines,
     Terminate,
+    TimeReadiness,
     WatchAdopted,
     WatchProcess,
 )
@@ -302,8 +306,7 @@ def _apply(state: State, message: Internal, now: float, seen: Seen, out: Effects
             if message.process is state.process and not state.findings.ready_once:
                 return _stop_process(state, StopReason.STARTUP_FAILURE, STARTUP_FAULT_GRACE_S, out)
         case ReadinessExpired():
-            if message.process is state.process and not state.findings.ready_once:
-                return _stop_process(state, StopReason.READINESS_TIMEOUT, 0.0, out)
+            return _on_readiness_expired(state, message, now, out)
         case WatchdogResult():
             return _on_watchdog(state, message, now, out)
         case DeepHealthDone():
@@ -603,6 +606,22 @@ def _passed(state: State, ttft_s: float, now: float, out: Effects) -> State:
     out.append(Emit(DeepHealthPassed(state.setup.instance_id, ttft_s, now)))
     slow = slow_detail(ttft_s, state.setup.slow_after_s)
     return state.with_findings(ttft_s=ttft_s, slow=slow, completions_worked=True)
+
+
+def _on_readiness_expired(
+    state: State, message: ReadinessExpired, now: float, out: Effects
+) -> State:
+    """A server not ready by its deadline is killed (grace 0), unless our own loop lost
+    more than `LATE_S` of the window (we could not watch it meanwhile: `LATE_S` in
+    ``_policy/lateness.py``): then it gets the time lost back, from now that we watch it
+    again, and the deadline is judged anew."""
+    if message.process is not state.process or state.findings.ready_once:
+        return state
+    if gives_no_verdict(Lateness(stalled_s=message.lost_s)):
+        deadline = now + message.lost_s
+        out.append(TimeReadiness(message.process, message.timeout_s, deadline))
+        return state
+    return _stop_process(state, StopReason.READINESS_TIMEOUT, 0.0, out)
 
 
 def _on_watchdog(state: State, message: WatchdogResult, now: float, out: Effects) -> State:
