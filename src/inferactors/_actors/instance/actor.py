@@ -205,8 +205,8 @@ class InstanceActor:
             case TimeReadiness():
                 if self._process_tasks is not None:
                     timer = self._life.readiness_timer
-                    scope, process = self._process_tasks.new(), effect.process
-                    box.soon(scoped, scope, timer, process, effect.timeout_s, effect.deadline)
+                    scope, watched = self._process_tasks.new(), effect.process
+                    box.soon(scoped, scope, timer, watched, effect.timeout_s, effect.deadline)
             case EndProcessWatch():
                 self._end_process_watch()
             case WatchAdopted():
