@@ -147,13 +147,23 @@ async def test_an_operator_stop_is_not_a_fault(
 async def test_a_stop_during_backoff_cancels_the_pending_restart(
     harness: Harness, autojump_clock: trio.testing.MockClock
 ) -> None:
+    """A stop while a restart waits in backoff is the operator's stop: it is answered with
+    the last exit's evidence (before: refused as "not running"), the view says stopped as
+    requested with no supervisor note, and the restart never comes."""
     handle = await load_running(harness)
-    harness.fleet.last.crash()
+    crashed = harness.fleet.last
+    crashed.crash()
     await harness.next(RestartScheduled)
-    with pytest.raises(InvalidState, match="not running"):
-        await harness.runtime.stop(handle)
+    evidence = await harness.runtime.stop(handle)
+    assert (evidence.pid, evidence.exit_code) == (crashed.pid, 1)
+    status = await harness.runtime.status(handle)
+    assert (status.state, status.stop_reason) == (InstanceState.EXITED, "requested")
+    assert status.supervision is None
     await trio.sleep(5)
     assert len(harness.fleet.children) == 1
+    assert (await harness.runtime.status(handle)).stop_reason == "requested"
+    with pytest.raises(InvalidState, match="not running"):  # stopped already
+        await harness.runtime.stop(handle)
 
 
 async def test_a_plain_start_keeps_the_budget_and_reset_restarts_refills_it(

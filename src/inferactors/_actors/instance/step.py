@@ -254,15 +254,27 @@ def _on_stop(state: State, command: Stop, out: Effects) -> State:
         why = "inferactors observes it and never stops it; unload forgets the registration"
         out.append(Refuse(command.reply, Unsupported(f"{who} is adopted: {why}")))
         return state
-    state = attrs.evolve(state, wanted=False)
+    wanted, state = state.wanted, attrs.evolve(state, wanted=False)
     if state.starting:  # stopped once spawned (`_on_spawned`)
         return attrs.evolve(state, stops_after_start=(*state.stops_after_start, command))
+    if state.process is None and wanted and state.last is not None:
+        return _stop_between_runs(state, command, state.last, out)
     if state.process is None:
         out.append(Refuse(command.reply, InvalidState(f"{who} is not running")))
         return state
     callers = (*state.stop_callers, StopCaller(state.process, command.reply))
     state = attrs.evolve(state, stop_callers=callers)
     return _stop_process(state, command.reason, command.grace_s, out)
+
+
+def _stop_between_runs(state: State, command: Stop, last: RunEvidence, out: Effects) -> State:
+    """An operator's stop of a server that exited and is still wanted (a restart pending
+    in backoff, or given up): nothing runs, so the stop is answered at once with the last
+    exit's evidence, its reason becomes the stop's (the view reads ``stopped``, not a
+    crash) and the supervisor's note (restarting in ...) no longer holds; the supervisor
+    cancels the pending restart, and a restart that still arrives is refused (unwanted)."""
+    out.append(Answer(command.reply, last))
+    return attrs.evolve(state, last_reason=command.reason, supervision=None)
 
 
 def _on_shutdown(state: State, command: Shutdown, out: Effects) -> State:
