@@ -49,6 +49,11 @@ class InstanceStatus:
         serving: whether the server's completions work: Running, or Degraded only because
             it is slow or its ``/health`` fails while a completion confirmed it serves. A
             serving server counts as up for the restart budget's refill (``stable_after_s``).
+        signal: the signal number that ended the last process (``9`` for SIGKILL) when a
+            signal ended it, else None (then ``exit_code`` says how it ended).
+        since: trio time (float seconds, the runtime's clock) from which ``state`` holds:
+            set when the instance's state last changed; None before its first report.
+            Two statuses that differ only in ``since`` compare equal.
     """
 
     state: InstanceState
@@ -64,6 +69,8 @@ class InstanceStatus:
     diagnosis: str | None = None
     last_lines: tuple[str, ...] = ()
     serving: bool = False
+    signal: int | None = None
+    since: float | None = attrs.field(default=None, eq=False)  # a date: not what it says
 
     def __await__(self) -> Generator[Any, None, InstanceStatus]:
         """``await runtime.status(handle)``, the spelling from when `status` was a

@@ -56,6 +56,7 @@ from inferactors._actors.instance.messages import (
 from inferactors._actors.instance.step import ABANDONED_GRACE_S, CRASH_GRACE_S, Seen
 from inferactors._actors.mailbox import Crashed
 from inferactors._actors.messages import Annotate, Restart, Shutdown, Start, Stop
+from inferactors._edges.capture import RunEvidence
 
 
 def refusals(run: Run) -> dict[str, str]:
@@ -119,6 +120,37 @@ def test_a_restart_after_a_crash_spawns_again() -> None:
     run.send(Exited(run.process, evidence(100, exit_code=1)))
     out = run.send(Restart(1, caller("restart")))
     assert of_type(out, Spawn) == [Spawn(of_type(out, Spawn)[0].reply, None)]
+
+
+def test_a_stop_between_a_crash_and_its_restart_is_the_operators_stop() -> None:
+    """Crashed, its restart pending (wanted still): the stop is answered at once with the
+    crash's evidence (before: refused as not running), the view says ``requested`` with
+    no supervisor note, the pending restart is refused, and a second stop is refused."""
+    run = Run.of()
+    started(run)
+    crash = evidence(100, exit_code=1)
+    run.send(Exited(run.process, crash))
+    run.send(Annotate("restarting in 0.3 s (attempt 1)", 1, caller("note")))
+    stop = caller("stop")
+    out = run.send(Stop(1.0, stop))
+    [answer] = of_type(out, Answer)
+    assert answer.reply is stop
+    assert answer.value == run.state.last  # the crash's, named (runtime, instance)
+    assert isinstance(answer.value, RunEvidence)
+    assert (answer.value.pid, answer.value.exit_code) == (crash.pid, 1)
+    assert not of_type(out, Terminate)
+    status = run.status()
+    assert (status.state, status.stop_reason, status.supervision) == (
+        InstanceState.EXITED,
+        "requested",
+        None,
+    )
+    run.send(Restart(1, caller("restart")))
+    run.send(Stop(1.0, caller("again")))
+    assert refusals(run) == {
+        "restart": "chat-1 was stopped by the operator",
+        "again": "chat-1 is not running",
+    }
 
 
 def test_a_spawn_that_failed_refuses_its_callers_and_the_stops_that_waited() -> None:

@@ -107,3 +107,28 @@ async def test_a_status_after_the_runtime_ended_is_unknown(
         "the runtime is closed",
     )
     assert runtime.statuses() == {}
+
+
+async def test_the_view_dates_its_state_and_names_the_signal_that_ended_it(
+    runtime: InferRuntime, fleet: FakeFleet, autojump_clock: trio.testing.MockClock
+) -> None:
+    """``since`` is the trio time the state shown began (a publication in the same state
+    keeps it); ``signal`` is the number of the signal that ended the last process."""
+    handle = await runtime.load(chat(8120))
+    await runtime.start(handle)
+    with trio.fail_after(60):
+        running = await runtime.wait_state(handle, InstanceState.RUNNING)
+    assert running.since is not None
+    assert running.signal is None
+    went_up = trio.current_time()
+    await trio.sleep(5)  # probes publish meanwhile: the state, and its date, hold
+    still = runtime.status(handle)
+    assert (still.state, still.since) == (InstanceState.RUNNING, running.since)
+    assert running.since <= went_up
+    await trio.sleep(1)
+    killed_at = trio.current_time()
+    fleet.last.crash(signal=9)
+    with trio.fail_after(60):
+        exited = await runtime.wait_state(handle, InstanceState.EXITED)
+    assert (exited.signal, exited.exit_code, exited.stop_reason) == (9, None, "crash")
+    assert exited.since == pytest.approx(killed_at, abs=0.01)

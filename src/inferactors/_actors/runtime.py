@@ -243,8 +243,11 @@ class InferRuntime(RuntimeLogs, RuntimeStatus, RuntimeRunning):
 
         ``reason`` says why (``requested`` by an operator; the front door's ``ttl``,
         ``evicted``, ``reload``, ``shutdown``); none of them is restarted. Returns the
-        run's evidence. Raises `InvalidState` when it is not running and `Unsupported` for
-        an adopted server, which inferactors never signals.
+        run's evidence. A server that exited and is still wanted (its restart pending in
+        backoff, or given up) is stopped at once: the pending restart is cancelled, the
+        view says ``requested``, and the answer is its last exit's evidence. Raises
+        `InvalidState` when it never ran or was stopped already, and `Unsupported` for an
+        adopted server, which inferactors never signals.
         """
         grace = _grace(grace_s)
         return await self._route(handle, lambda reply: Stop(grace, reply, reason))

@@ -41,9 +41,14 @@ class StatusSlot:
     """Trio time of the last publication that carried an uptime."""
     supervision: str | None = None
     restarts: int = 0
+    since: float | None = None
+    """Trio time of the first publication of the state shown now (its ``since``)."""
 
     def publish(self, status: InstanceStatus) -> None:
-        """Record the actor's view now (no event: `Mailbox.report` emits those)."""
+        """Record the actor's view now (no event: `Mailbox.report` emits those); a new
+        state (or the first publication) dates ``since``."""
+        if self.since is None or status.state is not self.status.state:
+            self.since = trio.current_time()
         self.status = status
         if status.uptime_s is not None:
             self.at = trio.current_time()
@@ -69,6 +74,7 @@ class StatusSlot:
             supervision=self.supervision,
             restarts=self.restarts,
             stop_reason=stop_reason,
+            since=self.since,
         )
 
 

@@ -230,9 +230,12 @@ class Supervisor:
         if actor is None:
             refuse(route.command.reply, _unknown(route.instance_id))
             return
+        pending = route.instance_id in self._pending
         if isinstance(route.command, Start | Stop | Shutdown):
             self._cancel_pending(route.instance_id)  # the operator's word wins over a timer
         self._forward(actor, route.command)
+        if pending and isinstance(route.command, Stop):
+            self._annotate(route.instance_id, None)  # no restart comes: the note is gone
 
     def _on_unload(self, command: Unload) -> None:
         actor = self._actors.pop(command.instance_id, None)

@@ -114,6 +114,7 @@ def idle_status(state: State) -> InstanceStatus:
         stop_reason=stop_reason,
         diagnosis=diagnosis.describe() if diagnosis is not None else None,
         last_lines=state.last_lines,
+        signal=last.signal,
     )
 
 
