@@ -19,7 +19,7 @@ import grp
 import logging
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import ExitStack, closing
 from functools import partial
 from pathlib import Path
@@ -207,39 +207,58 @@ async def _supervise(config: RunConfig, run_file: Path, control: _Control) -> in
         if (early := EARLY.stop_heard()) is not None:
             say(f"{signal.Signals(early).name} during start-up: stopping; nothing was started")
             return EXIT_STOPPED
-        async with (
-            trio.open_nursery() as printing,
-            open_fleet(config, run_file, say=say, reserved=control.reserved) as fleet,
-        ):
-            log_events = stack.enter_context(fleet.follow_events())
-            printing.start_soon(_log_events, log_events)
-            if become_subreaper():
-                printing.start_soon(_reap_orphans, fleet)
-            # in the outer nursery: the control API serves until the fleet is closed, so a
-            # follow stream gets the last stop events and ends cleanly
-            listening = await printing.start(_serve_control, fleet, control)
-            if listening:
-                say(f"control API listening on {', '.join(listening)}")
-            if config.front_door is not None and fleet.door is not None:
-                metrics = FrontDoorMetrics.create(fleet.metrics.registry)
-                door = await printing.start(
-                    partial(serve_front_door, metrics=metrics, until=fleet.closed.wait),
-                    fleet.door,
-                    config.front_door,
-                )
-                say(f"front door listening on {door.url}")
-            async with trio.open_nursery() as nursery:
-                notes = ServiceNotes(stack.enter_context(closing(open_notifier())), fleet)
-                fleet.on_lifecycle(notes.on_note)
-                await nursery.start(serve_notify, notes, watchdog_interval_s())
-                code = await _until_done(fleet, signals, partial(_flush_events, log_events))
-                nursery.cancel_scope.cancel()
+        hurry = trio.Event()
+        async with trio.open_nursery() as hurrying:
+            async with (
+                trio.open_nursery() as printing,
+                open_fleet(config, run_file, say=say, reserved=control.reserved) as fleet,
+            ):
+                log_events = stack.enter_context(fleet.follow_events())
+                printing.start_soon(_log_events, log_events)
+                if become_subreaper():
+                    printing.start_soon(_reap_orphans, fleet)
+                # in the outer nursery: the control API serves until the fleet is closed, so
+                # a follow stream gets the last stop events and ends cleanly
+                listening = await printing.start(_serve_control, fleet, control, hurry.wait)
+                if listening:
+                    say(f"control API listening on {', '.join(listening)}")
+                if config.front_door is not None and fleet.door is not None:
+                    metrics = FrontDoorMetrics.create(fleet.metrics.registry)
+                    door = await printing.start(
+                        partial(serve_front_door, metrics=metrics, until=fleet.closed.wait),
+                        fleet.door,
+                        config.front_door,
+                    )
+                    say(f"front door listening on {door.url}")
+                async with trio.open_nursery() as nursery:
+                    notes = ServiceNotes(stack.enter_context(closing(open_notifier())), fleet)
+                    fleet.on_lifecycle(notes.on_note)
+                    await nursery.start(serve_notify, notes, watchdog_interval_s())
+                    code = await _until_done(fleet, signals, partial(_flush_events, log_events))
+                    nursery.cancel_scope.cancel()
+                hurrying.start_soon(_hurry_on_signal, signals, hurry)
+            hurrying.cancel_scope.cancel()
     return code
+
+
+async def _hurry_on_signal(signals: AsyncIterator[int], hurry: trio.Event) -> None:
+    """During shutdown, a SIGINT or SIGTERM (a second one) cuts the control API's clients at
+    once instead of giving them their grace (SIGHUP is not heard then)."""
+    async for signum in signals:
+        if signum in (signal.SIGINT, signal.SIGTERM):
+            name = signal.Signals(signum).name
+            say(
+                f"{name} during shutdown: cutting the control API's clients now; "
+                "managed servers still get their stop grace"
+            )
+            hurry.set()
+            return
 
 
 async def _serve_control(
     fleet: Fleet,
     control: _Control,
+    hurry: Callable[[], Awaitable[None]],
     *,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -252,6 +271,7 @@ async def _serve_control(
             tcp_port=control.port,
             token_file=control.token_file,
             until=fleet.closed.wait,
+            hurry=hurry,
             access=control.access,
             task_status=task_status,
         )
