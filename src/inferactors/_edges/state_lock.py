@@ -107,6 +107,44 @@ def acquire_state_lock(data_root: Path, mode: int = 0o700) -> StateLock:
     return StateLock(key)
 
 
+def retake_state_lock(data_root: Path) -> bool:
+    """Make ``data_root`` again and lock it when it was removed (or replaced) while this
+    process holds its lock: a lock on a removed directory guards nothing, and a directory
+    made by whatever writes there next would get that writer's mode. The new directory
+    gets the removed one's mode (0711 stays 0711); the old descriptor is closed.
+
+    Returns:
+        True when it was made and locked again; False when it is still the locked one, or
+        this process holds no lock on it.
+
+    Raises:
+        InvalidState: another process took the new directory's lock first.
+        BackendError: it cannot be made, opened, locked or checked.
+    """
+    key = data_root.resolve()
+    with _mutex:
+        held = _held.get(key)
+        if held is None:
+            return False
+        was = os.fstat(held.fd)
+        try:
+            now = os.stat(key)
+            if (now.st_dev, now.st_ino) == (was.st_dev, was.st_ino):
+                return False
+        except FileNotFoundError:
+            pass
+        mode = stat.S_IMODE(was.st_mode)
+        try:
+            key.mkdir(mode=mode, parents=True, exist_ok=True)
+            os.chmod(key, mode)  # whatever the umask
+        except OSError as error:
+            raise BackendError(f"cannot make data_root {key} again: {error}") from error
+        fd = _lock(key, mode)
+        os.close(held.fd)
+        held.fd = fd
+        return True
+
+
 def _lock(data_root: Path, mode: int) -> int:
     """Lock the directory itself (its own descriptor: a path cannot be swapped under it),
     make sure it is private (`_make_private`), then write our pid into `LOCK_NAME` for the

@@ -37,6 +37,7 @@ from .._config.state_dir import CONTROL_SOCKET as CONTROL_SOCKET
 from .._config.state_dir import READ_ONLY_SOCKET as READ_ONLY_SOCKET
 from .._config.state_dir import control_socket_path as control_socket_path
 from .._config.state_dir import read_only_socket_path as read_only_socket_path
+from .._edges.state_lock import retake_state_lock
 from .._errors import BackendError, InvalidConfig, InvalidState
 from .asgi_worker import serve_asgi
 from .control_app import ControlledFleet, ReadOnly, control_app
@@ -219,7 +220,9 @@ async def serve_control(
             "http://127.0.0.1:8765"]``) once all listen.
 
     A socket file that vanishes (removed by hand, its directory too) is made again within
-    `WATCH_S`, and said in the log; requests under way on the old one go on.
+    `WATCH_S`, and said in the log; requests under way on the old one go on. A removed
+    state directory that this process locks (`state_lock`) is first made again with its
+    mode and locked again (`state_lock.retake_state_lock`).
 
     Raises:
         InvalidConfig: a TCP port without a token file, a bad token file, a non-loopback
@@ -318,11 +321,26 @@ async def _watch(sockets: list[_Socket], ended: trio.Event) -> None:
                 await ended.wait()
             for place in sockets:
                 if not ended.is_set() and place.vanished():
+                    await _retake_state_dir(place.path.parent)
                     log.warning("the control socket %s vanished; making it again", place.path)
                     try:
                         await nursery.start(place.serve, ended.wait)
                     except InvalidState as error:
                         raise BackendError(f"the control socket vanished: {error}") from None
+
+
+async def _retake_state_dir(state_dir: Path) -> None:
+    """When the state directory itself was removed under a supervisor that locks it, make
+    it again with its mode and lock it (`retake_state_lock`), and say so.
+
+    Raises:
+        BackendError: it cannot be made or locked again (another process took it).
+    """
+    try:
+        if await trio.to_thread.run_sync(retake_state_lock, state_dir):
+            log.warning("the state directory %s vanished; made it again and locked it", state_dir)
+    except InvalidState as error:
+        raise BackendError(f"the state directory vanished: {error}") from None
 
 
 def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
