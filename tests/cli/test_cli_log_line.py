@@ -1,12 +1,13 @@
 """``inferactors logs`` prints a server's lines with their control characters made visible
 and harmless: an escape cannot set the terminal's title, clear the screen, move the cursor
-over earlier lines, or forge a line of its own with a carriage return."""
+over earlier lines, or forge a line of its own with a carriage return. (And a reload's
+words say ``none`` where nothing is left unchanged.)"""
 
 from __future__ import annotations
 
 import unicodedata
 
-from inferactors._cli.control import harmless, log_line
+from inferactors._cli.control import harmless, log_line, reload_words
 
 HOSTILE = [
     "\x1b]0;PWNED-TITLE\x07title set",
@@ -31,3 +32,8 @@ def test_control_characters_are_shown_as_escapes_and_tabs_and_text_kept() -> Non
     assert harmless("\x1b[31mred\tok\x07") == "\\x1b[31mred\tok\\x07"
     assert harmless("plain línea ✓") == "plain línea ✓"
     assert harmless("a\rb\nc\x7f\x9b") == "a\\x0db\\x0ac\\x7f\\x9b"
+
+
+def test_a_reload_that_leaves_nothing_unchanged_says_none_not_a_dash() -> None:
+    said = reload_words({"added": ["b"], "removed": ["a"], "unchanged": []})
+    assert said.splitlines() == ["added: b", "removed: a", "unchanged: none"]

@@ -128,7 +128,7 @@ def test_a_required_instance_given_up_stops_the_run_while_an_optional_one_serves
         fake.stop()
     assert code == EXIT_NOTHING_LEFT, process.output()
     assert "a required instance is down for good (main)" in process.output()
-    assert "exit 1: a restart may" in process.output()
+    assert "exit 1: a restart may fix it" in process.output()
     datagrams.until("STOPPING", "1")
     assert restarted(code)
 

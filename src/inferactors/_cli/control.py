@@ -304,7 +304,7 @@ def reload_words(result: dict[str, Any]) -> str:
         done = f"nothing changed ({len(result.get('unchanged', []))} instance(s) unchanged)"
         return "\n".join([done, *refused])
     unchanged = result.get("unchanged", [])
-    return "\n".join([*lines, f"unchanged: {', '.join(unchanged) or '-'}", *refused])
+    return "\n".join([*lines, f"unchanged: {', '.join(unchanged) or 'none'}", *refused])
 
 
 def refused_of(result: dict[str, Any]) -> list[tuple[str, str]]:

@@ -349,7 +349,7 @@ def stop_words(fleet: Fleet, code: int) -> str:
     else:
         names = ", ".join(sorted(required & {d.split(":", 1)[0] for d in down}))
         head = f"a required instance is down for good ({names})"
-    tail = "a restart cannot fix it" if code == EXIT_CONFIG else "a restart may"
+    tail = "a restart cannot fix it" if code == EXIT_CONFIG else "a restart may fix it"
     return f"{head} ({named}); stopping (exit {code}: {tail})"
 
 
