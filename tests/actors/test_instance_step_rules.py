@@ -147,8 +147,9 @@ def test_a_start_that_failed_after_an_operator_stop_reads_failed_not_stopped() -
     assert status.stop_reason == StopReason.STARTUP_FAILURE.value
     started(run, pid=101)  # the next spawn that works forgets it
     run.send(Exited(run.process, evidence(101, exit_code=1)))
-    assert run.status().detail is not None
-    assert "port 8090" not in run.status().detail
+    detail = run.status().detail
+    assert detail is not None
+    assert "port 8090" not in detail
 
 
 # Stops.

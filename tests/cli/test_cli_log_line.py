@@ -37,3 +37,7 @@ def test_control_characters_are_shown_as_escapes_and_tabs_and_text_kept() -> Non
 def test_a_reload_that_leaves_nothing_unchanged_says_none_not_a_dash() -> None:
     said = reload_words({"added": ["b"], "removed": ["a"], "unchanged": []})
     assert said.splitlines() == ["added: b", "removed: a", "unchanged: none"]
+
+
+def test_an_events_own_line_breaks_may_be_kept_and_nothing_else() -> None:
+    assert harmless("exited\n    | \x1b[2Joom", "\n") == "exited\n    | \\x1b[2Joom"

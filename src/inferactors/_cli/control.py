@@ -147,7 +147,7 @@ def _logs(client: ControlClient, args: argparse.Namespace) -> int:
 def _events(client: ControlClient, args: argparse.Namespace) -> int:
     params: dict[str, str | int] = {"since": max(args.count, 0)}
     for item in client.lines("/v1/events", params, follow=args.follow):
-        print(json.dumps(item) if args.json else harmless(event_line(item)), flush=True)
+        print(json.dumps(item) if args.json else harmless(event_line(item), "\n"), flush=True)
     return _ended(args)
 
 
@@ -260,11 +260,16 @@ _HARMLESS = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0
 """Control characters (C0 but tab, DEL, C1) as visible ``\\xNN`` escapes."""
 
 
-def harmless(text: str) -> str:
-    """``text`` with every control character shown as ``\\x1b`` instead of sent to the
-    terminal: a server's output must not set the window title, clear the screen, move the
-    cursor over earlier lines or forge a line of its own (``\\r``)."""
-    return text.translate(_HARMLESS)
+def harmless(text: str, keep: str = "") -> str:
+    """``text`` with every control character but those in ``keep`` (an event's own line
+    breaks) shown as ``\\x1b`` instead of sent to the terminal: a server's output must not
+    set the window title, clear the screen, move the cursor over earlier lines or forge a
+    line of its own (``\\r``)."""
+    return (
+        keep.join(part.translate(_HARMLESS) for part in text.split(keep))
+        if keep
+        else text.translate(_HARMLESS)
+    )
 
 
 def log_line(line: dict[str, Any]) -> str:
