@@ -40,7 +40,7 @@ from .._config.state_dir import read_only_socket_path as read_only_socket_path
 from .._edges.state_lock import retake_state_lock
 from .._errors import BackendError, InvalidConfig, InvalidState
 from .asgi_worker import serve_asgi
-from .control_app import ControlledFleet, ReadOnly, control_app
+from .control_app import ControlledFleet, Page, ReadOnly, control_app
 from .control_token import read_token
 
 WATCH_S = 1.0
@@ -195,6 +195,7 @@ async def serve_control(
     until: Callable[[], Awaitable[None]] | None = None,
     hurry: Callable[[], Awaitable[None]] | None = None,
     access: SocketAccess = SocketAccess(),
+    page: Page | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the control API over ``fleet`` until cancelled, or until ``until`` returns
@@ -216,6 +217,8 @@ async def serve_control(
             (``inferactors run`` passes a second SIGTERM or SIGINT).
         access: Which groups may use the sockets (`SocketAccess`); with one, the state
             directory becomes traversable (0711: nothing in it can be listed).
+        page: The web page (``ui_app.WebPage``) to serve beside the API, on every socket
+            (the read-only one refuses its commands) and on the TCP listener.
         task_status: Started with the bound addresses (``["http://unix:/...",
             "http://127.0.0.1:8765"]``) once all listen.
 
@@ -234,13 +237,12 @@ async def serve_control(
     socket files, if they are still ours.
     """
     token = _token(tcp_port, token_file)
-    sockets = [
-        _Socket(control_socket_path(state_dir), _wrapped(control_app(fleet, token=token)), None)
-    ]
+    full = _wrapped(control_app(fleet, token=token, page=page))
+    sockets = [_Socket(control_socket_path(state_dir), full, None)]
     if access.group is not None:
         sockets[0] = attrs.evolve(sockets[0], group=access.group)
     if access.read_group is not None:
-        read_only = _wrapped(ReadOnly(control_app(fleet)))
+        read_only = _wrapped(ReadOnly(control_app(fleet, page=page)))
         sockets.append(_Socket(read_only_socket_path(state_dir), read_only, access.read_group))
     if access.group is not None or access.read_group is not None:
         await trio.to_thread.run_sync(_traversable, state_dir)
