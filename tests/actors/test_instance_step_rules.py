@@ -164,6 +164,26 @@ def test_a_spawn_that_failed_refuses_its_callers_and_the_stops_that_waited() -> 
     assert not run.state.starting
 
 
+def test_a_start_that_failed_after_an_operator_stop_reads_failed_not_stopped() -> None:
+    run = Run.of()
+    started(run)
+    run.send(Stop(1.0, caller("stop")))
+    run.send(Stopped(run.process, evidence(100, signal=15)))
+    assert run.status().stop_reason == StopReason.REQUESTED.value
+    start = caller("start")
+    run.send(Start(start))
+    run.send(SpawnFailed(PinMismatch("port 8090 is taken"), start))
+    status = run.status()
+    assert status.state is InstanceState.EXITED
+    assert status.detail == "failed to start: port 8090 is taken"
+    assert status.stop_reason == StopReason.STARTUP_FAILURE.value
+    started(run, pid=101)  # the next spawn that works forgets it
+    run.send(Exited(run.process, evidence(101, exit_code=1)))
+    detail = run.status().detail
+    assert detail is not None
+    assert "port 8090" not in detail
+
+
 # Stops.
 
 

@@ -355,6 +355,15 @@ class InferConfig:
             seen.add(flavor)
 
 
+MIN_WATCHDOG_INTERVAL_S = 0.1
+"""The shortest `Watchdog.interval_s` accepted, float seconds: each check is a completion
+request, and a shorter interval would spend the server on our checks."""
+MIN_WATCHDOG_TIMEOUT_S = 0.25
+"""The shortest `Watchdog.timeout_s` accepted, float seconds: the lateness our own event
+loop is allowed around a deadline (``LATE_S`` in ``_policy/lateness.py``); a shorter one
+could be spent whole by our own loop and kill a healthy server in a loop."""
+
+
 @attrs.frozen
 class Watchdog:
     """The deep-health watchdog of one instance.
@@ -369,9 +378,21 @@ class Watchdog:
     failures: int = 3
 
     def validate(self, field: str = "watchdog") -> None:
-        """Raise `InvalidConfig` naming the field for non-positive values."""
+        """Raise `InvalidConfig` naming the field for non-positive values and for an
+        interval or a deadline too short to honour (`MIN_WATCHDOG_INTERVAL_S`,
+        `MIN_WATCHDOG_TIMEOUT_S`)."""
         check_positive(f"{field}.interval_s", self.interval_s)
         check_positive(f"{field}.timeout_s", self.timeout_s)
+        for name, value, least in (
+            ("interval_s", self.interval_s, MIN_WATCHDOG_INTERVAL_S),
+            ("timeout_s", self.timeout_s, MIN_WATCHDOG_TIMEOUT_S),
+        ):
+            if value < least:
+                raise InvalidConfig(
+                    f"{field}.{name} = {value:g} is too short to honour: a deep-health check "
+                    f"cannot be judged in less than {least:g} s (a healthy server would be "
+                    "killed over and over); use at least that"
+                )
         if self.failures < 1:
             raise InvalidConfig(f"{field}.failures must be at least 1")
 

@@ -348,6 +348,7 @@ def _on_spawned(state: State, message: Spawned, seen: Seen, out: Effects) -> Sta
         stops_after_start=(),
         crash_while_starting=None,
         process_watch=True,
+        start_error=None,
     )
     args = process.args  # as executed: the pinned launch, not the plan's
     out.append(Emit(ProcessStarted(who, process.pid, args, process.started_at)))
@@ -387,6 +388,7 @@ def _on_spawn_failed(state: State, message: SpawnFailed, now: float, out: Effect
         start_callers=(),
         stops_after_start=(),
         crash_while_starting=None,  # nothing runs: nothing to stop
+        start_error=None if hold is not None else str(message.error),  # a hold says itself
     )
 
 
