@@ -12,10 +12,27 @@ program, this module imports nothing of the ``inferactors`` package.
 from __future__ import annotations
 
 from http import HTTPStatus
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from ._fake_faults import FakeServerFaults
+
+class RetryFaults(Protocol):
+    """The fields of ``FakeServerFaults`` this module reads (a Protocol, so that module and
+    this one do not import each other)."""
+
+    @property
+    def fail_status(self) -> int | None: ...
+    @property
+    def fail_from(self) -> int: ...
+    @property
+    def fail_to(self) -> int | None: ...
+    @property
+    def reset_at(self) -> int | None: ...
+    @property
+    def cut_at(self) -> int | None: ...
+    @property
+    def cut_body_after(self) -> int | None: ...
+    @property
+    def cut_stream_after(self) -> int | None: ...
 
 
 def error_document(status: int) -> dict[str, object]:
@@ -30,7 +47,7 @@ def error_document(status: int) -> dict[str, object]:
     return {"error": {"code": status, "message": phrase, "type": kinds.get(status, "server_error")}}
 
 
-def fails_with(faults: FakeServerFaults, number: int) -> int | None:
+def fails_with(faults: RetryFaults, number: int) -> int | None:
     """The status completion ``number`` is answered with (``fail_status`` within
     ``fail_from``..``fail_to``), or None."""
     if faults.fail_status is None or number < faults.fail_from:
@@ -40,12 +57,12 @@ def fails_with(faults: FakeServerFaults, number: int) -> int | None:
     return faults.fail_status
 
 
-def resets(faults: FakeServerFaults, number: int) -> bool:
+def resets(faults: RetryFaults, number: int) -> bool:
     """Whether completion ``number`` is answered with a TCP reset (``reset_at``)."""
     return faults.reset_at == number
 
 
-def cut_after(faults: FakeServerFaults, number: int, *, stream: bool) -> int | None:
+def cut_after(faults: RetryFaults, number: int, *, stream: bool) -> int | None:
     """How many bytes of completion ``number``'s body are sent before the connection is
     closed (``cut_body_after`` for a plain answer, ``cut_stream_after`` for server-sent
     events, on completion ``cut_at`` only), or None: all of it."""

@@ -81,8 +81,8 @@ def status_of(state: State, now: float, escaped: tuple[int, ...] = ()) -> Instan
 
 def idle_status(state: State) -> InstanceStatus:
     """Status while no process runs: Loaded; Exited for an exposure or a tampered model
-    (held until reload or re-registration); Exited for a start that failed before a process
-    ran (in the spawn's words); else Exited with the last exit's reason, its diagnosis and
+    (held until reload or re-registration); for a start that failed before a process ran, its
+    words (Exited after an earlier exit, else still Loaded); else Exited with the last exit's reason, its diagnosis and
     any survivor of its group."""
     if state.exposed is not None:
         return InstanceStatus(
@@ -95,14 +95,13 @@ def idle_status(state: State) -> InstanceStatus:
             "held until the model is re-registered or the instance reloaded"
         )
         return InstanceStatus(InstanceState.EXITED, held, stop_reason="tampered")
+    last = state.last
     if state.start_error is not None:  # not the exit before it (an operator's stop)
         failed = StopReason.STARTUP_FAILURE
-        return InstanceStatus(
-            InstanceState.EXITED,
-            f"{_REASON_WORDS[failed]}: {state.start_error}",
-            stop_reason=failed.value,
-        )
-    last = state.last
+        words = f"{_REASON_WORDS[failed]}: {state.start_error}"
+        if last is None:  # nothing ever ran: still Loaded, saying why the start failed
+            return InstanceStatus(InstanceState.LOADED, words)
+        return InstanceStatus(InstanceState.EXITED, words, stop_reason=failed.value)
     if last is None:
         return InstanceStatus(InstanceState.LOADED)
     reason, diagnosis = state.last_reason, state.diagnosis
