@@ -33,11 +33,23 @@ class Escapees:
     pgid: int
     _fds: dict[int, int] = attrs.field(factory=dict)
 
-    def track(self) -> tuple[int, ...]:
-        """Scan for new escapees, forget the ones that exited; return the live ones."""
+    def track(self, also: Iterable[int] = ()) -> tuple[int, ...]:
+        """Scan for new escapees, forget the ones that exited; return the live ones.
+
+        Args:
+            also: More pids known to be the server's by other means (its cgroup's members,
+                orphans adopted by its session): each that is outside the group is kept
+                like a descendant found by the scan.
+        """
         self._forget_exited()
-        for child in descendants((self.leader, *self._fds)):
-            if child.pid in self._fds:
+        found = descendants((self.leader, *self._fds))
+        for pid in also:
+            try:
+                found.append(psutil.Process(pid))
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        for child in found:
+            if child.pid in self._fds or child.pid == self.leader:
                 continue
             try:
                 if os.getpgid(child.pid) == self.pgid:
