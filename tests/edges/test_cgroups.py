@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from edges.cgroup_support import made_cgroup, start_in_cgroup
+from cgroup_support import made_cgroup, start_in_cgroup
 from inferactors._edges.cgroups import (
     CgroupTree,
     ServerCgroup,

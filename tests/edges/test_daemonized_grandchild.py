@@ -20,7 +20,7 @@ import psutil
 import pytest
 import trio
 
-from edges.cgroup_support import in_cgroup, made_cgroup
+from cgroup_support import in_cgroup, made_cgroup
 from edges.process_support import HELPERS, PYTHON, Launch, linux_only, wait_for_file
 from inferactors._edges import descendants
 from inferactors._edges.cgroups import CgroupTree
