@@ -117,8 +117,9 @@ async def test_a_stop_kills_a_daemonized_grandchild_that_ignores_sigterm(
 async def test_a_leader_that_exits_on_its_own_takes_its_daemon_along(
     host: CgroupTree | None, daemons: list[int], tmp_path: Path, nursery: trio.Nursery
 ) -> None:
-    """The server daemonizes, runs a second, and exits: nothing it started outlives it."""
-    process = await spawn(nursery, daemonizing(tmp_path, "/bin/sleep", "1"), host)
+    """The server daemonizes, runs a few seconds (looked at meanwhile), and exits: nothing
+    it started outlives it."""
+    process = await spawn(nursery, daemonizing(tmp_path, "/bin/sleep", "2.5"), host)
     daemon = await the_daemon(tmp_path, daemons)
     evidence = await process.wait_exited()
     assert evidence.exit_code == 0

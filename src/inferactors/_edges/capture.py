@@ -280,12 +280,12 @@ class RunEvidence:
         }
 
 
-def outside_words(pids: tuple[int, ...], killed: bool) -> str:
-    """Descendants outside a server's group, in words: ``"process 123 (outside its group)
-    survived; killed"`` (``killed``), else ``"process 123 (outside its group) is still
-    running after SIGKILL"``; ``"processes 123, 124 ..."`` for several."""
+def outside_words(pids: tuple[int, ...], killed: bool, where: str = "outside its group") -> str:
+    """Descendants outside a server's group (or ``where`` else), in words: ``"process 123
+    (outside its group) survived; killed"`` (``killed``), else ``"process 123 (outside its
+    group) is still running after SIGKILL"``; ``"processes 123, 124 ..."`` for several."""
     what = "process" if len(pids) == 1 else "processes"
-    listed = f"{what} {', '.join(map(str, pids))} (outside its group)"
+    listed = f"{what} {', '.join(map(str, pids))} ({where})"
     if killed:
         return f"{listed} survived; killed"
     return f"{listed} {'is' if len(pids) == 1 else 'are'} still running after SIGKILL"

@@ -38,6 +38,7 @@ from __future__ import annotations
 import errno
 import functools
 import hashlib
+import logging
 import os
 import secrets
 import signal
@@ -47,10 +48,17 @@ from pathlib import Path
 import attrs
 import psutil
 
+_log = logging.getLogger(__name__)
+
 SUBTREE = "inferactors"
 """The directory under our cgroup that holds the servers' cgroups."""
 KILL_WAIT_S = 2.0
 """How long `ServerCgroup.kill` waits for the cgroup to empty, seconds."""
+NO_CGROUP = (
+    "no cgroup per server: %s; what a server starts is tracked by its process group, its "
+    "tree (the server a child subreaper) and its session, and killed with it"
+)
+"""The warning, once per process, where the host delegates no cgroup (``%s``: why)."""
 _POLL_S = 0.01
 _TICKS = 100
 """Starts are named in hundredths of a second since boot (the kernel's clock ticks)."""
@@ -228,11 +236,21 @@ class ServerCgroup:
 
     def discard(self) -> None:
         """`remove`, best effort: a cgroup still in use, or one we may not remove, stays
-        (a later life finds it if it holds anything)."""
+        (a later life finds it if it holds anything). Once it is gone, so are the
+        directories of its life and of its data root when they are left empty (inside our
+        layout only: never the tree's own directory, nor anything above it)."""
         try:
-            self.remove()
+            if not self.remove():
+                return
         except OSError:
-            pass
+            return
+        parent = self.path.parent
+        while SUBTREE in parent.parts[-3:-1] and parent.name != SUBTREE:
+            try:
+                parent.rmdir()  # fails while a sibling is in it: then it stays
+            except OSError:
+                return
+            parent = parent.parent
 
 
 def enter_self(fd: int) -> None:
@@ -264,16 +282,24 @@ class CgroupTree:
     def delegated(cls) -> CgroupTree | None:
         """The tree under our own cgroup when it is delegated to us (cgroup v2, writable,
         not the hierarchy's root), else None."""
+        found = cls.delegated_or_why()
+        return found if isinstance(found, CgroupTree) else None
+
+    @classmethod
+    def delegated_or_why(cls) -> CgroupTree | str:
+        """`delegated`, or why there is none, in words (``"cgroup v2 is not mounted"``)."""
         mount, own = cgroup2_mount(), own_cgroup()
-        if mount is None or own is None or own == "/":
-            return None  # the root of the hierarchy is no one's to hand out
+        if mount is None:
+            return "cgroup v2 is not mounted"
+        if own is None or own == "/":  # the root of the hierarchy is no one's to hand out
+            return "this process is in the root cgroup v2, which is not delegated to it"
         base = mount / own.lstrip("/")
         if not (os.access(base, os.W_OK) and os.access(base / "cgroup.procs", os.W_OK)):
-            return None
+            return f"its cgroup {base} is not delegated to it (not writable)"
         try:
             return cls.at(base)
-        except OSError:
-            return None
+        except OSError as error:
+            return f"cannot make {base / SUBTREE} ({error.strerror or error})"
 
     def place(self, instance_dir: Path) -> ServerCgroup:
         """A new, empty cgroup for one spawn of the server in ``instance_dir`` (its data
@@ -283,8 +309,14 @@ class CgroupTree:
             OSError: it cannot be made.
         """
         life = self.root / data_root_key(instance_dir.parent) / life_name()
-        life.mkdir(parents=True, exist_ok=True)
         path = life / f"{instance_dir.name or 'process'}-{secrets.token_hex(4)}"
+        for _ in range(3):  # an empty life's directory may be removed meanwhile (`discard`)
+            life.mkdir(parents=True, exist_ok=True)
+            try:
+                path.mkdir()
+            except FileNotFoundError:
+                continue
+            return ServerCgroup(path)
         path.mkdir()
         return ServerCgroup(path)
 
@@ -332,8 +364,12 @@ def cgroup_path(pid: int) -> Path | None:
 @functools.cache
 def server_tree() -> CgroupTree | None:
     """This process's tree (`CgroupTree.delegated`), found once; None where the host
-    delegates none."""
-    return CgroupTree.delegated()
+    delegates none, said once in the log (a warning naming why, and the fallback)."""
+    found = CgroupTree.delegated_or_why()
+    if isinstance(found, CgroupTree):
+        return found
+    _log.warning(NO_CGROUP, found)
+    return None
 
 
 def _subdirectories(path: Path) -> list[Path]:

@@ -16,9 +16,13 @@ here, three ways, each held by a pidfd checked against the start the scan saw
   our children; one whose session is the leader's, or an outsider's we hold, is the
   server's (`Descendants.track_adopted`, at a stop and at the leader's exit).
 
-`Descendants.track` runs on a timer (``process.py``), on every record refresh and right
-before a stop. Synchronous and cheap (a walk of the server's tree, about 0.1 ms for a
-server of 20 threads, plus one read of ``cgroup.procs``): it runs in the trio thread.
+`Descendants.track` runs right before a stop, at the leader's exit, on the record refresh
+and the identity check, and, for a server without a cgroup only, about once a second (a
+timer in ``process.py`` that skips a look another caller just made). Synchronous: with a
+cgroup, one read of ``cgroup.procs`` (what it holds is the whole server: no walk);
+without, a walk of the server's tree, one ``children`` list per thread (0.1 to 0.7 ms for
+the real llama-server's 14 threads here, the higher figure on a loaded machine); it runs
+in the trio thread.
 
 What it cannot see: without a cgroup, a descendant that daemonized into a session of its
 own between two looks *and* whose leader exited meanwhile (it went to init, or to us with a
@@ -30,6 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 
 import attrs
 import trio
@@ -59,14 +64,22 @@ class Descendants:
     seen: tuple[int, ...] = ()
     killed: tuple[int, ...] = ()
     _escapees: Escapees = attrs.field(init=False)
+    _tracked_at: float = attrs.field(init=False, factory=time.monotonic)
 
     def __attrs_post_init__(self) -> None:
         self._escapees = Escapees(self.leader, self.pgid)
 
     def track(self) -> tuple[int, ...]:
         """Look for new outsiders (its tree and its cgroup); the live ones."""
-        members = self.cgroup.members() if self.cgroup is not None else ()
-        return self._saw(self._escapees.track(members))
+        self._tracked_at = time.monotonic()
+        if self.cgroup is None:
+            return self._saw(self._escapees.track())
+        return self._saw(self._escapees.track(self.cgroup.members(), walk=False))
+
+    def since_tracked(self) -> float:
+        """Seconds since the last `track` (by anyone: the timer skips a look another
+        caller just made, so a server is walked about once per period, not twice)."""
+        return time.monotonic() - self._tracked_at
 
     def track_adopted(self) -> tuple[int, ...]:
         """`track`, plus the children of this process (orphans it adopted as a subreaper)

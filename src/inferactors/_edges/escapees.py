@@ -33,16 +33,18 @@ class Escapees:
     pgid: int
     _fds: dict[int, int] = attrs.field(factory=dict)
 
-    def track(self, also: Iterable[int] = ()) -> tuple[int, ...]:
+    def track(self, also: Iterable[int] = (), *, walk: bool = True) -> tuple[int, ...]:
         """Scan for new escapees, forget the ones that exited; return the live ones.
 
         Args:
             also: More pids known to be the server's by other means (its cgroup's members,
                 orphans adopted by its session): each that is outside the group is kept
                 like a descendant found by the scan.
+            walk: Whether to walk the tree of the leader and of the escapees (False: only
+                ``also``, when it is the whole of the server, as a cgroup's members are).
         """
         self._forget_exited()
-        found = descendants((self.leader, *self._fds))
+        found = descendants((self.leader, *self._fds)) if walk else []
         for pid in also:
             try:
                 found.append(psutil.Process(pid))

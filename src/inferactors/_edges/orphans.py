@@ -113,6 +113,8 @@ def _reap_one(
         )
 
     gone = _why_not_running(record, table)
+    if gone is None and record.pgid == os.getpgrp():  # never our own group: not a server's
+        gone = OrphanOutcome.STALE, f"process group {record.pgid} is this supervisor's own"
     same_boot = record.boot_id == table.boot_id()
     escaped = open_recorded(table, record.escaped, record.boot_time) if same_boot else {}
     cgroup = _recorded_cgroup(record, data_root) if same_boot else None
@@ -154,10 +156,10 @@ def _reap_cgroup(cgroup: ServerCgroup, table: ProcessTable, grace_s: float) -> R
     listed = ", ".join(map(str, held))
     what = f"the cgroup {cgroup.name} of an earlier life, with no record, held {listed}"
     if stop.ended_by is None:
-        detail = f"{what}; it survived SIGKILL{stop.words()}"
+        detail = f"{what}; it survived SIGKILL{stop.words('in that cgroup')}"
         return ReapedOrphan(cgroup.path, first, None, OrphanOutcome.ALIVE, detail, None, program)
     cgroup.discard()
-    detail = f"{what}; ended by {stop.ended_by}{stop.words()}"
+    detail = f"{what}; ended by {stop.ended_by}{stop.words('in that cgroup')}"
     return ReapedOrphan(cgroup.path, first, None, OrphanOutcome.KILLED, detail, None, program)
 
 
@@ -231,8 +233,8 @@ class _Stopped:
     ended_by: str | None
     killed: tuple[int, ...] = ()
 
-    def words(self) -> str:
-        return f"; {outside_words(self.killed, killed=True)}" if self.killed else ""
+    def words(self, where: str = "outside its group") -> str:
+        return f"; {outside_words(self.killed, killed=True, where=where)}" if self.killed else ""
 
 
 def _stop_group(

@@ -21,7 +21,8 @@ description; `ManagedProcess.terminate` stops it:
   the rest of the group until the grace is spent, and only then sends SIGKILL. The leader
   stays unreaped (a zombie) meanwhile, which keeps the group id ours. Descendants that
   left the group (``setsid``, a daemon's double fork) share its steps: found by its
-  cgroup, tree and session every `TRACK_S` and right before a stop (``descendants.py``),
+  cgroup right before a stop, or without one by tree and session every `TRACK_S` and
+  right before a stop (``descendants.py``),
   killed with ``cgroup.kill`` where there is a cgroup; the evidence and the log say which
   survived the grace and were killed;
 - when the leader exits on its own its group is killed at once, so no grandchild outlives
@@ -67,8 +68,10 @@ _SETTLE_BOUND_S = REAP_BOUND_S + OUTPUT_DRAIN_S + 1.0
 GROUP_POLL_S = 0.02
 """How often a stop whose leader has exited looks whether the rest of its group is gone (s)."""
 
-TRACK_S = 0.5
-"""How often the descendants outside the group are looked for while the server runs (s)."""
+TRACK_S = 1.0
+"""How often the descendants outside the group are looked for while a server without a
+cgroup runs (s); a look made meanwhile by the record refresh counts. A server in a cgroup
+is never looked at on a timer: its cgroup holds everything it starts."""
 
 
 class LaunchLike(Protocol):
@@ -156,7 +159,8 @@ class ManagedProcess:
         process.lines.sink, process.lines.pid = log, child.pid
         if isinstance(child, PosixChild) and hasattr(os, "pidfd_open"):
             process._descendants = Descendants(child.pid, child.pid, child.cgroup)
-            nursery.start_soon(process._track, name=f"inferactors descendants {child.pid}")
+            if child.cgroup is None:  # a cgroup holds them all: no need to look meanwhile
+                nursery.start_soon(process._track, name=f"inferactors descendants {child.pid}")
         nursery.start_soon(process._watch_exit, name=f"inferactors exit watcher {child.pid}")
         nursery.start_soon(process._pump_output, name=f"inferactors output {child.pid}")
         if isinstance(child, PosixChild) and child.startup_slot is not None:
@@ -192,9 +196,9 @@ class ManagedProcess:
         return () if self._descendants is None else self._descendants.alive()
 
     def track_descendants(self) -> tuple[int, ...]:
-        """Track (pidfds) the descendants that left our group; return the live ones. Every
-        `TRACK_S`, on each record refresh, identity check and stop; about 0.1 ms (the
-        server's tree and its cgroup, ``descendants.py``)."""
+        """Track (pidfds) the descendants that left our group; return the live ones. On
+        each record refresh, identity check and stop, and (without a cgroup) about every
+        `TRACK_S`; 0.1 to 0.7 ms (the server's tree and its cgroup, ``descendants.py``)."""
         if self._descendants is None or not self.running:
             return self.escaped
         return self._descendants.track()
@@ -205,11 +209,14 @@ class ManagedProcess:
             self._descendants.track_adopted()
 
     async def _track(self) -> None:
-        """Track the descendants every `TRACK_S` until the leader's exit is noticed."""
-        while self.running:
+        """Track the descendants every `TRACK_S` until the leader's exit is noticed (a look
+        someone else made meanwhile counts)."""
+        descendants = self._descendants
+        while self.running and descendants is not None:
             with trio.move_on_after(TRACK_S):
                 await self._exited.wait()
-            self.track_descendants()
+            if descendants.since_tracked() >= TRACK_S / 2:
+                self.track_descendants()
 
     @property
     def started_at(self) -> float:
