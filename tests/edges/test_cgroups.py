@@ -163,3 +163,53 @@ def test_our_cgroup_is_delegated_only_below_the_hierarchys_root(base: Path) -> N
     own, root = out.split()
     assert own == f"/{base.name}"
     assert root == str(base / "inferactors")
+
+
+def test_a_removed_cgroup_takes_its_emptied_life_and_data_root_directories(
+    base: Path, tmp_path: Path
+) -> None:
+    """After a stop nothing empty is left: the last cgroup of a life takes the life's and
+    the data root's directories with it; the tree's own directory and anything above stay,
+    and a directory still holding a sibling stays."""
+    tree = CgroupTree.at(base)
+    first = tree.place(tmp_path / "state" / "chat")
+    second = tree.place(tmp_path / "state" / "embed")
+    life, key = first.path.parent, first.path.parent.parent
+    first.discard()
+    assert not first.path.exists()
+    assert life.exists()  # its sibling is still in it
+    second.discard()
+    assert not life.exists()
+    assert not key.exists()
+    assert tree.root.exists()
+    third = tree.place(tmp_path / "state" / "chat")  # a later spawn makes them again
+    assert third.path.parent == life
+    third.discard()
+    assert not key.exists()
+
+
+def test_without_a_delegated_cgroup_a_warning_says_why_and_what_tracks_instead(
+    base: Path,
+) -> None:
+    """A process at the root of the hierarchy, where nothing is delegated to it: once, a
+    warning names the reason and the fallback."""
+    code = (
+        "import logging\n"
+        "logging.basicConfig(format='%(levelname)s %(message)s')\n"
+        "from inferactors._edges.cgroups import server_tree\n"
+        "print(server_tree(), server_tree())\n"
+    )
+    process = start_in_cgroup(
+        base.parent,  # the hierarchy's root
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out, err = process.communicate(timeout=30)
+    assert out.split() == ["None", "None"]
+    assert err.splitlines() == [
+        "WARNING no cgroup per server: this process is in the root cgroup v2, which is not "
+        "delegated to it; what a server starts is tracked by its process group, its tree "
+        "(the server a child subreaper) and its session, and killed with it"
+    ]

@@ -112,6 +112,7 @@ async def test_a_stop_kills_a_daemonized_grandchild_that_ignores_sigterm(
     assert [r.getMessage() for r in caplog.records] == [f"server process {process.pid}: {said}"]
     if process.cgroup is not None:
         assert not process.cgroup.exists(), "the server's cgroup was left after the stop"
+        assert not process.cgroup.parent.exists(), "its life's emptied directory was left"
 
 
 async def test_a_leader_that_exits_on_its_own_takes_its_daemon_along(

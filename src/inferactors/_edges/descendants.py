@@ -13,8 +13,10 @@ here, three ways, each held by a pidfd checked against the start the scan saw
   under init: while the leader lives, everything it started is in its tree;
 - **its session**, for what a leader that exited left to us: when this process is a child
   subreaper (``inferactors run``: ``subreaper.py``), the orphans of an exited leader become
-  our children; one whose session is the leader's, or an outsider's we hold, is the
-  server's (`Descendants.track_adopted`, at a stop and at the leader's exit).
+  our children; one whose session is the leader's, or an outsider's we hold, or (in
+  ``inferactors run``: `claim_orphans`) any session but ours when it is not one of our
+  leaders (a daemon started in the server's last moments, after the last look), is the
+  server's (`adopted_from`, at a stop and at the leader's exit).
 
 `Descendants.track` runs right before a stop, at the leader's exit, on the record refresh
 and the identity check, and, for a server without a cgroup only, about once a second (a
@@ -43,8 +45,46 @@ from .capture import outside_words
 from .cgroups import ServerCgroup
 from .escapees import Escapees
 from .proctable import child_pids
+from .subreaper import is_subreaper
 
 _log = logging.getLogger(__name__)
+
+_LEADERS: set[int] = set()
+"""The leaders of the servers this process runs (each `Descendants` until its `close`)."""
+_CLAIMS = [False]
+"""Whether `claim_orphans` is on (one flag, for the whole process)."""
+
+
+def claim_orphans(on: bool = True) -> None:
+    """Say that every child of this process outside its session, other than a server's
+    leader, is an orphan of a server (`adopted_from`). True of ``inferactors run``, a child
+    subreaper that starts nothing else in a session of its own; never of a library's host,
+    whose other children are its own."""
+    _CLAIMS[0] = on
+
+
+def adopted_from(leader: int, outsiders: tuple[int, ...]) -> list[int]:
+    """The children of this process that a server's exit left to it: those whose session
+    is ``leader``'s or one of ``outsiders``'; and, once `claim_orphans` is on and while
+    this process is a child subreaper, every child in a session other than ours that is
+    not the leader of a server we run. What a server orphans is re-parented to us only once
+    its leader (itself a subreaper) has exited: such a child is an orphan of a server whose
+    leader is gone (this one, or one that exited at the same moment: its orphans must end
+    as well). One read of our children lists."""
+    sessions = {leader, *outsiders}
+    ours = os.getsid(0)
+    any_session = _CLAIMS[0] and is_subreaper()
+    adopted = []
+    for pid in child_pids(os.getpid()):
+        if pid == leader or (pid in _LEADERS):
+            continue
+        try:
+            session = os.getsid(pid)
+        except (ProcessLookupError, PermissionError):
+            continue
+        if session in sessions or (any_session and session != ours):
+            adopted.append(pid)
+    return adopted
 
 
 @attrs.define(eq=False)
@@ -68,6 +108,7 @@ class Descendants:
 
     def __attrs_post_init__(self) -> None:
         self._escapees = Escapees(self.leader, self.pgid)
+        _LEADERS.add(self.leader)
 
     def track(self) -> tuple[int, ...]:
         """Look for new outsiders (its tree and its cgroup); the live ones."""
@@ -87,15 +128,7 @@ class Descendants:
         thread's children list of this process: called at a stop and at the leader's exit,
         not on the timer."""
         self.track()
-        sessions = {self.leader, *self._escapees.alive()}
-        adopted = []
-        for pid in child_pids(os.getpid()):
-            try:
-                if pid != self.leader and os.getsid(pid) in sessions:
-                    adopted.append(pid)
-            except (ProcessLookupError, PermissionError):
-                continue
-        return self._saw(self._escapees.track(adopted))
+        return self._saw(self._escapees.track(adopted_from(self.leader, self.alive())))
 
     def _saw(self, outside: tuple[int, ...]) -> tuple[int, ...]:
         self.seen = tuple(sorted({*self.seen, *outside}))
@@ -126,6 +159,7 @@ class Descendants:
     def close(self) -> tuple[int, ...]:
         """Close every pidfd and remove the cgroup if it is empty; the outsiders (or
         cgroup members) still alive: the survivors of the stop."""
+        _LEADERS.discard(self.leader)
         survivors = {*self.alive()}
         if self.cgroup is not None:
             survivors.update(self.cgroup.members())

@@ -74,6 +74,10 @@ cgroup runs (s); a look made meanwhile by the record refresh counts. A server in
 is never looked at on a timer: its cgroup holds everything it starts."""
 
 
+STOP_TRACK_S = 0.05
+"""How often a stop's grace looks for new descendants of a server without a cgroup (s)."""
+
+
 class LaunchLike(Protocol):
     """What `ManagedProcess.spawn` reads from a launch description (``launch.Launch``)."""
 
@@ -218,6 +222,17 @@ class ManagedProcess:
             if descendants.since_tracked() >= TRACK_S / 2:
                 self.track_descendants()
 
+    async def _watch_grace(self) -> None:
+        """Wait for the leader's exit; meanwhile, for a server without a cgroup, look for
+        new descendants every `STOP_TRACK_S` (what it starts on SIGTERM stays in its tree
+        while its leader lives, and would be lost to init with its exit)."""
+        descendants = self._descendants
+        while self.running:
+            with trio.move_on_after(STOP_TRACK_S):
+                await self._exited.wait()
+            if descendants is not None and descendants.cgroup is None and self.running:
+                descendants.track()
+
     @property
     def started_at(self) -> float:
         """`trio.current_time` when the process was spawned (seconds)."""
@@ -272,7 +287,7 @@ class ManagedProcess:
                 self._signal_group(signal.SIGTERM)
                 self._signal_group(signal.SIGCONT)  # a stopped server must run to handle it
                 with trio.move_on_after(grace_s):
-                    await self._exited.wait()
+                    await self._watch_grace()
         finally:
             await self._kill_and_settle()
         return self._current_evidence()
