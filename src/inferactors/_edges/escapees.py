@@ -47,8 +47,10 @@ class Escapees:
         found = descendants((self.leader, *self._fds)) if walk else []
         for pid in also:
             try:
+                if pid in self._fds or pid == self.leader or os.getpgid(pid) == self.pgid:
+                    continue  # known, or in the group: no need to read its start
                 found.append(psutil.Process(pid))
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
+            except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
                 continue
         for child in found:
             if child.pid in self._fds or child.pid == self.leader:
