@@ -262,7 +262,9 @@ def refresh_record(instance_dir: Path, process_pid: int) -> OrphanRecord | None:
     Only a trusted record that names ``process_pid`` is touched, and only while that pid is
     still the recorded process (same start, not a zombie): a record is never created here,
     nor pointed at a process that reused the pid. An unchanged record is not rewritten, so
-    calling this every second costs a read of the process table (about 1 ms). Blocking.
+    calling this every second costs a read of the process table (about 1 ms). The
+    descendants outside the group are looked for only for a server without a cgroup (a
+    recorded cgroup holds them all, and a later life stops what it holds). Blocking.
 
     Returns:
         The record as it now stands, or None when there is nothing to refresh.
@@ -280,7 +282,9 @@ def refresh_record(instance_dir: Path, process_pid: int) -> OrphanRecord | None:
     if not server.started_as(found.create_time, found.boot_time):
         return None
     members = _group_members(table, found.pgid, found.boot_time)
-    escaped = scan_escaped(table, found.pid, found.pgid, found.escaped, found.boot_time)
+    escaped = found.escaped  # a server in a cgroup: the cgroup holds them, no walk
+    if found.cgroup is None:
+        escaped = scan_escaped(table, found.pid, found.pgid, found.escaped, found.boot_time)
     if members == found.members and escaped == found.escaped:
         return found
     refreshed = attrs.evolve(found, members=members, escaped=escaped)
