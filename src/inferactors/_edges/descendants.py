@@ -26,9 +26,10 @@ without, a walk of the server's tree, one ``children`` list per thread (0.1 to 0
 the real llama-server's 14 threads here, the higher figure on a loaded machine); it runs
 in the trio thread.
 
-What it cannot see: without a cgroup, a descendant that daemonized into a session of its
-own between two looks *and* whose leader exited meanwhile (it went to init, or to us with a
-session we never saw). A cgroup has no such gap.
+What it cannot see: without a cgroup, in a library's host (no subreaper), a descendant
+that daemonized into a session of its own between two looks *and* whose leader exited
+meanwhile: it went to init. In ``inferactors run`` it comes to us and `claim_orphans`
+takes it. A cgroup has no such gap.
 """
 
 from __future__ import annotations
@@ -123,10 +124,9 @@ class Descendants:
         return time.monotonic() - self._tracked_at
 
     def track_adopted(self) -> tuple[int, ...]:
-        """`track`, plus the children of this process (orphans it adopted as a subreaper)
-        whose session is the leader's or a live outsider's; the live outsiders. Reads every
-        thread's children list of this process: called at a stop and at the leader's exit,
-        not on the timer."""
+        """`track`, plus the children of this process that the server left to it
+        (`adopted_from`); the live outsiders. Reads every thread's children list of this
+        process: called at a stop and at the leader's exit, not on the timer."""
         self.track()
         return self._saw(self._escapees.track(adopted_from(self.leader, self.alive())))
 
