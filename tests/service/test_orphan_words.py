@@ -37,3 +37,13 @@ def test_an_unreadable_record_is_said_in_words() -> None:
         "ignored (not owned by us)"
     )
     assert "ReapedOrphan(" not in words
+
+
+def test_a_cgroup_left_without_a_record_is_said_as_found_by_its_cgroup() -> None:
+    where = Path("/sys/fs/cgroup/x/inferactors/0123456789abcdef/77-100/chat-1-0a0b0c0d")
+    detail = "the cgroup chat-1-0a0b0c0d of an earlier life, with no record, held 99; ended"
+    orphan = ReapedOrphan(where, 99, None, OrphanOutcome.KILLED, detail, program="sleep")
+    assert orphan_words(orphan) == (
+        f"found a server left by an earlier life: pid 99 (sleep), by its cgroup {where}: "
+        f"killed ({detail})"
+    )

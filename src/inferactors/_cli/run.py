@@ -31,6 +31,7 @@ from _inferactors_boot import EARLY
 
 from .._config.convert import load_run_config
 from .._config.runfile import Endpoint, RunConfig
+from .._edges.descendants import claim_orphans
 from .._edges.sd_notify import open_notifier, watchdog_interval_s
 from .._edges.subreaper import Reaper, become_subreaper
 from .._errors import BackendError, InferactorsError, InvalidConfig, InvalidState, one_line
@@ -216,6 +217,7 @@ async def _supervise(config: RunConfig, run_file: Path, control: _Control) -> in
                 log_events = stack.enter_context(fleet.follow_events())
                 printing.start_soon(_log_events, log_events)
                 if become_subreaper():
+                    claim_orphans()  # nothing else we start leaves our session
                     printing.start_soon(_reap_orphans, fleet)
                 # in the outer nursery: the control API serves until the fleet is closed, so
                 # a follow stream gets the last stop events and ends cleanly

@@ -164,8 +164,10 @@ class RunEvidence:
         output_eof: False when a pipe was still open 2 s after the exit: something that left
             the process group kept the server's stdout or stderr open.
         escaped: Descendants that had left the process group (a ``setsid`` wrapper's
-            server), tracked by pid and stopped with the group.
-        survivors: Those of them still alive after the SIGKILL: the stop was not clean.
+            server, a daemonized grandchild), tracked by pid and stopped with the group.
+        killed: Those of them still alive when the SIGKILL went out: they survived the
+            grace of a stop (or outlived a leader that exited on its own) and were killed.
+        survivors: Those still alive even after the SIGKILL: the stop was not clean.
     """
 
     args: tuple[str, ...]
@@ -185,6 +187,7 @@ class RunEvidence:
     killed_after_grace: bool = False
     output_eof: bool = True
     escaped: tuple[int, ...] = ()
+    killed: tuple[int, ...] = ()
     survivors: tuple[int, ...] = ()
 
     @classmethod
@@ -219,6 +222,7 @@ class RunEvidence:
         stderr: OutputCapture,
         killed_after_grace: bool = False,
         escaped: tuple[int, ...] = (),
+        killed: tuple[int, ...] = (),
         survivors: tuple[int, ...] = (),
     ) -> RunEvidence:
         """Evidence from a run's returncode (None: never reaped) and its two captures."""
@@ -239,6 +243,7 @@ class RunEvidence:
             killed_after_grace=killed_after_grace,
             output_eof=stdout.eof and stderr.eof,
             escaped=escaped,
+            killed=killed,
             survivors=survivors,
         )
 
@@ -251,7 +256,10 @@ class RunEvidence:
 
         Returns:
             ``"exited with status 0"``, ``"killed by SIGTERM"``, ``"killed by SIGKILL after
-            the grace period"`` or ``"exit status unknown"`` (no status was collected).
+            the grace period"`` or ``"exit status unknown"`` (no status was collected);
+            then, for the descendants outside its group, ``"; process 123 (outside its
+            group) survived; killed"`` and ``"; but process 124 (outside its group) is
+            still running after SIGKILL"`` (`outside_words`).
         """
         if self.signal is not None:
             text = f"killed by {signal_name(self.signal)}"
@@ -260,8 +268,10 @@ class RunEvidence:
         else:
             text = "exit status unknown"
         text = f"{text} after the grace period" if self.killed_after_grace else text
+        if self.killed:
+            text += f"; {outside_words(self.killed, killed=True)}"
         if self.survivors:
-            text += f"; but {', '.join(map(str, self.survivors))} outside its group survived"
+            text += f"; but {outside_words(self.survivors, killed=False)}"
         return text
 
     def audit(self) -> dict[str, Any]:
@@ -287,7 +297,19 @@ class RunEvidence:
             "killed_after_grace": self.killed_after_grace,
             "output_eof": self.output_eof,
             "escaped": list(self.escaped),
+            "killed": list(self.killed),
             "survivors": list(self.survivors),
             "stdout_blake3": blake3.blake3(self.stdout).hexdigest(),
             "stderr_blake3": blake3.blake3(self.stderr).hexdigest(),
         }
+
+
+def outside_words(pids: tuple[int, ...], killed: bool, where: str = "outside its group") -> str:
+    """Descendants outside a server's group (or ``where`` else), in words: ``"process 123
+    (outside its group) survived; killed"`` (``killed``), else ``"process 123 (outside its
+    group) is still running after SIGKILL"``; ``"processes 123, 124 ..."`` for several."""
+    what = "process" if len(pids) == 1 else "processes"
+    listed = f"{what} {', '.join(map(str, pids))} ({where})"
+    if killed:
+        return f"{listed} survived; killed"
+    return f"{listed} {'is' if len(pids) == 1 else 'are'} still running after SIGKILL"

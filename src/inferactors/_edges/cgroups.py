@@ -5,29 +5,42 @@ itself, and a later life finds what an earlier one left: `CgroupTree`, `ServerCg
 Where the host allows it: cgroup v2 mounted, and the supervisor's own cgroup delegated to
 it (writable, and not the root of the hierarchy: systemd's ``Delegate=yes`` in
 ``contrib/systemd/inferactors.service`` gives the service its own). `CgroupTree.delegated`
-answers None otherwise, and the process-group and pid tracking (``escapees.py``,
-``orphans.py``) remain the only means. Layout: ``<our cgroup>/inferactors/<instance id>/``.
+answers None otherwise, and the process-group, pidfd and subreaper tracking
+(``descendants.py``, ``orphans.py``) remain the only means.
+
+Layout: ``<our cgroup>/inferactors/<data root key>/<life>/<instance>-<8 hex>/``. The key
+(`data_root_key`) keeps the servers of one ``data_root`` apart from any other runtime's in
+the same cgroup; the *life* (`life_name`: the supervisor's pid and its start in clock ticks
+since boot) says which supervisor made them, so a later life kills only the cgroups of a
+life that is over (`CgroupTree.left_behind`), never a live runtime's; the suffix makes each
+spawn's cgroup its own (a restart never meets its predecessor's).
 
 - A server enters its cgroup between fork and exec: the spawn opens `ServerCgroup.procs_fd`
-  in the parent and the child writes ``0`` to it (`enter_self`) before it changes user
+  in the parent and the exec helper writes ``0`` to it first of all, before it changes user
   (a ``run_as`` user may not write root's ``cgroup.procs``). Whatever it forks after that
-  stays in the cgroup, whatever session or process group it makes.
-- `ServerCgroup.kill` writes ``1`` to ``cgroup.kill`` (Linux 5.14: the kernel SIGKILLs
-  every member and any that forks meanwhile), else SIGKILLs each member until none is left,
-  and waits (bounded) until it is empty. `ServerCgroup.signal` sends another signal (a
-  SIGTERM for the grace) to every member.
-- `CgroupTree.left_behind` lists the server cgroups that still have members: at start-up,
-  what a SIGKILLed supervisor left; they are ours by place, whatever their pids became.
+  stays in the cgroup, whatever session or process group it makes, and a process of
+  another user cannot move itself out (that takes write access to our ``cgroup.procs``).
+- `ServerCgroup.signal` reaches each member through a pidfd opened and *then* checked to be
+  in the cgroup still (never a reused pid); `ServerCgroup.kill` writes ``1`` to
+  ``cgroup.kill`` (Linux 5.14: the kernel SIGKILLs every member and any that forks
+  meanwhile), else SIGKILLs each member, and waits (bounded) until it is empty.
+- `cgroup.procs` lists live processes only: an exited member that waits to be reaped is no
+  longer in it.
 
-All of it is blocking file I/O on cgroupfs (a few system calls): call it in a worker thread.
-Our own cgroup is read from ``/proc/self/cgroup`` (psutil has no cgroup call; the v2 line is
-``0::<path>``) and the v2 mount from psutil's mount table.
+All of it is blocking file I/O on cgroupfs (a few system calls, microseconds each): the
+sync waits (`ServerCgroup.kill`) run in a worker thread, the single reads and writes may
+run on the event loop. A process's cgroup is read from ``/proc/<pid>/cgroup`` (psutil has
+no cgroup call; the v2 line is ``0::<path>``) and the v2 mount from psutil's mount table.
 """
 
 from __future__ import annotations
 
 import errno
+import functools
+import hashlib
+import logging
 import os
+import secrets
 import signal
 import time
 from pathlib import Path
@@ -35,15 +48,27 @@ from pathlib import Path
 import attrs
 import psutil
 
+_log = logging.getLogger(__name__)
+
 SUBTREE = "inferactors"
-"""The directory under our cgroup that holds one cgroup per server."""
+"""The directory under our cgroup that holds the servers' cgroups."""
 KILL_WAIT_S = 2.0
 """How long `ServerCgroup.kill` waits for the cgroup to empty, seconds."""
+NO_CGROUP = (
+    "no cgroup per server: %s; what a server starts is tracked by its process group, its "
+    "tree (the server a child subreaper) and its session, and killed with it"
+)
+"""The warning, once per process, where the host delegates no cgroup (``%s``: why)."""
 _POLL_S = 0.01
+_TICKS = 100
+"""Starts are named in hundredths of a second since boot (the kernel's clock ticks)."""
+_GONE = (errno.ENOENT, errno.ENODEV)
+"""What a cgroup file answers once its cgroup is removed (or being removed)."""
 
 
+@functools.cache
 def cgroup2_mount() -> Path | None:
-    """Where cgroup v2 is mounted (the unified hierarchy), or None."""
+    """Where cgroup v2 is mounted (the unified hierarchy), or None; read once."""
     for partition in psutil.disk_partitions(all=True):
         if partition.fstype == "cgroup2":
             return Path(partition.mountpoint)
@@ -62,15 +87,52 @@ def own_cgroup(proc_cgroup: Path = Path("/proc/self/cgroup")) -> str | None:
     return None
 
 
+def cgroup_of(pid: int) -> str | None:
+    """The cgroup v2 path of process ``pid``, or None (gone, or no cgroup v2)."""
+    return own_cgroup(Path(f"/proc/{pid}/cgroup"))
+
+
+def data_root_key(data_root: Path) -> str:
+    """The directory name of ``data_root``'s servers under the tree: 16 hex digits of the
+    SHA-256 of its absolute path."""
+    return hashlib.sha256(os.fsencode(os.path.abspath(data_root))).hexdigest()[:16]
+
+
+def life_name(pid: int | None = None) -> str:
+    """``<pid>-<start>`` of process ``pid`` (ours by default), its start in clock ticks since
+    boot, which neither a clock step nor a reused pid can repeat.
+
+    Raises:
+        psutil.NoSuchProcess: there is no such process.
+    """
+    process = psutil.Process(pid)
+    ticks = round((process.create_time() - psutil.boot_time()) * _TICKS)
+    return f"{process.pid}-{ticks}"
+
+
+def life_running(name: str) -> bool:
+    """Whether the supervisor that `life_name` named is still running (a zombie is not); an
+    unreadable name is not a life, so it counts as running and is never touched."""
+    pid_text, _, ticks_text = name.partition("-")
+    if not (pid_text.isdigit() and ticks_text.isdigit()):
+        return True
+    try:
+        if psutil.Process(int(pid_text)).status() == psutil.STATUS_ZOMBIE:
+            return False
+        return life_name(int(pid_text)) == name
+    except psutil.NoSuchProcess:
+        return False
+
+
 @attrs.frozen
 class ServerCgroup:
-    """The cgroup of one server: ``path`` is its directory."""
+    """The cgroup of one spawn: ``path`` is its directory."""
 
     path: Path
 
     @property
     def name(self) -> str:
-        """Its instance id."""
+        """``<instance>-<8 hex>``."""
         return self.path.name
 
     def procs_fd(self) -> int:
@@ -79,40 +141,83 @@ class ServerCgroup:
         return os.open(self.path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
 
     def enter(self, pid: int) -> None:
-        """Move ``pid`` (and nothing it forks before) into the cgroup."""
+        """Move ``pid`` (and nothing it forked before) into the cgroup."""
         (self.path / "cgroup.procs").write_text(f"{pid}\n")
 
     def members(self) -> list[int]:
-        """The pids in it now (none when it is gone)."""
+        """The live pids in it now (none when it is gone)."""
         try:
             text = (self.path / "cgroup.procs").read_text()
-        except FileNotFoundError:
-            return []
+        except OSError as error:
+            if error.errno in _GONE:
+                return []
+            raise
         return [int(word) for word in text.split()]
 
-    def signal(self, signum: int) -> list[int]:
-        """Send ``signum`` to every member; the pids it reached."""
-        reached = []
+    def holds(self, pid: int) -> bool:
+        """Whether process ``pid`` is in this cgroup now."""
+        return cgroup_path(pid) == self.path
+
+    def member_fds(self) -> dict[int, int]:
+        """A pidfd for each member, opened and then checked to be in this cgroup still, so
+        it names that process for good. The caller closes them."""
+        fds: dict[int, int] = {}
         for pid in self.members():
             try:
-                os.kill(pid, signum)
-            except ProcessLookupError:
+                fd = os.pidfd_open(pid)
+            except OSError:
                 continue
-            reached.append(pid)
+            if self.holds(pid):
+                fds[pid] = fd
+            else:
+                os.close(fd)
+        return fds
+
+    def signal(self, signum: int) -> list[int]:
+        """Send ``signum`` to every member (through pidfds: `member_fds`); the pids it reached."""
+        reached = []
+        fds = self.member_fds()
+        try:
+            for pid, fd in fds.items():
+                try:
+                    signal.pidfd_send_signal(fd, signum)
+                except (ProcessLookupError, PermissionError):
+                    continue
+                reached.append(pid)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
         return reached
+
+    def request_kill(self) -> None:
+        """SIGKILL every member now, without waiting: ``cgroup.kill`` (every member and any
+        that forks meanwhile), else one SIGKILL per member. A cgroup already gone is fine."""
+        killer = self.path / "cgroup.kill"
+        if not self.path.exists():
+            return  # the cgroup is gone: nothing to kill
+        if not killer.exists():
+            self.signal(signal.SIGKILL)  # a kernel before 5.14: no cgroup.kill
+            return
+        try:
+            fd = os.open(killer, os.O_WRONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return  # removed meanwhile
+        try:
+            os.write(fd, b"1")
+        except OSError as error:
+            if error.errno not in _GONE:
+                raise
+        finally:
+            os.close(fd)
 
     def kill(self, wait_s: float = KILL_WAIT_S) -> bool:
         """SIGKILL every member (and whatever they fork meanwhile); whether it is empty
-        within ``wait_s`` seconds."""
-        killer = self.path / "cgroup.kill"
+        within ``wait_s`` seconds. Blocking."""
         deadline = time.monotonic() + wait_s
         while True:
             if not self.members():
                 return True
-            if killer.exists():
-                killer.write_text("1\n")
-            else:
-                self.signal(signal.SIGKILL)
+            self.request_kill()
             if time.monotonic() >= deadline:
                 return not self.members()
             time.sleep(_POLL_S)
@@ -124,22 +229,41 @@ class ServerCgroup:
         except FileNotFoundError:
             return True
         except OSError as error:
-            if error.errno == errno.EBUSY:
+            if error.errno in (errno.EBUSY, errno.ENOTEMPTY):
                 return False
             raise
         return True
+
+    def discard(self) -> None:
+        """`remove`, best effort: a cgroup still in use, or one we may not remove, stays
+        (a later life finds it if it holds anything). Once it is gone, so are the
+        directories of its life and of its data root when they are left empty (inside our
+        layout only: never the tree's own directory, nor anything above it)."""
+        try:
+            if not self.remove():
+                return
+        except OSError:
+            return
+        parent = self.path.parent
+        while SUBTREE in parent.parts[-3:-1] and parent.name != SUBTREE:
+            try:
+                parent.rmdir()  # fails while a sibling is in it: then it stays
+            except OSError:
+                return
+            parent = parent.parent
 
 
 def enter_self(fd: int) -> None:
     """In a spawned child, between fork and exec: move this process into the cgroup whose
     ``cgroup.procs`` ``fd`` is (`ServerCgroup.procs_fd`). Only system calls: safe after
-    a fork."""
+    a fork. (The exec helper, ``spawn_child.py``, does the same write: it imports nothing
+    of inferactors.)"""
     os.write(fd, b"0")
 
 
 @attrs.frozen
 class CgroupTree:
-    """The directory holding one cgroup per server (module docstring)."""
+    """The directory holding the servers' cgroups (module docstring)."""
 
     root: Path
 
@@ -158,31 +282,98 @@ class CgroupTree:
     def delegated(cls) -> CgroupTree | None:
         """The tree under our own cgroup when it is delegated to us (cgroup v2, writable,
         not the hierarchy's root), else None."""
+        found = cls.delegated_or_why()
+        return found if isinstance(found, CgroupTree) else None
+
+    @classmethod
+    def delegated_or_why(cls) -> CgroupTree | str:
+        """`delegated`, or why there is none, in words (``"cgroup v2 is not mounted"``)."""
         mount, own = cgroup2_mount(), own_cgroup()
-        if mount is None or own is None or own == "/":
-            return None  # the root of the hierarchy is no one's to hand out
+        if mount is None:
+            return "cgroup v2 is not mounted"
+        if own is None or own == "/":  # the root of the hierarchy is no one's to hand out
+            return "this process is in the root cgroup v2, which is not delegated to it"
         base = mount / own.lstrip("/")
         if not (os.access(base, os.W_OK) and os.access(base / "cgroup.procs", os.W_OK)):
-            return None
+            return f"its cgroup {base} is not delegated to it (not writable)"
         try:
             return cls.at(base)
-        except OSError:
-            return None
+        except OSError as error:
+            return f"cannot make {base / SUBTREE} ({error.strerror or error})"
 
-    def server(self, instance_id: str) -> ServerCgroup:
-        """The cgroup of ``instance_id``, made if missing.
+    def place(self, instance_dir: Path) -> ServerCgroup:
+        """A new, empty cgroup for one spawn of the server in ``instance_dir`` (its data
+        root is the directory's parent), in this process's life.
 
         Raises:
             OSError: it cannot be made.
         """
-        path = self.root / instance_id
-        path.mkdir(exist_ok=True)
+        life = self.root / data_root_key(instance_dir.parent) / life_name()
+        path = life / f"{instance_dir.name or 'process'}-{secrets.token_hex(4)}"
+        for _ in range(3):  # an empty life's directory may be removed meanwhile (`discard`)
+            life.mkdir(parents=True, exist_ok=True)
+            try:
+                path.mkdir()
+            except FileNotFoundError:
+                continue
+            return ServerCgroup(path)
+        path.mkdir()
         return ServerCgroup(path)
 
-    def left_behind(self) -> list[ServerCgroup]:
-        """Every server cgroup that still has members, sorted by name."""
+    def left_behind(self, data_root: Path) -> list[ServerCgroup]:
+        """The cgroups of ``data_root``'s servers that lives now over made and that still
+        hold a process, sorted by path. Empty ones of lives that are over are removed on
+        the way (best effort). Blocking."""
         found = []
-        for path in sorted(self.root.iterdir()):
-            if path.is_dir() and ServerCgroup(path).members():
-                found.append(ServerCgroup(path))
+        for life in _subdirectories(self.root / data_root_key(data_root)):
+            if life_running(life.name):
+                continue
+            for path in _subdirectories(life):
+                cgroup = ServerCgroup(path)
+                if cgroup.members():
+                    found.append(cgroup)
+                else:
+                    cgroup.discard()
+            ServerCgroup(life).discard()
         return found
+
+
+def recorded_cgroup(text: str, data_root: Path) -> ServerCgroup | None:
+    """The cgroup a server record names, if it is one that this supervisor's layout would
+    make for ``data_root`` (``<mount>/.../inferactors/<key of data_root>/<life>/<name>``,
+    no ``..``), else None: a record is never a way to reach any other cgroup."""
+    mount = cgroup2_mount()
+    path = Path(text)
+    if mount is None or not path.is_absolute() or ".." in path.parts:
+        return None
+    if not path.is_relative_to(mount) or len(path.relative_to(mount).parts) < 4:
+        return None
+    if path.parts[-4] != SUBTREE or path.parts[-3] != data_root_key(data_root):
+        return None
+    return ServerCgroup(path)
+
+
+def cgroup_path(pid: int) -> Path | None:
+    """Where process ``pid``'s cgroup is in the file system, or None."""
+    mount, own = cgroup2_mount(), cgroup_of(pid)
+    if mount is None or own is None:
+        return None
+    return mount / own.lstrip("/")
+
+
+@functools.cache
+def server_tree() -> CgroupTree | None:
+    """This process's tree (`CgroupTree.delegated`), found once; None where the host
+    delegates none, said once in the log (a warning naming why, and the fallback)."""
+    found = CgroupTree.delegated_or_why()
+    if isinstance(found, CgroupTree):
+        return found
+    _log.warning(NO_CGROUP, found)
+    return None
+
+
+def _subdirectories(path: Path) -> list[Path]:
+    try:
+        return sorted(entry for entry in path.iterdir() if entry.is_dir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []

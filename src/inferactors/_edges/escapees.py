@@ -33,11 +33,27 @@ class Escapees:
     pgid: int
     _fds: dict[int, int] = attrs.field(factory=dict)
 
-    def track(self) -> tuple[int, ...]:
-        """Scan for new escapees, forget the ones that exited; return the live ones."""
+    def track(self, also: Iterable[int] = (), *, walk: bool = True) -> tuple[int, ...]:
+        """Scan for new escapees, forget the ones that exited; return the live ones.
+
+        Args:
+            also: More pids known to be the server's by other means (its cgroup's members,
+                orphans adopted by its session): each that is outside the group is kept
+                like a descendant found by the scan.
+            walk: Whether to walk the tree of the leader and of the escapees (False: only
+                ``also``, when it is the whole of the server, as a cgroup's members are).
+        """
         self._forget_exited()
-        for child in descendants((self.leader, *self._fds)):
-            if child.pid in self._fds:
+        found = descendants((self.leader, *self._fds)) if walk else []
+        for pid in also:
+            try:
+                if pid in self._fds or pid == self.leader or os.getpgid(pid) == self.pgid:
+                    continue  # known, or in the group: no need to read its start
+                found.append(psutil.Process(pid))
+            except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+                continue
+        for child in found:
+            if child.pid in self._fds or child.pid == self.leader:
                 continue
             try:
                 if os.getpgid(child.pid) == self.pgid:

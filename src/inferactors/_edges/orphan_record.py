@@ -3,12 +3,14 @@
 The record I/O of the orphan reaper (``orphans.py``). When a managed
 server starts, `write_record` writes ``server.json`` into its instance directory: pid, pgid,
 the process's start (psutil ``create_time``, with the boot it belongs to), port, argv, and
-the supervisor's own pid and start, and the group's members with their starts, which
+the supervisor's own pid and start, the group's members with their starts, which
 `refresh_record` keeps up to date while the server runs (a forking wrapper's server joins
-the group after the spawn). `remove_record` deletes it once the process is reaped;
-`find_orphans` and `scan_records` read every ``data_root/*/server.json``. Also here: the
-values of the reaper's report (`OrphanOutcome`, `ReapedOrphan`), since a record that cannot
-be believed is reported as IGNORED as soon as it is read.
+the group after the spawn), and, where the host delegates cgroups, the server's cgroup
+(``cgroups.py``), which holds whatever it started, however it left the group.
+`remove_record` deletes it once the process is reaped; `find_orphans` and `scan_records`
+read every ``data_root/*/server.json``. Also here: the values of the reaper's report
+(`OrphanOutcome`, `ReapedOrphan`), since a record that cannot be believed is reported as
+IGNORED as soon as it is read.
 
 Trust: the instance directory belongs to the server's user (``run_as``), so a record is
 written through a fresh exclusive temporary file and a rename (a planted link is replaced,
@@ -34,6 +36,7 @@ from typing import Any
 import attrs
 
 from .._errors import BackendError
+from .cgroups import cgroup_path, recorded_cgroup
 from .escapees import scan_escaped
 from .proctable import SystemProcessTable
 
@@ -65,8 +68,10 @@ class OrphanRecord:
             refreshed (`refresh_record`): what proves a group whose leader is gone (a
             forking wrapper's server) to be this server's.
         escaped: ``(pid, create_time)`` of the descendants that left the group (a
-            ``setsid`` wrapper's server), refreshed alongside: the reaper stops each one
-            that is still the recorded process.
+            ``setsid`` wrapper's server, a daemonized grandchild), refreshed alongside: the
+            reaper stops each one that is still the recorded process.
+        cgroup: The server's cgroup directory (``/sys/fs/cgroup/.../inferactors/<key>/
+            <life>/<name>``), or None without one: the reaper stops whatever it holds.
     """
 
     path: Path
@@ -81,6 +86,7 @@ class OrphanRecord:
     supervisor_create_time: float
     members: tuple[tuple[int, float], ...] = ()
     escaped: tuple[tuple[int, float], ...] = ()
+    cgroup: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The record as written to disk (every field but ``path``, plus a schema tag)."""
@@ -115,6 +121,7 @@ class OrphanRecord:
             supervisor_create_time=_float(data, "supervisor_create_time"),
             members=_members(data.get("members", [])),
             escaped=_members(data.get("escaped", [])),
+            cgroup=_optional_str(data, "cgroup"),
         )
 
 
@@ -149,6 +156,13 @@ def _float(data: dict[str, Any], name: str) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     raise ValueError(f"{name} must be a number")
+
+
+def _optional_str(data: dict[str, Any], name: str) -> str | None:
+    value = data.get(name)
+    if value is None or isinstance(value, str):
+        return value
+    raise ValueError(f"{name} must be a string or null")
 
 
 def _str(data: dict[str, Any], name: str) -> str:
@@ -227,10 +241,19 @@ def write_record(
         argv=tuple(argv),
         supervisor_pid=me.pid,
         supervisor_create_time=me.create_time,
+        cgroup=_our_cgroup(process_pid, instance_dir.parent),
     )
     record = attrs.evolve(record, members=_group_members(table, server.pgid, server.boot_time))
     _write_atomically(record.path, json.dumps(record.to_json(), indent=2).encode())
     return record
+
+
+def _our_cgroup(pid: int, data_root: Path) -> str | None:
+    """The cgroup of ``pid`` when it is one we made for ``data_root``'s servers."""
+    path = cgroup_path(pid)
+    if path is None or recorded_cgroup(str(path), data_root) is None:
+        return None
+    return str(path)
 
 
 def refresh_record(instance_dir: Path, process_pid: int) -> OrphanRecord | None:
@@ -239,7 +262,9 @@ def refresh_record(instance_dir: Path, process_pid: int) -> OrphanRecord | None:
     Only a trusted record that names ``process_pid`` is touched, and only while that pid is
     still the recorded process (same start, not a zombie): a record is never created here,
     nor pointed at a process that reused the pid. An unchanged record is not rewritten, so
-    calling this every second costs a read of the process table (about 1 ms). Blocking.
+    calling this every second costs a read of the process table (about 1 ms). The
+    descendants outside the group are looked for only for a server without a cgroup (a
+    recorded cgroup holds them all, and a later life stops what it holds). Blocking.
 
     Returns:
         The record as it now stands, or None when there is nothing to refresh.
@@ -257,7 +282,9 @@ def refresh_record(instance_dir: Path, process_pid: int) -> OrphanRecord | None:
     if not server.started_as(found.create_time, found.boot_time):
         return None
     members = _group_members(table, found.pgid, found.boot_time)
-    escaped = scan_escaped(table, found.pid, found.pgid, found.escaped, found.boot_time)
+    escaped = found.escaped  # a server in a cgroup: the cgroup holds them, no walk
+    if found.cgroup is None:
+        escaped = scan_escaped(table, found.pid, found.pgid, found.escaped, found.boot_time)
     if members == found.members and escaped == found.escaped:
         return found
     refreshed = attrs.evolve(found, members=members, escaped=escaped)

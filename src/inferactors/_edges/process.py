@@ -20,7 +20,11 @@ description; `ManagedProcess.terminate` stops it:
   while its server is still shutting down, so after the leader's exit the stop waits for
   the rest of the group until the grace is spent, and only then sends SIGKILL. The leader
   stays unreaped (a zombie) meanwhile, which keeps the group id ours. Descendants that
-  left the group (``setsid``) are tracked by pidfd and share its steps (``escapees.py``);
+  left the group (``setsid``, a daemon's double fork) share its steps: found by its
+  cgroup right before a stop, or without one by tree and session every `TRACK_S` and
+  right before a stop (``descendants.py``),
+  killed with ``cgroup.kill`` where there is a cgroup; the evidence and the log say which
+  survived the grace and were killed;
 - when the leader exits on its own its group is killed at once, so no grandchild outlives
   it, and if the nursery that runs the process's tasks is cancelled, the
   group is killed and reaped (item 61).
@@ -44,7 +48,7 @@ import trio
 from .._errors import BackendError
 from .._policy.privilege import RunAs
 from .capture import RunEvidence
-from .escapees import Escapees
+from .descendants import Descendants
 from .output_lines import LineSink, LineWatch, read_stream
 from .spawn import CHILD_RLIMITS as CHILD_RLIMITS
 from .spawn import ChildProcess as ChildProcess
@@ -63,6 +67,15 @@ _SETTLE_BOUND_S = REAP_BOUND_S + OUTPUT_DRAIN_S + 1.0
 
 GROUP_POLL_S = 0.02
 """How often a stop whose leader has exited looks whether the rest of its group is gone (s)."""
+
+TRACK_S = 1.0
+"""How often the descendants outside the group are looked for while a server without a
+cgroup runs (s); a look made meanwhile by the record refresh counts. A server in a cgroup
+is never looked at on a timer: its cgroup holds everything it starts."""
+
+
+STOP_TRACK_S = 0.05
+"""How often a stop's grace looks for new descendants of a server without a cgroup (s)."""
 
 
 class LaunchLike(Protocol):
@@ -106,8 +119,7 @@ class ManagedProcess:
     _group_outlived_grace: bool = False
     _stop_deadline: float | None = None
     _evidence: RunEvidence | None = None
-    _escapees: Escapees | None = None
-    _escaped: frozenset[int] = frozenset()
+    _descendants: Descendants | None = None
     _survivors: tuple[int, ...] = ()
     lines: LineWatch = attrs.Factory(LineWatch)  # the start-up reading of its output
 
@@ -150,7 +162,9 @@ class ManagedProcess:
         process = cls(child, launch.args, trio.current_time())
         process.lines.sink, process.lines.pid = log, child.pid
         if isinstance(child, PosixChild) and hasattr(os, "pidfd_open"):
-            process._escapees = Escapees(child.pid, child.pid)
+            process._descendants = Descendants(child.pid, child.pid, child.cgroup)
+            if child.cgroup is None:  # a cgroup holds them all: no need to look meanwhile
+                nursery.start_soon(process._track, name=f"inferactors descendants {child.pid}")
         nursery.start_soon(process._watch_exit, name=f"inferactors exit watcher {child.pid}")
         nursery.start_soon(process._pump_output, name=f"inferactors output {child.pid}")
         if isinstance(child, PosixChild) and child.startup_slot is not None:
@@ -175,18 +189,49 @@ class ManagedProcess:
         return self._child.pid
 
     @property
+    def cgroup(self) -> Path | None:
+        """The directory of its cgroup (``cgroups.py``), None where the host delegates none."""
+        cgroup = getattr(self._child, "cgroup", None)
+        return None if cgroup is None else Path(cgroup.path)
+
+    @property
     def escaped(self) -> tuple[int, ...]:
         """The live descendants tracked outside our group (see `track_descendants`)."""
-        return () if self._escapees is None else self._escapees.alive()
+        return () if self._descendants is None else self._descendants.alive()
 
     def track_descendants(self) -> tuple[int, ...]:
-        """Track (pidfds) the descendants that left our group; return the live ones. On each
-        record refresh, identity check and stop; about 2 ms (a walk of ``/proc``)."""
-        if self._escapees is None or not self.running:
+        """Track (pidfds) the descendants that left our group; return the live ones. On
+        each record refresh, identity check and stop, and (without a cgroup) about every
+        `TRACK_S`; 0.1 to 0.7 ms (the server's tree and its cgroup, ``descendants.py``)."""
+        if self._descendants is None or not self.running:
             return self.escaped
-        found = self._escapees.track()
-        self._escaped = self._escaped | set(found)
-        return found
+        return self._descendants.track()
+
+    def _track_adopted(self) -> None:
+        """`track_descendants`, with the orphans this process adopted from the server."""
+        if self._descendants is not None:
+            self._descendants.track_adopted()
+
+    async def _track(self) -> None:
+        """Track the descendants every `TRACK_S` until the leader's exit is noticed (a look
+        someone else made meanwhile counts)."""
+        descendants = self._descendants
+        while self.running and descendants is not None:
+            with trio.move_on_after(TRACK_S):
+                await self._exited.wait()
+            if descendants.since_tracked() >= TRACK_S / 2:
+                self.track_descendants()
+
+    async def _watch_grace(self) -> None:
+        """Wait for the leader's exit; meanwhile, for a server without a cgroup, look for
+        new descendants every `STOP_TRACK_S` (what it starts on SIGTERM stays in its tree
+        while its leader lives, and would be lost to init with its exit)."""
+        descendants = self._descendants
+        while self.running:
+            with trio.move_on_after(STOP_TRACK_S):
+                await self._exited.wait()
+            if descendants is not None and descendants.cgroup is None and self.running:
+                descendants.track()
 
     @property
     def started_at(self) -> float:
@@ -238,11 +283,11 @@ class ManagedProcess:
                 deadline = trio.current_time() + grace_s
                 if self._stop_deadline is None or deadline < self._stop_deadline:
                     self._stop_deadline = deadline
-                self.track_descendants()
+                self._track_adopted()
                 self._signal_group(signal.SIGTERM)
                 self._signal_group(signal.SIGCONT)  # a stopped server must run to handle it
                 with trio.move_on_after(grace_s):
-                    await self._exited.wait()
+                    await self._watch_grace()
         finally:
             await self._kill_and_settle()
         return self._current_evidence()
@@ -252,7 +297,8 @@ class ManagedProcess:
         self._signal_group(signal.SIGKILL)
 
     def _anything_alive(self) -> bool:
-        return self._child.group_alive() or bool(self.escaped)
+        outside = self._descendants is not None and self._descendants.anything_alive()
+        return self._child.group_alive() or outside
 
     def _signal_group(self, signum: int) -> None:
         """Signal the group while its leader is unreaped, so the group id is surely ours,
@@ -262,8 +308,12 @@ class ManagedProcess:
         """
         if self._returncode is None and not self._finished.is_set():
             self._child.signal_group(signum)
-        if self._escapees is not None:
-            self._escapees.signal(signum)
+        if self._descendants is None:
+            return
+        if signum == signal.SIGKILL:
+            self._descendants.kill()
+        else:
+            self._descendants.signal(signum)
 
     async def _kill_and_settle(self) -> None:
         """SIGKILL a group that is still alive, then wait (shielded, bounded) for the end."""
@@ -280,6 +330,7 @@ class ManagedProcess:
         try:
             await self._child.wait_exiting()
             self._exited_at = trio.current_time()
+            self._track_adopted()  # what it orphaned at its exit went to us, if to anyone
             await self._wait_for_group()
         finally:
             with trio.move_on_after(_SETTLE_BOUND_S, shield=True):
@@ -318,21 +369,16 @@ class ManagedProcess:
                 await trio.sleep(GROUP_POLL_S)
         self._returncode = self._child.reap()
         self._exited.set()
-        await self._wait_escapees()
+        await self._wait_descendants()
         with trio.move_on_after(OUTPUT_DRAIN_S):
             await self._output_done.wait()
         self._output_scope.cancel()
         await self._output_done.wait()
 
-    async def _wait_escapees(self) -> None:
-        """Give SIGKILLed escapees `REAP_BOUND_S` to go; the rest are the survivors."""
-        if self._escapees is None:
-            return
-        with trio.move_on_after(REAP_BOUND_S):
-            while self._escapees.alive():  # noqa: ASYNC110  a pidfd each; polling is simpler
-                await trio.sleep(GROUP_POLL_S)
-        self._survivors = self._escapees.alive()
-        self._escapees.close()
+    async def _wait_descendants(self) -> None:
+        """Give the SIGKILLed outsiders `REAP_BOUND_S` to go; the rest are the survivors."""
+        if self._descendants is not None:
+            self._survivors = await self._descendants.settle(REAP_BOUND_S, GROUP_POLL_S)
 
     def _finish(self) -> None:
         """Build the evidence once and wake every waiter (also after a failed settle)."""
@@ -354,7 +400,8 @@ class ManagedProcess:
             stdout=self.lines.stdout.capture,
             stderr=self.lines.stderr.capture,
             killed_after_grace=self._kill_was_needed(),
-            escaped=tuple(sorted(self._escaped)),
+            escaped=() if self._descendants is None else self._descendants.seen,
+            killed=() if self._descendants is None else self._descendants.killed,
             survivors=self._survivors,
         )
 

@@ -151,6 +151,12 @@ def tree_pids(root: int) -> list[int]:
     return pids
 
 
+def child_pids(pid: int) -> list[int]:
+    """The children of ``pid`` (each of its threads' ``children`` list; ``[]`` when it is
+    gone or the kernel keeps no such lists)."""
+    return _children(pid)
+
+
 def _children(pid: int) -> list[int]:
     try:
         tasks = os.listdir(f"/proc/{pid}/task")

@@ -22,6 +22,9 @@ the child up after the fork, in this order:
 5. on Linux, ``PR_SET_NO_NEW_PRIVS`` = 1: from the exec on, nothing the
    server or its children run can gain privileges (setuid and setgid bits and file
    capabilities are ignored); it is inherited across fork and exec and cannot be unset;
+   and ``PR_SET_CHILD_SUBREAPER``: what the server's descendants orphan (a daemon's
+   double fork) is re-parented to the server, not to init, so it stays in the tree the
+   stop walks (``descendants.py``); kept across the exec, not inherited by its children;
 6. if the parent died before the signal was armed, the child exits at once; every other
    descriptor is closed (stdin is ``/dev/null``, stdout and stderr our pipes, ``pass_fds``
    kept at their numbers), and the server is executed with exactly ``env``.
@@ -44,8 +47,9 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -53,6 +57,7 @@ import attrs
 import trio
 
 from .._policy.privilege import RunAs
+from .cgroups import CgroupTree, ServerCgroup, server_tree
 from .forker import in_forker
 from .proctable import SystemProcessTable
 from .spawn_helper import CHILD_RLIMITS as CHILD_RLIMITS
@@ -65,6 +70,8 @@ from .spawn_helper import clamp_limit as clamp_limit
 from .spawn_helper import plan_switch as plan_switch
 from .spawn_helper import spawn_helper as spawn_helper
 from .startup_slots import StartupSlot
+
+_log = logging.getLogger(__name__)
 
 
 class ChildProcess(Protocol):
@@ -128,6 +135,9 @@ class PosixChild:
     _returncode: int | None = None
     startup_slot: StartupSlot | None = None
     """The start-up slot this spawn took (``startup_slots``), until the server is ready."""
+    cgroup: ServerCgroup | None = None
+    """The cgroup it runs in from its exec on (``cgroups.py``), None where the host
+    delegates none."""
 
     @property
     def pid(self) -> int:
@@ -182,6 +192,7 @@ async def open_child_process(
     env: Mapping[str, str],
     run_as: RunAs | None = None,
     pass_fds: Sequence[int] = (),
+    cgroups: Callable[[], CgroupTree | None] = server_tree,
 ) -> PosixChild:
     """Start ``argv`` as the leader of a new session, the real `OpenProcess`.
 
@@ -198,6 +209,9 @@ async def open_child_process(
         run_as: The user to run as; None keeps our own user.
         pass_fds: Descriptors the child inherits at the same numbers (the verified model
             files it is told to open as ``/proc/self/fd/N``); all others are closed.
+        cgroups: The cgroup tree to place the child in (`CgroupTree.place` under ``cwd``'s
+            name), or None; this process's delegated tree by default (`server_tree`). A
+            cgroup that cannot be made is logged and the child runs without one.
 
     Raises:
         PermissionError: ``run_as`` names another user and we are not root.
@@ -205,10 +219,10 @@ async def open_child_process(
             exist, or the child's setup (limits, user switch, parent-death signal) failed;
             the errno and message are the helper's.
     """
-    plan = json.dumps(child_plan(argv, cwd, env, run_as, pass_fds)).encode()
+    plan = child_plan(argv, cwd, env, run_as, pass_fds)
     slot = await StartupSlot.take()  # a few servers start at once (``startup_slots``)
     try:
-        child = await _spawn(plan, pass_fds)
+        child = await _spawn(plan, pass_fds, functools.partial(_place, cgroups, cwd))
     except BaseException:
         slot.release()
         raise
@@ -216,18 +230,79 @@ async def open_child_process(
     return child
 
 
-async def _spawn(plan: bytes, pass_fds: Sequence[int]) -> PosixChild:
+async def _spawn(
+    plan: dict[str, object], pass_fds: Sequence[int], place: Callable[[], ServerCgroup | None]
+) -> PosixChild:
     with HelperPipes() as pipes:
         ends = pipes.child_ends(pass_fds)
-        pid = await in_forker(functools.partial(spawn_helper, ends, plan, pipes.take_plan()))
+        job = functools.partial(_spawn_placed, ends, plan, pipes.take_plan(), place)
+        pid, cgroup = await in_forker(job)
         pipes.close_child_ends()
         status = await exec_status(pipes.take_status())
         if status is not None:
             with trio.CancelScope(shield=True):  # it exits right after reporting: reap it
                 await trio.to_thread.run_sync(os.waitpid, pid, 0)
+                if cgroup is not None:
+                    await trio.to_thread.run_sync(cgroup.discard)
             raise status
         stdout, stderr = pipes.take_output()
-    return PosixChild(pid, stdout, stderr, _open_pidfd(pid))
+    return PosixChild(pid, stdout, stderr, _open_pidfd(pid), cgroup=cgroup)
+
+
+def _spawn_placed(
+    ends: ChildEnds,
+    plan: dict[str, object],
+    plan_fd: int,
+    place: Callable[[], ServerCgroup | None],
+) -> tuple[int, ServerCgroup | None]:
+    """In the forker: make the child's cgroup (if any), open its ``cgroup.procs`` for the
+    helper, spawn the helper, close the descriptor; the pid and the cgroup. Blocking."""
+    cgroup = place()
+    fd = _procs_fd(cgroup)
+    if fd is None:
+        cgroup = None
+    try:
+        planned = json.dumps({**plan, "cgroup_fd": fd}).encode()
+        pid = spawn_helper(attrs.evolve(ends, cgroup=fd), planned, plan_fd)
+    except BaseException:
+        if cgroup is not None:
+            cgroup.discard()
+        raise
+    finally:
+        if fd is not None:
+            os.close(fd)
+    return pid, cgroup
+
+
+def _procs_fd(cgroup: ServerCgroup | None) -> int | None:
+    """The cgroup's ``cgroup.procs`` open for writing, or None (no cgroup; or it cannot be
+    opened: said, and the cgroup removed)."""
+    if cgroup is None:
+        return None
+    try:
+        return cgroup.procs_fd()
+    except OSError as error:
+        _log.warning("cannot open %s/cgroup.procs (%s)", cgroup.path, error.strerror or error)
+        cgroup.discard()
+        return None
+
+
+def _place(cgroups: Callable[[], CgroupTree | None], cwd: Path) -> ServerCgroup | None:
+    """A new cgroup for a child in ``cwd``, or None (no tree; or it cannot be made: said)."""
+    tree = cgroups()
+    if tree is None:
+        return None
+    try:
+        return tree.place(cwd)
+    except OSError as error:
+        _log.warning(
+            "cannot make a cgroup for the server in %s under %s (%s); it is tracked by "
+            "process group, pid and session only",
+            cwd,
+            tree.root,
+            error.strerror or error,
+        )
+        return None
 
 
 def _open_pidfd(pid: int) -> int | None:

@@ -5,14 +5,19 @@ interpreter (no site, no environment variables read, no script directory on the 
 only the standard library is importable. It reads its plan (JSON) from ``PLAN_FD``, sets the
 child up in this order, then executes the server:
 
+0. with a cgroup (``cgroups.py``, where the host delegates a subtree): ``0`` written to the
+   plan's ``cgroup_fd`` (that cgroup's ``cgroup.procs``, opened by the parent), before
+   anything else and before the user switch (a ``run_as`` user may not write it), so the
+   server is in its cgroup from its exec on;
 1. a new session (``setsid``): the child's process group id is its pid, every signal goes
    to the whole group;
 2. resource limits (the plan's, computed by the parent);
 3. the working directory (before the user switch, as root can always enter it);
 4. with a user switch: ``setgroups``, ``setgid``, ``setuid``;
 5. on Linux, ``PR_SET_PDEATHSIG`` = SIGKILL (after the switch: the kernel clears it on a uid
-   change) and ``PR_SET_NO_NEW_PRIVS``; if the parent died before the signal was armed,
-   exit at once;
+   change), ``PR_SET_NO_NEW_PRIVS`` and ``PR_SET_CHILD_SUBREAPER`` (the server adopts
+   what its own descendants orphan, so a daemonized grandchild stays in its tree); if the
+   parent died before the signal was armed, exit at once;
 6. every descriptor closed but 0, 1, 2, the plan's ``pass_fds`` and the status pipe (which
    is close-on-exec); SIGPIPE and SIGXFSZ back to their defaults (Python ignores them);
 7. ``execve`` of the server with exactly the plan's environment.
@@ -34,6 +39,7 @@ import time
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_NO_NEW_PRIVS = 38
 
 
@@ -55,6 +61,13 @@ def main(plan_fd: int, status_fd: int) -> None:
 
 
 def _set_up(plan: dict[str, Any], status_fd: int) -> None:
+    cgroup_fd = plan.get("cgroup_fd")
+    if cgroup_fd is not None:
+        try:
+            os.write(cgroup_fd, b"0")  # into its cgroup, first, before the user switch
+        except OSError as error:
+            raise OSError(error.errno, f"cannot enter its cgroup: {error.strerror}") from None
+        os.close(cgroup_fd)
     os.setsid()
     for which, value in plan["rlimits"]:
         resource.setrlimit(which, (value, value))
@@ -68,6 +81,7 @@ def _set_up(plan: dict[str, Any], status_fd: int) -> None:
     if sys.platform.startswith("linux"):
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, "PR_SET_PDEATHSIG")
         _prctl(_PR_SET_NO_NEW_PRIVS, 1, "PR_SET_NO_NEW_PRIVS")
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1, "PR_SET_CHILD_SUBREAPER")
     if os.getppid() != plan["parent_pid"]:
         os._exit(1)  # the parent died before the signal was armed
     _close_all_but(sorted({0, 1, 2, *plan["pass_fds"], status_fd}))

@@ -58,14 +58,16 @@ def child_plan(
 
 @attrs.frozen
 class ChildEnds:
-    """The descriptors the helper gets: its plan, its status pipe, stdout, stderr, and the
-    descriptors the server keeps (at their own numbers)."""
+    """The descriptors the helper gets: its plan, its status pipe, stdout, stderr, the
+    descriptors the server keeps (at their own numbers), and the ``cgroup.procs`` of its
+    cgroup, which the helper writes and closes before the exec (None: no cgroup)."""
 
     plan: int
     status: int
     stdout: int
     stderr: int
     keep: tuple[int, ...]
+    cgroup: int | None = None
 
 
 def spawn_helper(ends: ChildEnds, plan: bytes, plan_fd: int) -> int:
@@ -77,6 +79,7 @@ def spawn_helper(ends: ChildEnds, plan: bytes, plan_fd: int) -> int:
         (os.POSIX_SPAWN_DUP2, ends.stdout, 1),
         (os.POSIX_SPAWN_DUP2, ends.stderr, 2),
         *((os.POSIX_SPAWN_DUP2, fd, fd) for fd in (ends.plan, ends.status, *ends.keep)),
+        *(() if ends.cgroup is None else ((os.POSIX_SPAWN_DUP2, ends.cgroup, ends.cgroup),)),
     ]  # a dup2 onto itself clears close-on-exec in the child only
     python = sys.executable
     argv = [python, "-I", "-S", str(HELPER), str(ends.plan), str(ends.status)]

@@ -26,6 +26,7 @@ import attrs
 import psutil
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
 
 
 def become_subreaper() -> bool:
@@ -38,6 +39,21 @@ def become_subreaper() -> bool:
         return False
     zero = ctypes.c_ulong(0)
     return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, ctypes.c_ulong(1), zero, zero, zero) == 0)
+
+
+def is_subreaper() -> bool:
+    """Whether this process is a child subreaper now (`become_subreaper`); False off Linux."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return False
+    flag = ctypes.c_int(0)
+    zero = ctypes.c_ulong(0)
+    if libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), zero, zero, zero) != 0:
+        return False
+    return flag.value != 0
 
 
 @attrs.define

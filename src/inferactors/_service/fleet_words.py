@@ -3,14 +3,15 @@ how many instances run (`summary`)."""
 
 from __future__ import annotations
 
-from .._edges.orphan_record import ReapedOrphan
+from .._edges.orphan_record import RECORD_NAME, ReapedOrphan
 from .._status import InstanceState
 from .views import InstanceView
 
 
 def orphan_words(orphan: ReapedOrphan) -> str:
     """One line for the operator about a server an earlier life left behind, in words: its
-    pid, process group, program and port, the record it was found by, what was done."""
+    pid, process group, program and port, the record (or the cgroup, for one that was
+    never recorded) it was found by, what was done."""
     done = f"{orphan.outcome.value} ({orphan.detail})"
     if orphan.pid is None:
         return (
@@ -20,9 +21,10 @@ def orphan_words(orphan: ReapedOrphan) -> str:
     about += [orphan.program] if orphan.program is not None else []
     about += [f"port {orphan.port}"] if orphan.port is not None else []
     listed = f" ({', '.join(about)})" if about else ""
+    found_by = "its record" if orphan.record_path.name == RECORD_NAME else "its cgroup"
     return (
         f"found a server left by an earlier life: pid {orphan.pid}{listed}, "
-        f"by its record {orphan.record_path}: {done}"
+        f"by {found_by} {orphan.record_path}: {done}"
     )
 
 
