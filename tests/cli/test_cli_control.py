@@ -41,9 +41,14 @@ async def test_status_is_a_table_from_another_process(fleet: FakeFleet, tmp_path
     done = await cli("status", "--state-dir", str(tmp_path))
     assert done.returncode == 0, done.stderr
     header, chat, embed = done.stdout.decode().splitlines()
-    assert header.split() == ["NAME", "MODE", "STATE", "PID", "UPTIME", "RESTARTS", "DETAIL"]
-    assert chat.split() == ["chat", "managed", "running", "101", "12s", "0"]
-    assert embed.split()[:4] == ["embed", "managed", "running", "102"]
+    assert header.split() == [
+        "NAME", "MODE", "STATE", "ENDPOINT", "MODEL", "PID", "UPTIME", "RESTARTS", "DETAIL"
+    ]  # fmt: skip
+    assert chat.split() == [
+        "chat", "managed", "running", "127.0.0.1:8101", "tiny", "101", "12s", "0"
+    ]  # fmt: skip
+    assert embed.split()[:4] == ["embed", "managed", "running", "127.0.0.1:8102"]
+    assert "\x1b" not in done.stdout.decode()  # not a terminal: no colour
 
 
 async def test_status_json(fleet: FakeFleet, tmp_path: Path) -> None:
@@ -55,7 +60,7 @@ async def test_status_json(fleet: FakeFleet, tmp_path: Path) -> None:
 async def test_stop_is_sent_for_that_instance_only(fleet: FakeFleet, tmp_path: Path) -> None:
     done = await cli("stop", "chat", "--state-dir", str(tmp_path))
     assert done.returncode == 0, done.stderr
-    assert done.stdout == b"chat: exited (reason: requested)\n"
+    assert done.stdout == b"chat: stopped (reason: requested)\n"
     assert fleet.calls == ["stop chat"]
     assert fleet.instances["embed"].status.pid == 102
 

@@ -246,7 +246,7 @@ async def test_the_read_only_app_answers_reads_and_refuses_commands() -> None:
 class FailingFleet(FakeFleet):
     """A fleet whose restart fails as the tree says and whose stop has a bug."""
 
-    async def restart(self, name: str) -> InstanceView:
+    async def restart(self, name: str, wait_s: float = 0.0) -> InstanceView:
         raise BackendError(f"{name}: the server did not stop")
 
     async def stop(self, name: str) -> InstanceView:

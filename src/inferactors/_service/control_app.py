@@ -4,7 +4,9 @@ Routes, all JSON through the one converter (`inferactors._config.convert_api`)::
 
     GET  /v1/instances                     {"instances": [InstanceView, ...]}
     GET  /v1/instances/{name}              InstanceView
-    POST /v1/instances/{name}/start        InstanceView after      (also stop, restart)
+    POST /v1/instances/{name}/start        InstanceView once settled ?wait=S (600; 0: at spawn)
+    POST /v1/instances/{name}/restart      as start
+    POST /v1/instances/{name}/stop         InstanceView after the stop (a stopped one: as it is)
     GET  /v1/instances/{name}/logs         NDJSON LogLines  ?lines=N (100) &follow=1
     GET  /v1/events                        NDJSON events    ?since=N (the last N; 20) &follow=1
     POST /v1/reload                        ReloadResult, or 400 with the config error
@@ -58,6 +60,12 @@ from .views import InstanceView, ReadyView, ReloadResult
 
 LIVE_DEADLINE_S = 2.0
 """How long ``/livez`` waits for every runtime's actor tree to answer, float seconds."""
+DEFAULT_START_WAIT_S = 600.0
+"""How long a start or restart waits for the instance to settle (running, or a failure no
+waiting changes) when the request names no ``wait``, float seconds (the default readiness
+deadline, ``readiness_timeout_s``)."""
+MAX_START_WAIT_S = 86_400.0
+"""The longest ``wait`` a start or restart may ask for, float seconds."""
 DEFAULT_LOG_LINES = 100
 DEFAULT_EVENTS = 20
 MAX_LINES = 100_000
@@ -82,9 +90,9 @@ class ControlledFleet(Protocol):
 
     def views(self) -> tuple[InstanceView, ...]: ...
     def view(self, name: str) -> InstanceView: ...
-    async def start(self, name: str) -> InstanceView: ...
+    async def start(self, name: str, wait_s: float = 0.0) -> InstanceView: ...
     async def stop(self, name: str) -> InstanceView: ...
-    async def restart(self, name: str) -> InstanceView: ...
+    async def restart(self, name: str, wait_s: float = 0.0) -> InstanceView: ...
     async def reload(self) -> ReloadResult: ...
     def log_tail(self, name: str, lines: int) -> tuple[LogLine, ...]: ...
     def follow_logs(
@@ -143,6 +151,24 @@ def _count(request: Request, key: str, default: int) -> int:
     return int(text)
 
 
+def _seconds(request: Request, key: str, default: float) -> float:
+    """The query parameter ``key`` as float seconds, 0..`MAX_START_WAIT_S`.
+
+    Raises:
+        InvalidConfig: not a number in that range.
+    """
+    text = request.query_params.get(key)
+    if text is None:
+        return default
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= MAX_START_WAIT_S:
+        raise InvalidConfig(f"{key} must be a number of seconds from 0 to {MAX_START_WAIT_S:g}")
+    return seconds
+
+
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
@@ -180,6 +206,16 @@ class _Routes:
     def command(self, act: Callable[[str], Awaitable[InstanceView]]) -> Callable[..., Any]:
         async def handle(request: Request) -> Response:
             return JSONResponse(api_data(await act(request.path_params["name"])))
+
+        return handle
+
+    def waited(self, act: Callable[[str, float], Awaitable[InstanceView]]) -> Callable[..., Any]:
+        """A start or restart: carried out, then waited on for ``?wait=S`` seconds (default
+        `DEFAULT_START_WAIT_S`) until the instance settles."""
+
+        async def handle(request: Request) -> Response:
+            wait_s = _seconds(request, "wait", DEFAULT_START_WAIT_S)
+            return JSONResponse(api_data(await act(request.path_params["name"], wait_s)))
 
         return handle
 
@@ -337,9 +373,9 @@ def control_app(
         routes=[
             Route("/v1/instances", routes.instances),
             Route("/v1/instances/{name}", routes.instance),
-            Route("/v1/instances/{name}/start", routes.command(fleet.start), methods=["POST"]),
+            Route("/v1/instances/{name}/start", routes.waited(fleet.start), methods=["POST"]),
             Route("/v1/instances/{name}/stop", routes.command(fleet.stop), methods=["POST"]),
-            Route("/v1/instances/{name}/restart", routes.command(fleet.restart), methods=["POST"]),
+            Route("/v1/instances/{name}/restart", routes.waited(fleet.restart), methods=["POST"]),
             Route("/v1/instances/{name}/logs", routes.logs),
             Route("/v1/events", routes.events),
             Route("/v1/reload", routes.reload, methods=["POST"]),

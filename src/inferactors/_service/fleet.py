@@ -24,7 +24,7 @@ from .._edges.log_ring import LogLine
 from .._edges.memory_gauge import MemoryGauge
 from .._errors import InvalidState, UnknownInstance
 from .._events import Event, StopReason, instance_of
-from .._policy import fleet_exit
+from .._policy import fleet_exit, service_status
 from .._policy.reload_plan import Placement, placements
 from .drain import Drainer, NoDrain
 from .event_fan import EventFan
@@ -173,8 +173,9 @@ class Fleet:
 
     # Commands.
 
-    async def start(self, name: str) -> InstanceView:
-        """An operator's start: the restart budget is refilled, then the server started.
+    async def start(self, name: str, wait_s: float = 0.0) -> InstanceView:
+        """An operator's start: the restart budget is refilled, then the server started;
+        then, for up to ``wait_s`` float seconds, `settle`. Returns the view then.
 
         Raises:
             UnknownInstance: no such instance.
@@ -186,28 +187,52 @@ class Fleet:
         await member.runtime.reset_restarts(member.handle)
         if self.door is None or not await self.door.start(member):  # on demand: admitted
             await member.runtime.start(member.handle)
-        return await self._fresh(member)
+        await self._fresh(member)
+        return await self.settle(member, wait_s)
 
     async def stop(self, name: str) -> InstanceView:
-        """An operator's stop (reason ``requested``: not a crash, never restarted).
+        """An operator's stop (reason ``requested``: not a crash, never restarted); an
+        instance with no process (stopped, given up, in backoff) is left as it is, and a
+        pending restart is cancelled. The view shows ``stopping`` meanwhile.
 
         Raises:
             UnknownInstance: no such instance.
-            InvalidState: not running, or refused at load.
+            InvalidState: refused at load.
             Unsupported: an adopted server, which inferactors never signals.
         """
         member = self._loaded(name)
         assert member.handle is not None
-        if self.door is None or not await self.door.stop(member, StopReason.REQUESTED):
-            await member.runtime.stop(member.handle, self.stop_grace_s)
+        member.stopping += 1
+        self.changed(member)
+        try:
+            if self.door is None or not await self.door.stop(member, StopReason.REQUESTED):
+                await member.runtime.stop(member.handle, self.stop_grace_s)
+        except InvalidState:
+            pass  # nothing runs: it is already stopped (its view says how it stands)
+        finally:
+            member.stopping -= 1
         return await self._fresh(member)
 
-    async def restart(self, name: str) -> InstanceView:
-        """Stop the server if it runs, then start it (as `InferRuntime.restart`)."""
+    async def restart(self, name: str, wait_s: float = 0.0) -> InstanceView:
+        """An operator's restart: the restart budget is refilled (as for a start), the
+        server stopped if it runs, then started (as `InferRuntime.restart`); then, for up
+        to ``wait_s`` float seconds, `settle`."""
         member = self._loaded(name)
         assert member.handle is not None
+        await member.runtime.reset_restarts(member.handle)
         await member.runtime.restart(member.handle, self.stop_grace_s)
-        return await self._fresh(member)
+        await self._fresh(member)
+        return await self.settle(member, wait_s)
+
+    async def settle(self, member: Member, wait_s: float) -> InstanceView:
+        """``member``'s view once it is running or its start settled otherwise (degraded,
+        given up, held down, stopped, gone: ``_policy/service_status.py``), or when ``wait_s``
+        float seconds have passed (still starting, or in backoff: a pending restart may yet
+        bring it up). Waits on its updates, without polling."""
+        with trio.move_on_after(wait_s):
+            while not service_status.settled(member.view().display_state):
+                await member.until_updated()
+        return self.view(member.name)
 
     async def reload(self) -> ReloadResult:
         """Re-read the run file and apply what changed (``_service/reload.py``).

@@ -16,13 +16,16 @@ import attrs
 import trio
 
 from .._actors.front_door_msgs import ResidencyView
+from .._actors.front_door_seam import Residency
 from .._actors.runtime import InferRuntime, InstanceHandle
 from .._config.config import ControlMode, RestartPolicy
+from .._config.spec import InferenceSpec
 from .._errors import AdmissionRefused, BackendError, InferactorsError, one_line
 from .._events import Event, StateChanged
 from .._policy.fleet_exit import Place, Standing, adopted_retry_delay_s, down_kind, standing
 from .._policy.readiness import Readiness
 from .._policy.reload_plan import Placement
+from .._policy.service_status import display_state
 from .._status import InstanceState, InstanceStatus
 from .hosts import RuntimeHost, Say
 from .views import InstanceView, ReadyView
@@ -70,6 +73,8 @@ class Member:
     """Whether ``/readyz`` counts it ready (changed by observations in a row)."""
     signed_by: str | None = None
     """Who signed its model, read from the registry after each load (`signer_of`)."""
+    stopping: int = 0
+    """How many stops of it (the fleet's: an operator's, a restart's) are under way."""
     _updated: trio.Event = attrs.Factory(trio.Event)
 
     @property
@@ -85,16 +90,30 @@ class Member:
     def view(self, residency: ResidencyView | None = None) -> InstanceView:
         """Its row of ``inferactors status`` (no I/O), with what the scheduler shows of it
         (``residency``) when it schedules it."""
-        spec = self.placement.entry.spec
+        spec, mode = self.placement.entry.spec, self.placement.entry.mode
+        stopping = self.stopping > 0 or (
+            residency is not None and residency.residency is Residency.STOPPING
+        )
+        shown = display_state(
+            self.status,
+            adopted=mode is ControlMode.ADOPTED,
+            refused=self.refused,
+            retrying=self.retrying,
+            on_demand=self.on_demand,
+            stopping=stopping,
+        )
         return InstanceView(
             name=self.name,
             flavor=spec.runtime.id,
-            mode=self.placement.entry.mode.value,
+            mode=mode.value,
             instance_id=None if self.handle is None else self.handle.instance_id,
             status=self.status,
             refused=self.refused,
             residency=residency,
             signed_by=self.signed_by,
+            endpoint=_endpoint(spec),
+            model=spec.model,
+            display_state=shown,
         )
 
     def standing(self) -> Standing:
@@ -173,6 +192,14 @@ async def keep(member: Member, keeper: Keeper) -> None:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_refresh, member, keeper)
                 nursery.start_soon(_first_deep_health, member, keeper)
+
+
+def _endpoint(spec: InferenceSpec) -> str | None:
+    """The spec's base URL; None when it has none it can say (its check failed at load)."""
+    try:
+        return spec.base_url()
+    except InferactorsError:
+        return None
 
 
 def _policy(member: Member) -> RestartPolicy:
