@@ -123,6 +123,7 @@ async def test_the_api_refuses_a_bad_wait(fleet: FakeFleet, tmp_path: Path) -> N
     from inferactors._service.control_server import control_socket_path
 
     client = ControlClient.open(control_socket_path(tmp_path), 5.0)
+    bad: dict[str, str | int | float] = {"wait": -1}
     with pytest.raises(ControlError, match="wait must be a number of seconds"):
-        await trio.to_thread.run_sync(client.post, "/v1/instances/chat/start", 5.0, {"wait": -1})
+        await trio.to_thread.run_sync(client.post, "/v1/instances/chat/start", 5.0, bad)
     assert fleet.waits == []
