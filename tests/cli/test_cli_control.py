@@ -4,6 +4,8 @@ print, what they send, and their exit statuses."""
 
 from __future__ import annotations
 
+import datetime
+import json
 import signal
 import socket
 import subprocess
@@ -113,16 +115,22 @@ async def test_logs_follow_prints_new_lines_and_ctrl_c_ends_it_quietly(
 async def test_events_are_described_as_the_supervisor_prints_them(
     fleet: FakeFleet, tmp_path: Path
 ) -> None:
+    wall = datetime.datetime(2026, 12, 1, 18, 0, 34, 884000).timestamp()
     fleet.add_event(
-        ProcessExited("id-chat", 101, 1, None, StopReason.CRASH, 5.0, last_lines=("oom",))
+        ProcessExited(
+            "id-chat", 101, 1, None, StopReason.CRASH, 5.0, last_lines=("oom",), wall_time=wall
+        )
     )
     described = await cli("events", "--state-dir", str(tmp_path))
     raw = await cli("events", "--json", "--state-dir", str(tmp_path))
     assert described.stdout.decode().splitlines() == [
-        "id-chat  process 101 exited with status 1 (reason: crash)",
+        "2026-12-01T18:00:34.884 chat  process 101 exited with status 1 (reason: crash)",
         "    | oom",
     ]
-    assert raw.stdout.startswith(b'{"type": "ProcessExited"')
+    item = json.loads(raw.stdout)
+    assert item["type"] == "ProcessExited"
+    assert (item["instance_id"], item["name"]) == ("id-chat", "chat")  # the id stays in JSON
+    assert (item["at"], item["wall_time"]) == (5.0, wall)  # monotonic and wall clock
 
 
 async def test_reload_prints_what_changed_or_the_config_error_with_2(

@@ -127,3 +127,15 @@ async def test_the_api_refuses_a_bad_wait(fleet: FakeFleet, tmp_path: Path) -> N
     with pytest.raises(ControlError, match="wait must be a number of seconds"):
         await trio.to_thread.run_sync(client.post, "/v1/instances/chat/start", 5.0, bad)
     assert fleet.waits == []
+
+
+async def test_logs_of_an_adopted_server_say_its_output_is_not_ours(
+    fleet: FakeFleet, tmp_path: Path
+) -> None:
+    fleet.instances["other"] = attrs.evolve(fleet.instances["embed"], name="other", mode="adopted")
+    done = await cli("logs", "other", "--state-dir", str(tmp_path))
+    followed = await cli("logs", "other", "-f", "--state-dir", str(tmp_path))
+    for answer in (done, followed):
+        assert answer.returncode == 0
+        assert answer.stdout == b""
+        assert answer.stderr.decode().startswith("inferactors logs: other is adopted:")

@@ -14,7 +14,7 @@ import h11
 import trio
 
 from inferactors._edges.log_ring import LogLine
-from inferactors._errors import InvalidConfig, InvalidState, UnknownInstance
+from inferactors._errors import InvalidConfig, InvalidState, UnknownInstance, Unsupported
 from inferactors._events import Event, ProcessExited, StopReason
 from inferactors._policy.readiness import reason as why_not_ready
 from inferactors._policy.readiness import serves
@@ -108,7 +108,8 @@ class FakeFleet:
         return self.reload_result
 
     def log_tail(self, name: str, lines: int) -> tuple[LogLine, ...]:
-        self.view(name)
+        if self.view(name).mode == "adopted":  # as `Fleet.log_tail`
+            raise Unsupported(f"{name} is adopted: inferactors never reads its output")
         kept = self.lines.get(name, [])
         return tuple(kept[-lines:]) if lines else ()
 
@@ -121,6 +122,9 @@ class FakeFleet:
 
     def recent_events(self, n: int) -> tuple[Event, ...]:
         return tuple(self.events[-n:]) if n else ()
+
+    def name_of(self, instance_id: str) -> str | None:
+        return next((v.name for v in self.instances.values() if v.instance_id == instance_id), None)
 
     @contextlib.contextmanager
     def follow_events(self) -> Iterator[trio.MemoryReceiveChannel[Event]]:

@@ -5,8 +5,10 @@ no wait, at spawn (starting). A stop of a stopped instance is no error: the view
 
 from __future__ import annotations
 
+import pytest
 import trio
 
+from inferactors._errors import Unsupported
 from inferactors._policy.service_status import DisplayState
 from inferactors._service.fleet import open_fleet
 from inferactors.testing import CrashAt, ListenLate, RuntimeKit, Status503, Timeline
@@ -50,3 +52,18 @@ async def test_a_start_that_fails_for_good_answers_fatal_not_at_its_deadline(
     assert view.display_state is DisplayState.FATAL
     assert (view.status.supervision or "").startswith("gave up")
     assert took < 30.0  # it answered when the start gave up, not at the wait's end
+
+
+async def test_an_adopted_servers_output_is_not_ours_to_show(
+    inferactors_kit: RuntimeKit,
+) -> None:
+    run = RunFile.create(inferactors_kit)
+    port = free_port()
+    run.write(Entry("a", free_port()), Entry("other", port, mode="adopted"))
+    async with open_fleet(run.config(), run.path) as fleet:
+        await until(fleet, running("a"))
+        assert fleet.log_tail("a", 5) != ()  # ours: the fake server's own lines
+        with pytest.raises(Unsupported, match="other is adopted: inferactors did not start it"):
+            fleet.log_tail("other", 5)
+        with pytest.raises(Unsupported), fleet.follow_logs("other"):
+            pass

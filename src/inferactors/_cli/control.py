@@ -35,7 +35,8 @@ from .control_client import (
 from .terminal import STATE_COLOURS, colour_wanted, table, width_of
 
 EXIT_STATUSES = """exit status:
-  0  done (-f: the supervisor stopped)
+  0  done (-f: the supervisor stopped; logs of an adopted server: its output is not ours,
+     said on stderr)
   1  the supervisor answered with an error (unknown instance, refused, failed; reload:
      an instance was refused), or did not answer within --timeout (busy or frozen)
   2  bad arguments or run file (reload: the run file is invalid; nothing changed)
@@ -196,9 +197,17 @@ def _outcome(verb: str, view: dict[str, Any], args: argparse.Namespace) -> int:
 
 
 def _logs(client: ControlClient, args: argparse.Namespace) -> int:
+    """The tail (and with ``-f`` what follows); an adopted server's output is not ours:
+    that is said on stderr, nothing is printed, and the exit status is 0."""
     params: dict[str, str | int | float] = {"lines": max(args.lines, 0)}
-    for line in client.lines(f"/v1/instances/{args.name}/logs", params, follow=args.follow):
-        print(json.dumps(line) if args.json else log_line(line), flush=True)
+    try:
+        for line in client.lines(f"/v1/instances/{args.name}/logs", params, follow=args.follow):
+            print(json.dumps(line) if args.json else log_line(line), flush=True)
+    except ControlError as error:
+        if error.code != "unsupported":
+            raise
+        print(one_line(f"inferactors logs: {error}"), file=sys.stderr)
+        return 0
     return _ended(args)
 
 
@@ -336,27 +345,39 @@ def _state_words(view: dict[str, Any]) -> str:
 def log_line(line: dict[str, Any]) -> str:
     """``2025-06-01T12:00:00.123 stderr 4242  <text>``: local time, stream, pid, text, and
     ``[continues]`` after a piece of a line longer than the line cap."""
-    at = datetime.datetime.fromtimestamp(float(line["at"])).isoformat(timespec="milliseconds")
+    at = _local_time(line["at"])
     mark = CONTINUED if line.get("continued") else ""
     return f"{at} {line['stream']} {line['pid']}  {line['text']}{mark}"
 
 
 def event_line(item: dict[str, Any]) -> str:
-    """An event as the supervisor prints it, or its JSON when this CLI does not know it.
-    (Only ``events`` needs the event classes and the converter: imported here.)"""
+    """An event as the supervisor prints it, after its wall-clock time (local, ISO 8601
+    with milliseconds) and naming its instance by name (its role); or its JSON when this
+    CLI does not know it. (Only ``events`` needs the event classes and the converter:
+    imported here.)"""
     from .._config.convert_hooks import converter
     from .._events import Event
     from .event_words import describe_event
 
     types = {cl.__name__: cl for cl in typing.get_args(Event)}
-    fields = {key: value for key, value in item.items() if key != "type"}
+    fields = {key: value for key, value in item.items() if key not in ("type", "name")}
     cl = types.get(str(item.get("type")))
     event: Event | None = None
     try:
         event = converter.structure(fields, cl) if cl is not None else None
     except Exception:  # a newer supervisor's fields: show what came
         pass
-    return json.dumps(item) if event is None else describe_event(event)
+    if event is None:
+        return json.dumps(item)
+    wall = item.get("wall_time")
+    return f"{_local_time(wall)} {describe_event(event, item.get('name'))}"
+
+
+def _local_time(unix_s: object) -> str:
+    """``2025-06-01T12:00:00.123`` (local time), ``-`` for none (an older supervisor)."""
+    if not isinstance(unix_s, int | float):
+        return "-"
+    return datetime.datetime.fromtimestamp(float(unix_s)).isoformat(timespec="milliseconds")
 
 
 def reload_words(result: dict[str, Any]) -> str:

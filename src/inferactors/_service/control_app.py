@@ -7,8 +7,8 @@ Routes, all JSON through the one converter (`inferactors._config.convert_api`)::
     POST /v1/instances/{name}/start        InstanceView once settled ?wait=S (600; 0: at spawn)
     POST /v1/instances/{name}/restart      as start
     POST /v1/instances/{name}/stop         InstanceView after the stop (a stopped one: as it is)
-    GET  /v1/instances/{name}/logs         NDJSON LogLines  ?lines=N (100) &follow=1
-    GET  /v1/events                        NDJSON events    ?since=N (the last N; 20) &follow=1
+    GET  /v1/instances/{name}/logs         NDJSON LogLines  ?lines=N (100) &follow=1 (adopted: 409)
+    GET  /v1/events                        NDJSON events (+ "name") ?since=N (20) &follow=1
     POST /v1/reload                        ReloadResult, or 400 with the config error
     GET  /metrics                          Prometheus text
     GET  /livez   /readyz   /readyz/{name} 200 or 503
@@ -54,7 +54,7 @@ from .._errors import (
     UnknownInstance,
     Unsupported,
 )
-from .._events import Event
+from .._events import Event, instance_of
 from .._version import package_version
 from .views import InstanceView, ReadyView, ReloadResult
 
@@ -99,6 +99,7 @@ class ControlledFleet(Protocol):
         self, name: str
     ) -> contextlib.AbstractContextManager[trio.MemoryReceiveChannel[LogLine]]: ...
     def recent_events(self, n: int) -> tuple[Event, ...]: ...
+    def name_of(self, instance_id: str) -> str | None: ...
     def follow_events(
         self,
     ) -> contextlib.AbstractContextManager[trio.MemoryReceiveChannel[Event]]: ...
@@ -225,6 +226,7 @@ class _Routes:
     async def logs(self, request: Request) -> Response:
         name = request.path_params["name"]
         self.fleet.view(name)  # UnknownInstance: 404 before any line
+        self.fleet.log_tail(name, 0)  # an adopted server: 409 unsupported before any line
         lines = _count(request, "lines", DEFAULT_LOG_LINES)
         if not _flag(request, "follow"):
             tail = self.fleet.log_tail(name, lines)
@@ -243,15 +245,24 @@ class _Routes:
         since = _count(request, "since", DEFAULT_EVENTS)
         if not _flag(request, "follow"):
             recent = self.fleet.recent_events(since)
-            return Response(_event_lines(recent), media_type=NDJSON)
+            return Response(self._event_lines(recent), media_type=NDJSON)
         return StreamingResponse(self._follow_events(since), media_type=NDJSON)
 
     async def _follow_events(self, since: int) -> AsyncIterator[bytes]:
         recent = self.fleet.recent_events(since)
         with self.fleet.follow_events() as channel:
-            yield _event_lines(recent)
+            yield self._event_lines(recent)
             async for event in channel:
-                yield _ndjson(event_data(event))
+                yield self._event_lines((event,))
+
+    def _event_lines(self, events: Iterable[Event]) -> bytes:
+        """NDJSON of ``events``, each with ``name``: its instance's name (null for the
+        supervisor's own, or an instance the fleet never had)."""
+        return b"".join(_ndjson(self._named(event)) for event in events)
+
+    def _named(self, event: Event) -> dict[str, Any]:
+        iid = instance_of(event)
+        return {**event_data(event), "name": None if iid is None else self.fleet.name_of(iid)}
 
     async def metrics(self, request: Request) -> Response:
         await self.fleet.refresh_metrics()
@@ -286,10 +297,6 @@ class _Routes:
             "reason": one.reason,
         }
         return JSONResponse(body, status_code=200 if one.ready else 503)
-
-
-def _event_lines(events: Iterable[Event]) -> bytes:
-    return b"".join(_ndjson(event_data(event)) for event in events)
 
 
 def bearer_token(authorization: bytes) -> bytes | None:

@@ -22,7 +22,7 @@ from .._config.state_dir import state_dir_of
 from .._edges.bundle import Edges, ProbeTimed
 from .._edges.log_ring import LogLine
 from .._edges.memory_gauge import MemoryGauge
-from .._errors import InvalidState, UnknownInstance
+from .._errors import InvalidState, UnknownInstance, Unsupported
 from .._events import Event, StopReason, instance_of
 from .._policy import fleet_exit, service_status
 from .._policy.reload_plan import Placement, placements
@@ -80,6 +80,9 @@ class Fleet:
     closed: trio.Event = attrs.Factory(trio.Event)
     """Set once `close` is over: the control API's follow streams end with it."""
     _by_iid: dict[str, Member] = attrs.Factory(dict)
+    _names: dict[str, tuple[str, bool]] = attrs.Factory(dict)
+    """Every instance id the fleet had, to its name and whether it was adopted (kept after
+    an unload: its events still name it)."""
     _fan: EventFan = attrs.Factory(EventFan)
     _hooks: list[Callable[[LifecycleNote], None]] = attrs.Factory(list)
     _views_changed: trio.Event = attrs.Factory(trio.Event)
@@ -119,6 +122,17 @@ class Fleet:
         of its instance, so this follows the events with the views already fresh)."""
         await self._views_changed.wait()
 
+    def name_of(self, instance_id: str) -> str | None:
+        """The name (role) of the instance with ``instance_id``, now or before a reload;
+        None for an id the fleet never had."""
+        known = self._names.get(instance_id)
+        return None if known is None else known[0]
+
+    def adopted(self, instance_id: str) -> bool:
+        """Whether the instance with ``instance_id`` is (or was) an adopted server."""
+        known = self._names.get(instance_id)
+        return known is not None and known[1]
+
     def recent_events(self, n: int) -> tuple[Event, ...]:
         """The last ``n`` events (at most `event_fan.EVENT_RING`), oldest first."""
         return self._fan.recent(n)
@@ -130,9 +144,14 @@ class Fleet:
 
     def log_tail(self, name: str, lines: int) -> tuple[LogLine, ...]:
         """The instance's last ``lines`` output lines (across restarts), oldest first;
-        none for an adopted server or an instance refused at load."""
-        member = self.member(name)
-        if member.handle is None or member.placement.entry.mode.value != "managed":
+        none for an instance refused at load.
+
+        Raises:
+            UnknownInstance: no such instance.
+            Unsupported: an adopted server: its output is not ours to read.
+        """
+        member = self._ours(name)
+        if member.handle is None:
             return ()
         try:
             return member.runtime.logs(member.handle, lines)
@@ -144,13 +163,29 @@ class Fleet:
         """The instance's output lines from now on, until the block is left.
 
         Raises:
-            UnknownInstance: no such instance, or it has no output (adopted, refused).
+            UnknownInstance: no such instance, or it has no output (refused).
+            Unsupported: an adopted server (`log_tail`).
         """
-        member = self.member(name)
+        member = self._ours(name)
         if member.handle is None:
             raise UnknownInstance(f"{name} is not loaded: {member.refused or 'no output'}")
         with member.runtime.follow_logs(member.handle) as lines:
             yield lines
+
+    def _ours(self, name: str) -> Member:
+        """The member named ``name`` when its output is ours (a managed server).
+
+        Raises:
+            UnknownInstance: no such instance.
+            Unsupported: an adopted server.
+        """
+        member = self.member(name)
+        if member.placement.entry.mode.value == "adopted":
+            raise Unsupported(
+                f"{name} is adopted: inferactors did not start it and never reads its "
+                "output; see where its own process logs"
+            )
+        return member
 
     def metrics_text(self) -> bytes:
         """The Prometheus text of the fleet's metrics."""
@@ -260,6 +295,8 @@ class Fleet:
         """Route the events of ``member``'s instance id to it (`Keeper`)."""
         if member.handle is not None:
             self._by_iid[member.handle.instance_id] = member
+            adopted = member.placement.entry.mode.value == "adopted"
+            self._names[member.handle.instance_id] = (member.name, adopted)
             self.metrics.track([member.view()])
 
     def forget(self, member: Member) -> None:

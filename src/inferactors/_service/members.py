@@ -229,7 +229,7 @@ async def _attempt(member: Member, keeper: Keeper) -> bool:
     member.refused, member.retrying = None, False
     iid = member.handle.instance_id
     done = "loaded, started on demand" if member.on_demand else "started"
-    keeper.say(f"{iid}: {done} ({runtime.id})", instance=iid)
+    keeper.say(f"{member.name}: {done} ({runtime.id})", instance=iid)
     return True
 
 
@@ -301,7 +301,8 @@ async def _first_deep_health(member: Member, keeper: Keeper) -> None:
     try:
         result = await member.runtime.deep_health(member.handle)
     except InferactorsError as error:
-        keeper.say(f"{iid}  deep health failed: {error}", instance=iid, level=logging.WARNING)
+        say = f"{member.name}  deep health failed: {error}"
+        keeper.say(say, instance=iid, level=logging.WARNING)
         return
     latency = f"{result.latency_s * 1000:.1f} ms"
-    keeper.say(f"{iid}  deep health: one token {result.text!r} in {latency}", instance=iid)
+    keeper.say(f"{member.name}  deep health: one token {result.text!r} in {latency}", instance=iid)
