@@ -46,3 +46,18 @@ def test_every_event_is_dated_by_the_wall_clock_beside_its_monotonic_time() -> N
     assert before <= event.wall_time <= time.time()
     # the wall clock is when it was made, not part of what it says: equal events stay equal
     assert event == ProcessExited(IID, 4242, 1, None, StopReason.CRASH, 12.5, wall_time=0.0)
+
+
+def test_an_adopted_server_gone_reads_gone_not_exited() -> None:
+    text = io.StringIO()
+    configure_logging("text", stream=text)
+    log_event(GONE, "other", adopted=True)
+    back = StateChanged(IID, InstanceState.EXITED, InstanceState.RUNNING, "server up", 9.0)
+    log_event(back, "other", adopted=True)
+    log_event(GONE, "chat", adopted=False)  # a managed server's exit is an exit
+    configure_logging("text")
+    lines = text.getvalue().splitlines()
+    assert "WARNING" in lines[0]
+    assert lines[0].endswith("other  running -> gone (unreachable)")
+    assert lines[1].endswith("other  gone -> running (server up)")
+    assert lines[2].endswith("chat  running -> exited (unreachable)")

@@ -27,20 +27,27 @@ from .._events import (
     instance_of,
 )
 from .._policy.residency_words import describe_residency_event
+from .._status import InstanceState
+
+def _state_word(state: InstanceState, adopted: bool) -> str:
+    return "gone" if adopted and state is InstanceState.EXITED else state.value
+
 
 SHOWN_LAST_LINES = 5
 """How many of a failed server's last lines `describe_event` shows under its exit."""
 
 
-def describe_event(event: Event, name: str | None = None) -> str:
+def describe_event(event: Event, name: str | None = None, adopted: bool = False) -> str:
     """One line for ``event``, without the timestamp, beginning with the instance's
     ``name`` (its role; its instance id when None); under the exit of a server that failed
-    (a diagnosis, or a crash), its own words and last lines, indented."""
+    (a diagnosis, or a crash), its own words and last lines, indented. An ``adopted``
+    server that no longer answers reads ``gone``, not ``exited``: nothing of ours exited."""
     who = name or (instance_of(event) or "supervisor")
     match event:
         case StateChanged():
             detail = f" ({event.detail})" if event.detail else ""
-            return f"{who}  {event.old.value} -> {event.new.value}{detail}"
+            old, new = _state_word(event.old, adopted), _state_word(event.new, adopted)
+            return f"{who}  {old} -> {new}{detail}"
         case ProcessStarted():
             return f"{who}  process {event.pid} started: {' '.join(event.args)}"
         case ProcessExited():

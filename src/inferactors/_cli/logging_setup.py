@@ -121,7 +121,7 @@ def log_event(event: Event, name: str | None = None, adopted: bool = False) -> N
     if iid is not None:
         fields |= {"instance": iid, "role": name or iid}
     level = event_level(event, adopted)
-    run_log.log(level, "%s", describe_event(event, name), extra=fields)
+    run_log.log(level, "%s", describe_event(event, name, adopted), extra=fields)
 
 
 def event_level(event: Event, adopted: bool = False) -> int:
