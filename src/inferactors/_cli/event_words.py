@@ -29,6 +29,7 @@ from .._events import (
 from .._policy.residency_words import describe_residency_event
 from .._status import InstanceState
 
+
 def _state_word(state: InstanceState, adopted: bool) -> str:
     return "gone" if adopted and state is InstanceState.EXITED else state.value
 
