@@ -22,8 +22,9 @@ COMPLETION_HELP = """Print a shell completion script for inferactors, made from 
 
 def add_completion_command(
     subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    root: argparse.ArgumentParser,
 ) -> None:
-    """Register ``inferactors completion``."""
+    """Register ``inferactors completion``, which completes ``root`` (the whole CLI)."""
     parser = subparsers.add_parser(
         "completion",
         help="print a shell completion script (bash, zsh, tcsh, fish)",
@@ -31,14 +32,12 @@ def add_completion_command(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("shell", choices=SHELLS, help="the shell to complete in")
-    parser.set_defaults(func=completion)
+    parser.set_defaults(func=completion, root=root)
 
 
 def completion(args: argparse.Namespace) -> int:
-    """Print the completion script of ``args.shell`` for the full parser; exit 0."""
+    """Print the completion script of ``args.shell`` for ``args.root``; exit 0."""
     import shtab
 
-    from .main import build_parser
-
-    print(shtab.complete(build_parser(), shell=args.shell), end="")
+    print(shtab.complete(args.root, shell=args.shell), end="")
     return 0

@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         "or build the llama.cpp pinned in llama-cpp-python 0.3.36 into the cache (~5 min).",
     )
     build.set_defaults(func=_llama_server)
-    add_completion_command(subparsers)
+    add_completion_command(subparsers, parser)
     return parser
 
 
