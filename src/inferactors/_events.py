@@ -1,13 +1,17 @@
 """Events: frozen records of every transition, delivered to subscribers.
 
 Subscribers receive them through `InferRuntime.subscribe`; the CLI prints them, tests assert
-on their sequence. Times are ``trio.current_time()`` seconds (``at``); durations are float
-seconds.
+on their sequence. Every event carries two times: ``at``, the supervisor's monotonic clock
+(``trio.current_time()``, float seconds: compare events with each other, and with the
+runtime's deadlines), and ``wall_time``, the wall clock when it was made (unix time,
+``time.time()``, float seconds: for people and logs; not part of an event's equality).
+Durations are float seconds.
 """
 
 from __future__ import annotations
 
 import enum
+import time
 
 import attrs
 
@@ -101,6 +105,7 @@ class StateChanged:
     new: InstanceState
     detail: str | None
     at: float
+    wall_time: float = attrs.field(factory=time.time, eq=False, kw_only=True)
     serving: bool = False
 
 
@@ -113,6 +118,7 @@ class ProcessStarted:
     pid: int
     args: tuple[str, ...]
     at: float
+    wall_time: float = attrs.field(factory=time.time, eq=False, kw_only=True)
 
 
 @attrs.frozen
@@ -127,6 +133,7 @@ class ProcessExited:
     signal: int | None
     reason: StopReason
     at: float
+    wall_time: float = attrs.field(factory=time.time, eq=False, kw_only=True)
     survivors: tuple[int, ...] = ()
     diagnosis: Diagnosis | None = None
     """What the server's own output says went wrong (an abnormal exit), else None."""
@@ -142,6 +149,7 @@ class RestartScheduled:
     attempt: int
     delay_s: float
     at: float
+    wall_time: float = attrs.field(factory=time.time, eq=False, kw_only=True)
 
 
 @attrs.frozen
@@ -152,6 +160,7 @@ class RestartFailed:
     attempt: int
     why: str
     at: float
+    wall_time: float = attrs.field(factory=time.time, eq=False, kw_only=True)
 
 
 @attrs.frozen
@@ -162,6 +171,7 @@ class GaveUp:
     attempts: int
     why: str
     at: float
+    wall_time: float = attrs.field(factory=time.time, eq=False, kw_only=True)
 
 
 @attrs.frozen
@@ -171,6 +181,7 @@ class ExposureDetected:
     instance_id: str
     detail: str
     at: float
+    wall_time: float = attrs.field(factory=time.time, eq=False, kw_only=True)
 
 
 @attrs.frozen
@@ -181,6 +192,7 @@ class ImpostorDetected:
     pid: int | None
     detail: str
     at: float
+    wall_time: float = attrs.field(factory=time.time, eq=False, kw_only=True)
 
 
 @attrs.frozen
@@ -191,6 +203,7 @@ class DeepHealthFailed:
     consecutive: int
     why: str
     at: float
+    wall_time: float = attrs.field(factory=time.time, eq=False, kw_only=True)
 
 
 @attrs.frozen
@@ -203,6 +216,7 @@ class DeepHealthPassed:
     instance_id: str
     ttft_s: float
     at: float
+    wall_time: float = attrs.field(factory=time.time, eq=False, kw_only=True)
 
 
 @attrs.frozen
@@ -223,6 +237,7 @@ class InstanceCrashed:
     message: str
     where: str
     at: float
+    wall_time: float = attrs.field(factory=time.time, eq=False, kw_only=True)
 
 
 @attrs.frozen
@@ -241,6 +256,7 @@ class ModelTampered:
     shard: str
     why: str
     at: float
+    wall_time: float = attrs.field(factory=time.time, eq=False, kw_only=True)
 
 
 @attrs.frozen
@@ -254,6 +270,7 @@ class OnDemandStart:
     trigger: str
     gate_bytes: int | None
     at: float
+    wall_time: float = attrs.field(factory=time.time, eq=False, kw_only=True)
 
 
 @attrs.frozen
@@ -267,6 +284,7 @@ class ResidencyStop:
     reason: StopReason
     detail: str
     at: float
+    wall_time: float = attrs.field(factory=time.time, eq=False, kw_only=True)
 
 
 @attrs.frozen
@@ -281,6 +299,7 @@ class QueuedRequestRefused:
     message: str
     waited_s: float
     at: float
+    wall_time: float = attrs.field(factory=time.time, eq=False, kw_only=True)
 
 
 @attrs.frozen
@@ -293,6 +312,7 @@ class FootprintDrift:
     expected_bytes: int
     measured_bytes: int
     at: float
+    wall_time: float = attrs.field(factory=time.time, eq=False, kw_only=True)
 
 
 @attrs.frozen
@@ -307,6 +327,7 @@ class SupervisorOverloaded:
     why: str
     since: float
     at: float
+    wall_time: float = attrs.field(factory=time.time, eq=False, kw_only=True)
 
 
 @attrs.frozen
@@ -320,6 +341,7 @@ class SupervisorCaughtUp:
     no_verdicts: int
     worst_stall_s: float
     at: float
+    wall_time: float = attrs.field(factory=time.time, eq=False, kw_only=True)
 
 
 @attrs.frozen

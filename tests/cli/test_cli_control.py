@@ -4,6 +4,8 @@ print, what they send, and their exit statuses."""
 
 from __future__ import annotations
 
+import datetime
+import json
 import signal
 import socket
 import subprocess
@@ -41,9 +43,14 @@ async def test_status_is_a_table_from_another_process(fleet: FakeFleet, tmp_path
     done = await cli("status", "--state-dir", str(tmp_path))
     assert done.returncode == 0, done.stderr
     header, chat, embed = done.stdout.decode().splitlines()
-    assert header.split() == ["NAME", "MODE", "STATE", "PID", "UPTIME", "RESTARTS", "DETAIL"]
-    assert chat.split() == ["chat", "managed", "running", "101", "12s", "0"]
-    assert embed.split()[:4] == ["embed", "managed", "running", "102"]
+    assert header.split() == [
+        "NAME", "MODE", "STATE", "ENDPOINT", "MODEL", "PID", "UPTIME", "RESTARTS", "DETAIL"
+    ]  # fmt: skip
+    assert chat.split() == [
+        "chat", "managed", "running", "127.0.0.1:8101", "tiny", "101", "12s", "0"
+    ]  # fmt: skip
+    assert embed.split()[:4] == ["embed", "managed", "running", "127.0.0.1:8102"]
+    assert "\x1b" not in done.stdout.decode()  # not a terminal: no colour
 
 
 async def test_status_json(fleet: FakeFleet, tmp_path: Path) -> None:
@@ -55,7 +62,7 @@ async def test_status_json(fleet: FakeFleet, tmp_path: Path) -> None:
 async def test_stop_is_sent_for_that_instance_only(fleet: FakeFleet, tmp_path: Path) -> None:
     done = await cli("stop", "chat", "--state-dir", str(tmp_path))
     assert done.returncode == 0, done.stderr
-    assert done.stdout == b"chat: exited (reason: requested)\n"
+    assert done.stdout == b"chat: stopped (reason: requested)\n"
     assert fleet.calls == ["stop chat"]
     assert fleet.instances["embed"].status.pid == 102
 
@@ -108,16 +115,22 @@ async def test_logs_follow_prints_new_lines_and_ctrl_c_ends_it_quietly(
 async def test_events_are_described_as_the_supervisor_prints_them(
     fleet: FakeFleet, tmp_path: Path
 ) -> None:
+    wall = datetime.datetime(2026, 12, 1, 18, 0, 34, 884000).timestamp()
     fleet.add_event(
-        ProcessExited("id-chat", 101, 1, None, StopReason.CRASH, 5.0, last_lines=("oom",))
+        ProcessExited(
+            "id-chat", 101, 1, None, StopReason.CRASH, 5.0, last_lines=("oom",), wall_time=wall
+        )
     )
     described = await cli("events", "--state-dir", str(tmp_path))
     raw = await cli("events", "--json", "--state-dir", str(tmp_path))
     assert described.stdout.decode().splitlines() == [
-        "id-chat  process 101 exited with status 1 (reason: crash)",
+        "2026-12-01T18:00:34.884 chat  process 101 exited with status 1 (reason: crash)",
         "    | oom",
     ]
-    assert raw.stdout.startswith(b'{"type": "ProcessExited"')
+    item = json.loads(raw.stdout)
+    assert item["type"] == "ProcessExited"
+    assert (item["instance_id"], item["name"]) == ("id-chat", "chat")  # the id stays in JSON
+    assert (item["at"], item["wall_time"]) == (5.0, wall)  # monotonic and wall clock
 
 
 async def test_reload_prints_what_changed_or_the_config_error_with_2(

@@ -86,7 +86,8 @@ def test_json_lines_parse_one_object_each_and_arrive_while_it_runs(tmp_path: Pat
     (change,) = [r for r in records if "-> running" in r["msg"]]
     assert change["event"] == "StateChanged"
     assert change["instance"].startswith("chat-")
-    assert change["msg"].startswith(change["instance"])
+    assert change["role"] == "chat"  # the name a person reads; the id stays in "instance"
+    assert change["msg"] == "chat  loaded -> running (server up)"
     assert any(r["msg"] == "supervising 1 of 1 instance(s); Ctrl-C stops" for r in records)
 
 

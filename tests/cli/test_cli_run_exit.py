@@ -98,7 +98,7 @@ def test_sighup_reloads_only_what_changed(inferactors_kit: RuntimeKit) -> None:
         done = process.wait_for("reloaded:")
         assert done.endswith("reloaded: added add; removed drop; 1 unchanged"), done
         process.wait_for("deep health: one token")  # (the first was keep's or drop's)
-        process.wait_for("add-")
+        process.wait_for("add  ")  # its events, named by its role
         process.process.send_signal(signal.SIGTERM)
         assert process.finish() == 0, process.output()
     finally:
@@ -114,7 +114,7 @@ def test_sighup_reloads_only_what_changed(inferactors_kit: RuntimeKit) -> None:
     assert exits[pid["drop"]] < reloaded < stopping < exits[pid["keep"]], process.output()
 
 
-STARTED = re.compile(r"(?P<role>[a-z]+)-[0-9a-f]{8}-fleet  process (?P<pid>\d+) started")
+STARTED = re.compile(r"  (?P<role>[a-z]+)  process (?P<pid>\d+) started")
 EXITED = re.compile(r"process (?P<pid>\d+) (exited|killed)")
 
 
@@ -132,7 +132,7 @@ def test_an_adopted_server_down_at_start_is_retried_until_it_answers(tmp_path: P
         process.wait_for("supervising 0 of 1 instance(s); 1 adopted server(s) not answering")
         server = start_fake_server(tmp_path / "server", port=port)
         try:
-            process.wait_for("late-")
+            process.wait_for("late  loaded -> running")  # named by its role
             process.wait_for("deep health: one token")
         finally:
             server.stop()

@@ -34,6 +34,12 @@ class _Fleet:
     def views(self) -> tuple[InstanceView, ...]:
         return self.shown
 
+    def name_of(self, instance_id: str) -> str | None:
+        return "chat" if instance_id == "chat-1" else None
+
+    def adopted(self, instance_id: str) -> bool:
+        return False
+
     async def until_changed(self) -> None:
         await self.changed.wait()
 
@@ -57,10 +63,15 @@ async def test_queued_state_changes_print_before_nothing_left(
     fleet = _Fleet()
     fleet.given_up.set()
     with caplog.at_level(logging.INFO, logger="inferactors"):
-        code = await _until_done(fleet, _no_signals(), lambda: _flush_events(receive))  # type: ignore[arg-type]
+        code = await _until_done(fleet, _no_signals(), lambda: _flush_events(receive, fleet))  # type: ignore[arg-type]
     assert code == 1
     lines = [record.getMessage() for record in caplog.records]
-    changed = next(i for i, line in enumerate(lines) if "degraded -> exited" in line)
+    changed = next(
+        i
+        for i, line in enumerate(lines)
+        if line == "chat  degraded -> exited (failed to start)"
+        or line == "chat  degraded -> exited (gave up)"
+    )
     left = next(i for i, line in enumerate(lines) if "nothing left" in line)
     assert changed < left, lines
     with pytest.raises(trio.WouldBlock):
@@ -87,13 +98,18 @@ async def test_the_given_up_instances_own_exit_prints_before_nothing_left(
         send.send_nowait(StateChanged("chat-1", old, new, "failed to start", 0.0))
         fleet.show(_chat(InstanceState.EXITED))
 
-    flush = lambda: _flush_events(receive)  # noqa: E731
+    flush = lambda: _flush_events(receive, fleet)  # type: ignore[arg-type]  # noqa: E731
     with caplog.at_level(logging.INFO, logger="inferactors"):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(the_exit_comes_later)
             code = await _until_done(fleet, _no_signals(), flush)  # type: ignore[arg-type]
     assert code == 1
     lines = [record.getMessage() for record in caplog.records]
-    changed = next(i for i, line in enumerate(lines) if "degraded -> exited" in line)
+    changed = next(
+        i
+        for i, line in enumerate(lines)
+        if line == "chat  degraded -> exited (failed to start)"
+        or line == "chat  degraded -> exited (gave up)"
+    )
     left = next(i for i, line in enumerate(lines) if "nothing left" in line)
     assert changed < left, lines

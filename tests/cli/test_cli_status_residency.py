@@ -31,7 +31,7 @@ def _view(name: str, residency: ResidencyView | None) -> dict[str, Any]:
 def test_the_table_grows_the_schedulers_columns_only_when_it_runs() -> None:
     plain = status_table([_view("chat", None)])
     assert plain.splitlines()[0].split() == [
-        "NAME", "MODE", "STATE", "PID", "UPTIME", "RESTARTS", "DETAIL"
+        "NAME", "MODE", "STATE", "ENDPOINT", "MODEL", "PID", "UPTIME", "RESTARTS", "DETAIL"
     ]  # fmt: skip
     residency = ResidencyView(
         residency=Residency.RESIDENT,
@@ -46,14 +46,14 @@ def test_the_table_grows_the_schedulers_columns_only_when_it_runs() -> None:
     )
     table = status_table([_view("chat", residency), _view("always", None)]).splitlines()
     assert table[0].split() == [
-        "NAME", "MODE", "STATE", "PID", "UPTIME", "RESTARTS",
+        "NAME", "MODE", "STATE", "ENDPOINT", "MODEL", "PID", "UPTIME", "RESTARTS",
         "RESIDENCY", "MEMORY", "REQS", "TTL", "DETAIL",
     ]  # fmt: skip
     assert table[1].split() == [
-        "chat", "managed", "running", "42", "1m01s", "0",
+        "chat", "managed", "running", "-", "-", "42", "1m01s", "0",
         "resident", "1.6", "MB/18.7", "MB/19.0", "MB", "1+2", "4m59s",
     ]  # fmt: skip
-    assert table[2].split()[6:10] == ["-", "-", "-", "-"]
+    assert table[2].split()[8:12] == ["-", "-", "-", "-"]
 
 
 def test_the_front_door_events_print_in_words() -> None:

@@ -23,7 +23,6 @@ GIVE_UP_S = 60.0
 
 _PLACEHOLDERS = (
     (re.compile(r"^(?:\d{4}-\d\d-\d\dT)?\d\d:\d\d:\d\d\.\d{3}(?:[+-]\d\d:\d\d  [A-Z]+ *)?  "), ""),
-    (re.compile(r"chat-[0-9a-f]{8}-example"), "chat-<id>-example"),
     (re.compile(r"process \d+"), "process <pid>"),
     (re.compile(r"/proc/self/fd/\d+"), "/proc/self/fd/<n>"),
     (re.compile(r"--alias \S+"), "--alias <file>"),

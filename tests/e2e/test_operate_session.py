@@ -34,7 +34,7 @@ def test_the_operate_session_runs_as_the_readme_shows(
 
 def _pids(step: Step) -> dict[str, str]:
     rows = [line.split() for line in step.output[1:]]
-    return {row[0]: row[3] for row in rows}
+    return {row[0]: row[5] for row in rows}  # NAME MODE STATE ENDPOINT MODEL PID
 
 
 def _assert_reload_kept_pids(steps: list[Step]) -> None:

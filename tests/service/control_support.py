@@ -14,10 +14,11 @@ import h11
 import trio
 
 from inferactors._edges.log_ring import LogLine
-from inferactors._errors import InvalidConfig, InvalidState, UnknownInstance
+from inferactors._errors import InvalidConfig, InvalidState, UnknownInstance, Unsupported
 from inferactors._events import Event, ProcessExited, StopReason
 from inferactors._policy.readiness import reason as why_not_ready
 from inferactors._policy.readiness import serves
+from inferactors._policy.service_status import DisplayState, display_state
 from inferactors._service.views import InstanceView, ReadyView, ReloadResult
 from inferactors._status import InstanceState, InstanceStatus
 
@@ -26,7 +27,20 @@ Item = TypeVar("Item")
 
 def running(name: str, pid: int) -> InstanceView:
     status = InstanceStatus(InstanceState.RUNNING, pid=pid, uptime_s=12.5, serving=True)
-    return InstanceView(name, "infer.llamacpp", "managed", f"id-{name}", status)
+    return InstanceView(
+        name,
+        "infer.llamacpp",
+        "managed",
+        f"id-{name}",
+        status,
+        endpoint=f"http://127.0.0.1:{8000 + pid}",
+        model="tiny",
+    )
+
+
+def shown(status: InstanceStatus) -> DisplayState:
+    """The display state of a managed instance with ``status``."""
+    return display_state(status)
 
 
 @attrs.define(eq=False)
@@ -39,6 +53,10 @@ class FakeFleet:
     lines: dict[str, list[LogLine]] = attrs.Factory(dict)
     events: list[Event] = attrs.Factory(list)
     calls: list[str] = attrs.Factory(list)
+    waits: list[float] = attrs.Factory(list)
+    """The ``wait_s`` of each start and restart, in order."""
+    start_status: InstanceStatus | None = None
+    """What a start or restart ends in (None: running)."""
     is_alive: bool = True
     alive_delay_s: float = 0.0
     reload_error: InvalidConfig | None = None
@@ -58,13 +76,15 @@ class FakeFleet:
             raise UnknownInstance(f"no instance named {name!r}")
         return self.instances[name]
 
-    async def start(self, name: str) -> InstanceView:
+    async def start(self, name: str, wait_s: float = 0.0) -> InstanceView:
+        self.waits.append(wait_s)
         return self._act("start", name, InstanceState.RUNNING)
 
     async def stop(self, name: str) -> InstanceView:
         return self._act("stop", name, InstanceState.EXITED)
 
-    async def restart(self, name: str) -> InstanceView:
+    async def restart(self, name: str, wait_s: float = 0.0) -> InstanceView:
+        self.waits.append(wait_s)
         return self._act("restart", name, InstanceState.RUNNING)
 
     def _act(self, what: str, name: str, state: InstanceState) -> InstanceView:
@@ -74,7 +94,11 @@ class FakeFleet:
         self.calls.append(f"{what} {name}")
         reason = "requested" if state is InstanceState.EXITED else None
         status = InstanceStatus(state, stop_reason=reason)
-        self.instances[name] = attrs.evolve(view, status=status)
+        if what == "stop" and view.status.state is InstanceState.EXITED:
+            status = view.status  # nothing runs: left as it is
+        if what != "stop" and self.start_status is not None:
+            status = self.start_status
+        self.instances[name] = attrs.evolve(view, status=status, display_state=shown(status))
         return self.instances[name]
 
     async def reload(self) -> ReloadResult:
@@ -84,7 +108,8 @@ class FakeFleet:
         return self.reload_result
 
     def log_tail(self, name: str, lines: int) -> tuple[LogLine, ...]:
-        self.view(name)
+        if self.view(name).mode == "adopted":  # as `Fleet.log_tail`
+            raise Unsupported(f"{name} is adopted: inferactors never reads its output")
         kept = self.lines.get(name, [])
         return tuple(kept[-lines:]) if lines else ()
 
@@ -97,6 +122,9 @@ class FakeFleet:
 
     def recent_events(self, n: int) -> tuple[Event, ...]:
         return tuple(self.events[-n:]) if n else ()
+
+    def name_of(self, instance_id: str) -> str | None:
+        return next((v.name for v in self.instances.values() if v.instance_id == instance_id), None)
 
     @contextlib.contextmanager
     def follow_events(self) -> Iterator[trio.MemoryReceiveChannel[Event]]:

@@ -149,6 +149,7 @@ async def test_events_are_typed_ndjson_through_the_converter() -> None:
         last = ndjson((await http.get("/v1/events", params={"since": 1})).text)
     assert [event["type"] for event in both] == ["StateChanged", "ProcessExited"]
     assert both[0]["new"] == "running"
+    assert isinstance(last[0].pop("wall_time"), float)  # the wall clock beside "at"
     assert last == [
         {
             "type": "ProcessExited",
@@ -158,6 +159,7 @@ async def test_events_are_typed_ndjson_through_the_converter() -> None:
             "signal": None,
             "reason": "crash",
             "at": 5.0,
+            "name": "chat",
             "survivors": [],
             "diagnosis": None,
             "last_lines": ["boom", "bye"],
@@ -246,7 +248,7 @@ async def test_the_read_only_app_answers_reads_and_refuses_commands() -> None:
 class FailingFleet(FakeFleet):
     """A fleet whose restart fails as the tree says and whose stop has a bug."""
 
-    async def restart(self, name: str) -> InstanceView:
+    async def restart(self, name: str, wait_s: float = 0.0) -> InstanceView:
         raise BackendError(f"{name}: the server did not stop")
 
     async def stop(self, name: str) -> InstanceView:

@@ -46,3 +46,19 @@ def test_every_error_code_is_in_the_table() -> None:
     codes = raised | {"unauthorized", "not-found", "method-not-allowed", "internal"}
     for code in codes:
         assert f"`{code}`" in text, code
+
+
+def test_the_instance_view_example_holds_every_field() -> None:
+    """The documented `InstanceView` has exactly the fields the API answers (its status's
+    too), and every display state is in the table."""
+    from inferactors._config.convert_api import api_data
+    from inferactors._policy.service_status import DisplayState
+    from service.control_support import running
+
+    text = DOC.read_text()
+    shown = json.loads(text.split("### InstanceView\n\n```json\n", 1)[1].split("```", 1)[0])
+    answered = api_data(running("chat", 1))
+    assert set(shown) == set(answered)
+    assert set(shown["status"]) == set(answered["status"])
+    for state in DisplayState:
+        assert f"| `{state.value}` |" in text, state

@@ -281,13 +281,14 @@ async def test_until_ends_follows_cleanly_with_what_was_queued(
         follow(path, "/v1/instances/chat/logs?lines=0&follow=1") as logs,
     ):
         await wait_for(lambda: fleet.open_follows == 2)
-        fleet.add_event(crash())
+        crashed = crash()
+        fleet.add_event(crashed)
         fleet.add_line("chat", "bye")
         fleet.end_follows()
         closed.set()
         with trio.fail_after(5):
             assert [await events.next_json(), await events.next_json()] == [
-                event_data(crash()),
+                {**event_data(crashed), "name": "chat"},
                 None,
             ]
             assert [(await logs.next_json() or {}).get("text"), await logs.next_json()] == [

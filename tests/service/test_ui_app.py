@@ -90,7 +90,7 @@ async def test_an_instance_panel_has_its_dated_timeline_series_and_last_failure(
 @pytest.mark.parametrize(
     ("verb", "status", "words"),
     [
-        ("stop", 200, "chat: exited (reason: requested)"),  # what `inferactors stop` prints
+        ("stop", 200, "chat: stopped (reason: requested)"),  # what `inferactors stop` prints
         ("restart", 200, "chat: running"),
         ("start", 409, "inferactors start: chat is already running"),
     ],

@@ -23,6 +23,7 @@ from .control_client import (
     DEFAULT_TIMEOUT_S,
     EXIT_BAD_INPUT,
     EXIT_ERROR,
+    START_WAIT_S,
     ControlClient,
     ControlError,
     IntermixedParser,
@@ -31,9 +32,11 @@ from .control_client import (
     positive_seconds,
     socket_of,
 )
+from .terminal import STATE_COLOURS, colour_wanted, table, width_of
 
 EXIT_STATUSES = """exit status:
-  0  done (-f: the supervisor stopped)
+  0  done (-f: the supervisor stopped; logs of an adopted server: its output is not ours,
+     said on stderr)
   1  the supervisor answered with an error (unknown instance, refused, failed; reload:
      an instance was refused), or did not answer within --timeout (busy or frozen)
   2  bad arguments or run file (reload: the run file is invalid; nothing changed)
@@ -48,13 +51,16 @@ def register_control_commands(subparsers: Subparsers) -> None:
     status = _add(subparsers, "status", "show every instance of a running supervisor", _status)
     status.add_argument("--json", action="store_true", help="print the instances as JSON")
     for verb, what in [
-        ("start", "start one instance (also one that was held down or stopped)"),
+        ("start", "start one instance and wait until it runs or fails for good"),
         ("stop", "stop one instance; it is not restarted until started again"),
-        ("restart", "stop one instance and start it again"),
+        ("restart", "stop one instance, start it again and wait until it runs or fails"),
     ]:
         command = _add(subparsers, verb, what, _instance_command(verb), named=True)
         command.set_defaults(verb=verb)
-        _add_wait(command)
+        if verb == "stop":
+            _add_wait(command)
+        else:
+            _add_start_wait(command)
         _add_json(command, "print the instance after the command as JSON")
     logs = _add(subparsers, "logs", "print one instance's server output", _logs, named=True)
     logs.add_argument("-n", "--lines", type=int, default=100, help="lines of the tail (100)")
@@ -79,8 +85,26 @@ def _add_wait(parser: argparse.ArgumentParser) -> None:
         type=positive_seconds,
         default=COMMAND_WAIT_S,
         metavar="SECONDS",
-        help="how long the command may take once the supervisor answered "
-        f"(default {COMMAND_WAIT_S:g}; a start waits for its server to be ready)",
+        help=f"how long the command may take once the supervisor answered (default "
+        f"{COMMAND_WAIT_S:g})",
+    )
+
+
+def _add_start_wait(parser: argparse.ArgumentParser) -> None:
+    waits = parser.add_mutually_exclusive_group()
+    waits.add_argument(
+        "--wait",
+        type=positive_seconds,
+        default=START_WAIT_S,
+        metavar="SECONDS",
+        help="how long to wait for the instance to be running, or to fail for good "
+        f"(given up, held down, not answering); exit 1 if it is not running then "
+        f"(default {START_WAIT_S:g})",
+    )
+    waits.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="return once the server is spawned (state starting), without waiting",
     )
 
 
@@ -124,28 +148,71 @@ def _status(client: ControlClient, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(views, indent=2))
     else:
-        print(status_table(views))
+        print(status_table(views, width=width_of(sys.stdout), colour=colour_wanted(sys.stdout)))
     return 0
 
 
 def _instance_command(verb: str) -> Command:
     def command(client: ControlClient, args: argparse.Namespace) -> int:
-        view = client.post(f"/v1/instances/{args.name}/{verb}", args.wait)
-        print(json.dumps(view, indent=2) if args.json else f"{view['name']}: {_state_words(view)}")
-        return 0
+        route = f"/v1/instances/{args.name}"
+        before = client.get(route)  # it answers, within --timeout; an unknown name: exit 1
+        params: dict[str, str | int | float] = {}
+        if verb != "stop":
+            params["wait"] = 0 if args.no_wait else args.wait
+        limit_s = args.wait + client.timeout_s  # a start: the supervisor answers at its wait
+        view = client.post(f"{route}/{verb}", limit_s, params, check_first=False)
+        if args.json:
+            print(json.dumps(view, indent=2))
+        else:
+            print(f"{view['name']}: {_outcome_words(verb, before, view)}")
+        return _outcome(verb, view, args)
 
     return command
 
 
+def _outcome_words(verb: str, before: dict[str, Any], after: dict[str, Any]) -> str:
+    """The instance's state words after ``verb``; ``already stopped`` for a stop of an
+    instance that had no process to stop."""
+    words = _state_words(after)
+    was = shown_state(before)
+    if verb == "stop" and before["status"].get("pid") is None and was in _NOT_RUNNING:
+        return f"already {words}" if shown_state(after) == was else words
+    return words
+
+
+_NOT_RUNNING = frozenset({"stopped", "fatal", "idle", "gone"})
+"""Display states with no process of ours to stop."""
+
+
+def _outcome(verb: str, view: dict[str, Any], args: argparse.Namespace) -> int:
+    """0, but 1 for a start or restart that did not end running (or degraded but serving),
+    unless it was not waited for (``--no-wait``: 1 only for a failure already known)."""
+    if verb == "stop":
+        return 0
+    shown = shown_state(view)
+    serving = shown == "running" or (shown == "degraded" and view["status"].get("serving"))
+    if serving or (args.no_wait and shown in ("starting", "backoff")):
+        return 0
+    return EXIT_ERROR
+
+
 def _logs(client: ControlClient, args: argparse.Namespace) -> int:
-    params: dict[str, str | int] = {"lines": max(args.lines, 0)}
-    for line in client.lines(f"/v1/instances/{args.name}/logs", params, follow=args.follow):
-        print(json.dumps(line) if args.json else log_line(line), flush=True)
+    """The tail (and with ``-f`` what follows); an adopted server's output is not ours:
+    that is said on stderr, nothing is printed, and the exit status is 0."""
+    params: dict[str, str | int | float] = {"lines": max(args.lines, 0)}
+    try:
+        for line in client.lines(f"/v1/instances/{args.name}/logs", params, follow=args.follow):
+            print(json.dumps(line) if args.json else log_line(line), flush=True)
+    except ControlError as error:
+        if error.code != "unsupported":
+            raise
+        print(one_line(f"inferactors logs: {error}"), file=sys.stderr)
+        return 0
     return _ended(args)
 
 
 def _events(client: ControlClient, args: argparse.Namespace) -> int:
-    params: dict[str, str | int] = {"since": max(args.count, 0)}
+    params: dict[str, str | int | float] = {"since": max(args.count, 0)}
     for item in client.lines("/v1/events", params, follow=args.follow):
         print(json.dumps(item) if args.json else harmless(event_line(item), "\n"), flush=True)
     return _ended(args)
@@ -172,21 +239,31 @@ def _reload(client: ControlClient, args: argparse.Namespace) -> int:
 # ---- formatting ------------------------------------------------------------------------
 
 
-def status_table(views: Iterable[dict[str, Any]]) -> str:
-    """The instances as a table: NAME, MODE, STATE, PID, UPTIME, RESTARTS, DETAIL; when
-    the scheduler runs, also RESIDENCY, MEMORY (declared/estimated/measured), REQS (in
-    flight+queued) and TTL (idle time left) before DETAIL."""
+def status_table(
+    views: Iterable[dict[str, Any]], *, width: int | None = None, colour: bool = False
+) -> str:
+    """The instances as a table: NAME, MODE, STATE (the display state), ENDPOINT, MODEL,
+    PID, UPTIME, RESTARTS, DETAIL; when the scheduler runs, also RESIDENCY, MEMORY
+    (declared/estimated/measured), REQS (in flight+queued) and TTL (idle time left) before
+    DETAIL. ``width``: cut DETAIL to it (a terminal's); ``colour``: colour the states."""
     views = list(views)
     scheduled = any(view.get("residency") for view in views)
-    header: tuple[str, ...] = ("NAME", "MODE", "STATE", "PID", "UPTIME", "RESTARTS", "DETAIL")
+    header: tuple[str, ...] = (
+        "NAME", "MODE", "STATE", "ENDPOINT", "MODEL", "PID", "UPTIME", "RESTARTS", "DETAIL"
+    )  # fmt: skip
     if scheduled:
         header = (*header[:-1], "RESIDENCY", "MEMORY", "REQS", "TTL", "DETAIL")
     rows = [header] + [_cells(view, scheduled) for view in views]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    )
+    return table(rows, width=width, paint=_state_colour if colour else None)
+
+
+def _state_colour(column: int, cell: str) -> str | None:
+    return STATE_COLOURS.get(cell) if column == 2 else None
+
+
+def shown_state(view: dict[str, Any]) -> str:
+    """The view's display state (a supervisor before them: its status's state)."""
+    return str(view.get("display_state") or view["status"]["state"])
 
 
 def _cells(view: dict[str, Any], scheduled: bool = False) -> tuple[str, ...]:
@@ -195,7 +272,9 @@ def _cells(view: dict[str, Any], scheduled: bool = False) -> tuple[str, ...]:
     cells: tuple[str, ...] = (
         view["name"],
         view["mode"],
-        status["state"],
+        shown_state(view),
+        _address(view.get("endpoint")),
+        view.get("model") or "-",
         "-" if pid is None else str(pid),
         duration(status.get("uptime_s")),
         str(status.get("restarts", 0)),
@@ -203,6 +282,13 @@ def _cells(view: dict[str, Any], scheduled: bool = False) -> tuple[str, ...]:
     if scheduled:
         cells += residency_cells(view.get("residency"))
     return (*cells, _detail(view))
+
+
+def _address(endpoint: str | None) -> str:
+    """``127.0.0.1:8090`` of ``http://127.0.0.1:8090``; ``-`` for none."""
+    if not endpoint:
+        return "-"
+    return endpoint.split("://", 1)[-1]
 
 
 def residency_cells(residency: dict[str, Any] | None) -> tuple[str, str, str, str]:
@@ -249,7 +335,7 @@ def duration(seconds: float | None) -> str:
 
 def _state_words(view: dict[str, Any]) -> str:
     status = view["status"]
-    words = status["state"]
+    words = shown_state(view)
     if status.get("pid") is not None:
         words += f", pid {status['pid']}"
     detail = _detail(view)
@@ -276,27 +362,39 @@ def log_line(line: dict[str, Any]) -> str:
     """``2025-06-01T12:00:00.123 stderr 4242  <text>``: local time, stream, pid, text (its
     control characters made harmless: `harmless`), and ``[continues]`` after a piece of a
     line longer than the line cap."""
-    at = datetime.datetime.fromtimestamp(float(line["at"])).isoformat(timespec="milliseconds")
+    at = _local_time(line["at"])
     mark = CONTINUED if line.get("continued") else ""
     return f"{at} {line['stream']} {line['pid']}  {harmless(str(line['text']))}{mark}"
 
 
 def event_line(item: dict[str, Any]) -> str:
-    """An event as the supervisor prints it, or its JSON when this CLI does not know it.
-    (Only ``events`` needs the event classes and the converter: imported here.)"""
+    """An event as the supervisor prints it, after its wall-clock time (local, ISO 8601
+    with milliseconds) and naming its instance by name (its role); or its JSON when this
+    CLI does not know it. (Only ``events`` needs the event classes and the converter:
+    imported here.)"""
     from .._config.convert_hooks import converter
     from .._events import Event
     from .event_words import describe_event
 
     types = {cl.__name__: cl for cl in typing.get_args(Event)}
-    fields = {key: value for key, value in item.items() if key != "type"}
+    fields = {key: value for key, value in item.items() if key not in ("type", "name")}
     cl = types.get(str(item.get("type")))
     event: Event | None = None
     try:
         event = converter.structure(fields, cl) if cl is not None else None
     except Exception:  # a newer supervisor's fields: show what came
         pass
-    return json.dumps(item) if event is None else describe_event(event)
+    if event is None:
+        return json.dumps(item)
+    wall = item.get("wall_time")
+    return f"{_local_time(wall)} {describe_event(event, item.get('name'))}"
+
+
+def _local_time(unix_s: object) -> str:
+    """``2025-06-01T12:00:00.123`` (local time), ``-`` for none (an older supervisor)."""
+    if not isinstance(unix_s, int | float):
+        return "-"
+    return datetime.datetime.fromtimestamp(float(unix_s)).isoformat(timespec="milliseconds")
 
 
 def reload_words(result: dict[str, Any]) -> str:

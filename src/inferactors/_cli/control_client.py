@@ -39,9 +39,11 @@ EXIT_NO_SUPERVISOR = 3
 DEFAULT_TIMEOUT_S = 10.0
 """How long the supervisor has to answer a request (``--timeout``), float seconds."""
 COMMAND_WAIT_S = 900.0
-"""How long start, stop, restart and reload may take once the supervisor answered
-(``--wait``), float seconds: a start waits for its server to be ready (600 s at most by
-default, ``readiness_timeout_s``), a stop for its grace."""
+"""How long stop and reload may take once the supervisor answered (``--wait``), float
+seconds: a stop waits for its grace, a reload for what it restarts."""
+START_WAIT_S = 600.0
+"""How long start and restart wait for the instance to settle (``--wait``): running, or a
+failure no waiting changes; float seconds (the default readiness deadline)."""
 FIRST_PAUSE_S = 0.02
 MAX_PAUSE_S = 0.25
 """The pauses between connects to a busy socket (doubling), float seconds."""
@@ -162,7 +164,7 @@ class ControlClient:
     def close(self) -> None:
         """Nothing to release: each exchange has its own connection, closed with it."""
 
-    def get(self, route: str, **params: str | int) -> Any:
+    def get(self, route: str, **params: str | int | float) -> Any:
         """The JSON answer of ``GET route``, within ``timeout_s``.
 
         Raises:
@@ -171,19 +173,27 @@ class ControlClient:
         """
         return self._json(self.answer("GET", route, params, limit_s=self.timeout_s))
 
-    def post(self, route: str, wait_s: float = COMMAND_WAIT_S) -> Any:
-        """The JSON answer of ``POST route``: the supervisor must show it answers within
-        ``timeout_s`` (``GET /readyz``), then has ``wait_s`` float seconds to carry the
-        command out (a start waits for its server to be ready).
+    def post(
+        self,
+        route: str,
+        wait_s: float = COMMAND_WAIT_S,
+        params: dict[str, str | int | float] | None = None,
+        *,
+        check_first: bool = True,
+    ) -> Any:
+        """The JSON answer of ``POST route?params``: the supervisor must show it answers
+        within ``timeout_s`` (``GET /readyz``; ``check_first=False``: the caller did), then
+        has ``wait_s`` float seconds to carry the command out.
 
         Raises:
             ControlError: as `get`.
         """
-        self.answer("GET", "/readyz", limit_s=self.timeout_s).close()
-        return self._json(self.answer("POST", route, limit_s=wait_s))
+        if check_first:
+            self.answer("GET", "/readyz", limit_s=self.timeout_s).close()
+        return self._json(self.answer("POST", route, params, limit_s=wait_s))
 
     def lines(
-        self, route: str, params: dict[str, str | int], *, follow: bool = False
+        self, route: str, params: dict[str, str | int | float], *, follow: bool = False
     ) -> Iterator[dict[str, Any]]:
         """The NDJSON items of ``GET route?params`` as they come. Without ``follow`` all of them
         must come within ``timeout_s``; a follow shows first that the supervisor answers
@@ -213,7 +223,7 @@ class ControlClient:
         self,
         method: str,
         route: str,
-        params: dict[str, str | int] | None = None,
+        params: dict[str, str | int | float] | None = None,
         *,
         limit_s: float | None,
         stream: bool = False,

@@ -92,7 +92,7 @@ def exchange(
     path: str,
     method: str,
     route: str,
-    params: dict[str, str | int] | None,
+    params: dict[str, str | int | float] | None,
     *,
     connect_timeout_s: float,
     read_timeout_s: float | None,

@@ -35,13 +35,20 @@ as root)."""
 READY_TIMEOUT_S = 120.0
 STOP_GRACE_S = 5.0
 
+DEMO_HELP = """Run the main job end to end on an embedded default: write a tiny GGUF model into
+the cache, register it, start a managed llama-server on a free loopback port, print every
+event with its time, wait until it runs, ask it for one real token, print the status
+table, stop the server and print its evidence. Any failure ends it with a non-zero exit
+status and the reason.
+"""
+
 
 def add_demo_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``inferactors demo``."""
     parser = subparsers.add_parser(
         "demo",
         help="run a real managed llama-server on a tiny model, probe it, stop it",
-        description=__doc__,
+        description=DEMO_HELP,
     )
     parser.add_argument(
         "--work-dir",

@@ -25,53 +25,62 @@ from .._events import (
     StopReason,
     SupervisorCaughtUp,
     SupervisorOverloaded,
+    instance_of,
 )
 from .._policy.residency_words import describe_residency_event
+from .._status import InstanceState
+
+
+def _state_word(state: InstanceState, adopted: bool) -> str:
+    return "gone" if adopted and state is InstanceState.EXITED else state.value
+
 
 SHOWN_LAST_LINES = 5
 """How many of a failed server's last lines `describe_event` shows under its exit."""
 
 
-def describe_event(event: Event) -> str:
-    """One line for ``event``, without the timestamp; under the exit of a server that
-    failed (a diagnosis, or a crash), its own words and last lines, indented."""
+def describe_event(event: Event, name: str | None = None, adopted: bool = False) -> str:
+    """One line for ``event``, without the timestamp, beginning with the instance's
+    ``name`` (its role; its instance id when None); under the exit of a server that failed
+    (a diagnosis, or a crash), its own words and last lines, indented. An ``adopted``
+    server that no longer answers reads ``gone``, not ``exited``: nothing of ours exited."""
+    who = name or (instance_of(event) or "supervisor")
     match event:
         case StateChanged():
             detail = f" ({event.detail})" if event.detail else ""
-            return f"{event.instance_id}  {event.old.value} -> {event.new.value}{detail}"
+            old, new = _state_word(event.old, adopted), _state_word(event.new, adopted)
+            return f"{who}  {old} -> {new}{detail}"
         case ProcessStarted():
-            return f"{event.instance_id}  process {event.pid} started: {' '.join(event.args)}"
+            return f"{who}  process {event.pid} started: {' '.join(event.args)}"
         case ProcessExited():
             how = _exit_words(event.exit_code, event.signal)
-            line = f"{event.instance_id}  process {event.pid} {how} (reason: {event.reason.value})"
+            line = f"{who}  process {event.pid} {how} (reason: {event.reason.value})"
             return line + _server_words(event)
         case RestartScheduled():
-            return (
-                f"{event.instance_id}  restart {event.attempt} scheduled in {event.delay_s:.2f} s"
-            )
+            return f"{who}  restart {event.attempt} scheduled in {event.delay_s:.2f} s"
         case RestartFailed():
-            return f"{event.instance_id}  restart {event.attempt} failed: {event.why}"
+            return f"{who}  restart {event.attempt} failed: {event.why}"
         case GaveUp():
-            return f"{event.instance_id}  gave up after {event.attempts} restart(s): {event.why}"
+            return f"{who}  gave up after {event.attempts} restart(s): {event.why}"
         case ExposureDetected():
-            return f"{event.instance_id}  EXPOSED: {event.detail}; stopping it"
+            return f"{who}  EXPOSED: {event.detail}; stopping it"
         case ImpostorDetected():
-            return f"{event.instance_id}  IMPOSTOR: {event.detail}"
+            return f"{who}  IMPOSTOR: {event.detail}"
         case DeepHealthFailed():
             count = f"{event.consecutive} in a row"
-            return f"{event.instance_id}  deep health failed ({count}): {event.why}"
+            return f"{who}  deep health failed ({count}): {event.why}"
         case DeepHealthPassed():
-            return f"{event.instance_id}  deep health passed: first token in {event.ttft_s:.2f} s"
+            return f"{who}  deep health passed: first token in {event.ttft_s:.2f} s"
         case InstanceCrashed():
             what = f"{event.error_type}: {event.message}" if event.message else event.error_type
-            return f"{event.instance_id}  CRASHED in {event.where}: {what}"
+            return f"{who}  CRASHED in {event.where}: {what}"
         case ModelTampered():
             return (
-                f"{event.instance_id}  TAMPERED: model {event.model}, {event.why}; "
+                f"{who}  TAMPERED: model {event.model}, {event.why}; "
                 "not started, held until the model is re-registered or the instance reloaded"
             )
         case OnDemandStart() | ResidencyStop() | QueuedRequestRefused() | FootprintDrift():
-            return describe_residency_event(event)
+            return describe_residency_event(event, who)
         case SupervisorOverloaded():
             return f"supervisor  OVERLOADED: {event.why}; no server is judged on a late deadline"
         case EventsLost():

@@ -8,8 +8,8 @@
   milliseconds and the UTC offset, the level, then the message as the CLI always worded it
   (a failed server's last lines follow on indented lines of the same record).
 - json: one object per line: ``ts`` (the same ISO time), ``level``, ``logger``, ``msg``,
-  and the record's structured fields (``instance``, ``event``: the event's type), made
-  with the standard library's ``json``.
+  and the record's structured fields (``instance``: the instance id, ``role``: its name,
+  ``event``: the event's type), made with the standard library's ``json``.
 
 `logging.StreamHandler` flushes after every record, so a pipe (systemd's journal, ``tee``,
 a test) gets each line as it happens.
@@ -33,10 +33,12 @@ from .._events import (
     InstanceCrashed,
     ModelTampered,
     ProcessExited,
+    StateChanged,
     StopReason,
     SupervisorOverloaded,
     instance_of,
 )
+from .._status import InstanceState
 from .output import describe_event
 
 LOGGER = "inferactors"
@@ -111,16 +113,22 @@ def say(message: str, *, instance: str | None = None, level: int = logging.INFO)
     run_log.log(level, "%s", message, extra=fields)
 
 
-def log_event(event: Event) -> None:
-    """Log ``event`` in the CLI's words, at its level, with its instance and type."""
+def log_event(event: Event, name: str | None = None, adopted: bool = False) -> None:
+    """Log ``event`` in the CLI's words, naming its instance by ``name`` (its role; the
+    instance id when None), at its level (``adopted``: the instance is an adopted server),
+    with its type, instance id and name (``role``) as structured fields."""
     iid = instance_of(event)
-    fields = {"event": type(event).__name__} | ({} if iid is None else {"instance": iid})
-    run_log.log(event_level(event), "%s", describe_event(event), extra=fields)
+    fields: dict[str, str] = {"event": type(event).__name__}
+    if iid is not None:
+        fields |= {"instance": iid, "role": name or iid}
+    level = event_level(event, adopted)
+    run_log.log(level, "%s", describe_event(event, name, adopted), extra=fields)
 
 
-def event_level(event: Event) -> int:
+def event_level(event: Event, adopted: bool = False) -> int:
     """WARNING for a crash, an exposure, an impostor, a tampered model, a give-up, an
-    overloaded supervisor or events lost; else INFO."""
+    overloaded supervisor, or an adopted server gone (``adopted``: its state changed to
+    Exited: it no longer answers); else INFO."""
     alarming = (
         GaveUp,
         ExposureDetected,
@@ -133,5 +141,7 @@ def event_level(event: Event) -> int:
     if isinstance(event, alarming):
         return logging.WARNING
     if isinstance(event, ProcessExited) and event.reason is StopReason.CRASH:
+        return logging.WARNING
+    if adopted and isinstance(event, StateChanged) and event.new is InstanceState.EXITED:
         return logging.WARNING
     return logging.INFO

@@ -3,8 +3,9 @@
 Subcommands: ``demo`` (the embedded default, end to end), ``run CONFIG.toml`` (supervise),
 ``models ...`` (the model registry), ``llama-server`` (find or build the pinned
 llama-server), and ``status``, ``start``, ``stop``, ``restart``, ``logs``, ``events``,
-``reload``, which talk to a running supervisor (`control`; exit 3: none is running), and
-``ui``, which serves its web page on a loopback port (`ui`).
+``reload``, which talk to a running supervisor (`control`; exit 3: none is running);
+``ui``, which serves its web page on a loopback port (`ui`); and ``completion SHELL`` (a
+shell completion script made from this parser by shtab).
 Exit status: 0 success, 1 failure, 2 bad input.
 
 The client commands (`CLIENT_COMMANDS`) are parsed by a parser that holds only them
@@ -19,6 +20,7 @@ import sys
 from collections.abc import Sequence
 
 from .._errors import InferactorsError, one_line
+from .completion import add_completion_command
 from .control import register_control_commands
 from .probe import add_probe_command
 
@@ -81,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         "or build the llama.cpp pinned in llama-cpp-python 0.3.36 into the cache (~5 min).",
     )
     build.set_defaults(func=_llama_server)
+    add_completion_command(subparsers, parser)
     return parser
 
 

@@ -15,6 +15,7 @@ extra). Hashing a file over 64 MiB shows its progress on stderr. ``sign`` is
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,9 +54,11 @@ def register_models_commands(
     add_tiny_command(commands, common)
     add_import_commands(commands, common)
     listing = commands.add_parser("list", parents=[common], help="list registered models")
+    listing.add_argument("--json", action="store_true", help="print a JSON list instead")
     listing.set_defaults(func=handle_list)
     verify = commands.add_parser("verify", parents=[common], help="re-hash models in full")
     verify.add_argument("name", nargs="?", default=None, help="one model (default: all)")
+    verify.add_argument("--json", action="store_true", help="print a JSON list instead")
     verify.set_defaults(func=handle_verify)
     remove = commands.add_parser("remove", parents=[common], help="forget a model (keeps files)")
     remove.add_argument("name")
@@ -162,10 +165,14 @@ def handle_add_ollama(args: argparse.Namespace) -> int:
 
 
 def handle_list(args: argparse.Namespace) -> int:
-    """``models list``: a table of name, format, files, total size and root."""
+    """``models list``: a table of name, format, files, total size and root (``--json``: a
+    JSON list of `model_data`, ``[]`` when none is registered)."""
 
     def run(registry: ModelRegistry) -> int:
         manifests = registry.list()
+        if args.json:
+            print(json.dumps([model_data(m) for m in manifests]))
+            return 0
         if not manifests:
             print(f"no models registered in {registry.path}")
             return 0
@@ -176,14 +183,18 @@ def handle_list(args: argparse.Namespace) -> int:
 
 
 def handle_verify(args: argparse.Namespace) -> int:
-    """``models verify [NAME]``: full re-hash; exit 1 when any model fails."""
+    """``models verify [NAME]``: full re-hash; exit 1 when any model fails (``--json``: a
+    JSON list of ``{"name", "ok", "reason"}``)."""
 
     def run(registry: ModelRegistry) -> int:
         checks = registry.verify(args.name, on_progress=HashProgress(stream=sys.stderr))
-        if not checks:
+        if args.json:
+            print(json.dumps([check._asdict() for check in checks]))
+        elif not checks:
             print(f"no models registered in {registry.path}")
-        for check in checks:
-            print(f"{'ok' if check.ok else 'FAILED':<7} {check.name}: {check.reason}")
+        else:
+            for check in checks:
+                print(f"{'ok' if check.ok else 'FAILED':<7} {check.name}: {check.reason}")
         return 0 if all(check.ok for check in checks) else 1
 
     return with_registry(args, run)
@@ -198,6 +209,22 @@ def handle_remove(args: argparse.Namespace) -> int:
         return 0
 
     return with_registry(args, run)
+
+
+def model_data(m: ModelManifest) -> dict[str, object]:
+    """What ``models list --json`` prints of a model: ``name``, ``format``, ``files``,
+    ``size_bytes``, ``signed_by`` (the anchor and signer, or null), ``root`` (null for an
+    Ollama model) and ``ollama_tag`` (null unless an Ollama model)."""
+    files = m.shards + m.tokenizer
+    return {
+        "name": m.name,
+        "format": m.format.value,
+        "files": len(files),
+        "size_bytes": sum(f.size for f in files),
+        "signed_by": describe(m, None) or None,
+        "root": str(m.root) if m.root else None,
+        "ollama_tag": m.source.ollama_tag,
+    }
 
 
 def format_table(manifests: Sequence[ModelManifest]) -> str:

@@ -17,6 +17,7 @@ exit status:
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 
@@ -41,12 +42,29 @@ def _endpoint(text: str) -> str:
     return text
 
 
+PROBE_HELP = """Ask a running supervisor whether it is alive or ready, for a container's exec
+probe (contrib/kubernetes/deployment.yaml).
+
+A kubelet's httpGet probe connects to the pod's IP, never to its loopback, so it cannot
+reach the control API; an exec probe runs this command instead. It sends one GET /livez,
+/readyz or /readyz/NAME to the supervisor found from the run file or --state-dir and
+prints the answer.
+
+exit status:
+  0  the supervisor answered 200 (alive; ready)
+  1  it answered anything else (503: not alive, not ready), or not within --timeout
+     (busy or frozen)
+  2  bad arguments or run file
+  3  no supervisor is running (no control socket, or the connection is refused)
+"""
+
+
 def add_probe_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``inferactors probe``."""
     parser = subparsers.add_parser(
         "probe",
         help="ask a running supervisor /livez or /readyz (for container exec probes)",
-        description=__doc__,
+        description=PROBE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.__class__ = IntermixedParser  # subparsers are made of the main parser's class
@@ -55,6 +73,11 @@ def add_probe_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     )
     add_target_arguments(parser)
     add_timeout_argument(parser, DEFAULT_TIMEOUT_S)
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"status": CODE, "body": ...} (the reply\'s JSON) instead of the line',
+    )
     parser.set_defaults(func=probe)
 
 
@@ -70,5 +93,16 @@ def probe(args: argparse.Namespace) -> int:
     except ControlError as error:
         print(one_line(f"inferactors probe: /{args.endpoint}: {error}"), file=sys.stderr)
         return error.exit_status
-    print(one_line(f"{reply.status_code} {reply.text.strip()}"))
+    if args.json:
+        print(json.dumps({"status": reply.status_code, "body": _body(reply.text)}))
+    else:
+        print(one_line(f"{reply.status_code} {reply.text.strip()}"))
     return 0 if reply.status_code == 200 else EXIT_ERROR
+
+
+def _body(text: str) -> object:
+    """The reply's JSON, or its text when it is not JSON."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text

@@ -35,7 +35,7 @@ from .._edges.descendants import claim_orphans
 from .._edges.sd_notify import open_notifier, watchdog_interval_s
 from .._edges.subreaper import Reaper, become_subreaper
 from .._errors import BackendError, InferactorsError, InvalidConfig, InvalidState, one_line
-from .._events import Event
+from .._events import Event, instance_of
 from .._policy.fleet_exit import (
     EXIT_BAD_CONFIG,
     EXIT_CONFIG,
@@ -51,6 +51,18 @@ from .._service.ui_app import WebPage
 from .._status import InstanceState
 from .logging_setup import add_logging_arguments, configure_logging, log_event, say
 from .ui_words import CliWords
+
+RUN_HELP = """Supervise the instances of a run file until told to stop.
+
+Every instance in CONFIG.toml is loaded and started, events are logged (--log-format
+text|json, --log-level; ISO times with the date), the control API is served on
+<state dir>/control.sock (and on --control-port with --control-token-file), and the run
+file's [front_door], if any, on its address: one HTTP address for every model.
+
+SIGHUP re-reads the run file and applies only what changed (as inferactors reload); Ctrl-C
+(SIGINT) or SIGTERM stops every managed server cleanly, even one sent before the run file
+was read. The run file's keys: docs/run-file.md.
+"""
 
 EXIT_CODES = f"""exit status:
   {EXIT_STOPPED}  stopped by SIGINT or SIGTERM (every managed server stopped cleanly)
@@ -77,7 +89,7 @@ def add_run_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     parser = subparsers.add_parser(
         "run",
         help="supervise the instances of a TOML run file",
-        description=__doc__,
+        description=RUN_HELP,
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -215,7 +227,7 @@ async def _supervise(config: RunConfig, run_file: Path, control: _Control) -> in
                 open_fleet(config, run_file, say=say, reserved=control.reserved) as fleet,
             ):
                 log_events = stack.enter_context(fleet.follow_events())
-                printing.start_soon(_log_events, log_events)
+                printing.start_soon(_log_events, log_events, fleet)
                 if become_subreaper():
                     claim_orphans()  # nothing else we start leaves our session
                     printing.start_soon(_reap_orphans, fleet)
@@ -228,7 +240,8 @@ async def _supervise(config: RunConfig, run_file: Path, control: _Control) -> in
                     notes = ServiceNotes(stack.enter_context(closing(open_notifier())), fleet)
                     fleet.on_lifecycle(notes.on_note)
                     await nursery.start(serve_notify, notes, watchdog_interval_s())
-                    code = await _until_done(fleet, signals, partial(_flush_events, log_events))
+                    flush = partial(_flush_events, log_events, fleet)
+                    code = await _until_done(fleet, signals, flush)
                     nursery.cancel_scope.cancel()
                 hurrying.start_soon(_hurry_on_signal, signals, hurry)
             hurrying.cancel_scope.cancel()
@@ -375,16 +388,25 @@ async def _reap_orphans(fleet: Fleet) -> None:
             say(f"collected the exit of pid {pid}, a server's orphan that was adopted")
 
 
-async def _log_events(events: trio.MemoryReceiveChannel[Event]) -> None:
+async def _log_events(events: trio.MemoryReceiveChannel[Event], fleet: Fleet) -> None:
     async for event in events:
-        log_event(event)
+        _log(event, fleet)
 
 
-def _flush_events(events: trio.MemoryReceiveChannel[Event]) -> None:
+def _flush_events(events: trio.MemoryReceiveChannel[Event], fleet: Fleet) -> None:
     """Print the events already queued for `_log_events` now, in their order."""
     while True:
         try:
             event = events.receive_nowait()
         except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
             return
+        _log(event, fleet)
+
+
+def _log(event: Event, fleet: Fleet) -> None:
+    """Log ``event`` naming its instance by its name (role)."""
+    iid = instance_of(event)
+    if iid is None:
         log_event(event)
+    else:
+        log_event(event, fleet.name_of(iid), fleet.adopted(iid))

@@ -42,6 +42,7 @@ class ManagedSection:
     registry: Path
     data_root: Path
     serve_programs: tuple[tuple[InferFlavor, Path], ...] = ()
+    """The server executable of each flavor (``{"infer.llamacpp" = "/path/llama-server"}``)."""
     env: tuple[tuple[str, str], ...] = ()
     env_passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH
     run_as: str | None = None
@@ -88,10 +89,14 @@ class RunInstance:
     """
 
     mode: ControlMode
+    """``managed`` (inferactors starts the server) or ``adopted`` (somebody else runs it)."""
     spec: InferenceSpec
     supervision: Supervision = Supervision()  # noqa: RUF009  (frozen value)
+    """This instance's restart policy, readiness and deep-health settings."""
     residency: InstanceResidency = InstanceResidency()  # noqa: RUF009  (frozen value)
+    """On-demand starts, idle TTL and concurrency of this instance."""
     required: bool = True
+    """Whether ``inferactors run`` exits once this instance is down for good."""
 
 
 @attrs.frozen
@@ -100,11 +105,17 @@ class RunConfig:
     (`ResidencySection`: budget, queue bounds, preload, groups), instances."""
 
     node_id: str = "local"
+    """A plain token (1-64 chars) naming this machine in instance ids."""
     probe_timeout_s: float = 2.0
+    """Timeout of one health probe, seconds."""
     deep_timeout_s: float = 300.0
+    """Timeout of the one-token completion of a deep health, seconds."""
     managed: ManagedSection | None = None
+    """The ``[managed]`` table: settings of every managed server."""
     residency: ResidencySection | None = None
+    """The ``[residency]`` table: the memory budget, queues and groups."""
     instances: tuple[RunInstance, ...] = ()
+    """The ``[[instances]]``: one table per server, named by its ``role``."""
     front_door: FrontDoorConfig | None = None
     """The ``[front_door]`` table: one HTTP address for every model (``front_door.py``)."""
 

@@ -49,7 +49,9 @@ class MemoryFootprint:
     """Memory the instance holds while resident, in bytes (each at most 4 TiB)."""
 
     weights_bytes: int = 0
+    """The model's weights, bytes."""
     kv_budget_bytes: int = 0
+    """The KV cache and the rest it allocates, bytes."""
 
 
 @attrs.frozen

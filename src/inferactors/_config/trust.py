@@ -25,8 +25,11 @@ class TrustAnchorEntry:
     certificates). Relative paths in a run file start from its directory."""
 
     name: str
+    """A plain token (1 to 64 characters) that ``signed_by`` names."""
     public_key: Path | None = None
+    """A PEM EC P-256/P-384/P-521 public key (this or ``certificate``)."""
     certificate: Path | None = None
+    """PEM root certificates (this or ``public_key``)."""
 
     @property
     def kind(self) -> str:

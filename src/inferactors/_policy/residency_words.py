@@ -8,10 +8,13 @@ from .residency import size_text
 
 def describe_residency_event(
     event: OnDemandStart | ResidencyStop | QueuedRequestRefused | FootprintDrift,
+    who: str | None = None,
 ) -> str:
-    """``chat-1a2b  on-demand start (request)``, ``... stopping (evicted): to make room for
+    """``chat  on-demand start (request)``, ``... stopping (evicted): to make room for
     'code'``, ``... request refused after 12.0 s (wait-timeout): ...``, ``... memory drift:
-    measured 1.2 GB, expected 0.8 GB``."""
+    measured 1.2 GB, expected 0.8 GB``; ``who`` names the instance (its instance id when
+    None)."""
+    who = who or event.instance_id
     match event:
         case OnDemandStart():
             gate = (
@@ -19,17 +22,17 @@ def describe_residency_event(
                 if event.gate_bytes is not None
                 else ""
             )
-            return f"{event.instance_id}  on-demand start ({event.trigger}){gate}"
+            return f"{who}  on-demand start ({event.trigger}){gate}"
         case ResidencyStop():
             detail = f": {event.detail}" if event.detail else ""
-            return f"{event.instance_id}  stopping ({event.reason.value}){detail}"
+            return f"{who}  stopping ({event.reason.value}){detail}"
         case QueuedRequestRefused():
             return (
-                f"{event.instance_id}  request refused after {event.waited_s:.1f} s "
+                f"{who}  request refused after {event.waited_s:.1f} s "
                 f"({event.kind}): {event.message}"
             )
         case FootprintDrift():
             return (
-                f"{event.instance_id}  memory drift: measured {size_text(event.measured_bytes)},"
+                f"{who}  memory drift: measured {size_text(event.measured_bytes)},"
                 f" expected {size_text(event.expected_bytes)}"
             )

@@ -4,9 +4,11 @@ Routes, all JSON through the one converter (`inferactors._config.convert_api`)::
 
     GET  /v1/instances                     {"instances": [InstanceView, ...]}
     GET  /v1/instances/{name}              InstanceView
-    POST /v1/instances/{name}/start        InstanceView after      (also stop, restart)
-    GET  /v1/instances/{name}/logs         NDJSON LogLines  ?lines=N (100) &follow=1
-    GET  /v1/events                        NDJSON events    ?since=N (the last N; 20) &follow=1
+    POST /v1/instances/{name}/start        InstanceView once settled ?wait=S (600; 0: at spawn)
+    POST /v1/instances/{name}/restart      as start
+    POST /v1/instances/{name}/stop         InstanceView after the stop (a stopped one: as it is)
+    GET  /v1/instances/{name}/logs         NDJSON LogLines  ?lines=N (100) &follow=1 (adopted: 409)
+    GET  /v1/events                        NDJSON events (+ "name") ?since=N (20) &follow=1
     POST /v1/reload                        ReloadResult, or 400 with the config error
     GET  /metrics                          Prometheus text
     GET  /livez   /readyz   /readyz/{name} 200 or 503
@@ -54,7 +56,7 @@ from .._errors import (
     UnknownInstance,
     Unsupported,
 )
-from .._events import Event
+from .._events import Event, instance_of
 from .._version import package_version
 from .control_access import BearerOnTcp, BrowserGuard, error_body
 from .control_access import ReadOnly as ReadOnly
@@ -63,6 +65,12 @@ from .views import InstanceView, ReadyView, ReloadResult
 
 LIVE_DEADLINE_S = 2.0
 """How long ``/livez`` waits for every runtime's actor tree to answer, float seconds."""
+DEFAULT_START_WAIT_S = 600.0
+"""How long a start or restart waits for the instance to settle (running, or a failure no
+waiting changes) when the request names no ``wait``, float seconds (the default readiness
+deadline, ``readiness_timeout_s``)."""
+MAX_START_WAIT_S = 86_400.0
+"""The longest ``wait`` a start or restart may ask for, float seconds."""
 DEFAULT_LOG_LINES = 100
 DEFAULT_EVENTS = 20
 MAX_LINES = 100_000
@@ -87,15 +95,16 @@ class ControlledFleet(Protocol):
 
     def views(self) -> tuple[InstanceView, ...]: ...
     def view(self, name: str) -> InstanceView: ...
-    async def start(self, name: str) -> InstanceView: ...
+    async def start(self, name: str, wait_s: float = 0.0) -> InstanceView: ...
     async def stop(self, name: str) -> InstanceView: ...
-    async def restart(self, name: str) -> InstanceView: ...
+    async def restart(self, name: str, wait_s: float = 0.0) -> InstanceView: ...
     async def reload(self) -> ReloadResult: ...
     def log_tail(self, name: str, lines: int) -> tuple[LogLine, ...]: ...
     def follow_logs(
         self, name: str
     ) -> contextlib.AbstractContextManager[trio.MemoryReceiveChannel[LogLine]]: ...
     def recent_events(self, n: int) -> tuple[Event, ...]: ...
+    def name_of(self, instance_id: str) -> str | None: ...
     def follow_events(
         self,
     ) -> contextlib.AbstractContextManager[trio.MemoryReceiveChannel[Event]]: ...
@@ -143,6 +152,24 @@ def _count(request: Request, key: str, default: int) -> int:
     return int(text)
 
 
+def _seconds(request: Request, key: str, default: float) -> float:
+    """The query parameter ``key`` as float seconds, 0..`MAX_START_WAIT_S`.
+
+    Raises:
+        InvalidConfig: not a number in that range.
+    """
+    text = request.query_params.get(key)
+    if text is None:
+        return default
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= MAX_START_WAIT_S:
+        raise InvalidConfig(f"{key} must be a number of seconds from 0 to {MAX_START_WAIT_S:g}")
+    return seconds
+
+
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
@@ -183,12 +210,23 @@ class _Routes:
 
         return handle
 
+    def waited(self, act: Callable[[str, float], Awaitable[InstanceView]]) -> Callable[..., Any]:
+        """A start or restart: carried out, then waited on for ``?wait=S`` seconds (default
+        `DEFAULT_START_WAIT_S`) until the instance settles."""
+
+        async def handle(request: Request) -> Response:
+            wait_s = _seconds(request, "wait", DEFAULT_START_WAIT_S)
+            return JSONResponse(api_data(await act(request.path_params["name"], wait_s)))
+
+        return handle
+
     async def reload(self, request: Request) -> Response:
         return JSONResponse(api_data(await self.fleet.reload()))
 
     async def logs(self, request: Request) -> Response:
         name = request.path_params["name"]
         self.fleet.view(name)  # UnknownInstance: 404 before any line
+        self.fleet.log_tail(name, 0)  # an adopted server: 409 unsupported before any line
         lines = _count(request, "lines", DEFAULT_LOG_LINES)
         if not _flag(request, "follow"):
             tail = self.fleet.log_tail(name, lines)
@@ -207,15 +245,24 @@ class _Routes:
         since = _count(request, "since", DEFAULT_EVENTS)
         if not _flag(request, "follow"):
             recent = self.fleet.recent_events(since)
-            return Response(_event_lines(recent), media_type=NDJSON)
+            return Response(self._event_lines(recent), media_type=NDJSON)
         return StreamingResponse(self._follow_events(since), media_type=NDJSON)
 
     async def _follow_events(self, since: int) -> AsyncIterator[bytes]:
         recent = self.fleet.recent_events(since)
         with self.fleet.follow_events() as channel:
-            yield _event_lines(recent)
+            yield self._event_lines(recent)
             async for event in channel:
-                yield _ndjson(event_data(event))
+                yield self._event_lines((event,))
+
+    def _event_lines(self, events: Iterable[Event]) -> bytes:
+        """NDJSON of ``events``, each with ``name``: its instance's name (null for the
+        supervisor's own, or an instance the fleet never had)."""
+        return b"".join(_ndjson(self._named(event)) for event in events)
+
+    def _named(self, event: Event) -> dict[str, Any]:
+        iid = instance_of(event)
+        return {**event_data(event), "name": None if iid is None else self.fleet.name_of(iid)}
 
     async def metrics(self, request: Request) -> Response:
         await self.fleet.refresh_metrics()
@@ -250,10 +297,6 @@ class _Routes:
             "reason": one.reason,
         }
         return JSONResponse(body, status_code=200 if one.ready else 503)
-
-
-def _event_lines(events: Iterable[Event]) -> bytes:
-    return b"".join(_ndjson(event_data(event)) for event in events)
 
 
 API = "v1"
@@ -305,9 +348,9 @@ def control_app(
         routes=[
             Route("/v1/instances", routes.instances),
             Route("/v1/instances/{name}", routes.instance),
-            Route("/v1/instances/{name}/start", routes.command(fleet.start), methods=["POST"]),
+            Route("/v1/instances/{name}/start", routes.waited(fleet.start), methods=["POST"]),
             Route("/v1/instances/{name}/stop", routes.command(fleet.stop), methods=["POST"]),
-            Route("/v1/instances/{name}/restart", routes.command(fleet.restart), methods=["POST"]),
+            Route("/v1/instances/{name}/restart", routes.waited(fleet.restart), methods=["POST"]),
             Route("/v1/instances/{name}/logs", routes.logs),
             Route("/v1/events", routes.events),
             Route("/v1/reload", routes.reload, methods=["POST"]),

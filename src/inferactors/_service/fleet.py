@@ -24,9 +24,9 @@ from .._config.state_dir import state_dir_of
 from .._edges.bundle import Edges, ProbeTimed
 from .._edges.log_ring import LogLine
 from .._edges.memory_gauge import MemoryGauge
-from .._errors import InvalidState, UnknownInstance
+from .._errors import InvalidState, UnknownInstance, Unsupported
 from .._events import Event, StopReason, instance_of
-from .._policy import fleet_exit
+from .._policy import fleet_exit, service_status
 from .._policy.reload_plan import Placement, placements
 from .drain import Drainer, NoDrain
 from .event_fan import EventFan
@@ -91,6 +91,9 @@ class Fleet:
     history: UiHistory = attrs.Factory(UiHistory)
     """What the web page plots and lists of each instance (bounded, in memory)."""
     _by_iid: dict[str, Member] = attrs.Factory(dict)
+    _names: dict[str, tuple[str, bool]] = attrs.Factory(dict)
+    """Every instance id the fleet had, to its name and whether it was adopted (kept after
+    an unload: its events still name it)."""
     _fan: EventFan = attrs.Factory(EventFan)
     _hooks: list[Callable[[LifecycleNote], None]] = attrs.Factory(list)
     _views_changed: trio.Event = attrs.Factory(trio.Event)
@@ -132,6 +135,17 @@ class Fleet:
         of its instance, so this follows the events with the views already fresh)."""
         await self._views_changed.wait()
 
+    def name_of(self, instance_id: str) -> str | None:
+        """The name (role) of the instance with ``instance_id``, now or before a reload;
+        None for an id the fleet never had."""
+        known = self._names.get(instance_id)
+        return None if known is None else known[0]
+
+    def adopted(self, instance_id: str) -> bool:
+        """Whether the instance with ``instance_id`` is (or was) an adopted server."""
+        known = self._names.get(instance_id)
+        return known is not None and known[1]
+
     def recent_events(self, n: int) -> tuple[Event, ...]:
         """The last ``n`` events (at most `event_fan.EVENT_RING`), oldest first."""
         return self._fan.recent(n)
@@ -143,9 +157,14 @@ class Fleet:
 
     def log_tail(self, name: str, lines: int) -> tuple[LogLine, ...]:
         """The instance's last ``lines`` output lines (across restarts), oldest first;
-        none for an adopted server or an instance refused at load."""
-        member = self.member(name)
-        if member.handle is None or member.placement.entry.mode.value != "managed":
+        none for an instance refused at load.
+
+        Raises:
+            UnknownInstance: no such instance.
+            Unsupported: an adopted server: its output is not ours to read.
+        """
+        member = self._ours(name)
+        if member.handle is None:
             return ()
         try:
             return member.runtime.logs(member.handle, lines)
@@ -157,13 +176,29 @@ class Fleet:
         """The instance's output lines from now on, until the block is left.
 
         Raises:
-            UnknownInstance: no such instance, or it has no output (adopted, refused).
+            UnknownInstance: no such instance, or it has no output (refused).
+            Unsupported: an adopted server (`log_tail`).
         """
-        member = self.member(name)
+        member = self._ours(name)
         if member.handle is None:
             raise UnknownInstance(f"{name} is not loaded: {member.refused or 'no output'}")
         with member.runtime.follow_logs(member.handle) as lines:
             yield lines
+
+    def _ours(self, name: str) -> Member:
+        """The member named ``name`` when its output is ours (a managed server).
+
+        Raises:
+            UnknownInstance: no such instance.
+            Unsupported: an adopted server.
+        """
+        member = self.member(name)
+        if member.placement.entry.mode.value == "adopted":
+            raise Unsupported(
+                f"{name} is adopted: inferactors did not start it and never reads its "
+                "output; see where its own process logs"
+            )
+        return member
 
     def metrics_text(self) -> bytes:
         """The Prometheus text of the fleet's metrics."""
@@ -186,8 +221,9 @@ class Fleet:
 
     # Commands.
 
-    async def start(self, name: str) -> InstanceView:
-        """An operator's start: the restart budget is refilled, then the server started.
+    async def start(self, name: str, wait_s: float = 0.0) -> InstanceView:
+        """An operator's start: the restart budget is refilled, then the server started;
+        then, for up to ``wait_s`` float seconds, `settle`. Returns the view then.
 
         Raises:
             UnknownInstance: no such instance.
@@ -199,28 +235,52 @@ class Fleet:
         await member.runtime.reset_restarts(member.handle)
         if self.door is None or not await self.door.start(member):  # on demand: admitted
             await member.runtime.start(member.handle)
-        return await self._fresh(member)
+        await self._fresh(member)
+        return await self.settle(member, wait_s)
 
     async def stop(self, name: str) -> InstanceView:
-        """An operator's stop (reason ``requested``: not a crash, never restarted).
+        """An operator's stop (reason ``requested``: not a crash, never restarted); an
+        instance with no process (stopped, given up, in backoff) is left as it is, and a
+        pending restart is cancelled. The view shows ``stopping`` meanwhile.
 
         Raises:
             UnknownInstance: no such instance.
-            InvalidState: not running, or refused at load.
+            InvalidState: refused at load.
             Unsupported: an adopted server, which inferactors never signals.
         """
         member = self._loaded(name)
         assert member.handle is not None
-        if self.door is None or not await self.door.stop(member, StopReason.REQUESTED):
-            await member.runtime.stop(member.handle, self.stop_grace_s)
+        member.stopping += 1
+        self.changed(member)
+        try:
+            if self.door is None or not await self.door.stop(member, StopReason.REQUESTED):
+                await member.runtime.stop(member.handle, self.stop_grace_s)
+        except InvalidState:
+            pass  # nothing runs: it is already stopped (its view says how it stands)
+        finally:
+            member.stopping -= 1
         return await self._fresh(member)
 
-    async def restart(self, name: str) -> InstanceView:
-        """Stop the server if it runs, then start it (as `InferRuntime.restart`)."""
+    async def restart(self, name: str, wait_s: float = 0.0) -> InstanceView:
+        """An operator's restart: the restart budget is refilled (as for a start), the
+        server stopped if it runs, then started (as `InferRuntime.restart`); then, for up
+        to ``wait_s`` float seconds, `settle`."""
         member = self._loaded(name)
         assert member.handle is not None
+        await member.runtime.reset_restarts(member.handle)
         await member.runtime.restart(member.handle, self.stop_grace_s)
-        return await self._fresh(member)
+        await self._fresh(member)
+        return await self.settle(member, wait_s)
+
+    async def settle(self, member: Member, wait_s: float) -> InstanceView:
+        """``member``'s view once it is running or its start settled otherwise (degraded,
+        given up, held down, stopped, gone: ``_policy/service_status.py``), or when ``wait_s``
+        float seconds have passed (still starting, or in backoff: a pending restart may yet
+        bring it up). Waits on its updates, without polling."""
+        with trio.move_on_after(wait_s):
+            while not service_status.settled(member.view().display_state):
+                await member.until_updated()
+        return self.view(member.name)
 
     async def reload(self) -> ReloadResult:
         """Re-read the run file and apply what changed (``_service/reload.py``).
@@ -248,6 +308,8 @@ class Fleet:
         """Route the events of ``member``'s instance id to it (`Keeper`)."""
         if member.handle is not None:
             self._by_iid[member.handle.instance_id] = member
+            adopted = member.placement.entry.mode.value == "adopted"
+            self._names[member.handle.instance_id] = (member.name, adopted)
             self.metrics.track([member.view()])
 
     def forget(self, member: Member) -> None:

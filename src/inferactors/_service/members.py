@@ -16,13 +16,16 @@ import attrs
 import trio
 
 from .._actors.front_door_msgs import ResidencyView
+from .._actors.front_door_seam import Residency
 from .._actors.runtime import InferRuntime, InstanceHandle
 from .._config.config import ControlMode, RestartPolicy
+from .._config.spec import InferenceSpec
 from .._errors import AdmissionRefused, BackendError, InferactorsError, one_line
 from .._events import Event, StateChanged
 from .._policy.fleet_exit import Place, Standing, adopted_retry_delay_s, down_kind, standing
 from .._policy.readiness import Readiness
 from .._policy.reload_plan import Placement
+from .._policy.service_status import display_state
 from .._status import InstanceState, InstanceStatus
 from .hosts import RuntimeHost, Say
 from .views import InstanceView, ReadyView
@@ -70,6 +73,8 @@ class Member:
     """Whether ``/readyz`` counts it ready (changed by observations in a row)."""
     signed_by: str | None = None
     """Who signed its model, read from the registry after each load (`signer_of`)."""
+    stopping: int = 0
+    """How many stops of it (the fleet's: an operator's, a restart's) are under way."""
     _updated: trio.Event = attrs.Factory(trio.Event)
 
     @property
@@ -85,16 +90,30 @@ class Member:
     def view(self, residency: ResidencyView | None = None) -> InstanceView:
         """Its row of ``inferactors status`` (no I/O), with what the scheduler shows of it
         (``residency``) when it schedules it."""
-        spec = self.placement.entry.spec
+        spec, mode = self.placement.entry.spec, self.placement.entry.mode
+        stopping = self.stopping > 0 or (
+            residency is not None and residency.residency is Residency.STOPPING
+        )
+        shown = display_state(
+            self.status,
+            adopted=mode is ControlMode.ADOPTED,
+            refused=self.refused,
+            retrying=self.retrying,
+            on_demand=self.on_demand,
+            stopping=stopping,
+        )
         return InstanceView(
             name=self.name,
             flavor=spec.runtime.id,
-            mode=self.placement.entry.mode.value,
+            mode=mode.value,
             instance_id=None if self.handle is None else self.handle.instance_id,
             status=self.status,
             refused=self.refused,
             residency=residency,
             signed_by=self.signed_by,
+            endpoint=_endpoint(spec),
+            model=spec.model,
+            display_state=shown,
         )
 
     def standing(self) -> Standing:
@@ -175,6 +194,14 @@ async def keep(member: Member, keeper: Keeper) -> None:
                 nursery.start_soon(_first_deep_health, member, keeper)
 
 
+def _endpoint(spec: InferenceSpec) -> str | None:
+    """The spec's base URL; None when it has none it can say (its check failed at load)."""
+    try:
+        return spec.base_url()
+    except InferactorsError:
+        return None
+
+
 def _policy(member: Member) -> RestartPolicy:
     return member.placement.entry.supervision.restart or RestartPolicy()
 
@@ -202,7 +229,7 @@ async def _attempt(member: Member, keeper: Keeper) -> bool:
     member.refused, member.retrying = None, False
     iid = member.handle.instance_id
     done = "loaded, started on demand" if member.on_demand else "started"
-    keeper.say(f"{iid}: {done} ({runtime.id})", instance=iid)
+    keeper.say(f"{member.name}: {done} ({runtime.id})", instance=iid)
     return True
 
 
@@ -274,7 +301,8 @@ async def _first_deep_health(member: Member, keeper: Keeper) -> None:
     try:
         result = await member.runtime.deep_health(member.handle)
     except InferactorsError as error:
-        keeper.say(f"{iid}  deep health failed: {error}", instance=iid, level=logging.WARNING)
+        say = f"{member.name}  deep health failed: {error}"
+        keeper.say(say, instance=iid, level=logging.WARNING)
         return
     latency = f"{result.latency_s * 1000:.1f} ms"
-    keeper.say(f"{iid}  deep health: one token {result.text!r} in {latency}", instance=iid)
+    keeper.say(f"{member.name}  deep health: one token {result.text!r} in {latency}", instance=iid)

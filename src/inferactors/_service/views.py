@@ -10,7 +10,13 @@ import enum
 import attrs
 
 from .._actors.front_door_msgs import ResidencyView
+from .._policy.service_status import DisplayState, display_state
 from .._status import InstanceStatus
+
+
+def _shown(view: InstanceView) -> DisplayState:
+    """The display state of a view built without one: from its status, mode and refusal."""
+    return display_state(view.status, adopted=view.mode == "adopted", refused=view.refused)
 
 
 @attrs.frozen
@@ -30,6 +36,13 @@ class InstanceView:
         signed_by: who signed its model, as the registry last verified it (the trust anchor
             and the signer: ``"ops: key sha256:74e77a506e308a1f..."``), read at each load;
             None for an unsigned model, an adopted server or before its first load.
+        endpoint: the server's base URL (``"http://127.0.0.1:8090"``).
+        model: the registry name of its model (or Ollama's tag), None when it names none.
+        display_state: how it stands for an operator (``_policy/service_status.py``):
+            starting, running, degraded, backoff, stopping, stopped, idle, fatal, gone or
+            unknown; derived from the rest (and from a stop under way, an adopted server
+            retried, an on-demand instance). Derived from ``status``, ``mode`` and
+            ``refused`` when not given (an ``attrs.evolve`` that changes them must give it).
     """
 
     name: str
@@ -40,6 +53,9 @@ class InstanceView:
     refused: str | None = None
     residency: ResidencyView | None = None
     signed_by: str | None = None
+    endpoint: str | None = None
+    model: str | None = None
+    display_state: DisplayState = attrs.field(default=attrs.Factory(_shown, takes_self=True))
 
 
 @attrs.frozen
