@@ -57,17 +57,24 @@ class SignedFiles:
     """What a verified signature signs.
 
     Attributes:
-        anchor: the trust anchor that verified it.
+        anchors: every trust anchor that verifies it, in configured order (two anchors may
+            hold one key, or two roots issue one chain): a requirement naming any of them
+            is met.
         signer: ``key sha256:<64 hex>`` or ``certificate <subject>``.
         algorithm: the digest every file is signed with (``blake3``, ``sha256``, ``blake2``).
         files: each signed file's name (relative path, or ``"."`` for a single-file model)
             and its digest in lower-case hex.
     """
 
-    anchor: str
+    anchors: tuple[str, ...]
     signer: str
     algorithm: str
     files: dict[str, str]
+
+    @property
+    def anchor(self) -> str:
+        """The first anchor that verifies it (the one recorded at registration)."""
+        return self.anchors[0]
 
 
 def verify_signature(data: bytes, anchors: TrustAnchors) -> SignedFiles:
@@ -186,26 +193,30 @@ def _read_bundle(data: bytes) -> Signature:
 def _by_key(signature: Signature, claimed: str, anchors: TrustAnchors) -> SignedFiles:
     (key_module,) = _import("checking a signature", "_signing.sign_ec_key")
     keys = [a for a in anchors if a.kind is AnchorKind.PUBLIC_KEY]
-    match = next((a for a in keys if key_identity(a.pem) == claimed), None)
-    if match is None:
+    matches = [a for a in keys if key_identity(a.pem) == claimed]
+    if not matches:
         raise BadSignature(
             f"signed by {short_signer(claimed)}: none of the trust anchors "
             f"({anchors.described()}) holds that key"
         )
-    make = partial(key_module.Verifier, _contents(match.pem))
-    return _verified(make, signature, match, claimed)
+    make = partial(key_module.Verifier, _contents(matches[0].pem))
+    verified = _verified(make, signature, matches[0], claimed)
+    return attrs.evolve(verified, anchors=tuple(a.name for a in matches))
 
 
 def _by_certificate(signature: Signature, claimed: str, anchors: TrustAnchors) -> SignedFiles:
     (cert_module,) = _import("checking a signature", "_signing.sign_certificate")
     roots = [a for a in anchors if a.kind is AnchorKind.CERTIFICATE]
     reasons = []
-    for anchor in roots:
+    found: list[SignedFiles] = []
+    for anchor in roots:  # every root that verifies it: a requirement may name any of them
         try:
             make = partial(cert_module.Verifier, [_contents(anchor.pem)])
-            return _verified(make, signature, anchor, claimed)
+            found.append(_verified(make, signature, anchor, claimed))
         except BadSignature as error:
             reasons.append(f"{anchor.name}: {error}")
+    if found:
+        return attrs.evolve(found[0], anchors=tuple(f.anchor for f in found))
     if not roots:
         reasons.append(f"no certificate anchor ({anchors.described()})")
     raise BadSignature(
@@ -234,7 +245,7 @@ def _verified(
         if descriptor.digest.algorithm != algorithm or algorithm not in SIGNED_ALGORITHMS:
             raise BadSignature(f"signs {descriptor.identifier} with {descriptor.digest.algorithm}")
         files[descriptor.identifier] = descriptor.digest.digest_hex
-    return SignedFiles(anchor.name, claimed, str(algorithm), files)
+    return SignedFiles((anchor.name,), claimed, str(algorithm), files)
 
 
 def short_signer(signer: str) -> str:

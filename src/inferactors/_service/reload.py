@@ -2,7 +2,8 @@
 
 1. `Lifecycle.RELOADING`. Read and validate ALL of the new run file (the one loader,
    `load_run_config`, then a non-empty ``instances``, no instance on the supervisor's own
-   addresses, every runtime's settings). A setting that cannot change while the supervisor
+   addresses, every runtime's settings) and the trust anchor files it names
+   (``reload_anchors.py``). A setting that cannot change while the supervisor
    runs (the state directory: ``[managed] data_root``, where the control socket, the server
    logs, the records and the lock live) is refused as needing a restart. Then admit every
    instance to be loaded dry (``reload_check.py``: its model, flags, API key file, run_as,
@@ -10,7 +11,10 @@
 2. Open the runtimes the new file needs that are not open yet (same flavor and mode but
    other settings: a new one). One that cannot be opened closes those just opened and
    raises `InvalidConfig`: still nothing has changed.
-3. Drain (`Fleet.drainer`, ``drain.py``) then stop and unload the removed and changed
+3. Give the anchors to every open registry; when they changed, check the models of the
+   instances left running again: one that no longer verifies is held down as
+   ``tampered``, listed in `ReloadResult.tampered` (the reload still succeeds). Drain
+   (`Fleet.drainer`, ``drain.py``) then stop and unload the removed and changed
    instances, and unload the revived ones (`plan_reload`: by each instance's own effective
    settings), then load and start the added, changed and revived ones, concurrently.
    Unchanged instances keep their server (same pid) and the runtime they run in, even when
@@ -40,12 +44,14 @@ from .._config.runfile import Endpoint, RunConfig
 from .._config.state_dir import state_dir_of
 from .._edges.bundle import Edges
 from .._errors import InferactorsError, InvalidConfig, one_line
+from .._models.anchors import TrustAnchors
 from .._policy.reload_plan import Placement, ReloadPlan, placements, plan_reload
 from .drain import DRAIN_S, Drainer
 from .fleet_door import FleetDoor
 from .hosts import RuntimeHost, Say
 from .members import Member
 from .metrics import FleetMetrics
+from .reload_anchors import read_anchors, unchanged_tampered, use_anchors
 from .reload_check import check_loading
 from .views import InstanceView, Lifecycle, ReloadResult
 
@@ -113,32 +119,41 @@ async def reload_fleet(fleet: Fleet) -> ReloadResult:
     async with fleet.reload_lock:
         fleet.note(Lifecycle.RELOADING, "reloading")
         try:
-            plan, wanted, residency = await _prepare(fleet)
+            plan, wanted, residency, anchors = await _prepare(fleet)
         except InvalidConfig as error:
             fleet.note(Lifecycle.RELOADED, one_line(f"reload refused: {error}"), failed=True)
             raise
+        tampered: tuple[tuple[str, str], ...] = ()
+        if use_anchors(fleet.hosts, anchors):  # before any load: new loads verify with them
+            kept = [fleet.members[name] for name in plan.unchanged]
+            tampered = await unchanged_tampered(kept)
         refused = await _apply(fleet, plan, wanted)
         if fleet.door is not None:  # the scheduler follows: kept instances keep their state
             await fleet.door.rebind(list(fleet.members.values()), residency)
-        result = ReloadResult(**attrs.asdict(plan, recurse=False), refused=refused)
+        fields = attrs.asdict(plan, recurse=False)
+        result = ReloadResult(**fields, refused=refused, tampered=tampered)
         fleet.note(Lifecycle.RELOADED, describe(result), failed=bool(refused))
         return result
 
 
 async def _prepare(
     fleet: Fleet,
-) -> tuple[ReloadPlan, dict[str, Placement], ResidencySection | None]:
-    """The plan (and the new ``[residency]`` table), once the new file is valid, its
-    instances to load pass their dry admission and the runtimes they need are open.
-    Raises `InvalidConfig`."""
+) -> tuple[ReloadPlan, dict[str, Placement], ResidencySection | None, TrustAnchors]:
+    """The plan (and the new ``[residency]`` table and trust anchors, their files read
+    again), once the new file and its anchors are valid, its instances to load pass their
+    dry admission and the runtimes they need are open. Raises `InvalidConfig`."""
     config, wanted = read_run_file(fleet)
+    try:
+        anchors = await read_anchors(config)
+    except InvalidConfig as error:
+        raise InvalidConfig(f"{fleet.run_file}: {error}") from None
     current = {name: member.placement for name, member in fleet.members.items()}
     held = {name for name, member in fleet.members.items() if member.held_down()}
     plan = plan_reload(current, wanted, held)
     loading = {name: wanted[name] for name in plan.to_load}
     await check_loading(fleet.run_file, loading, fleet.hosts, fleet.edges)
     await _open_hosts(fleet, loading.values())
-    return plan, wanted, config.residency
+    return plan, wanted, config.residency, anchors
 
 
 def describe(result: ReloadResult) -> str:
@@ -155,6 +170,7 @@ def describe(result: ReloadResult) -> str:
     ]
     parts.append(f"{len(result.unchanged)} unchanged")
     parts.extend(f"refused {name}: {why}" for name, why in result.refused)
+    parts.extend(f"held down as tampered {name}: {why}" for name, why in result.tampered)
     return "reloaded: " + "; ".join(parts)
 
 
