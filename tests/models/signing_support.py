@@ -7,7 +7,10 @@ the spot with ``cryptography``. Imported as ``models.signing_support``.
 
 from __future__ import annotations
 
+import base64
 import datetime
+import hashlib
+import json
 from pathlib import Path
 
 import attrs
@@ -176,3 +179,48 @@ def certificate_anchors(**roots: Path) -> TrustAnchors:
     """Trust anchors of root certificates, by name."""
     entries = ((name, AnchorKind.CERTIFICATE, path) for name, path in roots.items())
     return TrustAnchors.read(entries)
+
+
+def craft_bundle(
+    key: Path, resources: list[dict[str, str]], out: Path, *, hint: str | None = None
+) -> Path:
+    """A sigstore bundle as model-signing writes one, but over a statement of our making
+    (``resources``: ``{"name", "digest", "algorithm"}`` each), signed with the P-256 key
+    ``key``: what a trusted signer's own tool could produce. ``hint`` replaces the key's
+    hint (the SHA-256 of its public PEM)."""
+    private = serialization.load_pem_private_key(key.read_bytes(), None)
+    assert isinstance(private, ec.EllipticCurvePrivateKey)
+    public = private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    subject = hashlib.sha256(b"".join(bytes.fromhex(r["digest"]) for r in resources))
+    serialization_: dict[str, object] = {
+        "method": "files",
+        "hash_type": resources[0]["algorithm"],
+        "allow_symlinks": False,
+        "ignore_paths": ["model.sig"],
+    }
+    statement = {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": "model", "digest": {"sha256": subject.hexdigest()}}],
+        "predicateType": "https://model_signing/signature/v1.0",
+        "predicate": {"serialization": serialization_, "resources": resources},
+    }
+    raw = json.dumps(statement).encode()
+    kind = "application/vnd.in-toto+json"
+    pae = b" ".join([f"DSSEv1 {len(kind)} {kind} {len(raw)}".encode(), raw])
+    signature = private.sign(pae, ec.ECDSA(hashes.SHA256()))
+    bundle = {
+        "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+        "verificationMaterial": {
+            "publicKey": {"hint": hint if hint is not None else hashlib.sha256(public).hexdigest()},
+            "tlogEntries": [],
+        },
+        "dsseEnvelope": {
+            "payload": base64.b64encode(raw).decode(),
+            "payloadType": kind,
+            "signatures": [{"sig": base64.b64encode(signature).decode(), "keyid": ""}],
+        },
+    }
+    out.write_text(json.dumps(bundle))
+    return out

@@ -49,6 +49,7 @@ def import_llama_swap(args: argparse.Namespace) -> int:
             parsed = read_llama_swap(text, os.environ)
         except InvalidConfig as error:
             raise InvalidConfig(f"{config}: {error}") from None
+        check_draft_target(args.draft)  # before anything is registered
         jobs = [(d, _files(d, config.parent)) for d in parsed.models if isinstance(d, SwapDraft)]
         tally = Tally(sum(len(files) for _d, files in jobs) + len(parsed.models) - len(jobs))
         for skip in (m for m in parsed.models if isinstance(m, SwapSkip)):
@@ -68,6 +69,20 @@ def import_llama_swap(args: argparse.Namespace) -> int:
         return _write_draft(args.draft, registry, drafted, config)
 
     return with_registry(args, run)
+
+
+def check_draft_target(target: Path) -> None:
+    """Raise `InvalidConfig` (``--draft: ...``) unless a draft can be written at ``target``:
+    its folder exists, and the name is free or an existing regular file (never overwritten:
+    the import says so)."""
+    if not target.parent.is_dir():
+        raise InvalidConfig(
+            f"--draft: {target}: its folder {target.parent} is missing (nothing registered)"
+        )
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        raise InvalidConfig(
+            f"--draft: {target}: is a link or not a regular file (nothing registered)"
+        )
 
 
 def _files(draft: SwapDraft, base: Path) -> list[tuple[str, Path]]:

@@ -25,6 +25,7 @@ optional ``signing`` extra, imported on first use; without it every entry point 
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -134,33 +135,39 @@ def claimed_signer(signature: Signature) -> str:
 
 def sign_model(
     model: Path,
-    signature: Path,
     *,
     private_key: Path,
     algorithm: str = "sha256",
     certificate: Path | None = None,
     chain: Sequence[Path] = (),
     allow_symlinks: bool = False,
-) -> None:
-    """Sign ``model`` (a file, or a directory: every file beneath it but the signature and
-    git's files) with ``model-signing``'s own signing API, writing the bundle to
-    ``signature``. With ``certificate`` (and its ``chain`` of issuers), the bundle carries
-    the chain; else it names the key. Blocking: hashes the model by path.
+    ignored: str | None = None,
+) -> bytes:
+    """Sign ``model`` (a file, or a directory: every file beneath it but ``ignored``, a
+    relative path, and git's files) with ``model-signing``'s own signing API and return the
+    bundle's bytes. With ``certificate`` (and its ``chain`` of issuers, at least one), the
+    bundle carries the chain; else it names the key. The package writes the bundle into a
+    private temporary folder of ours, never beside the model: the caller writes it
+    (``sign_inputs.write_new``). Blocking: hashes the model by path.
 
     Raises:
-        InvalidConfig: ``private_key`` is not an unencrypted PEM elliptic-curve key, or does
-            not match ``certificate``; naming the option.
+        InvalidConfig: a ``certificate`` without a ``chain``, or a key or certificate the
+            package refuses; naming the option.
         Unsupported: the ``signing`` extra is not installed.
-        OSError: a file cannot be read or the signature written.
+        OSError: a file cannot be read.
     """
     signing, hashing = _import("signing a model", "signing", "hashing")
     if algorithm not in SIGNED_ALGORITHMS:
         raise InvalidConfig(f"--hashing-algorithm: {algorithm!r} is not one of blake3, sha256")
-    ignored = [signature.name] if model.is_dir() and signature.parent == model else []
+    if certificate is not None and not chain:
+        raise InvalidConfig(
+            "--chain: signing with --certificate needs its issuers up to the root (the "
+            "bundle carries them): add --chain ROOT.pem"
+        )
     digests = hashing.Config().use_file_serialization(
         hashing_algorithm=algorithm, allow_symlinks=allow_symlinks
     )
-    digests.set_ignored_paths(paths=ignored, ignore_git_paths=True)
+    digests.set_ignored_paths(paths=[ignored] if ignored else [], ignore_git_paths=True)
     config = signing.Config().set_hashing_config(digests)
     try:
         if certificate is None:
@@ -170,8 +177,12 @@ def sign_model(
                 private_key=private_key, signing_certificate=certificate, certificate_chain=chain
             )
     except (ValueError, TypeError) as error:
-        raise InvalidConfig(f"--private-key: {private_key}: {cut(str(error))}") from None
-    config.sign(model, signature)
+        option = "--private-key" if certificate is None else "--certificate/--chain"
+        raise InvalidConfig(f"{option}: {cut(str(error))}") from None
+    with tempfile.TemporaryDirectory(prefix="inferactors-sign-") as private:
+        out = Path(private) / "model.sig"
+        config.sign(model, out)
+        return out.read_bytes()
 
 
 def _read_bundle(data: bytes) -> Signature:

@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 import attrs
 import blake3
 
-from .._errors import InvalidConfig, cut
+from .._errors import InvalidConfig, shown
 from .._flavor import ModelFormat
 from .._untrusted_file import read_capped
 from .anchors import TrustAnchors
@@ -78,7 +78,8 @@ def scan_signed(
         signed = verify_signature(data, anchors)
     except BadSignature as error:
         raise InvalidConfig(f"{field}: does not verify: {error}") from None
-    include = tuple(n for n in signed.files if n != SINGLE_FILE) if path.is_dir() else ()
+    names = _checked_names(tuple(n for n in signed.files if n != SINGLE_FILE), field)
+    include = names if path.is_dir() else ()
     second = None if signed.algorithm == "blake3" else SecondDigests(signed.algorithm)
     manifest = scan_model(
         path,
@@ -86,7 +87,7 @@ def scan_signed(
         fmt=fmt,
         hasher=hasher,
         on_progress=on_progress,
-        include=_checked_names(include, field),
+        include=include,
         second=second,
     )
     manifest = attrs.evolve(
@@ -131,8 +132,12 @@ def _read(signature: Path, field: str) -> bytes:
 
 
 def _checked_names(names: tuple[str, ...], field: str) -> tuple[str, ...]:
+    """``names`` once each is a plain relative path: no ``..``, no absolute path, no NUL or
+    other control character (a file system could not hold it, a terminal would act on it).
+    """
     for name in names:
         pure = PurePosixPath(name)
-        if pure.is_absolute() or ".." in pure.parts or pure.as_posix() != name or not name:
-            raise InvalidConfig(f"{field}: it signs {cut(repr(name), 100)}, not a path beneath it")
+        odd = not name or not name.isprintable() or pure.as_posix() != name
+        if odd or pure.is_absolute() or ".." in pure.parts:
+            raise InvalidConfig(f"{field}: it signs {shown(name, 100)}, not a path beneath it")
     return names
