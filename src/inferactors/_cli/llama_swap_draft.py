@@ -10,8 +10,8 @@ type and the allowlisted flags carried over; what is not carried is a comment ab
 entry and a line of output. llama-swap runs one model at a time, often all on one port;
 inferactors runs them side by side, so a port another draft took is moved to the next free
 one (and said). The draft (a ``[managed]`` section naming this registry and the programs
-the config runs, then the instances) is checked as a run file before it is written, and an
-existing file is never overwritten.
+the config runs, then the instances) is checked as a run file before it is written, as a
+new file of mode 0600 (never through a link); an existing file is never overwritten.
 """
 
 from __future__ import annotations
@@ -128,9 +128,30 @@ def _write_draft(
             f"{target}: {'unchanged' if same else 'exists, not overwritten (name another --draft)'}"
         )
         return 0
-    target.write_text(text)
+    try:
+        _write_private(target, text)
+    except FileExistsError:
+        print(f"{target}: exists, not overwritten (name another --draft)")
+        return 0
+    except OSError as error:
+        raise InvalidConfig(f"--draft: {target}: cannot write it: {error.strerror}") from None
     print(f"drafted {len(drafts)} instance{'s' if len(drafts) != 1 else ''} in {target}")
     return 0
+
+
+def _write_private(target: Path, text: str) -> None:
+    """Write ``text`` to the new file ``target``, mode 0600 (a draft may name paths and
+    settings that are no one else's business), never through a link planted there.
+
+    Raises:
+        FileExistsError: something is already at ``target``.
+        OSError: the folder cannot be written.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(target, flags, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        os.fchmod(handle.fileno(), 0o600)  # whatever the umask
+        handle.write(text)
 
 
 def draft_text(registry: ModelRegistry, drafts: list[SwapDraft], config: Path) -> str:
