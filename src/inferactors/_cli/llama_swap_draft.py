@@ -26,7 +26,7 @@ import tomlkit
 from .._config.convert import run_config_from_toml
 from .._config.llama_swap import SwapSkip, read_llama_swap
 from .._config.llama_swap_args import SwapDraft
-from .._errors import InvalidConfig
+from .._errors import InvalidConfig, one_line, printable
 from .._models.registry import ModelRegistry
 from .._untrusted_file import MiB, read_capped_text
 from .import_tally import Tally, expected_files, import_one
@@ -62,9 +62,13 @@ def import_llama_swap(args: argparse.Namespace) -> int:
             if all(_registered(registry, name) for name, _path in files):
                 drafted.append(draft)
             else:
-                print(f"models.{draft.model_id}: not drafted: its files are not all registered")
+                print(
+                    one_line(
+                        f"models.{draft.model_id}: not drafted: its files are not all registered"
+                    )
+                )
         for note in parsed.notes:
-            print(note)
+            print(one_line(note))
         print(tally.summary())
         return _write_draft(args.draft, registry, drafted, config)
 
@@ -157,7 +161,11 @@ def _write_private(target: Path, text: str) -> None:
 def draft_text(registry: ModelRegistry, drafts: list[SwapDraft], config: Path) -> str:
     """The drafted run file: ``[managed]``, then an ``[[instances]]`` entry per draft."""
     document = tomlkit.document()
-    document.add(tomlkit.comment(f"Drafted by `inferactors models import llama-swap {config}`."))
+    document.add(
+        tomlkit.comment(
+            f"Drafted by `inferactors models import llama-swap {printable(str(config))}`."
+        )
+    )
     document.add(tomlkit.comment("Check every value, then: inferactors run <this file>"))
     managed = tomlkit.table()
     managed.add("registry", str(registry.path))
@@ -185,7 +193,7 @@ def _instance(draft: SwapDraft, taken: set[int]) -> Any:
         port = moved
     taken.add(port)
     for line in left:
-        entry.add(tomlkit.comment(f"not carried: {line}"))
+        entry.add(tomlkit.comment(f"not carried: {printable(line)}"))
     entry.add("mode", "managed")
     entry.add("role", draft.role)
     entry.add("runtime", draft.flavor.id)
@@ -205,5 +213,5 @@ def _instance(draft: SwapDraft, taken: set[int]) -> Any:
         serve.add("extra_args", list(draft.extra_args))
     entry.add("serve", serve)
     for line in left:
-        print(f"models.{draft.model_id}: not carried: {line}")
+        print(one_line(f"models.{draft.model_id}: not carried: {line}"))
     return entry
