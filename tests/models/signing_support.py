@@ -62,15 +62,27 @@ class CertifiedKey:
     root: Path
 
 
-def make_certified_key(directory: Path, subject: str, *, root_name: str) -> CertifiedKey:
+def make_certified_key(
+    directory: Path,
+    subject: str,
+    *,
+    root_name: str,
+    purposes: list[x509.ObjectIdentifier] | None = None,
+    starts_in: datetime.timedelta = datetime.timedelta(0),
+) -> CertifiedKey:
     """A self-signed root CA (``<root_name>.pem``) and a leaf for ``subject`` it issued,
-    allowed to sign (digital signature key usage)."""
+    allowed to sign (digital signature key usage); with ``purposes``, an extended key
+    usage listing them; ``starts_in`` moves the leaf's validity (a day before to 30 days
+    after now) that far (and the root's too, when it is negative)."""
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
     root_key = ec.generate_private_key(ec.SECP256R1())
-    root = _certificate(root_name, root_key, root_name, root_key, ca=True, now=now)
+    earlier = now + min(starts_in, datetime.timedelta(0))  # a past leaf has a past root
+    root = _certificate(root_name, root_key, root_name, root_key, ca=True, now=earlier)
     leaf_key = ec.generate_private_key(ec.SECP256R1())
-    leaf = _certificate(subject, leaf_key, root_name, root_key, ca=False, now=now)
+    leaf = _certificate(
+        subject, leaf_key, root_name, root_key, ca=False, now=now + starts_in, purposes=purposes
+    )
     paths = CertifiedKey(
         directory / f"{subject}.key", directory / f"{subject}.pem", directory / f"{root_name}.pem"
     )
@@ -94,6 +106,7 @@ def _certificate(
     *,
     ca: bool,
     now: datetime.datetime,
+    purposes: list[x509.ObjectIdentifier] | None = None,
 ) -> x509.Certificate:
     usage = x509.KeyUsage(
         digital_signature=not ca,
@@ -117,6 +130,8 @@ def _certificate(
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         .add_extension(usage, critical=True)
     )
+    if purposes is not None:
+        builder = builder.add_extension(x509.ExtendedKeyUsage(purposes), critical=False)
     return builder.sign(issuer_key, hashes.SHA256())
 
 

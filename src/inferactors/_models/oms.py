@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
-from .._errors import InvalidConfig, cut
+from .._errors import InvalidConfig, cut, printable
 from .._safe_json import NotJson, parse_json
 from .anchors import AnchorKind, TrustAnchor, TrustAnchors, key_identity, missing_extra
 from .manifest import SIGNED_ALGORITHMS
+from .signing_certificate import certificate_name, check_signing_certificate
 
 if TYPE_CHECKING:
     from model_signing._signing.sign_sigstore_pb import Signature
@@ -117,7 +118,7 @@ def claimed_signer(signature: Signature) -> str:
                 "the bundle names no public key (no publicKey.hint): re-sign it with "
                 "model-signing 1.0 or later"
             )
-        return f"key sha256:{cut(hint, 64)}"
+        return f"key sha256:{printable(cut(hint, 64))}"
     chain = material.x509_certificate_chain
     if chain is not None and chain.certificates:
         from cryptography import x509
@@ -126,7 +127,7 @@ def claimed_signer(signature: Signature) -> str:
             leaf = x509.load_der_x509_certificate(chain.certificates[0].raw_bytes)
         except ValueError:
             raise BadSignature("its signing certificate is not DER X.509") from None
-        return f"certificate {cut(leaf.subject.rfc4514_string(), 200)}"
+        return f"certificate {printable(cut(certificate_name(leaf), 200))}"
     raise BadSignature(
         "it carries neither a public key hint nor a certificate chain (a Sigstore keyless "
         "signature needs the network to verify; use a key or a certificate)"
@@ -217,6 +218,9 @@ def _by_key(signature: Signature, claimed: str, anchors: TrustAnchors) -> Signed
 
 def _by_certificate(signature: Signature, claimed: str, anchors: TrustAnchors) -> SignedFiles:
     (cert_module,) = _import("checking a signature", "_signing.sign_certificate")
+    chain = signature.bundle.verification_material.x509_certificate_chain
+    if chain is not None and chain.certificates:  # claimed_signer found and parsed it
+        check_signing_certificate(chain.certificates[0].raw_bytes, claimed)
     roots = [a for a in anchors if a.kind is AnchorKind.CERTIFICATE]
     reasons = []
     found: list[SignedFiles] = []
