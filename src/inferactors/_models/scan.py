@@ -67,9 +67,12 @@ def scan_model(
             raise InvalidConfig(f"path: {path} is not a .gguf file; register its directory")
         root, file_name = gguf_root(path)
         shards, tokenizer = [file_name], []
+        _check_gguf_magic(path)
+        fmt = choose_format([path.name], explicit=fmt, says_mlx=False)  # the name given
     else:
         raise InvalidConfig(f"path: {path} is not an existing file or directory")
-    fmt = choose_format(shards, explicit=fmt, says_mlx=_says_mlx(root, shards, tokenizer))
+    if fmt is None or path.is_dir():
+        fmt = choose_format(shards, explicit=fmt, says_mlx=_says_mlx(root, shards, tokenizer))
     return ModelManifest(
         name=name,
         format=fmt,
@@ -77,6 +80,19 @@ def scan_model(
         shards=_hash_files(root, shards, hasher, on_progress, second),
         tokenizer=_hash_files(root, tokenizer, hasher, on_progress, second),
     )
+
+
+def _check_gguf_magic(path: Path) -> None:
+    """Refuse a ``.gguf`` name whose file does not start with the GGUF magic (a link named
+    ``model.gguf`` to some other file is not registered as a model)."""
+    try:
+        with path.open("rb") as handle:
+            magic = handle.read(4)
+    except OSError as error:
+        raise InvalidConfig(f"path: {path}: cannot read it: {error.strerror}") from None
+    if magic != b"GGUF":
+        where = f" (a link to {os.path.realpath(path)})" if path.is_symlink() else ""
+        raise InvalidConfig(f"path: {path}{where} is not a GGUF file: it does not start with GGUF")
 
 
 def gguf_root(path: Path) -> tuple[Path, str]:
