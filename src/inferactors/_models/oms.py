@@ -240,6 +240,11 @@ def _by_certificate(signature: Signature, claimed: str, anchors: TrustAnchors) -
     )
 
 
+_OUR_NAMES = {"blake2b": "blake2"}
+"""Our name of a statement's ``hash_type`` (``model-signing`` is asked for ``blake2``,
+hashes with BLAKE2b and writes ``blake2b`` in the statement)."""
+
+
 def _verified(
     make: Callable[[], Any], signature: Signature, anchor: TrustAnchor, claimed: str
 ) -> SignedFiles:
@@ -254,13 +259,14 @@ def _verified(
             f"signs file shards (method {serialization.get('method')!r}), not whole files: "
             "sign it per file (model-signing's default)"
         )
-    algorithm = serialization.get("hash_type")
+    hash_type = str(serialization.get("hash_type"))
+    algorithm = _OUR_NAMES.get(hash_type, hash_type)
     files: dict[str, str] = {}
     for descriptor in manifest.resource_descriptors():
-        if descriptor.digest.algorithm != algorithm or algorithm not in SIGNED_ALGORITHMS:
+        if descriptor.digest.algorithm != hash_type or algorithm not in SIGNED_ALGORITHMS:
             raise BadSignature(f"signs {descriptor.identifier} with {descriptor.digest.algorithm}")
         files[descriptor.identifier] = descriptor.digest.digest_hex
-    return SignedFiles((anchor.name,), claimed, str(algorithm), files)
+    return SignedFiles((anchor.name,), claimed, algorithm, files)
 
 
 def short_signer(signer: str) -> str:
