@@ -100,6 +100,17 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 @pytest.fixture
+def machine_alone(request: pytest.FixtureRequest) -> None:
+    """The machine to this test alone from here to its end, as an ``exclusive`` test has
+    it, for a test that measures real time but shares module fixtures with tests that do
+    not (an ``exclusive`` mark would send it to another worker): taken once the fixtures
+    named before this one are set up; given back when the test ends."""
+    share = request.config.stash.get(_SHARE, None)
+    if share is not None:
+        share.enter(alone=True)
+
+
+@pytest.fixture
 def tmp_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh directory for one test, as pytest's own, but named by a counter (``t0``,
     ``t1``, ...) instead of the test's name: a Unix socket's path (a state directory's

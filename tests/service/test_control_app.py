@@ -289,7 +289,7 @@ async def test_the_bearer_token_is_required_on_tcp_only(
 ) -> None:
     app = control_app(FakeFleet(), token="right-token-right-token")
     transport = httpx.ASGITransport(app, client=client_address)  # type: ignore[arg-type]
-    async with httpx.AsyncClient(transport=transport, base_url="http://control") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8765") as http:
         reply = await http.get("/v1/instances", headers=headers)
     assert reply.status_code == status
     if status == 401:

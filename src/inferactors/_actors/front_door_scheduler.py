@@ -21,6 +21,7 @@ from .._edges.memory_gauge import MemoryGauge, PsutilGauge
 from .._errors import BackendError, InvalidState, RefusalKind
 from .._events import Event, StopReason
 from .._policy import scheduler_stops
+from .._policy.residency import Bytes
 from .._policy.scheduler_state import Phase, SchedulerState, Slot
 from .front_door_loop import DoorLoop
 from .front_door_msgs import (
@@ -150,6 +151,11 @@ class FrontDoorScheduler:
         with receive:
             await _send(self._loop.box, StopCommand(name, reason, send))
             (await receive.receive()).unwrap()
+
+    def budget(self) -> Bytes:
+        """The bytes every resident instance may hold together, per resource (the run's
+        ``[residency]`` budget, or the machine's memory less the reserve)."""
+        return self._loop.state.limits.budget
 
     def residency(self) -> dict[str, ResidencyView]:
         """Each instance's residency figures, by role (no I/O)."""

@@ -3,7 +3,8 @@
 Subcommands: ``demo`` (the embedded default, end to end), ``run CONFIG.toml`` (supervise),
 ``models ...`` (the model registry), ``llama-server`` (find or build the pinned
 llama-server), and ``status``, ``start``, ``stop``, ``restart``, ``logs``, ``events``,
-``reload``, which talk to a running supervisor (`control`; exit 3: none is running).
+``reload``, which talk to a running supervisor (`control`; exit 3: none is running), and
+``ui``, which serves its web page on a loopback port (`ui`).
 Exit status: 0 success, 1 failure, 2 bad input.
 
 The client commands (`CLIENT_COMMANDS`) are parsed by a parser that holds only them
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .demo import add_demo_command
     from .models import register_models_commands
     from .run import add_run_command
+    from .ui import add_ui_command
 
     parser, subparsers = _top_parser()
     add_demo_command(subparsers)
@@ -71,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_control_commands(subparsers)
     register_models_commands(subparsers)
     add_probe_command(subparsers)
+    add_ui_command(subparsers)
     build = subparsers.add_parser(
         "llama-server",
         help="print the llama-server inferactors uses, building the pinned one if needed",

@@ -46,8 +46,10 @@ from .._service.control_server import SocketAccess, serve_control
 from .._service.fleet import Fleet, open_fleet
 from .._service.lifecycle import ServiceNotes, serve_notify, watchdog_problem
 from .._service.reload import describe
+from .._service.ui_app import WebPage
 from .._status import InstanceState
 from .logging_setup import add_logging_arguments, configure_logging, log_event, say
+from .ui_words import CliWords
 
 EXIT_CODES = f"""exit status:
   {EXIT_STOPPED}  stopped by SIGINT or SIGTERM (every managed server stopped cleanly)
@@ -243,6 +245,7 @@ async def _serve_control(
             token_file=control.token_file,
             until=fleet.closed.wait,
             access=control.access,
+            page=WebPage.of_fleet(fleet, CliWords()),
             task_status=task_status,
         )
     except InvalidState as error:  # raised before it listens

@@ -13,12 +13,15 @@ Routes, all JSON through the one converter (`inferactors._config.convert_api`)::
     GET  /v1                               {"api", "version", "routes": [{"path", "methods"}]}
     GET  /v1/version                       {"name": "inferactors", "version", "api": "v1"}
 
+With a web page (`Page`, ``ui_app.py``), its routes under ``/ui`` too.
+
 Errors are ``{"error": {"code": ..., "message": ...}}``: the exception tree's code
 (`inferactors._errors`) with the status of `ERROR_STATUS`; an unknown route is
 ``not-found``, a wrong method ``method-not-allowed``, anything unforeseen ``internal``
 (500; the message names only the exception's type). A request that reached the TCP listener
 must carry ``Authorization: Bearer <token>`` when the app was made with a token (401
-``unauthorized`` otherwise); the Unix socket is guarded by its mode and peer credentials
+``unauthorized`` otherwise), name a loopback host, and a browser's command must come from
+a page of the same origin (``control_access.py``); the Unix socket is guarded by its mode
 (`control_server`). ``follow`` takes ``1 true yes on`` or ``0 false no off`` (any case;
 anything else is a 400). A follow stream ends when the client leaves: its subscription is
 closed and no task stays behind. It also ends when the fleet closes its channel (the
@@ -28,7 +31,6 @@ supervisor is stopping): what was queued is sent, then the body ends cleanly.
 from __future__ import annotations
 
 import contextlib
-import hmac
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Protocol
@@ -38,8 +40,8 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp
 
 from .._config.convert_api import api_data, event_data
 from .._edges.log_ring import LogLine
@@ -54,6 +56,9 @@ from .._errors import (
 )
 from .._events import Event
 from .._version import package_version
+from .control_access import BearerOnTcp, BrowserGuard, error_body
+from .control_access import ReadOnly as ReadOnly
+from .control_access import bearer_token as bearer_token
 from .views import InstanceView, ReadyView, ReloadResult
 
 LIVE_DEADLINE_S = 2.0
@@ -98,11 +103,6 @@ class ControlledFleet(Protocol):
     def readiness(self) -> tuple[ReadyView, ...]: ...
     def metrics_text(self) -> bytes: ...
     async def refresh_metrics(self) -> None: ...
-
-
-def error_body(code: str, message: str) -> dict[str, Any]:
-    """The body of every error answer: ``{"error": {"code": ..., "message": ...}}``."""
-    return {"error": {"code": code, "message": message}}
 
 
 def _error_response(error: InferactorsError) -> JSONResponse:
@@ -256,53 +256,6 @@ def _event_lines(events: Iterable[Event]) -> bytes:
     return b"".join(_ndjson(event_data(event)) for event in events)
 
 
-def bearer_token(authorization: bytes) -> bytes | None:
-    """The credentials of an ``Authorization`` header value whose scheme is ``Bearer``
-    (in any case, RFC 7235), else None."""
-    scheme, _, credentials = authorization.partition(b" ")
-    if scheme.lower() != b"bearer":
-        return None
-    return credentials.strip(b" ")
-
-
-class BearerOnTcp:
-    """ASGI middleware: a request that came over TCP (its scope names a client address)
-    must carry ``Authorization: Bearer <token>`` (the scheme in any case); Unix-socket
-    requests pass (their scope has no client address). The token is compared in constant
-    time."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app = app
-        self.expected = token.encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope.get("client") is not None:
-            given = bearer_token(dict(scope["headers"]).get(b"authorization", b"")) or b""
-            if not hmac.compare_digest(given, self.expected):
-                body = error_body("unauthorized", "a bearer token is required on TCP")
-                answer = JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})
-                await answer(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-class ReadOnly:
-    """ASGI middleware of the read-only socket: GET and HEAD pass (views, logs, events,
-    metrics, probes); any other method is ``403 read-only``, before the route is looked
-    at."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD"):
-            message = "this socket is read-only: status, logs, events, metrics and probes"
-            answer = JSONResponse(error_body("read-only", message), status_code=403)
-            await answer(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-
 API = "v1"
 """The control API's version: its routes' prefix."""
 
@@ -322,15 +275,30 @@ async def api_index(request: Request) -> Response:
     return JSONResponse({"api": API, "version": package_version(), "routes": served})
 
 
+class Page(Protocol):
+    """A web page served beside the API (``ui_app.WebPage``): its routes, and which of
+    its requests hold nothing private (its shell: served over TCP without the token)."""
+
+    def routes(self) -> list[BaseRoute]: ...
+    def open_to_all(self, method: str, path: str) -> bool: ...
+
+
 def control_app(
-    fleet: ControlledFleet, *, token: str | None = None, live_deadline_s: float = LIVE_DEADLINE_S
+    fleet: ControlledFleet,
+    *,
+    token: str | None = None,
+    live_deadline_s: float = LIVE_DEADLINE_S,
+    page: Page | None = None,
 ) -> ASGIApp:
     """The control API's ASGI app over ``fleet`` (module docstring).
 
     Args:
         fleet: The supervisor's fleet.
-        token: When given, requests over TCP must carry it as a bearer token.
+        token: When given, requests over TCP must carry it as a bearer token, name a
+            loopback host, and a browser's commands must come from the same origin
+            (`control_access.BrowserGuard`).
         live_deadline_s: How long ``/livez`` waits for the actor trees, float seconds.
+        page: A web page to serve beside the API (its routes under ``/ui``).
     """
     routes = _Routes(fleet, live_deadline_s)
     app = Starlette(
@@ -349,6 +317,7 @@ def control_app(
             Route("/readyz/{name}", routes.readyz_one),
             Route("/v1", api_index),
             Route("/v1/version", api_version),
+            *(page.routes() if page is not None else []),
         ],
         exception_handlers={
             InferactorsError: _on_inferactors_error,
@@ -356,4 +325,11 @@ def control_app(
             Exception: _on_unforeseen,
         },
     )
-    return app if token is None else BearerOnTcp(app, token)
+    if token is None:
+        return app
+    open_to_all = page.open_to_all if page is not None else _nothing_open
+    return BrowserGuard(BearerOnTcp(app, token, open_to_all))
+
+
+def _nothing_open(method: str, path: str) -> bool:
+    return False

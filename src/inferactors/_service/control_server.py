@@ -39,7 +39,7 @@ from .._config.state_dir import READ_ONLY_SOCKET as READ_ONLY_SOCKET
 from .._config.state_dir import control_socket_path as control_socket_path
 from .._config.state_dir import read_only_socket_path as read_only_socket_path
 from .._errors import BackendError, InvalidConfig, InvalidState
-from .control_app import ControlledFleet, ReadOnly, control_app
+from .control_app import ControlledFleet, Page, ReadOnly, control_app
 from .control_token import read_token
 
 WATCH_S = 1.0
@@ -192,6 +192,7 @@ async def serve_control(
     token_file: Path | None = None,
     until: Callable[[], Awaitable[None]] | None = None,
     access: SocketAccess = SocketAccess(),
+    page: Page | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the control API over ``fleet`` until cancelled, or until ``until`` returns
@@ -209,6 +210,8 @@ async def serve_control(
             fleet's closing: follow streams end cleanly with the fleet's last events.
         access: Which groups may use the sockets (`SocketAccess`); with one, the state
             directory becomes traversable (0711: nothing in it can be listed).
+        page: The web page (``ui_app.WebPage``) to serve beside the API, on every socket
+            (the read-only one refuses its commands) and on the TCP listener.
         task_status: Started with the bound addresses (``["http://unix:/...",
             "http://127.0.0.1:8765"]``) once all listen.
 
@@ -225,13 +228,12 @@ async def serve_control(
     socket files, if they are still ours.
     """
     token = _token(tcp_port, token_file)
-    sockets = [
-        _Socket(control_socket_path(state_dir), _wrapped(control_app(fleet, token=token)), None)
-    ]
+    full = _wrapped(control_app(fleet, token=token, page=page))
+    sockets = [_Socket(control_socket_path(state_dir), full, None)]
     if access.group is not None:
         sockets[0] = attrs.evolve(sockets[0], group=access.group)
     if access.read_group is not None:
-        read_only = _wrapped(ReadOnly(control_app(fleet)))
+        read_only = _wrapped(ReadOnly(control_app(fleet, page=page)))
         sockets.append(_Socket(read_only_socket_path(state_dir), read_only, access.read_group))
     if access.group is not None or access.read_group is not None:
         await trio.to_thread.run_sync(_traversable, state_dir)

@@ -38,6 +38,7 @@ from .hosts import RuntimeHost, Say, open_host, say_nothing
 from .members import Member, keep
 from .metrics import FleetMetrics
 from .reload import reload_fleet
+from .ui_history import UiHistory, sample_usage
 from .views import InstanceView, Lifecycle, LifecycleNote, ReadyView, ReloadResult
 
 __all__ = ["Fleet", "InstanceView", "LifecycleNote", "ReloadResult", "open_fleet", "orphan_words"]
@@ -87,6 +88,8 @@ class Fleet:
     closing: bool = False
     closed: trio.Event = attrs.Factory(trio.Event)
     """Set once `close` is over: the control API's follow streams end with it."""
+    history: UiHistory = attrs.Factory(UiHistory)
+    """What the web page plots and lists of each instance (bounded, in memory)."""
     _by_iid: dict[str, Member] = attrs.Factory(dict)
     _fan: EventFan = attrs.Factory(EventFan)
     _hooks: list[Callable[[LifecycleNote], None]] = attrs.Factory(list)
@@ -119,6 +122,8 @@ class Fleet:
         readiness observation of its member."""
         self.metrics.on_probe(timed)
         member = self._by_iid.get(timed.instance_id)
+        if member is not None:
+            self.history.on_probe(member.name, timed.latency_s)
         if member is not None and member.refused is None:
             member.readiness.observe(member.status)
 
@@ -271,6 +276,7 @@ class Fleet:
         iid = instance_of(event)
         member = None if iid is None else self._by_iid.get(iid)
         if member is not None:
+            self.history.on_event(member.name, event)
             member.hear(event)
 
     def admit(self, name: str, placement: Placement, host: RuntimeHost) -> Member:
@@ -431,6 +437,7 @@ async def _fleet_of(
                 host = fleet.host_for(placement) or await fleet.open_host(placement)
                 fleet.admit(name, placement, host)
             nursery.start_soon(_say_when_started, fleet)
+            nursery.start_soon(sample_usage, fleet.views, fleet.history)
             fleet.open_door(config)
             if front is not None and listener is not None:
                 taken, listener = listener, None  # serve_front_door closes it from now on

@@ -1,0 +1,159 @@
+"""``inferactors ui``'s server: the supervisor's web page on a loopback port of its own, for
+the user who runs it (`serve_ui_door`).
+
+The page stays the supervisor's: every request under ``/ui`` that passes this door's own
+guards is forwarded to the supervisor's control socket (httpx over the Unix socket) and
+its answer streamed back as it comes (the page's server-sent events included). The guards
+are the TCP listener's (``control_access.py``): a loopback ``Host``, a browser's commands
+from the same origin, and the bearer token, here one made for this door alone (random,
+printed by ``inferactors ui`` in the page's address, never stored). The browser's own
+headers (its token, cookies, ``Origin``) are not forwarded: on the socket, the supervisor
+knows the door as its own user. Any other path is ``404 not-found``.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import httpx
+import trio
+from hypercorn.config import Sockets
+from hypercorn.trio.run import worker_serve
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .control_access import BearerOnTcp, BrowserGuard, error_body
+from .control_server import _config, _tcp_socket, _wrapped
+from .ui_app import open_to_all
+
+PREFIX = "/ui"
+"""The paths the door forwards: the page and its API."""
+CONNECT_S = 10.0
+"""How long the supervisor has to answer a forwarded request (its headers), float seconds;
+a body (a stream) may then take as long as it runs."""
+_PASSED = frozenset({b"content-type", b"content-length"})
+"""The request headers forwarded to the supervisor."""
+_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length"})
+"""The answer headers not passed back (the door's own server sets its framing)."""
+
+
+class _Forward:
+    """The ASGI app that forwards ``/ui`` requests to the supervisor over ``client``."""
+
+    def __init__(self, client: httpx.AsyncClient, socket_path: Path) -> None:
+        self.client = client
+        self.socket_path = socket_path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        request = Request(scope, receive)
+        path = scope["path"]
+        if path != PREFIX and not path.startswith(f"{PREFIX}/"):
+            refusal = error_body("not-found", "only the web page is served here")
+            answer = JSONResponse(refusal, status_code=404)
+            await answer(scope, receive, send)
+            return
+        headers = [(k, v) for k, v in scope["headers"] if k.lower() in _PASSED]
+        outgoing = self.client.build_request(
+            scope["method"],
+            scope["raw_path"].decode("latin-1") + _query(scope),
+            headers=headers,
+            content=await request.body(),
+        )
+        try:
+            upstream = await self.client.send(outgoing, stream=True)
+        except httpx.HTTPError as error:
+            why = str(error) or type(error).__name__
+            message = f"the supervisor at {self.socket_path} did not answer: {why}"
+            failed = JSONResponse(error_body("backend", message), status_code=502)
+            await failed(scope, receive, send)
+            return
+        try:
+            await _relay(upstream, receive, send)
+        finally:
+            await upstream.aclose()
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    """ASGI's lifespan: nothing to start or stop, said as done."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def _query(scope: Scope) -> str:
+    query: bytes = scope.get("query_string", b"")
+    return f"?{query.decode('latin-1')}" if query else ""
+
+
+async def _relay(upstream: httpx.Response, receive: Receive, send: Send) -> None:
+    """Send ``upstream``'s answer on as it comes; stop when the client leaves."""
+    headers = [(k, v) for k, v in upstream.headers.raw if k.lower() not in _HOP]
+    await send({"type": "http.response.start", "status": upstream.status_code, "headers": headers})
+    left = False
+    async with trio.open_nursery() as nursery:
+
+        async def until_left() -> None:
+            nonlocal left
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            left = True
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(until_left)
+        try:
+            async for chunk in upstream.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except httpx.HTTPError:
+            pass  # the supervisor went away mid-answer: the answer ends here
+        nursery.cancel_scope.cancel()
+    if not left:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def ui_door_app(client: httpx.AsyncClient, socket_path: Path, token: str) -> ASGIApp:
+    """The door's ASGI app (module docstring) over ``client``, a client of the supervisor's
+    socket at ``socket_path``."""
+    return BrowserGuard(BearerOnTcp(_Forward(client, socket_path), token, open_to_all))
+
+
+async def serve_ui_door(
+    socket_path: Path,
+    token: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the door on ``host:port`` (0: a free port) until cancelled; started with the
+    page's address (``http://127.0.0.1:PORT/ui/``, without the token).
+
+    Raises:
+        InvalidConfig: ``host`` is not a loopback address, or the port cannot be bound.
+    """
+    listener = _tcp_socket(host, port)
+    named = f"[{host}]" if ":" in host else host
+    address = f"http://{named}:{listener.getsockname()[1]}{PREFIX}/"
+    transport = httpx.AsyncHTTPTransport(uds=str(socket_path))
+    timeout = httpx.Timeout(CONNECT_S, read=None)
+    try:
+        async with httpx.AsyncClient(
+            transport=transport, timeout=timeout, base_url="http://inferactors"
+        ) as client:
+            app = _wrapped(ui_door_app(client, socket_path, token))
+            sockets = Sockets(secure_sockets=[], insecure_sockets=[listener], quic_sockets=[])
+            async with trio.open_nursery() as nursery:
+                await nursery.start(partial(worker_serve, app, _config(), sockets=sockets))
+                task_status.started(address)
+    finally:
+        listener.close()

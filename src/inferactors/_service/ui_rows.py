@@ -1,0 +1,153 @@
+"""The web page's rows: each instance as the page shows it (`row`), its display state
+(`display_state`), and the front door's residency against its budget (`door_summary`).
+
+Plain data (JSON-ready dicts) computed from the fleet's cached views and the history's
+last readings: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from .._actors.front_door_seam import Residency
+from .._config.convert_api import api_data
+from .._errors import InferactorsError, one_line
+from .._policy.fleet_exit import Standing, standing
+from .._policy.service_status import condition
+from .._status import InstanceState
+from .ui_history import UiHistory
+from .views import InstanceView
+
+DISPLAY_STATES = (
+    "starting", "running", "degraded", "backoff", "stopped", "stopping", "fatal", "gone"
+)  # fmt: skip
+"""The words an operator acts on, each with its own colour on the page."""
+
+_WORDS = {"running": "running", "restarting": "backoff", "starting": "starting"}
+_CRASHES = frozenset({"crash", "start-up failure", "readiness timeout", "health kill", "error"})
+
+
+def display_state(view: InstanceView) -> str:
+    """One of `DISPLAY_STATES` for ``view``: ``fatal`` (refused, gave up, held down),
+    ``stopping`` (the front door drains or stops it), ``backoff`` (a restart is pending,
+    or a crashed server not yet rescheduled), ``gone`` (an adopted server that does not
+    answer), ``stopped`` (stopped by an operator or the front door, or not started yet),
+    else ``running``, ``starting`` or ``degraded``.
+
+    The page derives it here from `InstanceView.status`, in this one place.
+    """
+    status = view.status
+    if standing(status, view.refused) is Standing.DOWN:
+        return "fatal"
+    if view.residency is not None and view.residency.residency is Residency.STOPPING:
+        return "stopping"
+    word = condition(status)
+    if word in _WORDS:
+        return _WORDS[word]
+    if word == "degraded":
+        return "degraded"
+    if view.mode == "adopted" and status.state in (InstanceState.EXITED, InstanceState.UNKNOWN):
+        return "gone"
+    if status.state is InstanceState.EXITED and status.stop_reason in _CRASHES:
+        return "backoff"
+    if status.state is InstanceState.UNKNOWN:
+        return "degraded"
+    if status.state is InstanceState.LOADED and status.detail == "loading":
+        return "starting"  # its first load is under way
+    return "stopped"
+
+
+class Facts(Protocol):
+    """What the page shows of an instance that its view lacks: its endpoint and model."""
+
+    def __call__(self, name: str) -> tuple[str | None, str | None]: ...
+
+
+def no_facts(name: str) -> tuple[str | None, str | None]:
+    """No endpoint, no model known."""
+    return (None, None)
+
+
+def fleet_facts(members: Mapping[str, Any]) -> Facts:
+    """The endpoint (``http://127.0.0.1:8090``) and model of each of a fleet's members,
+    read from its placement in the run file."""
+
+    def facts(name: str) -> tuple[str | None, str | None]:
+        member = members.get(name)
+        if member is None:
+            return (None, None)
+        spec = member.placement.entry.spec
+        try:
+            endpoint: str | None = spec.base_url()
+        except InferactorsError:
+            endpoint = None
+        return (endpoint, spec.model)
+
+    return facts
+
+
+def row(view: InstanceView, facts: Facts, history: UiHistory) -> dict[str, Any]:
+    """The page's row of ``view``: its display state, endpoint, model, pid, uptime,
+    restarts, time to first token, resident memory (bytes) and CPU (percent of one core)
+    of its process tree at the last reading, a detail in words, its residency, and its
+    whole status (for the instance's panel)."""
+    status = view.status
+    endpoint, model = facts(view.name)
+    rss, cpu = history.usage_now(view.name, status.pid)
+    return {
+        "name": view.name,
+        "flavor": view.flavor,
+        "mode": view.mode,
+        "state": display_state(view),
+        "endpoint": endpoint,
+        "model": model,
+        "pid": status.pid,
+        "uptime_s": status.uptime_s,
+        "restarts": status.restarts,
+        "ttft_s": status.ttft_s,
+        "rss_bytes": rss,
+        "cpu_percent": cpu,
+        "detail": detail_words(view),
+        "residency": None if view.residency is None else api_data(view.residency),
+        "status": api_data(status),
+        "refused": view.refused,
+    }
+
+
+def detail_words(view: InstanceView) -> str:
+    """Why it stands where it does, in one line: its refusal, else its detail, its last
+    stop's reason (once exited) and what the supervisor does about it."""
+    if view.refused:
+        return one_line(f"refused: {view.refused}", 300)
+    status = view.status
+    words = [status.detail]
+    if status.state is InstanceState.EXITED and status.stop_reason:
+        words.append(f"reason: {status.stop_reason}")
+    words.append(status.supervision)
+    return one_line("; ".join(word for word in words if word), 300)
+
+
+def door_summary(
+    views: Sequence[InstanceView], budget: Callable[[], int | None]
+) -> dict[str, Any] | None:
+    """The front door's residency, None when no scheduler runs (no view has residency):
+    the bytes of the instances resident (or starting, or stopping) against the budget's
+    memory (None before the scheduler opened), and the requests in flight and queued.
+    An instance counts its measured bytes once known, never less than its declared ones,
+    as admission does."""
+    scheduled = [view.residency for view in views if view.residency is not None]
+    if not scheduled:
+        return None
+    held = (Residency.RESIDENT, Residency.STARTING, Residency.STOPPING)
+    resident = sum(
+        max(one.declared_bytes, one.measured_bytes or 0)
+        for one in scheduled
+        if one.residency in held
+    )
+    return {
+        "budget_bytes": budget(),
+        "resident_bytes": resident,
+        "in_flight": sum(one.in_flight for one in scheduled),
+        "queued": sum(one.queued for one in scheduled),
+    }
