@@ -67,7 +67,8 @@ def scan_model(
             raise InvalidConfig(f"path: {path} is not a .gguf file; register its directory")
         root, file_name = gguf_root(path)
         shards, tokenizer = [file_name], []
-        _check_gguf_magic(path)
+        if not file_name.lower().endswith(".gguf"):  # a link to a file of another name
+            _check_gguf_magic(path)
         fmt = choose_format([path.name], explicit=fmt, says_mlx=False)  # the name given
     else:
         raise InvalidConfig(f"path: {path} is not an existing file or directory")
@@ -83,8 +84,10 @@ def scan_model(
 
 
 def _check_gguf_magic(path: Path) -> None:
-    """Refuse a ``.gguf`` name whose file does not start with the GGUF magic (a link named
-    ``model.gguf`` to some other file is not registered as a model)."""
+    """Refuse a ``.gguf`` link to a file of another name (an Ollama blob is one) unless that
+    file starts with the GGUF magic: a link named ``model.gguf`` to ``/etc/shadow`` is not
+    registered as a model. A file named ``.gguf`` itself is registered as it is, broken or
+    not: a broken model fails at load in the server's own words."""
     try:
         with path.open("rb") as handle:
             magic = handle.read(4)
