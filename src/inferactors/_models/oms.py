@@ -37,7 +37,7 @@ from .._errors import InvalidConfig, cut, printable
 from .._safe_json import NotJson, parse_json
 from .anchors import AnchorKind, TrustAnchor, TrustAnchors, key_identity, missing_extra
 from .manifest import SIGNED_ALGORITHMS
-from .signing_certificate import certificate_name, check_signing_certificate
+from .signing_certificate import certificate_name, signing_certificate_problem
 
 if TYPE_CHECKING:
     from model_signing._signing.sign_sigstore_pb import Signature
@@ -220,7 +220,9 @@ def _by_certificate(signature: Signature, claimed: str, anchors: TrustAnchors) -
     (cert_module,) = _import("checking a signature", "_signing.sign_certificate")
     chain = signature.bundle.verification_material.x509_certificate_chain
     if chain is not None and chain.certificates:  # claimed_signer found and parsed it
-        check_signing_certificate(chain.certificates[0].raw_bytes, claimed)
+        problem = signing_certificate_problem(chain.certificates[0].raw_bytes)
+        if problem is not None:
+            raise BadSignature(f"signed by {claimed}: {problem}")
     roots = [a for a in anchors if a.kind is AnchorKind.CERTIFICATE]
     reasons = []
     found: list[SignedFiles] = []

@@ -49,39 +49,31 @@ def certificate_name(certificate: x509.Certificate) -> str:
     return "SAN " + ", ".join(str(name) for name in shown[:4])
 
 
-def check_signing_certificate(
-    leaf_der: bytes, claimed: str, now: datetime.datetime | None = None
-) -> None:
-    """Refuse a bundle's signing certificate (``leaf_der``, DER X.509) when it is not yet
-    valid at ``now`` (default: the current time) or its extended key usage leaves out code
-    signing; ``claimed`` names the signer in the message.
-
-    Raises:
-        BadSignature: ``signed by certificate CN=...: its certificate is for serverAuth
-            only (extended key usage), not code signing`` or ``...: its certificate is not
-            valid until 2031-01-01 00:00 UTC``.
-    """
+def signing_certificate_problem(
+    leaf_der: bytes, now: datetime.datetime | None = None
+) -> str | None:
+    """Why a bundle's signing certificate (``leaf_der``, DER X.509) is refused, or None:
+    it is not yet valid at ``now`` (default: the current time), or its extended key usage
+    leaves out code signing (``its certificate is for serverAuth only (extended key
+    usage), not code signing``, ``its certificate is not valid until 2031-01-01 00:00
+    UTC (...)``)."""
     from cryptography import x509
     from cryptography.x509.oid import ExtendedKeyUsageOID
-
-    from .oms import BadSignature
 
     leaf = x509.load_der_x509_certificate(leaf_der)
     moment = now or datetime.datetime.now(datetime.UTC)
     start = leaf.not_valid_before_utc
     if start > moment + CLOCK_SKEW:
-        raise BadSignature(
-            f"signed by {claimed}: its certificate is not valid until "
-            f"{start:%Y-%m-%d %H:%M} UTC (no signature can have been made under it yet)"
+        return (
+            f"its certificate is not valid until {start:%Y-%m-%d %H:%M} UTC (no signature "
+            "can have been made under it yet)"
         )
     try:
         usage = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     except x509.ExtensionNotFound:
-        return
+        return None
     allowed = {ExtendedKeyUsageOID.CODE_SIGNING, ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE}
     if not allowed & set(usage):
         purposes = ", ".join(printable(getattr(u, "_name", u.dotted_string)) for u in usage)
-        raise BadSignature(
-            f"signed by {claimed}: its certificate is for {purposes} only (extended key "
-            "usage), not code signing"
-        )
+        return f"its certificate is for {purposes} only (extended key usage), not code signing"
+    return None
