@@ -166,7 +166,7 @@ def status_of_all(
 
         async def snapshot() -> object:
             result = statuses()
-            return await result if inspect.isawaitable(result) else result
+            return await result if inspect.iscoroutine(result) else result
 
         return snapshot, "runtime.statuses()"
 

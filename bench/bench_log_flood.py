@@ -104,7 +104,7 @@ async def _scenario(name: str, window_s: float) -> dict[str, float | int | None]
                 began = trio.current_time()
                 await runtime.start(handle)
                 while trio.current_time() - began < window_s:
-                    status = await runtime.status(handle)
+                    status = runtime.status(handle)
                     if ready_s is None and status.state is InstanceState.RUNNING:
                         ready_s = trio.current_time() - began
                     rss_most = max(rss_most, me.memory_info().rss)

@@ -285,7 +285,7 @@ async def main() -> None:
             print(f"  start: {start}", flush=True)
             cores, rss = await cpu_window()
             handles = await runtime.instances()
-            census = Counter([(await runtime.status(h)).state.value for h in handles])
+            census = Counter([(runtime.status(h)).state.value for h in handles])
             print(f"  {up}/{SERVERS} Running after {started_s:.1f} s; {cores:.3f} core, ", end="")
             print(f"{rss:.0f} MiB; states now {dict(census)}")
             samples, raw, netlink, whole = [], [], [], []

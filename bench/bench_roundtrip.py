@@ -145,7 +145,7 @@ async def loaded_path(stack: AsyncExitStack, directory: Path) -> Call:
         open_runtime(config, node_id="bench", edges=fleet.edges())
     )
     handle = await runtime.load(chat_spec(free_port()))
-    status = await runtime.status(handle)
+    status = runtime.status(handle)
     assert status.state is InstanceState.LOADED, status
     return lambda: runtime.status(handle)
 
@@ -174,7 +174,7 @@ async def running_paths(stack: AsyncExitStack, ws: Workspace, port: int) -> dict
 
         async def all_of() -> object:
             result = statuses()
-            return await result if inspect.isawaitable(result) else result
+            return await result if inspect.iscoroutine(result) else result
 
         paths["statuses"] = all_of
     return paths

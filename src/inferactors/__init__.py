@@ -55,6 +55,7 @@ if typing.TYPE_CHECKING:
     from ._edges.bundle import ProbeTimed as ProbeTimed
     from ._edges.bundle import http_prober_factory as http_prober_factory
     from ._edges.capture import RunEvidence as RunEvidence
+    from ._edges.llama_build import locate_llama_server as locate_llama_server
     from ._edges.log_ring import LogLine as LogLine
     from ._edges.orphan_record import OrphanOutcome as OrphanOutcome
     from ._edges.orphan_record import ReapedOrphan as ReapedOrphan
@@ -66,6 +67,7 @@ if typing.TYPE_CHECKING:
     from ._errors import DeepHealthTimeout as DeepHealthTimeout
     from ._errors import FrontDoorRefused as FrontDoorRefused
     from ._errors import InferactorsError as InferactorsError
+    from ._errors import InstanceDown as InstanceDown
     from ._errors import InvalidConfig as InvalidConfig
     from ._errors import InvalidState as InvalidState
     from ._errors import ModelError as ModelError
@@ -74,6 +76,7 @@ if typing.TYPE_CHECKING:
     from ._errors import PinMismatch as PinMismatch
     from ._errors import RefusalKind as RefusalKind
     from ._errors import RequestRefused as RequestRefused
+    from ._errors import StartTimeout as StartTimeout
     from ._errors import UnknownInstance as UnknownInstance
     from ._errors import UnknownModel as UnknownModel
     from ._errors import Unsupported as Unsupported
@@ -81,6 +84,7 @@ if typing.TYPE_CHECKING:
     from ._events import DeepHealthPassed as DeepHealthPassed
     from ._events import Diagnosis as Diagnosis
     from ._events import Event as Event
+    from ._events import EventsLost as EventsLost
     from ._events import ExposureDetected as ExposureDetected
     from ._events import FaultKind as FaultKind
     from ._events import FootprintDrift as FootprintDrift
@@ -148,6 +152,7 @@ _LAZY: dict[str, str] = {
     "DoorSettings": "._actors.front_door_msgs",
     "Edges": "._edges.bundle",
     "Event": "._events",
+    "EventsLost": "._events",
     "Exposure": "._policy.exposure",
     "ExposureDetected": "._events",
     "FaultKind": "._events",
@@ -166,6 +171,7 @@ _LAZY: dict[str, str] = {
     "InferactorsError": "._errors",
     "InferenceSpec": "._config.spec",
     "InstanceCrashed": "._events",
+    "InstanceDown": "._errors",
     "InstanceHandle": "._actors.runtime",
     "InstanceResidency": "._config.residency",
     "InstanceState": "._status",
@@ -225,6 +231,7 @@ _LAZY: dict[str, str] = {
     "ServeArgs": "._config.spec",
     "ServerLogs": "._config.server_logs",
     "ServerReport": "._policy.probe_parse",
+    "StartTimeout": "._errors",
     "StateChanged": "._events",
     "StopReason": "._events",
     "Supervision": "._config.config",
@@ -245,6 +252,7 @@ _LAZY: dict[str, str] = {
     "door_settings": "._actors.front_door_members",
     "http_prober_factory": "._edges.bundle",
     "load_run_config": "._config.convert",
+    "locate_llama_server": "._edges.llama_build",
     "open_front_door": "._service.front_door_server",
     "open_runtime": "._actors.serving",
     "open_scheduler": "._actors.front_door_scheduler",
@@ -277,6 +285,7 @@ __all__ = [
     "DoorSettings",
     "Edges",
     "Event",
+    "EventsLost",
     "Exposure",
     "ExposureDetected",
     "FaultKind",
@@ -295,6 +304,7 @@ __all__ = [
     "InferactorsError",
     "InferenceSpec",
     "InstanceCrashed",
+    "InstanceDown",
     "InstanceHandle",
     "InstanceResidency",
     "InstanceState",
@@ -354,6 +364,7 @@ __all__ = [
     "ServeArgs",
     "ServerLogs",
     "ServerReport",
+    "StartTimeout",
     "StateChanged",
     "StopReason",
     "Supervision",
@@ -374,6 +385,7 @@ __all__ = [
     "door_settings",
     "http_prober_factory",
     "load_run_config",
+    "locate_llama_server",
     "open_front_door",
     "open_runtime",
     "open_scheduler",

@@ -6,9 +6,11 @@ Every error the library raises on purpose derives from `InferactorsError`::
     ├── AdmissionRefused      a spec or model cannot run here (read-only checks said no)
     ├── InvalidConfig         a config, spec, manifest or argument is malformed (also ValueError)
     ├── InvalidState          the instance is not in a state that allows the command
+    │   └── InstanceDown      it will not reach the state waited for (gave up, held down)
     ├── UnknownInstance       no instance with that id is loaded
     ├── BackendError          a server, process or file system call failed
     │   ├── DeepHealthTimeout the one-token completion did not finish in time (also TimeoutError)
+    │   ├── StartTimeout      not Running within the caller's timeout (also TimeoutError)
     │   ├── NoVerdict         a deadline lost its verdict to our own late event loop
     │   └── RequestRefused    the server answered 401 or 403: it wants an API key, or not ours
     ├── Unsupported           the runtime does not do that in this mode
@@ -55,6 +57,19 @@ class InvalidState(InferactorsError):
     code = "invalid-state"
 
 
+class InstanceDown(InvalidState):
+    """A wait cannot end as asked: the instance is down until an operator acts (its
+    supervisor gave up, after a crash loop or the same start-up failure twice, or it is held
+    down after a stop for exposure or a tampered model). ``why`` says which, as status
+    does (``"gave up: restart budget spent (5 of 5)"``)."""
+
+    code = "instance-down"
+
+    def __init__(self, message: str, why: str) -> None:
+        super().__init__(message)
+        self.why = why
+
+
 class UnknownInstance(InferactorsError):
     """No instance with that id is loaded in this runtime."""
 
@@ -71,6 +86,13 @@ class DeepHealthTimeout(BackendError, TimeoutError):
     """The one-token completion of a deep health check took longer than its timeout."""
 
     code = "deep-health-timeout"
+
+
+class StartTimeout(BackendError, TimeoutError):
+    """An instance did not become Running within the caller's timeout
+    (`InferRuntime.running`); the message says where it stood."""
+
+    code = "start-timeout"
 
 
 class NoVerdict(BackendError):
@@ -138,7 +160,7 @@ class PinMismatch(ModelNotReady):
         self.why = why
 
 
-class RefusalKind(enum.Enum):
+class RefusalKind(enum.StrEnum):
     """Why the front door refused a request: the client's HTTP status and whether a retry
     can help are set by the kind (`FrontDoorRefused.status`)."""
 

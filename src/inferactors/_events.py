@@ -14,7 +14,7 @@ import attrs
 from ._status import InstanceState
 
 
-class StopReason(enum.Enum):
+class StopReason(enum.StrEnum):
     """Why a managed server's process ended, recorded apart from its exit status."""
 
     REQUESTED = "requested"
@@ -44,7 +44,7 @@ class StopReason(enum.Enum):
     exit with an error reason, abnormal, restarted and counted like a crash."""
 
 
-class FaultKind(enum.Enum):
+class FaultKind(enum.StrEnum):
     """What kind of start-up failure a server's own words describe (the value is shown);
     read from its output by ``_policy.startup_fault``."""
 
@@ -322,6 +322,18 @@ class SupervisorCaughtUp:
     at: float
 
 
+@attrs.frozen
+class EventsLost:
+    """The subscriber that receives it fell behind: ``count`` events were dropped for it
+    since its last marker (the supervisor never waits for a subscriber), the newest ones
+    each time its buffer was full. Delivered in its stream where those events would have
+    been, as soon as there is room; other subscribers lost nothing. Not an instance's event:
+    a status read now (``status``, ``statuses``) says where every instance stands."""
+
+    count: int
+    at: float
+
+
 Event = (
     StateChanged
     | ProcessStarted
@@ -341,12 +353,13 @@ Event = (
     | FootprintDrift
     | SupervisorOverloaded
     | SupervisorCaughtUp
+    | EventsLost
 )
 
 
 def instance_of(event: Event) -> str | None:
     """The instance ``event`` is about, or None for the supervisor's own events
-    (`SupervisorOverloaded`, `SupervisorCaughtUp`)."""
-    if isinstance(event, SupervisorOverloaded | SupervisorCaughtUp):
+    (`SupervisorOverloaded`, `SupervisorCaughtUp`) and a subscriber's `EventsLost`."""
+    if isinstance(event, SupervisorOverloaded | SupervisorCaughtUp | EventsLost):
         return None
     return event.instance_id

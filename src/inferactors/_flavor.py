@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 
 
-class ModelFormat(enum.Enum):
+class ModelFormat(enum.StrEnum):
     """On-disk format of a registered model."""
 
     GGUF = "gguf"
@@ -14,7 +14,7 @@ class ModelFormat(enum.Enum):
     OLLAMA = "ollama"
 
 
-class InferFlavor(enum.Enum):
+class InferFlavor(enum.StrEnum):
     """Which inference server a runtime drives; the value is the flavor's id."""
 
     LLAMACPP = "infer.llamacpp"

@@ -6,11 +6,13 @@ A status is a snapshot: it never raises and it is never stale by more than one p
 from __future__ import annotations
 
 import enum
+from collections.abc import Generator
+from typing import Any
 
 import attrs
 
 
-class InstanceState(enum.Enum):
+class InstanceState(enum.StrEnum):
     """The reference's five states; ``detail`` in `InstanceStatus` says the rest."""
 
     LOADED = "loaded"
@@ -47,6 +49,11 @@ class InstanceStatus:
         serving: whether the server's completions work: Running, or Degraded only because
             it is slow or its ``/health`` fails while a completion confirmed it serves. A
             serving server counts as up for the restart budget's refill (``stable_after_s``).
+        signal: the signal number that ended the last process (``9`` for SIGKILL) when a
+            signal ended it, else None (then ``exit_code`` says how it ended).
+        since: trio time (float seconds, the runtime's clock) from which ``state`` holds:
+            set when the instance's state last changed; None before its first report.
+            Two statuses that differ only in ``since`` compare equal.
     """
 
     state: InstanceState
@@ -62,6 +69,18 @@ class InstanceStatus:
     diagnosis: str | None = None
     last_lines: tuple[str, ...] = ()
     serving: bool = False
+    signal: int | None = None
+    since: float | None = attrs.field(default=None, eq=False)  # a date: not what it says
+
+    def __await__(self) -> Generator[Any, None, InstanceStatus]:
+        """``await runtime.status(handle)``, the spelling from when `status` was a
+        coroutine: deprecated, kept for one release; it gives this status at once (no
+        checkpoint). Call ``runtime.status(handle)`` without ``await``."""
+        return _at_once(self).__await__()
+
+
+async def _at_once(status: InstanceStatus) -> InstanceStatus:
+    return status
 
 
 @attrs.frozen

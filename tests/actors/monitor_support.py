@@ -38,12 +38,14 @@ class Script:
     """What every prober it opens answers, and a log of ``(trio time, port, call)``.
 
     ``loaded``: ``/health`` says Up listing `MODEL` (else Loading); ``overloaded``: every
-    report is a timeout that our own late loop caused (no verdict); ``calls`` names each
-    ``report`` and ``tiny_completion``, ``opened`` each prober opened.
+    report is a timeout that our own late loop caused (no verdict); ``hung``: every report
+    is a timeout on time (the server hangs); ``calls`` names each ``report`` and
+    ``tiny_completion``, ``opened`` each prober opened.
     """
 
     loaded: bool = True
     overloaded: bool = False
+    hung: bool = False
     calls: list[tuple[float, int, str]] = attrs.Factory(list)
     opened: int = 0
 
@@ -64,6 +66,8 @@ class ScriptedProber:
         self.script.calls.append((trio.current_time(), self.port, "report"))
         if self.script.overloaded:  # our own loop ran late: no verdict
             return ServerReport(Unreachable("GET /health: no verdict", overloaded=True))
+        if self.script.hung:
+            return ServerReport(Unreachable("GET /health: no complete reply within 2 s"))
         if not self.script.loaded:
             return ServerReport(Loading())
         return ServerReport(Up(), models=(MODEL,))

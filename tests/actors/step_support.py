@@ -59,6 +59,7 @@ from inferactors._actors.messages import (
 from inferactors._edges.process import ManagedProcess
 from inferactors._models.manifest import ModelManifest
 from inferactors._policy.exposure import Exposure, Listener
+from inferactors._policy.lateness import no_verdict_report
 from inferactors._policy.probe_parse import ServerReport, Unhealthy, Unreachable, Up
 
 E = TypeVar("E")
@@ -301,14 +302,17 @@ def messages_for(run: Run) -> dict[str, Message]:
         "Probed up": Probed(up(), watched, owner_ok=True, first_token=""),
         "Probed unhealthy": Probed(unhealthy(), watched, owner_ok=True),
         "Probed silent": Probed(silent(), watched),
+        "Probed no verdict": Probed(no_verdict_report("GET /health: no verdict"), watched),
         "Probed impostor": Probed(up(), watched, owner_ok=False, owner_pid=7),
         "Probed exposed": Probed(up(), watched, exposure=EXPOSURE),
         "ExposureFound": ExposureFound(current, EXPOSURE),
         "PinChanged": PinChanged(current, hold()),
         "StartupFault": StartupFault(current, FATAL),
         "ReadinessExpired": ReadinessExpired(current, 8.0),
+        "ReadinessExpired late": ReadinessExpired(current, 8.0, lost_s=2.0),
         "WatchdogResult failed": WatchdogResult(watched, "deep health: timeout"),
         "WatchdogResult passed": WatchdogResult(watched, None, 0.2),
+        "WatchdogResult no verdict": WatchdogResult(watched, "no verdict", no_verdict=True),
         "DeepHealthDone": DeepHealthDone(watched, 0.2),
         "Confirmed": Confirmed(caller("confirm")),
         "ShutdownDone": ShutdownDone(caller("unload3")),

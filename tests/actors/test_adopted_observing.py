@@ -31,6 +31,7 @@ from inferactors import (
     Unsupported,
     open_runtime,
 )
+from inferactors._actors.instance.probing import ADMISSION_REUSE_S
 from inferactors._policy.probe_parse import Unreachable
 
 HELPER = Path(__file__).parents[1] / "helpers" / "runtime_server.py"
@@ -68,6 +69,7 @@ async def test_adopted_start_of_a_gone_server_fails_and_stop_is_unsupported(
         with pytest.raises(Unsupported, match="is adopted: inferactors observes it and never"):
             await runtime.stop(handle)
         server.down = True
+        await trio.sleep(ADMISSION_REUSE_S + 0.1)  # admission's report no longer stands
         with pytest.raises(BackendError) as refused:
             await runtime.start(handle)
         assert type(refused.value) is BackendError

@@ -34,6 +34,7 @@ from inferactors import (
     StateChanged,
     open_runtime,
 )
+from inferactors._actors.instance.probing import ADMISSION_REUSE_S
 from inferactors._edges import probe as probe_module
 from inferactors._edges.probe import ProberFactory
 from inferactors._policy.probe_parse import ListRead, read_model_list
@@ -151,6 +152,7 @@ async def test_a_parser_that_raises_crashes_only_the_instance_it_parses_for(
     monkeypatch.setattr(probe_module, "read_model_list", parse_or_raise)
     async with two_servers(llama_replies("tiny")) as (runtime, recorder, server, target, sibling):
         server.replies["/v1/models"] = json_reply(b'{"data": [{"id": "poison"}]}')  # after load
+        await trio.sleep(ADMISSION_REUSE_S + 0.1)  # the start probes (no fresh admission)
         with pytest.raises(BackendError, match=r"TypeError: the parser met poison"):
             await runtime.start(target)
         crash = await recorder.crash_of(target.instance_id)

@@ -37,12 +37,13 @@ from inferactors import (
     StateChanged,
     StopReason,
     Supervision,
+    Watchdog,
     open_runtime,
 )
 from inferactors._actors.instance.probing import CONFIRM_EVERY_S
 from inferactors._actors.instance.step import UNHEALTHY_KILL_AFTER_S
 from inferactors._edges.probe import Prober, ProberFactory
-from inferactors._errors import BackendError, RequestRefused
+from inferactors._errors import BackendError, NoVerdict, RequestRefused
 from inferactors._flavor import InferFlavor as Flavor
 from inferactors._models.registry import ModelRegistry
 from inferactors._policy.probe_parse import Busy, CompletionResult, Health, Loading, ServerReport
@@ -68,6 +69,8 @@ class Faults:
     completion_s: float = 0.0
     completions_fail: bool = False
     completions_refused: bool = False
+    completions_no_verdict: int = 0
+    """The next this many completions lose their deadline to our own late loop."""
     completions: list[float] = attrs.Factory(list)
 
 
@@ -90,6 +93,9 @@ class _Wrapped:
             raise BackendError("deep health: completion returned HTTP 500: boom")
         if self.faults.completions_refused:  # what parse_completion makes of a 401
             raise RequestRefused("deep health: refused", "HTTP 401: Invalid API Key")
+        if self.faults.completions_no_verdict > 0:  # what the wire says of a late deadline
+            self.faults.completions_no_verdict -= 1
+            raise NoVerdict("deep health: POST /v1/chat/completions: no verdict")
         result = await self.inner.tiny_completion(model)
         return attrs.evolve(result, latency_s=self.faults.completion_s)
 
@@ -345,3 +351,48 @@ async def test_a_first_token_refused_for_want_of_a_key_is_a_config_error_at_once
     assert exited.reason is StopReason.STARTUP_FAILURE
     assert exited.diagnosis is not None
     assert exited.diagnosis.describe() == said
+
+
+async def test_a_first_token_without_a_verdict_is_asked_again_never_a_failure(
+    harness: Harness, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Readiness's first token whose deadline our own late loop ate says nothing: the
+    server is never "the first token failed", and the next probe asks again."""
+    harness.faults.completions_no_verdict = 3
+    handle = await harness.load_running()
+    assert len(harness.faults.completions) == 4
+    assert not any("first token failed" in d for d in details(harness))
+    assert (await harness.runtime.status(handle)).state is InstanceState.RUNNING
+
+
+async def test_a_confirmation_without_a_verdict_is_no_failure_of_the_completions(
+    harness: Harness, autojump_clock: trio.testing.MockClock
+) -> None:
+    """``/health`` fails while every confirming completion gives no verdict: the check
+    stays under way (asked again at each probe), the server is not killed for health."""
+    handle = await harness.load_running()
+    harness.faults.health, harness.faults.from_at = BROKEN, trio.current_time()
+    harness.faults.completions_no_verdict = 1000
+    await trio.sleep(30.0)
+    assert harness.of(ProcessExited) == []
+    status = await harness.runtime.status(handle)
+    assert (status.state, status.detail) == (
+        InstanceState.DEGRADED,
+        "health endpoint failing (/health returned HTTP 500); checking with one completion",
+    )
+    assert not any("completions fail too" in d for d in details(harness))
+    assert len(harness.faults.completions) >= 20  # asked again at (nearly) every probe
+
+
+async def test_a_watchdog_check_without_a_verdict_never_kills(
+    harness: Harness, autojump_clock: trio.testing.MockClock
+) -> None:
+    watchdog = Watchdog(interval_s=2.0, timeout_s=1.0, failures=1)
+    handle = await harness.load_running(Supervision(watchdog=watchdog))
+    harness.faults.completions_no_verdict = 1000
+    await trio.sleep(30.0)
+    assert harness.of(ProcessExited) == []
+    assert (await harness.runtime.status(handle)).state is InstanceState.RUNNING
+    harness.faults.completions_no_verdict, harness.faults.completions_fail = 0, True
+    exited = await harness.next(ProcessExited)  # one on-time failure is enough
+    assert exited.reason is StopReason.HEALTH_KILL

@@ -12,6 +12,7 @@ Synchronous and pure: thousands of programs in seconds. After every message:
   spawn is under way;
 * a stop's reason is kept: each process is signalled at most once, and its exit reports
   the reason of that first stop (a crash during an operator's stop stays ``requested``);
+* a probe that gives no verdict (our own loop ran late) changes nothing and asks nothing;
 * a crash is never counted twice: at most one `ProcessExited` per process; and a crash of
   the actor stops the server it leaves (at once, or as soon as a start under way spawns);
 * a held-down instance is never restarted without its hold, and one stopped for exposure
@@ -91,6 +92,7 @@ from inferactors._actors.messages import (
 )
 from inferactors._edges.process import ManagedProcess
 from inferactors._policy.health_truth import Confirmation
+from inferactors._policy.lateness import no_verdict_report
 
 SETTINGS = settings(max_examples=300, stateful_step_count=50, deadline=None, derandomize=True)
 HOLD = hold()
@@ -101,9 +103,16 @@ OPERATOR = st.sampled_from(
 )
 UNLOAD_AFTER = 25
 """Messages before an unload may come: it ends the instance's life, so it comes late."""
-PROBES = ["up", "ready", "ready", "unhealthy", "silent", "impostor", "refused", "checked"]
+PROBES = [
+    *["up", "ready", "ready", "unhealthy", "silent", "impostor", "refused", "checked"],
+    "no verdict",
+]
 WATCHERS = st.sampled_from(
-    [*PROBES, "exposed", "tampered", "fault", "late", "watchdog passed", "watchdog failed", "crash"]
+    [
+        *PROBES,
+        *["exposed", "tampered", "fault", "late", "watchdog passed", "watchdog failed"],
+        *["watchdog no verdict", "late, our loop too", "crash"],
+    ]
 )
 
 
@@ -114,13 +123,19 @@ def watcher_message(kind: str, process: ManagedProcess, now: float) -> Message:
         "tampered": PinChanged(process, HOLD),
         "fault": StartupFault(process, FATAL),
         "late": ReadinessExpired(process, 8.0),
+        "late, our loop too": ReadinessExpired(process, 8.0, lost_s=1.0),
         "watchdog passed": WatchdogResult(process, None, 0.3),
         "watchdog failed": WatchdogResult(process, "deep health: timeout"),
+        "watchdog no verdict": WatchdogResult(process, "no verdict", no_verdict=True),
         "crash": Crashed(CRASH),
     }
     if kind in others:
         return others[kind]
-    report = {"unhealthy": unhealthy(), "silent": silent()}.get(kind, up())
+    report = {
+        "unhealthy": unhealthy(),
+        "silent": silent(),
+        "no verdict": no_verdict_report("GET /health: no verdict"),
+    }.get(kind, up())
     if kind == "refused":
         report = attrs.evolve(report, refused="HTTP 401: Invalid API Key")
     owner = None if kind == "up" else kind != "impostor"
@@ -176,6 +191,9 @@ class World(RuleBasedStateMachine):
         after = self.run.state
         if before.stop_reason is not None and after.process is before.process:
             assert after.stop_reason is before.stop_reason  # a stop's reason is kept
+        late_check = isinstance(message, WatchdogResult) and message.no_verdict
+        if late_check or (isinstance(message, Probed) and message.report.no_verdict):
+            assert (after, out) == (before, ())  # our own lateness is never a verdict
         self.check_crash(message, before, out)
         for effect in out:
             self.effect(effect, message, before)

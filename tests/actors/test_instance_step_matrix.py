@@ -71,7 +71,7 @@ def handed(effects: tuple[Effect, ...]) -> list[Any]:
 
 def test_every_state_is_reached_and_every_message_is_built() -> None:
     assert len(STATES) == 13
-    assert len(PAIRS) == 13 * 28
+    assert len(PAIRS) == 13 * 31
 
 
 @pytest.mark.parametrize(("state", "name"), PAIRS)

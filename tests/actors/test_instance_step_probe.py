@@ -40,6 +40,7 @@ from inferactors._actors.instance.effects import (
     StartWatchdog,
     StopReadingLines,
     Terminate,
+    TimeReadiness,
 )
 from inferactors._actors.instance.messages import (
     Confirmed,
@@ -57,6 +58,7 @@ from inferactors._actors.instance.step import (
     Seen,
 )
 from inferactors._policy.health_truth import Confirmation
+from inferactors._policy.lateness import LATE_S, no_verdict_report
 from inferactors._policy.probe_parse import ServerReport, Up
 
 MISBOUND = 'listening on [::1]:8090, not 127.0.0.1:8090: set serve.host = "::1"'
@@ -89,6 +91,28 @@ def test_a_probe_of_a_process_that_just_died_is_dropped() -> None:
     process = started(run)
     assert run.send(Probed(up(), process, owner_ok=True), Seen(running=False)) == ()
     assert detail(run) == "starting: not listening yet"
+
+
+def test_a_report_without_a_verdict_is_never_judged_however_many_come() -> None:
+    """Our own late loop is no verdict on a server: neither a ready one nor a starting one
+    changes, emits or is killed, after any number of such reports in a row (before, the
+    fourth in a row was judged as a timeout); the next report made on time is judged."""
+    late = no_verdict_report("GET /health: no verdict: inferactors' event loop ran 900 ms late")
+    for make in (made_ready, lambda run: None):
+        run = Run.of()
+        started(run)
+        make(run)
+        before = run.state
+        for second in range(1, 30):
+            assert run.at(10.0 + second).send(Probed(late, run.process, owner_ok=True)) == ()
+        assert run.state == before
+        run.at(40.0).send(Probed(silent("GET /health: timed out"), run.process))
+        assert run.state.findings.last_probe == "unreachable: GET /health: timed out"
+    adopted = Run.of(managed=False)
+    adopted.send(Confirmed(caller("start")))
+    adopted.send(Probed(up(), None))
+    assert adopted.send(Probed(late, None)) == ()
+    assert adopted.status().state is InstanceState.RUNNING
 
 
 def test_an_impostor_is_said_once_wins_over_everything_and_goes_when_ours_again() -> None:
@@ -202,6 +226,22 @@ def test_the_watchdog_kills_after_its_failures_in_a_row_and_a_pass_resets_them()
     assert detail(run) == "deep health failed 2 times: timeout"
 
 
+def test_a_watchdog_check_without_a_verdict_counts_for_nothing() -> None:
+    """A check whose deadline our own late loop ate is neither a failure (never a kill,
+    however many) nor a pass (the failures in a row stand)."""
+    run = Run.of(watchdog=2)
+    process = started(run)
+    made_ready(run)
+    run.send(WatchdogResult(process, "deep health: timeout"))
+    before = run.state
+    late = WatchdogResult(process, "deep health: no verdict", no_verdict=True)
+    for _ in range(5):
+        assert run.send(late) == ()
+    assert run.state == before
+    out = run.send(WatchdogResult(process, "deep health: timeout"))
+    assert of_type(out, Terminate) == [Terminate(process, 3.0)]
+
+
 def test_an_adopted_server_failing_its_watchdog_is_marked_never_killed() -> None:
     run = Run.of(managed=False, watchdog=1)
     run.send(Confirmed(caller("start")))
@@ -211,6 +251,26 @@ def test_an_adopted_server_failing_its_watchdog_is_marked_never_killed() -> None
     assert of_type(out, Terminate) == []
     assert run.status().state is InstanceState.DEGRADED
     assert detail(run) == "deep health failed 1 times: timeout"
+
+
+def test_a_readiness_deadline_our_late_loop_ate_moves_on_by_the_time_lost() -> None:
+    """More than `LATE_S` of the window lost to our own loop: the server gets that time
+    back from when the timer was heard (the timer again), however often; on time, the
+    kill (grace 0)."""
+    run = Run.of()
+    process = started(run)
+    out = run.at(9.5).send(ReadinessExpired(process, 8.0, lost_s=1.5))
+    assert out == (TimeReadiness(process, 8.0, 11.0),)
+    out = run.at(11.9).send(ReadinessExpired(process, 8.0, lost_s=0.9))
+    assert out == (TimeReadiness(process, 8.0, 12.8),)
+    assert run.state.stop_reason is None
+    out = run.at(12.8).send(ReadinessExpired(process, 8.0, lost_s=LATE_S))
+    assert out == (Terminate(process, 0.0),)
+    assert run.state.stop_reason is StopReason.READINESS_TIMEOUT
+    ready = Run.of()
+    made = started(ready)
+    made_ready(ready)
+    assert ready.send(ReadinessExpired(made, 8.0, lost_s=5.0)) == ()
 
 
 def test_a_slow_first_token_is_ready_but_degraded_and_serving() -> None:

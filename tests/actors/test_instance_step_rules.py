@@ -56,6 +56,7 @@ from inferactors._actors.instance.messages import (
 from inferactors._actors.instance.step import ABANDONED_GRACE_S, CRASH_GRACE_S, Seen
 from inferactors._actors.mailbox import Crashed
 from inferactors._actors.messages import Annotate, Restart, Shutdown, Start, Stop
+from inferactors._edges.capture import RunEvidence
 
 
 def refusals(run: Run) -> dict[str, str]:
@@ -121,6 +122,37 @@ def test_a_restart_after_a_crash_spawns_again() -> None:
     assert of_type(out, Spawn) == [Spawn(of_type(out, Spawn)[0].reply, None)]
 
 
+def test_a_stop_between_a_crash_and_its_restart_is_the_operators_stop() -> None:
+    """Crashed, its restart pending (wanted still): the stop is answered at once with the
+    crash's evidence (before: refused as not running), the view says ``requested`` with
+    no supervisor note, the pending restart is refused, and a second stop is refused."""
+    run = Run.of()
+    started(run)
+    crash = evidence(100, exit_code=1)
+    run.send(Exited(run.process, crash))
+    run.send(Annotate("restarting in 0.3 s (attempt 1)", 1, caller("note")))
+    stop = caller("stop")
+    out = run.send(Stop(1.0, stop))
+    [answer] = of_type(out, Answer)
+    assert answer.reply is stop
+    assert answer.value == run.state.last  # the crash's, named (runtime, instance)
+    assert isinstance(answer.value, RunEvidence)
+    assert (answer.value.pid, answer.value.exit_code) == (crash.pid, 1)
+    assert not of_type(out, Terminate)
+    status = run.status()
+    assert (status.state, status.stop_reason, status.supervision) == (
+        InstanceState.EXITED,
+        "requested",
+        None,
+    )
+    run.send(Restart(1, caller("restart")))
+    run.send(Stop(1.0, caller("again")))
+    assert refusals(run) == {
+        "restart": "chat-1 was stopped by the operator",
+        "again": "chat-1 is not running",
+    }
+
+
 def test_a_spawn_that_failed_refuses_its_callers_and_the_stops_that_waited() -> None:
     run = Run.of()
     start = caller("start")
@@ -130,6 +162,26 @@ def test_a_spawn_that_failed_refuses_its_callers_and_the_stops_that_waited() -> 
     assert refusals(run) == {"start": "port 8090 is taken", "stop": "chat-1 is not running"}
     assert run.state.callers() == []
     assert not run.state.starting
+
+
+def test_a_start_that_failed_after_an_operator_stop_reads_failed_not_stopped() -> None:
+    run = Run.of()
+    started(run)
+    run.send(Stop(1.0, caller("stop")))
+    run.send(Stopped(run.process, evidence(100, signal=15)))
+    assert run.status().stop_reason == StopReason.REQUESTED.value
+    start = caller("start")
+    run.send(Start(start))
+    run.send(SpawnFailed(PinMismatch("port 8090 is taken"), start))
+    status = run.status()
+    assert status.state is InstanceState.EXITED
+    assert status.detail == "failed to start: port 8090 is taken"
+    assert status.stop_reason == StopReason.STARTUP_FAILURE.value
+    started(run, pid=101)  # the next spawn that works forgets it
+    run.send(Exited(run.process, evidence(101, exit_code=1)))
+    detail = run.status().detail
+    assert detail is not None
+    assert "port 8090" not in detail
 
 
 # Stops.

@@ -1,17 +1,17 @@
 """The status board (issue 11 item 1): `status` and `statuses` read what the actors
 published, with no message and no I/O, under trio's MockClock on a `FakeFleet`.
 
-A read that sent a message or waited on anything would pass a checkpoint, where a
-cancelled scope would stop it; these reads finish inside one (`no_checkpoint`). Uptime
+The reads are plain functions (not coroutines): they cannot send a message or wait on
+anything; the awaited spelling, deprecated, is `test_embedding_status.py`'s. Uptime
 moves on between publications; the supervisor's word (restarts, supervision) is on the
 board before the actor hears of it; an unloaded instance leaves the board at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
 import trio
@@ -29,14 +29,6 @@ from inferactors.testing import FakeFleet
 
 T = TypeVar("T")
 POLICY = RestartPolicy(max_restarts=3, base_s=2.0, jitter=0.0)
-
-
-async def no_checkpoint(read: Coroutine[Any, Any, T]) -> T:
-    """Run ``read`` inside a cancelled scope: a message or any wait would be cancelled."""
-    with trio.CancelScope() as scope:
-        scope.cancel()
-        return await read
-    raise AssertionError("the read passed a checkpoint: it sent a message or waited")
 
 
 @pytest.fixture
@@ -59,9 +51,9 @@ async def test_a_status_read_takes_no_time_and_its_uptime_moves_on(
     with trio.fail_after(60):
         first = await runtime.wait_state(handle, InstanceState.RUNNING)
     assert first.uptime_s is not None
-    read = await no_checkpoint(runtime.status(handle))
+    read = runtime.status(handle)
     await trio.sleep(0.25)  # shorter than a probe interval: nothing is published meanwhile
-    later = await runtime.status(handle)
+    later = runtime.status(handle)
     assert read.uptime_s is not None
     assert later.uptime_s == pytest.approx(read.uptime_s + 0.25)
     assert (later.state, later.pid) == (InstanceState.RUNNING, first.pid)
@@ -74,13 +66,13 @@ async def test_statuses_gives_every_instance_in_load_order_and_forgets_the_unloa
     await runtime.start(handles[1])
     with trio.fail_after(60):
         await runtime.wait_state(handles[1], InstanceState.RUNNING)
-    every = await no_checkpoint(runtime.statuses())
+    every = runtime.statuses()
     assert list(every) == handles == list(await runtime.instances())
     states = [status.state for status in every.values()]
     assert states == [InstanceState.LOADED, InstanceState.RUNNING, InstanceState.LOADED]
     await runtime.unload(handles[0])
-    assert list(await runtime.statuses()) == handles[1:]
-    gone = await runtime.status(handles[0])
+    assert list(runtime.statuses()) == handles[1:]
+    gone = runtime.status(handles[0])
     assert gone.state is InstanceState.UNKNOWN
     assert gone.detail == f"no instance {handles[0].instance_id} is loaded"
 
@@ -98,7 +90,7 @@ async def test_the_supervisors_word_is_read_as_soon_as_its_event(
         async for event in events:
             if isinstance(event, RestartScheduled):
                 break
-    status = await runtime.status(handle)  # read in the same step the event arrived in
+    status = runtime.status(handle)  # read in the same step the event arrived in
     assert status.supervision == "restarting in 2.0 s (attempt 1)"
     assert status.restarts == 1
 
@@ -109,9 +101,34 @@ async def test_a_status_after_the_runtime_ended_is_unknown(
     config = fake_fleet_config(tmp_path, tiny_gguf, POLICY)
     async with open_runtime(config, node_id="board", edges=FakeFleet().edges()) as runtime:
         handle = await runtime.load(chat(8130))
-    status = await runtime.status(handle)
+    status = runtime.status(handle)
     assert (status.state, status.detail) == (
         InstanceState.UNKNOWN,
         "the runtime is closed",
     )
-    assert await runtime.statuses() == {}
+    assert runtime.statuses() == {}
+
+
+async def test_the_view_dates_its_state_and_names_the_signal_that_ended_it(
+    runtime: InferRuntime, fleet: FakeFleet, autojump_clock: trio.testing.MockClock
+) -> None:
+    """``since`` is the trio time the state shown began (a publication in the same state
+    keeps it); ``signal`` is the number of the signal that ended the last process."""
+    handle = await runtime.load(chat(8120))
+    await runtime.start(handle)
+    with trio.fail_after(60):
+        running = await runtime.wait_state(handle, InstanceState.RUNNING)
+    assert running.since is not None
+    assert running.signal is None
+    went_up = trio.current_time()
+    await trio.sleep(5)  # probes publish meanwhile: the state, and its date, hold
+    still = runtime.status(handle)
+    assert (still.state, still.since) == (InstanceState.RUNNING, running.since)
+    assert running.since <= went_up
+    await trio.sleep(1)
+    killed_at = trio.current_time()
+    fleet.last.crash(signal=9)
+    with trio.fail_after(60):
+        exited = await runtime.wait_state(handle, InstanceState.EXITED)
+    assert (exited.signal, exited.exit_code, exited.stop_reason) == (9, None, "crash")
+    assert exited.since == pytest.approx(killed_at, abs=0.01)

@@ -147,13 +147,23 @@ async def test_an_operator_stop_is_not_a_fault(
 async def test_a_stop_during_backoff_cancels_the_pending_restart(
     harness: Harness, autojump_clock: trio.testing.MockClock
 ) -> None:
+    """A stop while a restart waits in backoff is the operator's stop: it is answered with
+    the last exit's evidence (before: refused as "not running"), the view says stopped as
+    requested with no supervisor note, and the restart never comes."""
     handle = await load_running(harness)
-    harness.fleet.last.crash()
+    crashed = harness.fleet.last
+    crashed.crash()
     await harness.next(RestartScheduled)
-    with pytest.raises(InvalidState, match="not running"):
-        await harness.runtime.stop(handle)
+    evidence = await harness.runtime.stop(handle)
+    assert (evidence.pid, evidence.exit_code) == (crashed.pid, 1)
+    status = await harness.runtime.status(handle)
+    assert (status.state, status.stop_reason) == (InstanceState.EXITED, "requested")
+    assert status.supervision is None
     await trio.sleep(5)
     assert len(harness.fleet.children) == 1
+    assert (await harness.runtime.status(handle)).stop_reason == "requested"
+    with pytest.raises(InvalidState, match="not running"):  # stopped already
+        await harness.runtime.stop(handle)
 
 
 async def test_a_plain_start_keeps_the_budget_and_reset_restarts_refills_it(
@@ -302,6 +312,30 @@ async def test_readiness_deadline_kills_and_counts(
     scheduled = await h.next(RestartScheduled)
     assert isinstance(scheduled, RestartScheduled)
     assert scheduled.attempt == 1
+
+
+async def test_a_readiness_deadline_heard_late_gives_the_time_lost_back_before_killing(
+    harness: Harness, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The readiness timer fires 4 s late (our loop did not run: here the clock jumps past
+    the deadline while no task runs): the server is not killed at once on what we could
+    not watch, but gets those 4 s back from then; before, it was killed the moment the
+    late timer was heard."""
+    h = harness
+    h.fleet.load_s = None  # 503 "Loading model" forever (FC-06)
+    handle = await h.runtime.load(SPEC, Supervision(readiness_timeout_s=15.0))
+    await h.runtime.start(handle)
+    t0 = h.fleet.last.started_at
+    await trio.sleep_until(t0 + 14.5)
+    autojump_clock.autojump_threshold = float("inf")  # nothing runs while the clock jumps
+    autojump_clock.jump(4.5)  # the deadline (t0 + 15) passed 4 s ago
+    await trio.testing.wait_all_tasks_blocked()
+    heard = trio.current_time()
+    autojump_clock.autojump_threshold = 0.0
+    exited = await h.next(ProcessExited)
+    assert isinstance(exited, ProcessExited)
+    assert exited.reason is StopReason.READINESS_TIMEOUT
+    assert exited.at == pytest.approx(heard + 4.0, abs=0.01)
 
 
 async def test_status_shows_loading_progress(

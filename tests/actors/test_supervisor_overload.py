@@ -2,7 +2,8 @@
 (``_policy/lateness.py``): a really blocked loop (a synchronous sleep, nothing mocked) is
 one `SupervisorOverloaded` event, the runtime's `supervisor_status` says so while it lasts,
 and one `SupervisorCaughtUp` follows a calm period; the adopted server it probes stays
-Running. Admission's probe that our stall made late is made again, not read as a refusal.
+Running, however many of its probes in a row our loop made late. Admission's probe that
+our stall made late is made again, not read as a refusal.
 
 Real time, a real loopback server (``edges.hostile_server_support``), adopted mode.
 """
@@ -27,6 +28,7 @@ from inferactors import (
     SupervisorStatus,
     open_runtime,
 )
+from inferactors._actors.instance.probing import ADMISSION_REUSE_S
 from inferactors._edges.loop_lag import loop_lag
 from inferactors._policy.lateness import LATE_S
 
@@ -77,6 +79,45 @@ async def test_a_stalled_loop_is_one_overload_of_the_supervisor_then_one_catchin
         assert (await runtime.status(handle)).state is InstanceState.RUNNING
 
 
+async def _starve_most_of_each_second(seconds: float) -> None:
+    """Block the loop 0.8 s of every second, for ``seconds``."""
+    end = trio.current_time() + seconds
+    while trio.current_time() < end:
+        await trio.sleep(0.2)
+        time.sleep(0.8)  # noqa: ASYNC251 (the point: the loop is starved meanwhile)
+
+
+async def test_a_loop_late_for_many_probes_in_a_row_never_judges_the_server() -> None:
+    """Before, the fourth late probe in a row was judged as the timeout it seemed: a
+    healthy server read Exited (or Degraded) while only the supervisor was overloaded.
+    Each probe takes 0.4 s (its reply trickles), longer than the loop's 0.2 s between
+    blocks, so each is in flight when a block eats its deadline."""
+    slow_health = Reply(body=b'{"status": "ok"}', chunk=4, pause_s=0.1)
+    replies = {"/health": slow_health, "/v1/models": Reply(body=MODELS)}
+    config = InferConfig.adopted(InferFlavor.LLAMACPP, probe_timeout_s=0.6)
+    async with hostile_server(replies) as server, open_runtime(config) as runtime:
+        handle = await runtime.load(_spec(server.port))
+        await runtime.start(handle)
+        with trio.fail_after(10):
+            await runtime.wait_state(handle, InstanceState.RUNNING)
+        events = await runtime.subscribe()
+        lost_before = loop_lag().watch.no_verdicts_total
+        with events:
+            await _starve_most_of_each_second(11.0)  # a late probe every 2 s
+            await trio.sleep(0.1)
+            seen = []
+            while True:
+                try:
+                    seen.append(events.receive_nowait())
+                except trio.WouldBlock:
+                    break
+        lost = loop_lag().watch.no_verdicts_total - lost_before
+        assert lost >= 5, lost  # more late probes than the old rule let pass in a row
+        changes = [e for e in seen if isinstance(e, StateChanged)]
+        assert changes == [], changes
+        assert (await runtime.status(handle)).state is InstanceState.RUNNING
+
+
 async def test_an_admission_probe_made_late_by_a_stall_is_made_again() -> None:
     slow_health = Reply(body=b'{"status": "ok"}', chunk=4, pause_s=0.05)  # in flight
     replies = {"/health": slow_health, "/v1/models": Reply(body=MODELS)}
@@ -90,3 +131,20 @@ async def test_an_admission_probe_made_late_by_a_stall_is_made_again() -> None:
         handle = await runtime.load(_spec(server.port))  # not refused
         assert handle.instance_id
     assert server.requests.count("GET /health") >= 2  # the late one, then a verdict
+
+
+async def test_an_adopted_start_whose_check_a_stall_made_late_checks_again() -> None:
+    """The start's check of an adopted server (its admission's report too old to stand)
+    is made again while our stall leaves it without a verdict (before, it was refused as
+    "adopted server is not answering")."""
+    slow_health = Reply(body=b'{"status": "ok"}', chunk=4, pause_s=0.05)  # in flight
+    replies = {"/health": slow_health, "/v1/models": Reply(body=MODELS)}
+    config = InferConfig.adopted(InferFlavor.LLAMACPP, probe_timeout_s=0.5)
+    async with hostile_server(replies) as server, open_runtime(config) as runtime:
+        handle = await runtime.load(_spec(server.port))
+        await trio.sleep(ADMISSION_REUSE_S + 0.2)
+        before = server.requests.count("GET /health")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(functools.partial(_starve, 0.5 + LATE_S + 0.3, after_s=0.03))
+            await runtime.start(handle)  # not refused
+        assert server.requests.count("GET /health") - before >= 2  # the late one, again

@@ -164,6 +164,17 @@ async def test_no_supervisor_exits_3(tmp_path: Path) -> None:
     assert both.returncode == 2
 
 
+async def test_a_state_dir_that_does_not_exist_says_a_moved_data_root_keeps_the_old(
+    tmp_path: Path,
+) -> None:
+    moved = tmp_path / "state2"  # a run file's data_root edited while its supervisor runs
+    done = await cli("status", "--state-dir", str(moved))
+    assert done.returncode == 3
+    said = done.stderr.decode()
+    assert f"no socket at {moved}/control.sock); {moved} does not exist" in said
+    assert "changed while it runs still uses the old one (pass it as --state-dir" in said
+
+
 async def test_reload_prints_each_refused_instance_and_exits_1(
     fleet: FakeFleet, tmp_path: Path
 ) -> None:

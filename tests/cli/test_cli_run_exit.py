@@ -64,7 +64,7 @@ def test_a_required_instance_given_up_after_crashes_exits_1(inferactors_kit: Run
     assert done.returncode == 1, done.stdout + done.stderr
     assert "gave up after 2 restart(s): restart budget spent" in done.stdout
     assert "is down for good" in done.stdout  # the first required one stops the run
-    assert "stopping (exit 1: a restart may)" in done.stdout
+    assert "stopping (exit 1: a restart may fix it)" in done.stdout
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])

@@ -26,6 +26,7 @@ from inferactors import load_run_config
 from inferactors._cli.main import build_parser
 from inferactors._cli.probe import probe
 from inferactors._cli.run import run_config
+from inferactors._service.lifecycle import EXTEND_EVERY_S, EXTEND_S
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRIB = ROOT / "contrib"
@@ -69,6 +70,12 @@ def test_the_unit_is_a_hardened_notify_service() -> None:
     for key in ("WatchdogSec", "RestartSec", "ProtectHome", "TimeoutStopSec"):
         assert service.get(key), key
     assert _seconds(service["TimeoutStopSec"]) > 10.0  # the CLI's stop grace for servers
+
+
+def test_the_start_timeout_outlasts_the_extensions_sent_while_models_load() -> None:
+    start_s = _seconds(_unit()["Service"]["TimeoutStartSec"])
+    # the first EXTEND_TIMEOUT_USEC comes at once; each later one before the last runs out
+    assert EXTEND_EVERY_S < EXTEND_S <= start_s
 
 
 def _seconds(value: str) -> float:

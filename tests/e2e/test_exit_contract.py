@@ -128,7 +128,7 @@ def test_a_required_instance_given_up_stops_the_run_while_an_optional_one_serves
         fake.stop()
     assert code == EXIT_NOTHING_LEFT, process.output()
     assert "a required instance is down for good (main)" in process.output()
-    assert "exit 1: a restart may" in process.output()
+    assert "exit 1: a restart may fix it" in process.output()
     datagrams.until("STOPPING", "1")
     assert restarted(code)
 
@@ -219,7 +219,7 @@ def test_a_state_directory_it_cannot_write_exits_78_in_one_line(
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("inferactors run: ")
     assert str(state) in lines[0]
-    assert "Permission denied" in lines[0]
+    assert "is owned by uid 0 (mode 0755), not by this supervisor's user" in lines[0]
 
 
 def test_a_state_directory_made_unwritable_while_running_stops_without_a_traceback(

@@ -78,8 +78,10 @@ async def test_a_flag_the_binary_refuses_is_an_invalid_flag_and_a_config_error(
     would refuse it first): what matters here is what the binary says about it."""
     planned = InferRuntime._plan
 
-    async def with_unknown_flag(self: InferRuntime, spec: InferenceSpec, where: Path) -> Plan:
-        plan = await planned(self, spec, where)
+    async def with_unknown_flag(
+        self: InferRuntime, spec: InferenceSpec, config: InferConfig, where: Path
+    ) -> Plan:
+        plan = await planned(self, spec, config, where)
         assert plan.launch is not None
         launch = attrs.evolve(plan.launch, args=(*plan.launch.args, "--no-such-flag"))
         return attrs.evolve(plan, launch=launch)

@@ -1,5 +1,6 @@
-"""Done-when of issue 12: a fresh virtualenv with only ``inferactors[testing]`` (and the
-pytest it brings) runs the three examples of examples/testing/ green, as ourselves and (as
+"""Done-when of issue 12: a fresh virtualenv with ``inferactors[testing]`` alone holds no
+model makers, and with ``[testing-models]`` (and the Ollama example's ``ollama``) runs the
+three examples of examples/testing/ green, as ourselves and (as
 root) as ``nobody``, and ``pytest --fixtures`` lists the plugin's fixtures with their
 docstrings.
 
@@ -45,6 +46,8 @@ FIXTURES = (
     "inferactors_runtime",
 )
 PIP_S = 600.0
+TESTING_ONLY = "testing-extra.txt"
+"""In the venv: ``pip list`` after installing ``[testing]`` alone, before the rest."""
 PREFIX = "inferactors-testing-venv-"
 LOCK = Path("/tmp") / "inferactors-testing-venv.lock"
 """Held while a session builds, reinstalls, runs or removes a shared venv."""
@@ -81,6 +84,11 @@ def build_venv(target: Path, python: str) -> None:
         pytest.skip(f"pip cannot reach the package registry: {reach.stderr.strip()[-300:]}")
     installed = pip(staging, "install", "--quiet", f"{REPO}[testing]")
     assert installed.returncode == 0, installed.stdout + installed.stderr
+    (staging / TESTING_ONLY).write_text(pip(staging, "list", "--format=freeze").stdout)
+    # The runtime kit writes the tiny GGUF ([testing-models]); the Ollama example's own
+    # dependency is the official client.
+    more = pip(staging, "install", "--quiet", f"{REPO}[testing-models]", "ollama>=0.6")
+    assert more.returncode == 0, more.stdout + more.stderr
     staging.chmod(0o755)
     for stale in target.parent.glob(PREFIX + "*"):
         unused_s = time.time() - stale.stat().st_mtime
@@ -124,10 +132,17 @@ def fresh_venv() -> Iterator[Path]:
         yield target
 
 
-def test_the_venv_holds_only_the_testing_extra(fresh_venv: Path) -> None:
+def test_the_testing_extra_holds_no_model_makers(fresh_venv: Path) -> None:
+    """``[testing]`` fakes servers: no numpy, tokenizers, gguf or pydantic (the Ollama
+    client's); ``[testing-models]`` adds the tiny-model makers."""
+    alone = (fresh_venv / TESTING_ONLY).read_text()
+    names = {line.split("==")[0].lower().replace("_", "-") for line in alone.split()}
+    assert {"inferactors", "pytest", "pytest-trio", "h11"} <= names
+    heavy = {"numpy", "tokenizers", "gguf", "safetensors", "pydantic", "ollama", "huggingface-hub"}
+    assert not names & heavy, names & heavy
     listed = pip(fresh_venv, "list", "--format=freeze")
     names = {line.split("==")[0].lower() for line in listed.stdout.split()}
-    assert {"inferactors", "pytest", "pytest-trio", "gguf", "ollama"} <= names
+    assert {"gguf", "numpy", "safetensors", "tokenizers", "ollama"} <= names
     assert not names & {"mlx", "mlx-lm", "hypothesis", "mypy"}
 
 

@@ -117,3 +117,36 @@ def test_empty_evidence_carries_its_owner() -> None:
     assert (evidence.runtime, evidence.instance_id, evidence.pid) == ("infer.ollama", "chat-1", 0)
     assert evidence.exit_code is None
     assert evidence.signal is None
+
+
+def test_evidence_repr_is_a_summary_and_the_bytes_stay_available() -> None:
+    """A printed stop's evidence once dumped every byte kept (5.8 KB for the demo's stop,
+    up to 2 MiB): now a line, the sizes and each tail's last line."""
+    out, err = OutputCapture(), OutputCapture()
+    out.feed(b"x" * (3 << 20))
+    err.feed(b"loading...\n" * 500 + b"srv operator(): cleaning up before exit...\n")
+    for stream in (out, err):
+        stream.mark_eof()
+    evidence = RunEvidence.from_run(
+        args=("--port", "8090"), pid=42, returncode=0, elapsed_s=1.5, stdout=out, stderr=err
+    )
+    shown = repr(evidence)
+    assert len(shown) < 700, shown
+    assert "pid=42" in shown
+    assert "exit_code=0" in shown
+    assert "stdout=<1048576 bytes kept>" in shown
+    assert "stdout_bytes=3145728" in shown
+    assert "stderr_tail=...'srv operator(): cleaning up before exit...'" in shown
+    assert "loading" not in shown
+    assert str(evidence) == shown
+    assert len(evidence.stdout) == 1 << 20  # the attributes keep what was kept
+    assert evidence.stderr.endswith(b"cleaning up before exit...\n")
+    assert evidence.stderr_tail.endswith("cleaning up before exit...\n")
+
+
+def test_an_evidence_tail_repr_cuts_a_long_last_line() -> None:
+    evidence = attrs.evolve(RunEvidence.empty(), stderr_tail="y" * 5000)
+    shown = repr(evidence)
+    assert "stderr_tail=...'" + "y" * 120 + "'" in shown
+    assert "y" * 121 not in shown
+    assert "stdout_tail=''" in shown

@@ -6,13 +6,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
+import trio.testing
 
 from edges.process_support import python_launch
-from inferactors._edges.output_lines import LINE_LIMIT_BYTES, LineWatch
+from inferactors._edges.output_lines import LINE_LIMIT_BYTES, QUIET_S, LineWatch, read_stream
 from inferactors._edges.process import ManagedProcess
 from inferactors._events import FaultKind
+from inferactors._policy.output_pace import LinePace
 
 BIND = b"OSError: [Errno 98] Address already in use\n"
 
@@ -97,3 +100,43 @@ async def test_a_real_process_that_prints_a_bind_error_and_hangs_is_seen_at_once
     evidence = await process.terminate(1.0)
     assert evidence.signal is not None
     print(f"{sys.executable}: bind error seen {seen_s:.3f} s after spawn")
+
+
+@attrs.define
+class Said:
+    """A `LineSink` that keeps what it is told, in order."""
+
+    said: list[str] = attrs.Factory(list)
+
+    def record(self, stream: str, pid: int, text: str, continued: bool = False) -> None:
+        self.said.append(text)
+
+    def probe(self) -> None:
+        pass
+
+    def dropped(self, stream: str, pid: int, lines: int, size: int) -> None:
+        self.said.append(f"<{lines} dropped, {size} bytes>")
+
+
+async def test_the_last_line_after_a_flood_is_read_once_the_server_goes_quiet(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    sink = Said()
+    watch = LineWatch(sink=sink, pace=LinePace(rate_per_s=0.0, burst=2), clock=trio.current_time)
+    send, receive = trio.testing.memory_stream_one_way_pair()
+    flood = b"".join(b"flood %d\n" % n for n in range(1000))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read_stream, receive, watch.stderr)
+        await send.send_all(flood + b"LAST: the real error\n")  # then silence: it lives on
+        await trio.sleep(QUIET_S / 2)
+        assert sink.said == ["flood 0", "flood 1"]  # a flood still under way says nothing
+        await trio.sleep(QUIET_S)
+        dropped = len(flood) - len(b"flood 0\nflood 1\n")
+        assert sink.said == [
+            "flood 0",
+            "flood 1",
+            f"<998 dropped, {dropped} bytes>",
+            "LAST: the real error",
+        ]
+        nursery.cancel_scope.cancel()
+    assert watch.stderr.capture.tail_text.endswith("flood 999\nLAST: the real error\n")

@@ -154,3 +154,14 @@ async def test_the_real_llama_server_help_as_the_unprivileged_user(
         assert "--mlock" not in known.flags
     assert len(runs) == 1
     assert runs[0] < 10.0
+
+
+async def test_the_cache_file_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    program, state = program_at(tmp_path), tmp_path / "state" / "serve-help"
+    old = os.umask(0)
+    try:
+        await ask(ServeHelp(run=CountingRunner()), program, state)
+    finally:
+        os.umask(old)
+    (cached,) = state.iterdir()
+    assert oct(cached.stat().st_mode & 0o777) == "0o600"

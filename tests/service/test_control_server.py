@@ -5,6 +5,7 @@ the bearer token, and follow streams that end when the client leaves."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import stat
 import sys
@@ -18,6 +19,7 @@ import pytest
 import trio
 
 from inferactors._config.convert_api import event_data
+from inferactors._edges.state_lock import acquire_state_lock, lock_holder
 from inferactors._errors import InvalidConfig, InvalidState
 from inferactors._service.control_server import control_socket_path, serve_control
 from service.control_support import FakeFleet, crash, follow
@@ -61,6 +63,24 @@ async def test_serves_on_a_0600_socket_that_goes_away_when_cancelled(
     assert [view["name"] for view in reply.json()["instances"]] == ["chat", "embed"]
     scope.cancel()
     await wait_for(lambda: not path.exists())
+
+
+async def test_a_removed_state_dir_is_made_again_with_its_mode_and_locked_again(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    state_dir = tmp_path / "state"
+    lock = acquire_state_lock(state_dir, 0o711)  # as a runtime whose servers run as nobody
+    try:
+        await nursery.start(partial(serve_control, FakeFleet(), state_dir=state_dir))
+        path = control_socket_path(state_dir)
+        shutil.rmtree(state_dir)
+        await wait_for(path.exists, timeout_s=5.0)
+        assert stat.S_IMODE(state_dir.stat().st_mode) == 0o711
+        assert lock_holder(state_dir) == f"pid {os.getpid()}"  # a second supervisor is refused
+        async with uds_client(state_dir) as http:
+            assert (await http.get("/v1/instances")).status_code == 200
+    finally:
+        lock.release()
 
 
 async def test_a_stale_socket_is_replaced(tmp_path: Path, nursery: trio.Nursery) -> None:

@@ -70,6 +70,26 @@ async def test_ready_only_once_settled_with_the_status_line(
     assert recorder.times_of("READY") == [5.0]
 
 
+async def test_the_start_timeout_is_extended_while_models_load_and_not_after(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    fleet = StandInFleet({"big": InstanceState.DEGRADED})
+    recorder = Recorder()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_notify, ServiceNotes(recorder, fleet), None)
+        await trio.sleep(125.0)  # a model that loads for two minutes
+        fleet.states["big"] = InstanceState.RUNNING
+        fleet.settled.set()
+        await trio.sleep(60.0)
+        nursery.cancel_scope.cancel()
+    extended = recorder.times_of("EXTEND_TIMEOUT_USEC")
+    assert extended == [10.0 * n for n in range(13)]  # 0, 10, ..., 120: none after READY
+    assert {f["EXTEND_TIMEOUT_USEC"] for _, f in recorder.sent if "EXTEND_TIMEOUT_USEC" in f} == {
+        30_000_000
+    }
+    assert recorder.times_of("READY") == [125.0]
+
+
 async def test_watchdog_pings_every_period_while_the_tree_answers(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -101,7 +121,7 @@ async def test_status_is_sent_when_the_line_changes_only(
         status_at = trio.current_time()
         await trio.sleep(3.0)
         nursery.cancel_scope.cancel()
-    statuses = [(at, fields["STATUS"]) for at, fields in recorder.sent]
+    statuses = [(at, fields["STATUS"]) for at, fields in recorder.sent if "STATUS" in fields]
     assert statuses == [(0.0, "0 of 2 running; 2 starting"), (3.5, "1 of 2 running; 1 starting")]
     assert status_at == 3.51
 

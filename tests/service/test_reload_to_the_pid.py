@@ -181,3 +181,21 @@ async def test_changed_and_removed_instances_are_drained_before_their_stop(
         run.write(keep, Entry("change", change.port, serve=", ctx = 4096"))
         await fleet.reload()
         assert sorted(drainer.drained) == [("change", True), ("drop", True)]
+
+
+async def test_a_follower_of_a_removed_instance_ends_and_one_of_a_kept_one_goes_on(
+    inferactors_kit: RuntimeKit,
+) -> None:
+    run = RunFile.create(inferactors_kit)
+    a, b = Entry("a", free_port()), Entry("b", free_port())
+    run.write(a, b)
+    async with open_fleet(run.config(), run.path) as fleet:
+        await until(fleet, running("a", "b"))
+        with fleet.follow_logs("b") as gone, fleet.follow_logs("a") as kept:
+            run.write(a)
+            assert (await fleet.reload()).removed == ("b",)
+            with trio.fail_after(5.0):
+                async for _ in gone:  # what b wrote while it stopped, then the end
+                    pass
+            with pytest.raises(trio.WouldBlock):
+                kept.receive_nowait()  # open: nothing new, and not ended

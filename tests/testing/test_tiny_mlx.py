@@ -169,7 +169,7 @@ def test_missing_dependencies_name_the_extra_and_write_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "tokenizers", None)
-    with pytest.raises(ImportError, match=r"pip install 'inferactors\[testing\]'"):
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[testing-models\]'"):
         write_tiny_mlx(tmp_path / "x")
     assert not (tmp_path / "x").exists()
 

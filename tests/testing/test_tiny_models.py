@@ -78,7 +78,7 @@ def test_missing_dev_dependencies_name_the_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "gguf", None)
-    with pytest.raises(ImportError, match=r"pip install 'inferactors\[testing\]'"):
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[testing-models\]'"):
         write_tiny_gguf(tmp_path / "x.gguf")
     assert not (tmp_path / "x.gguf").exists()
 

@@ -2,7 +2,8 @@
 whose fake llama-server crashes one second after it listens: inferactors restarts it.
 
 The runtime fixture is async, so the tests run under trio: ``pytest.mark.trio`` (pytest-trio,
-installed with ``inferactors[testing]``). As root, the kit runs the servers as ``nobody``.
+installed with ``inferactors[testing]``; the runtime kit also needs
+``[testing-models]``). As root, the kit runs the servers as ``nobody``.
 """
 
 from __future__ import annotations

@@ -163,7 +163,7 @@ async def _plan_adopted(
 ) -> Plan:
     base = spec.base_url()
     prober = with_api_key(edges.open_prober, api_key)
-    report = await probe_for_verdict(prober, base, config.probe_timeout_s, config.flavor)
+    report = await probe_for_verdict(prober, base, config.probe_timeout_s, spec.runtime)
     if report.no_verdict:
         raise _no_verdict_refusal(base, report)
     if isinstance(report.health, Unreachable):

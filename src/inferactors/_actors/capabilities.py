@@ -22,7 +22,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from .._config.config import InferConfig, ManagedConfig
+from .._config.config import ControlMode, InferConfig, ManagedConfig
 from .._edges.containment import resolve_run_as
 from .._edges.probe import ProberFactory, probe_once
 from .._edges.version_probe import VERSION_PROBE_TIMEOUT_S, run_version_probe
@@ -53,25 +53,46 @@ class Capability:
 async def probe_capabilities(
     config: InferConfig, open_prober: ProberFactory
 ) -> tuple[Capability, ...]:
-    """Probe what ``config``'s runtime can offer; empty when nothing answers."""
-    if config.managed is not None and config.flavor is not InferFlavor.OLLAMA:
-        found, version = await managed_version(config.flavor, config.managed)
+    """Probe what ``config``'s runtime can offer; empty when nothing answers. A config of
+    every flavor offers what each flavor's one-flavor config would: managed where it has
+    a serve program (Ollama: managed settings), else an adopted server that answers."""
+    if config.flavor is None:
+        found: list[Capability] = []
+        for flavor in InferFlavor:
+            mode = ControlMode.ADOPTED
+            if config.managed is not None and (
+                flavor is InferFlavor.OLLAMA or config.serve_program(flavor) is not None
+            ):
+                mode = ControlMode.MANAGED
+            for capability in await probe_capabilities(
+                config.for_instance(flavor, mode), open_prober
+            ):
+                if capability not in found:
+                    found.append(capability)
+        return tuple(found)
+    return await _one_flavor(config, config.flavor, open_prober)
+
+
+async def _one_flavor(
+    config: InferConfig, flavor: InferFlavor, open_prober: ProberFactory
+) -> tuple[Capability, ...]:
+    if config.managed is not None and flavor is not InferFlavor.OLLAMA:
+        found, version = await managed_version(flavor, config.managed)
     else:
-        found, version = await _server_answers(config, open_prober)
+        found, version = await _server_answers(config, flavor, open_prober)
     if not found:
         return ()
-    flavor = config.flavor
     formats = tuple(f.value for f in flavor.formats)
     runtime = Capability(flavor.capability, config.mode.value, formats, version)
     return (runtime, *(Capability(f"format.{name}") for name in formats))
 
 
 async def _server_answers(
-    config: InferConfig, open_prober: ProberFactory
+    config: InferConfig, flavor: InferFlavor, open_prober: ProberFactory
 ) -> tuple[bool, str | None]:
-    port = config.probe_port or config.flavor.default_port
+    port = config.probe_port or flavor.default_port
     base = f"http://127.0.0.1:{port}"
-    report = await probe_once(open_prober, base, config.probe_timeout_s, config.flavor)
+    report = await probe_once(open_prober, base, config.probe_timeout_s, flavor)
     return isinstance(report.health, Up | Busy | Loading), report.version
 
 

@@ -34,7 +34,7 @@ async def door_members(
         InvalidConfig: the residency settings break a rule (`check_residency`).
     """
     instances = [
-        RunInstance(runtime.control_mode, await runtime.spec_of(handle), residency=setting)
+        RunInstance(runtime.mode_of(handle), await runtime.spec_of(handle), residency=setting)
         for runtime, handle, setting in placed
     ]
     check_residency(

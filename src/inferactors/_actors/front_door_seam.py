@@ -27,7 +27,7 @@ from .._errors import RefusalKind as RefusalKind
 from .._flavor import InferFlavor
 
 
-class Residency(enum.Enum):
+class Residency(enum.StrEnum):
     """Where an instance stands, as `/v1/models`, `/api/tags` and `/api/ps` report it."""
 
     RESIDENT = "resident"

@@ -124,7 +124,7 @@ async def _until_serving(member: DoorMember, events: trio.MemoryReceiveChannel[E
     runtime, handle = member.runtime, member.handle
     heard = False
     while True:
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         if serving(status):
             return
         if status.state is InstanceState.UNKNOWN or (
@@ -166,11 +166,11 @@ async def watch_events(
     events = await runtime.subscribe(256)
     with events:
         for member in by_iid.values():
-            await post(Observed(member.name, await runtime.status(member.handle)))
+            await post(Observed(member.name, runtime.status(member.handle)))
         async for event in events:
             changed = by_iid.get(instance_of(event) or "")
             if changed is not None and isinstance(event, StateChanged | ProcessStarted):
-                await post(Observed(changed.name, await runtime.status(changed.handle)))
+                await post(Observed(changed.name, runtime.status(changed.handle)))
 
 
 @attrs.define(eq=False)
@@ -208,7 +208,7 @@ async def measure(
         for member in held():
             if member.rules.adopted:
                 continue
-            pid = (await member.runtime.status(member.handle)).pid
+            pid = (member.runtime.status(member.handle)).pid
             rss = None if pid is None else await gauge.tree_rss(pid)
             figures.append((member.name, pid, rss))
         await post(Measured(machine, tuple(figures)))

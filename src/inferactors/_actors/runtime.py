@@ -3,15 +3,16 @@
 The facade holds no lock and no instance state: each method sends a command to the
 supervisor actor (which routes instance commands to the instance's actor) and awaits the
 reply, except the status queries (``runtime_status``), which read the status board the
-actors publish to. One runtime drives one flavor in one mode; all durations are float
-seconds.
+actors publish to. A runtime drives one flavor in one mode (`InferConfig.managing`,
+`InferConfig.adopted`) or every flavor in both modes (`InferConfig.all_flavors`: each load
+names its mode, and is planned with its flavor's one-flavor config,
+`InferConfig.for_instance`); all durations are float seconds.
 
 Usage::
 
     async with open_runtime(config, node_id="laptop") as runtime:
-        handle = await runtime.load(spec)
-        await runtime.start(handle)
-        print(await runtime.status(handle))
+        async with runtime.running(spec, timeout=120) as handle:
+            print(runtime.status(handle))
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from .messages import (
 )
 from .ollama import OllamaActor
 from .runtime_logs import RuntimeLogs
+from .runtime_running import RuntimeRunning
 from .runtime_status import InstanceHandle as InstanceHandle
 from .runtime_status import RuntimeStatus, id_of
 from .status_board import StatusBoard, StatusSlot
@@ -81,7 +83,7 @@ PROBING = 32
 run at once; more wait. A thousand at once would time out on their own CPU."""
 
 
-class NetworkExposure(enum.Enum):
+class NetworkExposure(enum.StrEnum):
     """How far a runtime's servers may be reachable."""
 
     NONE = "none"
@@ -90,8 +92,9 @@ class NetworkExposure(enum.Enum):
 
 
 @attrs.define(eq=False)
-class InferRuntime(RuntimeLogs, RuntimeStatus):
-    """One flavor of inference server in one mode (adopted or managed).
+class InferRuntime(RuntimeLogs, RuntimeStatus, RuntimeRunning):
+    """One flavor of inference server in one mode (adopted or managed), or every flavor in
+    both (`InferConfig.all_flavors`).
 
     Get one from `open_runtime` or `serve_runtime`; it is valid while that runs.
     """
@@ -111,19 +114,22 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
 
     @property
     def id(self) -> str:
-        """``infer.<x>`` when managed, ``infer.<x>.adopted`` when adopted."""
+        """``infer.<x>`` when managed, ``infer.<x>.adopted`` when adopted, ``infer`` for
+        every flavor."""
         return self.config.adapter_id
 
     @property
     def control_mode(self) -> ControlMode:
-        """Managed or adopted."""
+        """Managed or adopted: the mode of every instance of a one-flavor runtime, the
+        default of a load in a runtime of every flavor (`mode_of` says an instance's)."""
         return self.config.mode
 
     @property
     def network_exposure(self) -> NetworkExposure:
-        """NONE when managed (loopback enforced); LAN when adopted, whose bind we cannot
-        choose."""
-        return NetworkExposure.NONE if self.config.managed else NetworkExposure.LAN
+        """NONE when it only manages (loopback enforced); LAN when it may adopt, whose
+        server's bind we cannot choose."""
+        only_managed = self.config.managed is not None and self.config.flavor is not None
+        return NetworkExposure.NONE if only_managed else NetworkExposure.LAN
 
     def provides(self) -> tuple[Capability, ...]:
         """Capabilities found by the last `probe_capabilities`; empty before it runs."""
@@ -134,39 +140,49 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
         self._capabilities = await probe_capabilities(self.config, self._edges.open_prober)
         return self._capabilities
 
-    async def admit(self, spec: InferenceSpec) -> Admission:
-        """Check that ``spec`` could run here, read-only (GETs and TCP connects only).
+    async def admit(self, spec: InferenceSpec, *, mode: ControlMode | None = None) -> Admission:
+        """Check that ``spec`` could run here in ``mode`` (default `control_mode`),
+        read-only (GETs and TCP connects only).
 
         Raises:
             InvalidConfig: the spec is malformed.
             AdmissionRefused: it cannot run here; the message says why.
         """
-        plan = await self._plan(spec, self._instance_dir("plan"))
+        spec = checked_spec(spec)
+        config = self._config_for(spec, mode)
+        plan = await self._plan(spec, config, self._instance_dir("plan", config))
         return Admission(runtime=self.id, arch=platform.machine(), notes=plan.notes)
 
     async def load(
-        self, spec: InferenceSpec, supervision: Supervision | None = None
+        self,
+        spec: InferenceSpec,
+        supervision: Supervision | None = None,
+        *,
+        mode: ControlMode | None = None,
     ) -> InstanceHandle:
         """Plan ``spec``, create its instance directory (managed) and its actor.
 
         ``supervision`` sets this instance's restart policy, readiness deadline and
-        deep-health watchdog; unset fields come from the runtime's `ManagedConfig`. The
+        deep-health watchdog; unset fields come from the runtime's `ManagedConfig`.
+        ``mode`` (default `control_mode`) says whether inferactors starts its server or
+        adopts one already running; a one-flavor runtime takes its own mode only. The
         instance is Loaded; nothing is started. An adopted or Ollama spec is admitted by one
         probe of its server, bounded as a whole by ``config.probe_timeout_s``. Raises what
         `admit` raises, plus `InvalidState` for an id already loaded or an ip:port a managed
         instance uses, and `BackendError` when the instance directory cannot be made.
         """
         spec = checked_spec(spec)  # before the id is derived from its fields
-        iid = instance_id(spec, self.control_mode, self.node_id)
-        directory = self._instance_dir(iid)
-        plan = await self._plan(spec, directory)  # loads run concurrently
-        plan = attrs.evolve(plan, supervision=resolve_supervision(supervision, self.config))
+        config = self._config_for(spec, mode)
+        iid = instance_id(spec, config.mode, self.node_id)
+        directory = self._instance_dir(iid, config)
+        plan = await self._plan(spec, config, directory)  # loads run concurrently
+        plan = attrs.evolve(plan, supervision=resolve_supervision(supervision, config))
         async with self._installing(iid):  # one load of an id at a time from here
             created = directory is not None and not directory.exists()
             if directory is not None:
                 await _make_dir(directory)
             try:
-                await self._install(iid, plan, directory)
+                await self._install(iid, plan, directory, config)
             except InferactorsError:
                 if created and directory is not None:  # refused: leave no trace behind
                     await trio.to_thread.run_sync(shutil.rmtree, directory, True)
@@ -211,7 +227,7 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
             BackendError: port taken, program failed to start, adopted server not answering.
             UnknownInstance: no such instance.
         """
-        if self.control_mode is ControlMode.MANAGED:
+        if self.mode_of(handle) is ControlMode.MANAGED:
             await self._route(handle, Start)
             return
         async with self._probing:  # one probe: as for loads, at most PROBING at once
@@ -227,8 +243,11 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
 
         ``reason`` says why (``requested`` by an operator; the front door's ``ttl``,
         ``evicted``, ``reload``, ``shutdown``); none of them is restarted. Returns the
-        run's evidence. Raises `InvalidState` when it is not running and `Unsupported` for
-        an adopted server, which inferactors never signals.
+        run's evidence. A server that exited and is still wanted (its restart pending in
+        backoff, or given up) is stopped at once: the pending restart is cancelled, the
+        view says ``requested``, and the answer is its last exit's evidence. Raises
+        `InvalidState` when it never ran or was stopped already, and `Unsupported` for an
+        adopted server, which inferactors never signals.
         """
         grace = _grace(grace_s)
         return await self._route(handle, lambda reply: Stop(grace, reply, reason))
@@ -260,16 +279,19 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
         """Re-register an adopted server under ``handle``'s id.
 
         Raises:
-            Unsupported: in managed mode, where a lost process cannot be recovered.
+            Unsupported: in a managed one-flavor runtime, where a lost process cannot be
+                recovered.
         """
-        if self.control_mode is ControlMode.MANAGED:
+        if self.config.flavor is not None and self.control_mode is ControlMode.MANAGED:
             raise Unsupported(
                 f"{self.id} cannot re-adopt {id_of(handle)}: "
                 "a managed server's process is not recoverable"
             )
-        plan = await self._plan(spec, None)
+        spec = checked_spec(spec)
+        config = self._config_for(spec, ControlMode.ADOPTED)
+        plan = await self._plan(spec, config, None)
         try:
-            await self._install(id_of(handle), plan, None)
+            await self._install(id_of(handle), plan, None, config)
         except InvalidState:
             pass  # already registered under that id: nothing to do
         return InstanceHandle(self.id, id_of(handle), spec.role)
@@ -313,9 +335,10 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
         return (await self._plan_of(handle)).served_model
 
     async def stop_all(self, grace_s: float = DEFAULT_STOP_GRACE_S) -> None:
-        """Stop every running managed server concurrently; nothing is unloaded."""
+        """Stop every running managed server concurrently; nothing is unloaded (adopted
+        servers are left alone)."""
         _grace(grace_s)
-        if self.control_mode is not ControlMode.MANAGED:
+        if self.config.managed is None:
             return
         handles = await self.instances()
         async with trio.open_nursery() as nursery:
@@ -328,27 +351,34 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
         except InferactorsError:
             pass  # not running, or gone meanwhile: nothing to stop
 
-    async def _plan(self, spec: InferenceSpec, directory: Path | None) -> Plan:
-        """Admit ``spec``: at most `PROBING` admissions (each may probe) at once, whoever
-        asks (`admit`, `load`, `adopt`)."""
+    def _config_for(self, spec: InferenceSpec, mode: ControlMode | None) -> InferConfig:
+        """The one-flavor config ``spec`` is planned and run with in ``mode`` (default:
+        `control_mode`); raises `AdmissionRefused` as `InferConfig.for_instance`."""
+        return self.config.for_instance(spec.runtime, mode or self.control_mode)
+
+    async def _plan(self, spec: InferenceSpec, config: InferConfig, directory: Path | None) -> Plan:
+        """Admit ``spec`` with its one-flavor ``config``: at most `PROBING` admissions
+        (each may probe) at once, whoever asks (`admit`, `load`, `adopt`)."""
         async with self._probing:
             return await make_plan(
                 spec,
-                self.config,
+                config,
                 registry=self.registry,
                 edges=self._edges,
                 instance_dir=directory or Path("."),
             )
 
-    async def _install(self, iid: str, plan: Plan, directory: Path | None) -> None:
+    async def _install(
+        self, iid: str, plan: Plan, directory: Path | None, config: InferConfig
+    ) -> None:
         actor: InstanceActor | OllamaActor
-        slot = StatusSlot(role=plan.spec.role)
+        slot = StatusSlot(role=plan.spec.role, mode=plan.mode)
         if plan.mode is ControlMode.MANAGED and plan.spec.runtime is InferFlavor.OLLAMA:
             actor = OllamaActor.create(
                 instance_id=iid,
-                runtime_id=self.id,
+                runtime_id=config.adapter_id,
                 plan=plan,
-                config=self.config,
+                config=config,
                 instance_dir=directory,
                 events=self._events,
                 slot=slot,
@@ -356,9 +386,9 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
         else:
             actor = InstanceActor.create(
                 instance_id=iid,
-                runtime_id=self.id,
+                runtime_id=config.adapter_id,
                 plan=plan,
-                config=self.config,
+                config=config,
                 instance_dir=directory,
                 edges=self._edges,
                 events=self._events,
@@ -367,8 +397,8 @@ class InferRuntime(RuntimeLogs, RuntimeStatus):
             )
         await call(self._supervisor, partial(Load, actor, slot=slot))
 
-    def _instance_dir(self, iid: str) -> Path | None:
-        managed = self.config.managed
+    def _instance_dir(self, iid: str, config: InferConfig) -> Path | None:
+        managed = config.managed
         return None if managed is None else managed.data_root / iid
 
     async def _plan_of(self, handle: InstanceHandle) -> Plan:

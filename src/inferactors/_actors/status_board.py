@@ -20,6 +20,7 @@ from __future__ import annotations
 import attrs
 import trio
 
+from .._config.config import ControlMode
 from .._errors import BackendError, UnknownInstance
 from .._policy.restart import CONFIG_ERROR
 from .._status import InstanceState, InstanceStatus, SupervisorStatus
@@ -33,14 +34,21 @@ class StatusSlot:
 
     role: str = ""
     """The instance's workload id (its spec's role), for the handles of `StatusBoard.all`."""
+    mode: ControlMode = ControlMode.MANAGED
+    """Whether the instance is managed or adopted (a runtime of every flavor holds both)."""
     status: InstanceStatus = InstanceStatus(InstanceState.LOADED)  # noqa: RUF009  (frozen)
     at: float = 0.0
     """Trio time of the last publication that carried an uptime."""
     supervision: str | None = None
     restarts: int = 0
+    since: float | None = None
+    """Trio time of the first publication of the state shown now (its ``since``)."""
 
     def publish(self, status: InstanceStatus) -> None:
-        """Record the actor's view now (no event: `Mailbox.report` emits those)."""
+        """Record the actor's view now (no event: `Mailbox.report` emits those); a new
+        state (or the first publication) dates ``since``."""
+        if self.since is None or status.state is not self.status.state:
+            self.since = trio.current_time()
         self.status = status
         if status.uptime_s is not None:
             self.at = trio.current_time()
@@ -66,6 +74,7 @@ class StatusSlot:
             supervision=self.supervision,
             restarts=self.restarts,
             stop_reason=stop_reason,
+            since=self.since,
         )
 
 
@@ -108,6 +117,17 @@ class StatusBoard:
         """Every loaded instance's role and status, by instance id, in load order."""
         now = trio.current_time()
         return {iid: (slot.role, slot.read(now)) for iid, slot in self._slots.items()}
+
+    def mode_of(self, instance_id: str) -> ControlMode:
+        """The control mode of loaded instance ``instance_id``.
+
+        Raises:
+            UnknownInstance: it is not loaded (or the runtime is closed).
+        """
+        slot = self._slots.get(instance_id)
+        if slot is None:
+            raise UnknownInstance(self._unknown(instance_id).detail or instance_id)
+        return slot.mode
 
     def ids(self) -> dict[str, str]:
         """Every loaded instance's role, by instance id, in load order."""

@@ -68,6 +68,7 @@ from .messages import (
 )
 from .overload_report import report_overloads
 from .status_board import StatusBoard
+from .subscribers import Subscribers
 
 
 class Actor(Protocol):
@@ -103,9 +104,8 @@ class Supervisor:
     _actors: dict[str, Actor] = attrs.Factory(dict)
     _budgets: dict[str, RestartBudget] = attrs.Factory(dict)
     _pending: dict[str, trio.CancelScope] = attrs.Factory(dict)
-    _subscribers: list[trio.MemorySendChannel[Event]] = attrs.Factory(list)
+    _subscribers: Subscribers = attrs.Factory(Subscribers)
     _nursery: trio.Nursery | None = None
-    dropped_events: int = 0
     board: StatusBoard = attrs.Factory(StatusBoard)
     """Every loaded instance's published status (`status_board`), kept with the table."""
 
@@ -143,8 +143,7 @@ class Supervisor:
         finally:
             self._inbox_recv.close()
             self.board.close()
-            for subscriber in self._subscribers:
-                subscriber.close()
+            self._subscribers.close()
 
     async def _relay_events(self) -> None:
         async for event in self._events_recv:
@@ -167,9 +166,7 @@ class Supervisor:
             case ListInstances():
                 answer(command.reply, tuple(self._actors))
             case Subscribe():
-                send, receive = trio.open_memory_channel[Event](command.buffer)
-                self._subscribers.append(send)
-                answer(command.reply, receive)
+                answer(command.reply, self._subscribers.open(command.buffer))
             case ResetRestarts():
                 self._on_reset(command)
             case Notify():
@@ -233,9 +230,12 @@ class Supervisor:
         if actor is None:
             refuse(route.command.reply, _unknown(route.instance_id))
             return
+        pending = route.instance_id in self._pending
         if isinstance(route.command, Start | Stop | Shutdown):
             self._cancel_pending(route.instance_id)  # the operator's word wins over a timer
         self._forward(actor, route.command)
+        if pending and isinstance(route.command, Stop):
+            self._annotate(route.instance_id, None)  # no restart comes: the note is gone
 
     def _on_unload(self, command: Unload) -> None:
         actor = self._actors.pop(command.instance_id, None)
@@ -376,14 +376,13 @@ class Supervisor:
 
     # Events.
 
+    @property
+    def dropped_events(self) -> int:
+        """Events dropped for a subscriber that fell behind, in all (`subscribers`)."""
+        return self._subscribers.dropped
+
     def _publish(self, event: Event) -> None:
-        for subscriber in list(self._subscribers):
-            try:
-                subscriber.send_nowait(event)
-            except trio.WouldBlock:
-                self.dropped_events += 1
-            except (trio.ClosedResourceError, trio.BrokenResourceError):
-                self._subscribers.remove(subscriber)
+        self._subscribers.publish(event)
 
     def _nursery_or_fail(self) -> trio.Nursery:
         if self._nursery is None:

@@ -147,7 +147,7 @@ def _logs(client: ControlClient, args: argparse.Namespace) -> int:
 def _events(client: ControlClient, args: argparse.Namespace) -> int:
     params: dict[str, str | int] = {"since": max(args.count, 0)}
     for item in client.lines("/v1/events", params, follow=args.follow):
-        print(json.dumps(item) if args.json else event_line(item), flush=True)
+        print(json.dumps(item) if args.json else harmless(event_line(item), "\n"), flush=True)
     return _ended(args)
 
 
@@ -256,12 +256,29 @@ def _state_words(view: dict[str, Any]) -> str:
     return f"{words} ({detail})" if detail else words
 
 
+_HARMLESS = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0)) if code != 0x09}
+"""Control characters (C0 but tab, DEL, C1) as visible ``\\xNN`` escapes."""
+
+
+def harmless(text: str, keep: str = "") -> str:
+    """``text`` with every control character but those in ``keep`` (an event's own line
+    breaks) shown as ``\\x1b`` instead of sent to the terminal: a server's output must not
+    set the window title, clear the screen, move the cursor over earlier lines or forge a
+    line of its own (``\\r``)."""
+    return (
+        keep.join(part.translate(_HARMLESS) for part in text.split(keep))
+        if keep
+        else text.translate(_HARMLESS)
+    )
+
+
 def log_line(line: dict[str, Any]) -> str:
-    """``2025-06-01T12:00:00.123 stderr 4242  <text>``: local time, stream, pid, text, and
-    ``[continues]`` after a piece of a line longer than the line cap."""
+    """``2025-06-01T12:00:00.123 stderr 4242  <text>``: local time, stream, pid, text (its
+    control characters made harmless: `harmless`), and ``[continues]`` after a piece of a
+    line longer than the line cap."""
     at = datetime.datetime.fromtimestamp(float(line["at"])).isoformat(timespec="milliseconds")
     mark = CONTINUED if line.get("continued") else ""
-    return f"{at} {line['stream']} {line['pid']}  {line['text']}{mark}"
+    return f"{at} {line['stream']} {line['pid']}  {harmless(str(line['text']))}{mark}"
 
 
 def event_line(item: dict[str, Any]) -> str:
@@ -298,7 +315,7 @@ def reload_words(result: dict[str, Any]) -> str:
         done = f"nothing changed ({len(result.get('unchanged', []))} instance(s) unchanged)"
         return "\n".join([done, *refused])
     unchanged = result.get("unchanged", [])
-    return "\n".join([*lines, f"unchanged: {', '.join(unchanged) or '-'}", *refused])
+    return "\n".join([*lines, f"unchanged: {', '.join(unchanged) or 'none'}", *refused])
 
 
 def refused_of(result: dict[str, Any]) -> list[tuple[str, str]]:

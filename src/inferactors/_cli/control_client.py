@@ -302,7 +302,14 @@ def _await_socket(path: Path, timeout_s: float) -> None:
 
     holder = lock_holder(path.parent)
     if holder is None:
-        raise ControlError(f"no supervisor is running (no socket at {path})", EXIT_NO_SUPERVISOR)
+        said = f"no supervisor is running (no socket at {path})"
+        if not path.parent.exists():  # most often a data_root edited under a running one
+            said += (
+                f"; {path.parent} does not exist: a supervisor whose run file's data_root "
+                "was changed while it runs still uses the old one (pass it as --state-dir, "
+                "or restart the supervisor to move)"
+            )
+        raise ControlError(said, EXIT_NO_SUPERVISOR)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         time.sleep(SOCKET_POLL_S)

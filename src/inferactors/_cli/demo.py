@@ -125,7 +125,7 @@ async def _demo_steps(runtime: InferRuntime) -> int:
         return 1
     result = await runtime.deep_health(handle)
     print(f"{stamp()}  deep health: one token {result.text!r} in {result.latency_s * 1000:.1f} ms")
-    status = await runtime.status(handle)
+    status = runtime.status(handle)
     row = StatusRow(handle.instance_id, status, await runtime.endpoint(handle), DEMO_MODEL)
     print(status_table([row]))
     evidence = await runtime.stop(handle, STOP_GRACE_S)

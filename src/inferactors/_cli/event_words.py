@@ -7,6 +7,7 @@ from .._events import (
     DeepHealthFailed,
     DeepHealthPassed,
     Event,
+    EventsLost,
     ExposureDetected,
     FootprintDrift,
     GaveUp,
@@ -73,6 +74,11 @@ def describe_event(event: Event) -> str:
             return describe_residency_event(event)
         case SupervisorOverloaded():
             return f"supervisor  OVERLOADED: {event.why}; no server is judged on a late deadline"
+        case EventsLost():
+            return (
+                f"events  LOST {event.count} event(s): this reader fell behind; "
+                "statuses are current, the lines above miss some"
+            )
         case SupervisorCaughtUp():
             return (
                 f"supervisor  caught up after {event.lasted_s:.1f} s overloaded "

@@ -26,6 +26,7 @@ from typing import Any, TextIO
 
 from .._events import (
     Event,
+    EventsLost,
     ExposureDetected,
     GaveUp,
     ImpostorDetected,
@@ -118,8 +119,8 @@ def log_event(event: Event) -> None:
 
 
 def event_level(event: Event) -> int:
-    """WARNING for a crash, an exposure, an impostor, a tampered model, a give-up or an
-    overloaded supervisor; else INFO."""
+    """WARNING for a crash, an exposure, an impostor, a tampered model, a give-up, an
+    overloaded supervisor or events lost; else INFO."""
     alarming = (
         GaveUp,
         ExposureDetected,
@@ -127,6 +128,7 @@ def event_level(event: Event) -> int:
         InstanceCrashed,
         ModelTampered,
         SupervisorOverloaded,
+        EventsLost,
     )
     if isinstance(event, alarming):
         return logging.WARNING

@@ -33,6 +33,7 @@ from .models_common import default_registry_path as default_registry_path
 from .models_common import format_size as format_size
 from .models_import import add_import_commands
 from .models_sign import add_sign_command
+from .models_tiny import add_tiny_command
 
 
 def register_models_commands(
@@ -49,6 +50,7 @@ def register_models_commands(
     _add_add(commands, common)
     _add_add_ollama(commands, common)
     add_sign_command(commands)
+    add_tiny_command(commands, common)
     add_import_commands(commands, common)
     listing = commands.add_parser("list", parents=[common], help="list registered models")
     listing.set_defaults(func=handle_list)

@@ -19,7 +19,7 @@ import grp
 import logging
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import ExitStack, closing
 from functools import partial
 from pathlib import Path
@@ -207,31 +207,50 @@ async def _supervise(config: RunConfig, run_file: Path, control: _Control) -> in
         if (early := EARLY.stop_heard()) is not None:
             say(f"{signal.Signals(early).name} during start-up: stopping; nothing was started")
             return EXIT_STOPPED
-        async with (
-            trio.open_nursery() as printing,
-            open_fleet(config, run_file, say=say, reserved=control.reserved) as fleet,
-        ):
-            log_events = stack.enter_context(fleet.follow_events())
-            printing.start_soon(_log_events, log_events)
-            if become_subreaper():
-                printing.start_soon(_reap_orphans, fleet)
-            # in the outer nursery: the control API serves until the fleet is closed, so a
-            # follow stream gets the last stop events and ends cleanly
-            listening = await printing.start(_serve_control, fleet, control)
-            if listening:
-                say(f"control API listening on {', '.join(listening)}")
-            async with trio.open_nursery() as nursery:
-                notes = ServiceNotes(stack.enter_context(closing(open_notifier())), fleet)
-                fleet.on_lifecycle(notes.on_note)
-                await nursery.start(serve_notify, notes, watchdog_interval_s())
-                code = await _until_done(fleet, signals, partial(_flush_events, log_events))
-                nursery.cancel_scope.cancel()
+        hurry = trio.Event()
+        async with trio.open_nursery() as hurrying:
+            async with (
+                trio.open_nursery() as printing,
+                open_fleet(config, run_file, say=say, reserved=control.reserved) as fleet,
+            ):
+                log_events = stack.enter_context(fleet.follow_events())
+                printing.start_soon(_log_events, log_events)
+                if become_subreaper():
+                    printing.start_soon(_reap_orphans, fleet)
+                # in the outer nursery: the control API serves until the fleet is closed, so
+                # a follow stream gets the last stop events and ends cleanly
+                listening = await printing.start(_serve_control, fleet, control, hurry.wait)
+                if listening:
+                    say(f"control API listening on {', '.join(listening)}")
+                async with trio.open_nursery() as nursery:
+                    notes = ServiceNotes(stack.enter_context(closing(open_notifier())), fleet)
+                    fleet.on_lifecycle(notes.on_note)
+                    await nursery.start(serve_notify, notes, watchdog_interval_s())
+                    code = await _until_done(fleet, signals, partial(_flush_events, log_events))
+                    nursery.cancel_scope.cancel()
+                hurrying.start_soon(_hurry_on_signal, signals, hurry)
+            hurrying.cancel_scope.cancel()
     return code
+
+
+async def _hurry_on_signal(signals: AsyncIterator[int], hurry: trio.Event) -> None:
+    """During shutdown, a SIGINT or SIGTERM (a second one) cuts the control API's clients at
+    once instead of giving them their grace (SIGHUP is not heard then)."""
+    async for signum in signals:
+        if signum in (signal.SIGINT, signal.SIGTERM):
+            name = signal.Signals(signum).name
+            say(
+                f"{name} during shutdown: cutting the control API's clients now; "
+                "managed servers still get their stop grace"
+            )
+            hurry.set()
+            return
 
 
 async def _serve_control(
     fleet: Fleet,
     control: _Control,
+    hurry: Callable[[], Awaitable[None]],
     *,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -244,6 +263,7 @@ async def _serve_control(
             tcp_port=control.port,
             token_file=control.token_file,
             until=fleet.closed.wait,
+            hurry=hurry,
             access=control.access,
             page=WebPage.of_fleet(fleet, CliWords()),
             task_status=task_status,
@@ -322,7 +342,7 @@ def stop_words(fleet: Fleet, code: int) -> str:
     else:
         names = ", ".join(sorted(required & {d.split(":", 1)[0] for d in down}))
         head = f"a required instance is down for good ({names})"
-    tail = "a restart cannot fix it" if code == EXIT_CONFIG else "a restart may"
+    tail = "a restart cannot fix it" if code == EXIT_CONFIG else "a restart may fix it"
     return f"{head} ({named}); stopping (exit {code}: {tail})"
 
 

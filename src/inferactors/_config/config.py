@@ -10,12 +10,12 @@ from __future__ import annotations
 import enum
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import attrs
 
-from .._errors import InvalidConfig, cut, shown
+from .._errors import AdmissionRefused, InvalidConfig, cut, shown
 from .._flavor import InferFlavor
 from .keep_alive import check_keep_alive as check_keep_alive
 from .keep_alive import check_managed_keep_alive
@@ -32,14 +32,14 @@ _USER_NAME = re.compile(r"[a-z_][a-z0-9_.-]*\$?")
 _IDS = re.compile(r"([0-9]+)(?::([0-9]+))?")
 
 
-class ControlMode(enum.Enum):
+class ControlMode(enum.StrEnum):
     """Whether inferactors starts the server (managed) or watches one already running."""
 
     MANAGED = "managed"
     ADOPTED = "adopted"
 
 
-class RestartType(enum.Enum):
+class RestartType(enum.StrEnum):
     """OTP's child restart types: which exits of a managed server are restarted.
 
     ``permanent`` restarts after any exit it did not ask for, ``transient`` only after an
@@ -157,25 +157,34 @@ class ManagedConfig:
 
 @attrs.frozen
 class InferConfig:
-    """Configuration of one runtime (one flavor in one control mode).
+    """Configuration of one runtime: one flavor in one control mode, or every flavor in
+    both modes.
 
-    Build with `InferConfig.adopted` or `InferConfig.managing`.
+    Build with `InferConfig.adopted` or `InferConfig.managing` (one flavor, one mode), or
+    `InferConfig.all_flavors` (one runtime holding managed and adopted instances of any
+    flavor, each load choosing its mode; `for_instance` is the single-flavor config each
+    instance is planned and run with).
 
     Attributes:
-        flavor: The server flavor.
-        managed: Managed settings; None means adopted.
+        flavor: The server flavor; None: every flavor (`all_flavors`).
+        managed: Managed settings; None means adopted (with every flavor: adopted only).
+            With every flavor they hold what the managed servers share, and
+            ``serve_program`` is unset: each flavor's is in ``serve_programs``.
         probe_timeout_s: Timeout of one health probe, seconds.
         deep_timeout_s: Timeout of the one-token completion, seconds.
         probe_port: Port probed for capabilities; None means the flavor's default.
         allowed_ports: Inclusive ``(lo, hi)`` range of ports instances may use.
+        serve_programs: With every flavor: each flavor's server executable (Ollama needs
+            none), as ``(flavor, path)`` pairs; empty for one flavor.
     """
 
-    flavor: InferFlavor
+    flavor: InferFlavor | None
     managed: ManagedConfig | None = None
     probe_timeout_s: float = 2.0
     deep_timeout_s: float = 300.0
     probe_port: int | None = None
     allowed_ports: tuple[int, int] | None = None
+    serve_programs: tuple[tuple[InferFlavor, Path], ...] = ()
 
     @classmethod
     def adopted(
@@ -216,22 +225,105 @@ class InferConfig:
         config.validate()
         return config
 
+    @classmethod
+    def all_flavors(
+        cls,
+        managed: ManagedConfig | None = None,
+        *,
+        serve_programs: Mapping[InferFlavor, Path | None] | None = None,
+        probe_timeout_s: float = 2.0,
+        deep_timeout_s: float = 300.0,
+        allowed_ports: tuple[int, int] | None = None,
+    ) -> InferConfig:
+        """A validated config for one runtime that holds managed and adopted instances of
+        every flavor: ``runtime.load(spec, mode=...)`` chooses each one's mode (managed by
+        default when ``managed`` is given, else adopted).
+
+        ``managed`` holds what the managed servers share (registry, data root, ``run_as``,
+        environment, restart policy, ...) and no ``serve_program``; ``serve_programs``
+        names each flavor's executable (``{InferFlavor.LLAMACPP: locate_llama_server()}``;
+        a None value is left out: a managed spec of that flavor is then refused at load,
+        saying it has no serve program). Without ``managed`` every instance is adopted.
+
+        Raises:
+            InvalidConfig: as `validate`.
+        """
+        programs = tuple(
+            (flavor, program)
+            for flavor, program in (serve_programs or {}).items()
+            if program is not None
+        )
+        config = cls(
+            None,
+            managed,
+            probe_timeout_s,
+            deep_timeout_s,
+            None,
+            allowed_ports,
+            programs,
+        )
+        config.validate()
+        return config
+
     @property
     def mode(self) -> ControlMode:
-        """MANAGED when managed settings are present, else ADOPTED."""
+        """MANAGED when managed settings are present, else ADOPTED (with every flavor: the
+        mode a load takes when it names none)."""
         return ControlMode.ADOPTED if self.managed is None else ControlMode.MANAGED
 
     @property
     def adapter_id(self) -> str:
         """``infer.llamacpp`` when managed, ``infer.llamacpp.adopted`` when adopted (likewise
-        for the other flavors)."""
+        for the other flavors); ``infer`` with every flavor."""
+        if self.flavor is None:
+            return "infer"
         suffix = ".adopted" if self.mode is ControlMode.ADOPTED else ""
         return self.flavor.id + suffix
+
+    def serve_program(self, flavor: InferFlavor) -> Path | None:
+        """The executable that runs ``flavor``'s managed servers, or None."""
+        if self.flavor is None:
+            return dict(self.serve_programs).get(flavor)
+        return self.managed.serve_program if self.managed is not None else None
+
+    def for_instance(self, flavor: InferFlavor, mode: ControlMode) -> InferConfig:
+        """The one-flavor, one-mode config an instance of ``flavor`` in ``mode`` is planned
+        and run with: this config itself for one flavor; with every flavor, its settings
+        with ``flavor``'s serve program.
+
+        Raises:
+            AdmissionRefused: another flavor than this config's, another mode than this
+                one-flavor config's, or managed with no managed settings.
+        """
+        if self.flavor is not None:
+            if flavor is not self.flavor:
+                raise AdmissionRefused(f"{self.flavor.id} cannot run a {flavor.id} workload")
+            if mode is not self.mode:
+                raise AdmissionRefused(
+                    f"{self.adapter_id} runs {self.mode} instances only, not {mode} ones "
+                    "(InferConfig.all_flavors holds both)"
+                )
+            return self
+        if mode is ControlMode.ADOPTED:
+            return InferConfig(
+                flavor, None, self.probe_timeout_s, self.deep_timeout_s, None, self.allowed_ports
+            )
+        if self.managed is None:
+            raise AdmissionRefused(
+                f"a managed {flavor.id} instance needs managed settings: this runtime's "
+                "config has none (InferConfig.all_flavors(managed=...))"
+            )
+        managed = attrs.evolve(self.managed, serve_program=self.serve_program(flavor))
+        return InferConfig(
+            flavor, managed, self.probe_timeout_s, self.deep_timeout_s, None, self.allowed_ports
+        )
 
     def validate(self) -> None:
         """Raise `InvalidConfig` naming the field for non-positive timeouts, a probe port
         outside 1..65535, an allowed range not ``1 <= lo <= hi <= 65535``, or bad managed
-        settings."""
+        settings; with every flavor, also for a ``managed.serve_program`` (each flavor's
+        is in ``serve_programs``) or ``serve_programs`` without managed settings, and with
+        one flavor for ``serve_programs`` at all."""
         check_positive("probe_timeout_s", self.probe_timeout_s)
         check_positive("deep_timeout_s", self.deep_timeout_s)
         if self.probe_port is not None:
@@ -240,6 +332,36 @@ class InferConfig:
             _check_port_range("allowed_ports", self.allowed_ports)
         if self.managed is not None:
             self.managed.validate()
+        self._check_programs()
+
+    def _check_programs(self) -> None:
+        if self.flavor is not None:
+            if self.serve_programs:
+                raise InvalidConfig(
+                    "serve_programs: a one-flavor config names its program in managed.serve_program"
+                )
+            return
+        if self.managed is not None and self.managed.serve_program is not None:
+            raise InvalidConfig(
+                "managed.serve_program: a config of every flavor names each flavor's "
+                "program in serve_programs"
+            )
+        if self.serve_programs and self.managed is None:
+            raise InvalidConfig("serve_programs: without managed settings nothing is started")
+        seen: set[InferFlavor] = set()
+        for index, (flavor, _program) in enumerate(self.serve_programs):
+            if flavor in seen:
+                raise InvalidConfig(f"serve_programs[{index}]: {flavor.id} is named twice")
+            seen.add(flavor)
+
+
+MIN_WATCHDOG_INTERVAL_S = 0.1
+"""The shortest `Watchdog.interval_s` accepted, float seconds: each check is a completion
+request, and a shorter interval would spend the server on our checks."""
+MIN_WATCHDOG_TIMEOUT_S = 0.25
+"""The shortest `Watchdog.timeout_s` accepted, float seconds: the lateness our own event
+loop is allowed around a deadline (``LATE_S`` in ``_policy/lateness.py``); a shorter one
+could be spent whole by our own loop and kill a healthy server in a loop."""
 
 
 @attrs.frozen
@@ -256,9 +378,21 @@ class Watchdog:
     failures: int = 3
 
     def validate(self, field: str = "watchdog") -> None:
-        """Raise `InvalidConfig` naming the field for non-positive values."""
+        """Raise `InvalidConfig` naming the field for non-positive values and for an
+        interval or a deadline too short to honour (`MIN_WATCHDOG_INTERVAL_S`,
+        `MIN_WATCHDOG_TIMEOUT_S`)."""
         check_positive(f"{field}.interval_s", self.interval_s)
         check_positive(f"{field}.timeout_s", self.timeout_s)
+        for name, value, least in (
+            ("interval_s", self.interval_s, MIN_WATCHDOG_INTERVAL_S),
+            ("timeout_s", self.timeout_s, MIN_WATCHDOG_TIMEOUT_S),
+        ):
+            if value < least:
+                raise InvalidConfig(
+                    f"{field}.{name} = {value:g} is too short to honour: a deep-health check "
+                    f"cannot be judged in less than {least:g} s (a healthy server would be "
+                    "killed over and over); use at least that"
+                )
         if self.failures < 1:
             raise InvalidConfig(f"{field}.failures must be at least 1")
 

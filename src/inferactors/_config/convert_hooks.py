@@ -110,6 +110,10 @@ def _structure_enum(obj: object, cl: type[enum.Enum]) -> enum.Enum:
 # ---- containers -------------------------------------------------------------------------
 
 
+def _plain_value(member: enum.StrEnum) -> str:
+    return str(member.value)
+
+
 def _is_union(cl: Any) -> bool:
     return typing.get_origin(cl) in (typing.Union, types.UnionType)
 
@@ -282,6 +286,10 @@ def _install() -> None:
     conv.register_structure_hook(Path, _structure_path)
     conv.register_unstructure_hook(Path, str)
     conv.register_structure_hook(enum.Enum, _structure_enum)
+    # A string enum is a str too: its own hooks come first in its MRO, so a value is checked
+    # against the members (not taken as any string) and written as its plain value.
+    conv.register_structure_hook(enum.StrEnum, _structure_enum)
+    conv.register_unstructure_hook(enum.StrEnum, _plain_value)
     conv.register_structure_hook_factory(attrs.has, _attrs_hook)
     conv.register_structure_hook_func(_is_union, _structure_union)
     conv.register_structure_hook_func(_is_fixed_tuple, _structure_fixed_tuple)

@@ -37,7 +37,7 @@ def valid_token(s: str, max_len: int) -> bool:
     return 0 < len(s) <= max_len and _TOKEN.fullmatch(s) is not None
 
 
-class LatencyClass(enum.Enum):
+class LatencyClass(enum.StrEnum):
     """How the instance is used: answering people (interactive) or jobs (batch)."""
 
     INTERACTIVE = "interactive"

@@ -115,9 +115,33 @@ def _drop_leading_continuations(data: bytes) -> bytes:
     return data[start:]
 
 
+REPR_LINE_CHARS = 120
+"""How much of a tail's last line `RunEvidence`'s repr shows (characters)."""
+
+
+def _kept_repr(kept: bytes) -> str:
+    return f"<{len(kept)} bytes kept>"
+
+
+def _tail_repr(tail: str) -> str:
+    """The last non-empty line of ``tail`` as a repr, cut to `REPR_LINE_CHARS` (``...``
+    in front when lines come before it or it was cut)."""
+    lines = [line for line in tail.splitlines() if line.strip()]
+    if not lines:
+        return "''"
+    last = lines[-1]
+    cut = len(last) > REPR_LINE_CHARS
+    shown = repr(last[-REPR_LINE_CHARS:] if cut else last)
+    return f"...{shown}" if cut or len(lines) > 1 else shown
+
+
 @attrs.frozen
 class RunEvidence:
     """What one run of a managed process left behind, built once the process is gone.
+
+    Its repr is a summary, a line long whatever the process wrote: the kept output shows
+    as its size (``stderr=<2488 bytes kept>``) and each tail as its last line, cut to
+    `REPR_LINE_CHARS`; the attributes hold every byte kept.
 
     Attributes:
         args: The arguments the program ran with, without the program itself (the reference's
@@ -149,13 +173,13 @@ class RunEvidence:
     exit_code: int | None
     signal: int | None
     elapsed_s: float
-    stdout: bytes
-    stderr: bytes
+    stdout: bytes = attrs.field(repr=_kept_repr)
+    stderr: bytes = attrs.field(repr=_kept_repr)
     stdout_bytes: int
     stderr_bytes: int
     truncated: bool
-    stdout_tail: str
-    stderr_tail: str
+    stdout_tail: str = attrs.field(repr=_tail_repr)
+    stderr_tail: str = attrs.field(repr=_tail_repr)
     runtime: str = ""
     instance_id: str = ""
     killed_after_grace: bool = False

@@ -59,10 +59,48 @@ async def scrape_engine(base_url: str, api_key: str | None, timeout_s: float) ->
     if reply.status_code != 200:
         return EngineScrape(error=f"GET /metrics returned HTTP {reply.status_code}")
     try:
-        families = tuple(text_string_to_metric_families(body.decode("utf-8", "replace")))
+        families = parse_metrics(body.decode("utf-8", "replace"))
     except ValueError as error:
         return EngineScrape(error=f"GET /metrics: not the Prometheus text format: {error}")
     return EngineScrape(families)
+
+
+def parse_metrics(text: str) -> tuple[Metric, ...]:
+    """The families of a Prometheus text exposition, with the names the server gave.
+
+    prometheus-client's parser turns a counter into its OpenMetrics form: a sample of a
+    counter whose name does not end in ``_total`` (llama.cpp's ``llamacpp:n_tokens_max``)
+    is renamed with ``_total`` added. Such a family is given back as ``unknown`` (exposed
+    as untyped) with the server's own sample names: a counter by that name cannot be
+    written, and a renamed one is not what the server reports.
+
+    Raises:
+        ValueError: not the Prometheus text format.
+    """
+    families = tuple(text_string_to_metric_families(text))
+    bare = {
+        parts[2]
+        for line in text.splitlines()
+        if len(parts := line.split()) >= 4 and parts[:2] == ["#", "TYPE"] and parts[3] == "counter"
+        if not parts[2].endswith("_total")
+    }
+    return tuple(
+        _as_served(family) if family.type == "counter" and family.name in bare else family
+        for family in families
+    )
+
+
+def _as_served(family: Metric) -> Metric:
+    """A counter the parser renamed, as ``unknown`` under the server's own sample names."""
+    served = Metric(family.name, family.documentation, "unknown")
+    for sample in family.samples:
+        name = (
+            sample.name.removesuffix("_total")
+            if sample.name == f"{family.name}_total"
+            else sample.name
+        )
+        served.add_sample(name, sample.labels, sample.value, sample.timestamp)
+    return served
 
 
 class _TooLarge(Exception):

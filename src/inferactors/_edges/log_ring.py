@@ -202,11 +202,15 @@ class LogRing:
             if follower in self._followers:
                 self._followers.remove(follower)
 
-    def close(self) -> None:
-        """End every follower's stream and close the file."""
+    def end_followers(self) -> None:
+        """End every follower's stream (its instance is gone); the ring and its file stay."""
         for follower in self._followers:
             follower.send.close()
         self._followers.clear()
+
+    def close(self) -> None:
+        """End every follower's stream and close the file."""
+        self.end_followers()
         if self.file is not None:
             self.file.close()
             self.file = None

@@ -158,7 +158,7 @@ def _str(data: dict[str, Any], name: str) -> str:
     raise ValueError(f"{name} must be a string")
 
 
-class OrphanOutcome(enum.Enum):
+class OrphanOutcome(enum.StrEnum):
     """What `reap_orphans` found for one record."""
 
     ALIVE = "alive"

@@ -17,7 +17,10 @@ is ``_policy/probe_lines``' call, so a server logging each probe fills neither.
 Bounded whatever the server writes: a line over `LINE_LIMIT_BYTES` is
 kept in pieces marked as continued; a process's lines are read one by one only as fast as
 its `LinePace` allows (the rest are dropped whole, in C, counted, kept in the evidence's
-head and tail bytes, and said by a marker line); the pipe is widened to `PIPE_BYTES` and
+head and tail bytes, and said by a marker line); once the stream is quiet for `QUIET_S` after
+a drop, the marker is said and the last line dropped is read after all (a server's last
+words after a flood, often its error, never wait for a next line that may not come); the
+pipe is widened to `PIPE_BYTES` and
 emptied at once, so the server never waits long on us; and lines are read `SLICE_LINES` at
 a time, so the event loop is never held up by one chunk. Dropped lines are not looked at
 for start-up faults or readiness (the probes still see the server).
@@ -26,6 +29,7 @@ for start-up faults or readiness (the probes still see the server).
 from __future__ import annotations
 
 import fcntl
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -52,6 +56,9 @@ PIPE_BYTES = 1 << 20
 server may write while the loop is busy elsewhere before its write waits."""
 SLICE_LINES = 256
 """Lines read one by one before the reader lets the event loop run other tasks."""
+QUIET_S = 0.2
+"""How long a stream must be silent after lines were dropped before the drop is said and
+its last line read (`StreamLines.settle`), float seconds."""
 
 
 class LineSink(Protocol):
@@ -84,6 +91,12 @@ class _Drop:
     data: bytes
     lines: int
 
+    @property
+    def last(self) -> bytes:
+        """The last line dropped (without its newline), or the piece dropped."""
+        body = self.data[:-1] if self.data.endswith(b"\n") else self.data
+        return body.rsplit(b"\n", 1)[-1]
+
 
 @attrs.define(eq=False)
 class StreamLines:
@@ -108,6 +121,12 @@ class StreamLines:
     _partial: bytearray = attrs.Factory(bytearray)
     _pending: deque[_Line | _Drop] = attrs.Factory(deque)
     _unsaid: tuple[int, int] = (0, 0)
+    _tail: bytes | None = None
+
+    @property
+    def unsettled(self) -> bool:
+        """Whether lines were dropped and not yet said (`settle` says them)."""
+        return self._unsaid[0] > 0
 
     def feed(self, chunk: bytes | bytearray) -> None:
         """`queue` ``chunk`` and read every line it finishes now; an empty ``chunk`` is the
@@ -146,7 +165,9 @@ class StreamLines:
                 self.dropped_lines += item.lines
                 lines, size = self._unsaid
                 self._unsaid = (lines + item.lines, size + len(item.data))
+                self._tail = item.last
                 continue
+            self._tail = None  # a later line is read: the marker says the rest
             self._say_dropped()
             self._read(item)
             done += 1
@@ -154,9 +175,21 @@ class StreamLines:
 
     def end(self) -> None:
         """End of file (or of reading): read the last line, even without its newline, and
-        whatever is pending; say the lines dropped last."""
+        whatever is pending; say the lines dropped last (`settle`)."""
         self._finish()
         self.work(None)
+        self.settle()
+
+    def settle(self) -> None:
+        """The stream went quiet after lines were dropped: say the marker now, for all but
+        the last line dropped, and read that one (its bytes are already in the evidence)."""
+        tail, self._tail = self._tail, None
+        if tail is not None and self.unsettled:
+            lines, size = self._unsaid
+            self._unsaid = (lines - 1, size - len(tail) - 1)
+            self.dropped_lines -= 1
+            self._say_dropped()
+            self._read(_Line(tail, b"\n"), counted=True)
         self._say_dropped()
 
     def _finish(self) -> None:
@@ -193,7 +226,8 @@ class StreamLines:
             self._owner.sink.dropped(self.name, self._owner.pid, lines, size)
         self._unsaid = (0, 0)
 
-    def _read(self, item: _Line) -> None:
+    def _read(self, item: _Line, *, counted: bool = False) -> None:
+        """Read one line; ``counted``: its bytes are in the evidence already."""
         line, ending = item.data, item.ending
         text = line.decode("utf-8", errors="replace")
         if self._owner.active and not item.continued:
@@ -204,11 +238,13 @@ class StreamLines:
                 self._owner.ready()
         sink = self._owner.sink
         if not item.continued and is_probe_line(text):
-            self.capture.count(len(line) + len(ending))
+            if not counted:
+                self.capture.count(len(line) + len(ending))
             if sink is not None:
                 sink.probe()
             return
-        self.capture.feed(line + ending)
+        if not counted:
+            self.capture.feed(line + ending)
         if sink is not None:
             sink.record(self.name, self._owner.pid, text.rstrip("\r"), item.continued)
 
@@ -279,15 +315,20 @@ class LineWatch:
 async def read_stream(stream: trio.abc.ReceiveStream, lines: StreamLines) -> None:
     """Feed ``stream`` into ``lines`` until end of file: each chunk is cut at once, its
     lines read `SLICE_LINES` at a time with the loop let go between slices, so neither a
-    flooding server nor its reader holds up the event loop; when cancelled (the pipe
-    outlived its drain), what is pending and the partial last line are still read."""
+    flooding server nor its reader holds up the event loop; after a drop, a stream quiet
+    for `QUIET_S` is settled (`StreamLines.settle`); when cancelled (the pipe outlived its
+    drain), what is pending and the partial last line are still read."""
     widen_pipe(stream)
     try:
         while True:
             try:
-                chunk = await stream.receive_some(READ_CHUNK_BYTES)
+                with trio.move_on_after(QUIET_S if lines.unsettled else math.inf) as quiet:
+                    chunk = await stream.receive_some(READ_CHUNK_BYTES)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
+            if quiet.cancelled_caught:
+                lines.settle()
+                continue
             lines.queue(chunk)  # b"": end of file, and its last line is read
             while lines.work(SLICE_LINES):
                 await trio.lowlevel.checkpoint()

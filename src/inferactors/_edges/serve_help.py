@@ -160,7 +160,10 @@ def _store(state_dir: Path, digest: str, known: KnownFlags) -> None:
     temporary = path.with_suffix(f".{os.getpid()}.tmp")
     try:
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        temporary.write_text(json.dumps(body, indent=1) + "\n")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        with os.fdopen(os.open(temporary, flags, 0o600), "w") as out:
+            os.fchmod(out.fileno(), 0o600)  # private whatever the umask
+            out.write(json.dumps(body, indent=1) + "\n")
         os.replace(temporary, path)
     except OSError:
         with contextlib.suppress(OSError):

@@ -14,6 +14,12 @@ on the same ``data_root``, and they are one supervisor (one process, one orphan 
 knows its own servers). Each `acquire_state_lock` adds a holder and each `StateLock.release`
 removes one; the lock is let go with the last.
 
+A ``data_root`` that already exists is used only when it is private to our user: one
+owned by another user is refused; one of ours that others may write to (a Kubernetes
+``emptyDir`` is 0777) is made private first (the mode we would create it with), then
+refused if anything in it belongs to another user (a planted ``control.sock``): a local
+user must never be able to swap what we serve or read there.
+
 Blocking (opens, locks, writes a few bytes): async code calls it in a thread.
 """
 
@@ -70,7 +76,8 @@ def acquire_state_lock(data_root: Path, mode: int = 0o700) -> StateLock:
     """Take ``data_root``'s supervisor lock at once (never waits), creating the directory
     with ``mode`` when it is missing (0700: private to our user; 0711 when servers run as
     another user and must reach their own directories in it, which nothing lets them
-    list). An existing directory keeps its mode.
+    list). An existing directory of ours keeps its mode unless others may write to it: it
+    is then given ``mode`` (see the module docstring).
 
     Returns:
         A holder; the lock is held until every holder in this process has released it.
@@ -79,7 +86,8 @@ def acquire_state_lock(data_root: Path, mode: int = 0o700) -> StateLock:
         InvalidState: another process holds it: ``"data_root /x is in use by another
             supervisor (pid 1234); one state directory has one supervisor"``.
         BackendError: the directory cannot be made, opened or locked, or the pid file
-            cannot be written.
+            cannot be written; it is owned by another user, or holds something of another
+            user's while others could write to it (`_make_private`).
     """
     try:
         if not data_root.exists():
@@ -94,14 +102,53 @@ def acquire_state_lock(data_root: Path, mode: int = 0o700) -> StateLock:
     with _mutex:
         held = _held.get(key)
         if held is None:
-            held = _held[key] = _Held(_lock(key))
+            held = _held[key] = _Held(_lock(key, mode))
         held.holders += 1
     return StateLock(key)
 
 
-def _lock(data_root: Path) -> int:
+def retake_state_lock(data_root: Path) -> bool:
+    """Make ``data_root`` again and lock it when it was removed (or replaced) while this
+    process holds its lock: a lock on a removed directory guards nothing, and a directory
+    made by whatever writes there next would get that writer's mode. The new directory
+    gets the removed one's mode (0711 stays 0711); the old descriptor is closed.
+
+    Returns:
+        True when it was made and locked again; False when it is still the locked one, or
+        this process holds no lock on it.
+
+    Raises:
+        InvalidState: another process took the new directory's lock first.
+        BackendError: it cannot be made, opened, locked or checked.
+    """
+    key = data_root.resolve()
+    with _mutex:
+        held = _held.get(key)
+        if held is None:
+            return False
+        was = os.fstat(held.fd)
+        try:
+            now = os.stat(key)
+            if (now.st_dev, now.st_ino) == (was.st_dev, was.st_ino):
+                return False
+        except FileNotFoundError:
+            pass
+        mode = stat.S_IMODE(was.st_mode)
+        try:
+            key.mkdir(mode=mode, parents=True, exist_ok=True)
+            os.chmod(key, mode)  # whatever the umask
+        except OSError as error:
+            raise BackendError(f"cannot make data_root {key} again: {error}") from error
+        fd = _lock(key, mode)
+        os.close(held.fd)
+        held.fd = fd
+        return True
+
+
+def _lock(data_root: Path, mode: int) -> int:
     """Lock the directory itself (its own descriptor: a path cannot be swapped under it),
-    then write our pid into `LOCK_NAME` for the messages of those refused."""
+    make sure it is private (`_make_private`), then write our pid into `LOCK_NAME` for the
+    messages of those refused."""
     try:
         fd = os.open(data_root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as error:
@@ -117,6 +164,11 @@ def _lock(data_root: Path) -> int:
     except OSError as error:
         os.close(fd)
         raise BackendError(f"cannot lock {data_root}: {error}") from error
+    try:
+        _make_private(fd, data_root, mode)
+    except BaseException:
+        os.close(fd)
+        raise
     path = data_root / LOCK_NAME
     try:
         pid_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -129,6 +181,44 @@ def _lock(data_root: Path) -> int:
         os.close(fd)
         raise BackendError(f"cannot write our pid into {path}: {error}") from error
     return fd
+
+
+_SHARED_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+def _make_private(fd: int, data_root: Path, mode: int) -> None:
+    """Refuse a ``data_root`` (open as ``fd``) of another user; give one of ours that others
+    may write to ``mode``, then refuse it if an entry in it is another user's.
+
+    Raises:
+        BackendError: ``"data_root /x is owned by uid 65534 (mode 0777), not by this
+            supervisor's user (uid 0); ..."`` or ``"data_root /x was writable by others
+            (mode 0777) and holds /x/control.sock of uid 65534; ..."``.
+    """
+    try:
+        info = os.fstat(fd)
+        uid, was = os.geteuid(), stat.S_IMODE(info.st_mode)
+        if info.st_uid != uid:
+            raise BackendError(
+                f"data_root {data_root} is owned by uid {info.st_uid} (mode {was:04o}), not "
+                f"by this supervisor's user (uid {uid}); another user could change what "
+                "we serve: use a directory of ours (a new one under it is made private)"
+            )
+        if not was & _SHARED_WRITE:
+            return
+        os.fchmod(fd, mode)  # from now on nobody else adds to it
+        with os.scandir(fd) as entries:
+            foreign = [
+                (e.name, o) for e in entries if (o := e.stat(follow_symlinks=False).st_uid) != uid
+            ]
+    except OSError as error:
+        raise BackendError(f"cannot check data_root {data_root}: {error}") from error
+    if foreign:
+        name, owner = foreign[0]
+        raise BackendError(
+            f"data_root {data_root} was writable by others (mode {was:04o}) and holds "
+            f"{data_root / name} of uid {owner}; not using it: remove it or use a new directory"
+        )
 
 
 def lock_holder(data_root: Path) -> str | None:

@@ -32,7 +32,7 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+:-]{0,63}")
 _CURVES = ("secp256r1", "secp384r1", "secp521r1")
 
 
-class AnchorKind(enum.Enum):
+class AnchorKind(enum.StrEnum):
     """What an anchor file holds; the value is the run file's key that names the file."""
 
     PUBLIC_KEY = "public_key"

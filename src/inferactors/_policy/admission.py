@@ -101,12 +101,13 @@ class Plan:
 
 
 def check_runtime_and_port(spec: InferenceSpec, config: InferConfig) -> None:
-    """Refuse a spec of another flavor, or one whose port is outside the allowed range.
+    """Refuse a spec of another flavor (when ``config`` has one), or one whose port is
+    outside the allowed range.
 
     Raises:
         AdmissionRefused: naming the flavor or the port and the range.
     """
-    if spec.runtime is not config.flavor:
+    if config.flavor is not None and spec.runtime is not config.flavor:
         raise AdmissionRefused(f"{config.flavor.id} cannot run a {spec.runtime.id} workload")
     if config.allowed_ports is not None:
         lo, hi = config.allowed_ports

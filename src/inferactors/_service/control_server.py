@@ -28,8 +28,7 @@ from typing import cast
 
 import attrs
 import trio
-from hypercorn.config import Config, Sockets
-from hypercorn.trio.run import worker_serve
+from hypercorn.config import Config
 from hypercorn.typing import AppWrapper, ASGIFramework
 from hypercorn.utils import wrap_app
 from starlette.types import ASGIApp
@@ -38,7 +37,9 @@ from .._config.state_dir import CONTROL_SOCKET as CONTROL_SOCKET
 from .._config.state_dir import READ_ONLY_SOCKET as READ_ONLY_SOCKET
 from .._config.state_dir import control_socket_path as control_socket_path
 from .._config.state_dir import read_only_socket_path as read_only_socket_path
+from .._edges.state_lock import retake_state_lock
 from .._errors import BackendError, InvalidConfig, InvalidState
+from .asgi_worker import serve_asgi
 from .control_app import ControlledFleet, Page, ReadOnly, control_app
 from .control_token import read_token
 
@@ -51,7 +52,8 @@ caps it at ``net.core.somaxconn``). A full queue makes a client's connect fail w
 ``EAGAIN``, which the CLI reports as busy, not as no supervisor."""
 
 GRACE_S = 1.0
-"""How long requests under way may take once the server was told to stop, float seconds."""
+"""How long requests under way may take once the server was told to stop, float seconds:
+a write still blocked then (a client that does not read) is cut (`asgi_worker`)."""
 
 log = logging.getLogger("inferactors.control")
 
@@ -191,6 +193,7 @@ async def serve_control(
     tcp_host: str = "127.0.0.1",
     token_file: Path | None = None,
     until: Callable[[], Awaitable[None]] | None = None,
+    hurry: Callable[[], Awaitable[None]] | None = None,
     access: SocketAccess = SocketAccess(),
     page: Page | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
@@ -208,6 +211,10 @@ async def serve_control(
         until: When it returns, the server stops taking connections, gives the requests
             under way `GRACE_S` to finish, and returns. ``inferactors run`` passes the
             fleet's closing: follow streams end cleanly with the fleet's last events.
+            A client that does not read is cut then (its write waits `GRACE_S` at most),
+            and while serving once one write waited `asgi_worker.WRITE_S`.
+        hurry: When it returns, every connection is cut at once, with no grace
+            (``inferactors run`` passes a second SIGTERM or SIGINT).
         access: Which groups may use the sockets (`SocketAccess`); with one, the state
             directory becomes traversable (0711: nothing in it can be listed).
         page: The web page (``ui_app.WebPage``) to serve beside the API, on every socket
@@ -216,7 +223,9 @@ async def serve_control(
             "http://127.0.0.1:8765"]``) once all listen.
 
     A socket file that vanishes (removed by hand, its directory too) is made again within
-    `WATCH_S`, and said in the log; requests under way on the old one go on.
+    `WATCH_S`, and said in the log; requests under way on the old one go on. A removed
+    state directory that this process locks (`state_lock`) is first made again with its
+    mode and locked again (`state_lock.retake_state_lock`).
 
     Raises:
         InvalidConfig: a TCP port without a token file, a bad token file, a non-loopback
@@ -246,6 +255,8 @@ async def serve_control(
             listener.close()
         raise
     ended = trio.Event()
+    for place in sockets:
+        place.hurry = hurry
     try:
         async with trio.open_nursery() as nursery:
             bound = []
@@ -269,6 +280,7 @@ class _Socket:
     app: AppWrapper
     group: int | None
     inode: int | None = None
+    hurry: Callable[[], Awaitable[None]] | None = None
 
     async def serve(
         self,
@@ -282,10 +294,8 @@ class _Socket:
             listeners = [await trio.to_thread.run_sync(_unix_socket, self.path, self.group)]
         inode = self.inode = self.path.lstat().st_ino
         try:
-            config = _config()
-            bound = Sockets(secure_sockets=[], insecure_sockets=listeners, quic_sockets=[])
-            await worker_serve(
-                self.app, config, sockets=bound, shutdown_trigger=ended, task_status=task_status
+            await serve_asgi(
+                self.app, _config(), listeners, ended, hurry=self.hurry, task_status=task_status
             )
         finally:
             for each in listeners:
@@ -313,11 +323,26 @@ async def _watch(sockets: list[_Socket], ended: trio.Event) -> None:
                 await ended.wait()
             for place in sockets:
                 if not ended.is_set() and place.vanished():
+                    await _retake_state_dir(place.path.parent)
                     log.warning("the control socket %s vanished; making it again", place.path)
                     try:
                         await nursery.start(place.serve, ended.wait)
                     except InvalidState as error:
                         raise BackendError(f"the control socket vanished: {error}") from None
+
+
+async def _retake_state_dir(state_dir: Path) -> None:
+    """When the state directory itself was removed under a supervisor that locks it, make
+    it again with its mode and lock it (`retake_state_lock`), and say so.
+
+    Raises:
+        BackendError: it cannot be made or locked again (another process took it).
+    """
+    try:
+        if await trio.to_thread.run_sync(retake_state_lock, state_dir):
+            log.warning("the state directory %s vanished; made it again and locked it", state_dir)
+    except InvalidState as error:
+        raise BackendError(f"the state directory vanished: {error}") from None
 
 
 def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:

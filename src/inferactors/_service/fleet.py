@@ -340,7 +340,7 @@ class Fleet:
 
     async def _fresh(self, member: Member) -> InstanceView:
         assert member.handle is not None
-        member.update(await member.runtime.status(member.handle), self)
+        member.update(member.runtime.status(member.handle), self)
         return member.view()
 
     async def close(self) -> None:

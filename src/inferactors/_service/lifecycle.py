@@ -3,6 +3,10 @@
 `serve_notify` runs beside the `Fleet` in ``inferactors run``:
 
 - ``READY=1`` once `Fleet.settled` is set (every instance reached its first settled state);
+- until then, ``EXTEND_TIMEOUT_USEC`` of `EXTEND_S` every `EXTEND_EVERY_S` (from the
+  start): models that take minutes to load do not make systemd kill a supervisor whose
+  start is going on (``TimeoutStartSec``); a start that hangs still ends, as each
+  instance's readiness deadline settles it;
 - ``STATUS=3 of 4 running; 1 restarting`` (`status_line`) whenever that line changes,
   looked at whenever a member's cached view changes (`Fleet.until_changed`: read again on
   each of its events, so a crash shows at once, not at the respawn) and at least every
@@ -37,6 +41,12 @@ answered within a quarter; below 1 s a spawn or a burst of output can hold the l
 long (``bench/bench_log_flood.py``), and systemd would kill a working supervisor."""
 WARN_WATCHDOG_S = 10.0
 """Below this ``WatchdogSec``, a heavily loaded machine may make a ping late: said at start."""
+EXTEND_S = 30.0
+"""How far each ``EXTEND_TIMEOUT_USEC`` moves systemd's start timeout from the moment it
+is received, float seconds."""
+EXTEND_EVERY_S = 10.0
+"""How often ``EXTEND_TIMEOUT_USEC`` is sent while the fleet is not settled: three sends
+fit in one `EXTEND_S`, so one late send on a loaded machine is harmless."""
 STATUS_EVERY_S = 1.0
 """The longest a changed ``STATUS=`` line waits without a view change, float seconds."""
 STATUS_MAX_CHARS = 200
@@ -131,10 +141,12 @@ async def serve_notify(
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """READY=1 at settle, STATUS= lines and WATCHDOG=1 pings every ``watchdog_s`` (float
-    seconds, None: no watchdog) until cancelled. Cancelling it sends nothing more."""
+    """EXTEND_TIMEOUT_USEC until settled, READY=1 at settle, STATUS= lines and WATCHDOG=1
+    pings every ``watchdog_s`` (float seconds, None: no watchdog) until cancelled.
+    Cancelling it sends nothing more."""
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_ready_when_settled, notes)
+        nursery.start_soon(_extend_until_settled, notes)
         nursery.start_soon(_follow_status, notes)
         if watchdog_s is not None:
             nursery.start_soon(_watchdog, notes.fleet, notes.notifier, watchdog_s)
@@ -144,6 +156,15 @@ async def serve_notify(
 async def _ready_when_settled(notes: ServiceNotes) -> None:
     await notes.fleet.settled.wait()
     notes.ready()
+
+
+async def _extend_until_settled(notes: ServiceNotes) -> None:
+    """EXTEND_TIMEOUT_USEC every `EXTEND_EVERY_S` until the fleet settles (none after)."""
+    settled = notes.fleet.settled
+    while not settled.is_set():
+        notes.notifier.notify(EXTEND_TIMEOUT_USEC=round(EXTEND_S * 1_000_000))
+        with trio.move_on_after(EXTEND_EVERY_S):
+            await settled.wait()
 
 
 async def _follow_status(notes: ServiceNotes) -> None:

@@ -252,7 +252,7 @@ async def _refresh(member: Member, keeper: Keeper) -> None:
     timed_out = True
     while True:
         dirty = member.dirty = trio.Event()  # an event during the read reads again
-        status = await member.runtime.status(member.handle)
+        status = member.runtime.status(member.handle)
         if timed_out or member.heard in (None, status.state):
             member.update(status, keeper)
         with trio.move_on_after(REFRESH_S) as timer:

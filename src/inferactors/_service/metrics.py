@@ -44,6 +44,7 @@ from .._events import (
     StateChanged,
     SupervisorCaughtUp,
     SupervisorOverloaded,
+    instance_of,
 )
 from .._status import InstanceState
 from .metrics_engines import EngineFigures
@@ -171,7 +172,7 @@ class FleetMetrics:
             self._supervisor(event)
             return
         self.door.observe(event)
-        labels = self._labels.get(event.instance_id)
+        labels = self._labels.get(instance_of(event) or "")  # EventsLost: none
         if labels is not None:
             self._count(event, labels)
 

@@ -8,8 +8,8 @@ renders:
   it offers them, re-exported with the labels ``instance`` (its name in the run file),
   ``flavor`` and ``mode`` added (a label of the server's own by one of those names is kept
   as ``exported_<name>``); families of one name from several servers are one family; a
-  counter whose samples do not end in ``_total`` (llama.cpp's ``n_tokens_max``) is
-  re-exported as ``unknown``, since the text format would name it otherwise;
+  counter whose name does not end in ``_total`` (llama.cpp's ``n_tokens_max``) comes as
+  ``unknown`` (untyped) under its own name (`engine_metrics.parse_metrics`);
 - ``inferactors_engine_scrape_failed``: 1 when a server that offers metrics could not be
   scraped (late, refused, not the text format), 0 when it was;
 - ``inferactors_server_resident_memory_bytes`` and ``inferactors_server_cpu_seconds_total``
@@ -84,8 +84,6 @@ def _engine_families(
         ours = dict(zip(LABELS, labels, strict=True))
         for family in scrape.families:
             kind = family.type
-            if kind == "counter" and not all(s.name.endswith("_total") for s in family.samples):
-                kind = "unknown"
             out = merged.setdefault(family.name, Metric(family.name, family.documentation, kind))
             if out.type != kind:
                 continue  # two servers disagree on a family's type: the first one's stands

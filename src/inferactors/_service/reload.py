@@ -237,8 +237,11 @@ async def _apply(
         for member in going:
             nursery.start_soon(_unload, fleet, member, member.name in serving)
     for name in plan.removed:
-        del fleet.members[name]
+        handle = fleet.members.pop(name).handle
         fleet.metrics.forget(name)
+        ring = None if handle is None else fleet.edges.logs.get(handle.instance_id)
+        if ring is not None:  # a `logs -f` of a removed instance ends
+            ring.end_followers()
     for member in going:  # a flavor or mode changed: its series have other labels now
         if (
             member.name in wanted

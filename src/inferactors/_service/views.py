@@ -95,7 +95,7 @@ class ReloadResult:
     tampered: tuple[tuple[str, str], ...] = ()
 
 
-class Lifecycle(enum.Enum):
+class Lifecycle(enum.StrEnum):
     """The supervisor's own milestones, for a service manager (systemd's notify protocol)."""
 
     SETTLED = "settled"

@@ -4,8 +4,9 @@ data (`Timeline`, the field cases by name with `field_case`), tiny deterministic
 real servers load, a managed runtime kit, a fake fleet for MockClock tests, a recording
 proxy. The pytest plugin (`inferactors.testing.pytest_plugin`) offers them as fixtures.
 
-Everything here is installed with ``pip install 'inferactors[testing]'``; see
-docs/testing.md.
+The fakes, the plugin and the runtime kit come with ``pip install -e '.[testing]'``;
+`write_tiny_gguf`, `write_tiny_mlx` and their fixtures also need ``[testing-models]``
+(gguf, numpy, safetensors, tokenizers); see docs/testing.md.
 """
 
 import importlib
@@ -21,6 +22,7 @@ if typing.TYPE_CHECKING:
     from ._fake_ollama import open_fake_ollama as open_fake_ollama
     from ._fake_ollama_api import FakeOllama as FakeOllama
     from ._fake_ollama_api import FakeOllamaConfig as FakeOllamaConfig
+    from ._fake_open import open_fake_server as open_fake_server
     from ._fake_processes import FakeOllamaServer as FakeOllamaServer
     from ._fake_processes import FakeServer as FakeServer
     from ._fake_processes import FakeStartError as FakeStartError
@@ -107,6 +109,7 @@ _LAZY: dict[str, str] = {
     "field_case": "._field_cases",
     "field_case_info": "._field_cases",
     "open_fake_ollama": "._fake_ollama",
+    "open_fake_server": "._fake_open",
     "open_recording_proxy": "._recording_proxy",
     "start_fake_ollama": "._fake_processes",
     "start_fake_server": "._fake_processes",
@@ -166,6 +169,7 @@ __all__ = [  # noqa: RUF022  (plain sorted(), as tests/test_public_api.py checks
     "field_case",
     "field_case_info",
     "open_fake_ollama",
+    "open_fake_server",
     "open_recording_proxy",
     "start_fake_ollama",
     "start_fake_server",

@@ -82,4 +82,11 @@ def parser() -> argparse.ArgumentParser:
     add("--flood-start-bytes", type=int, default=0, help="write N bytes of lines at start-up")
     add("--flood-line-bytes", type=int, default=120, help="... in lines of N bytes")
     add("--flood-bytes-per-s", type=float, default=0.0, help="then N bytes a second for ever")
+    add("--fail-status", type=int, metavar="CODE", help="answer completions with CODE ...")
+    add("--fail-from", type=int, default=1, metavar="N", help="... from the N-th")
+    add("--fail-to", type=int, metavar="M", help="... to the M-th (default: all later)")
+    add("--reset-at", type=int, metavar="K", help="reset the connection of completion K")
+    add("--cut-at", type=int, default=1, metavar="K", help="the completion cut below")
+    add("--cut-body-after", type=int, metavar="N", help="send N bytes of its body, close")
+    add("--cut-stream-after", type=int, metavar="N", help="send N bytes of its stream, close")
     return parser

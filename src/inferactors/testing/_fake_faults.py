@@ -44,6 +44,7 @@ from urllib.parse import urlsplit
 import attrs
 
 from . import _fake_replies as replies
+from . import _fake_retry as retry
 from ._fake_args import HEALTH_FAULTS as HEALTH_FAULTS
 from ._fake_args import ROUTER_STATUSES as ROUTER_STATUSES
 from ._fake_args import parser as _parser
@@ -120,6 +121,17 @@ class FakeServerFaults:
         flood_line_bytes: the length of each flood line in bytes, newline included.
         flood_bytes_per_s: once listening, write log lines on stderr at about this many
             bytes a second for ever (0: none; ``_fake_flood``).
+        fail_status: answer completions ``fail_from``..``fail_to`` (counting served
+            completions from 1) with this status (429, 500, 503, ...) and llama-server's
+            error body (``_fake_retry``).
+        fail_from: the first completion ``fail_status`` answers.
+        fail_to: the last one (inclusive); None: every one from ``fail_from`` on.
+        reset_at: completion K is answered with a TCP reset (nothing sent).
+        cut_at: the completion the cuts below apply to (counting from 1).
+        cut_body_after: send only this many bytes of a plain completion's body (its
+            ``Content-Length`` says the whole), then close the connection.
+        cut_stream_after: send only this many bytes of a streamed completion's body (HTTP
+            chunks as written, no last chunk), then close the connection.
     """
 
     load_s: float = attrs.field(default=0.0, validator=_non_negative)
@@ -163,6 +175,24 @@ class FakeServerFaults:
     flood_start_bytes: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     flood_line_bytes: int = attrs.field(default=120, validator=attrs.validators.ge(1))
     flood_bytes_per_s: float = attrs.field(default=0.0, validator=_non_negative)
+    fail_status: int | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional([attrs.validators.ge(400), attrs.validators.le(599)]),
+    )
+    fail_from: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    fail_to: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
+    )
+    reset_at: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
+    )
+    cut_at: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    cut_body_after: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(0))
+    )
+    cut_stream_after: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(0))
+    )
 
     def args(self) -> tuple[str, ...]:
         """Flags for the fields that differ from their defaults, e.g. ``("--load-s", "0.5")``."""
@@ -248,10 +278,12 @@ Phase: TypeAlias = Literal["loading", "ready", "dead"]
 
 @attrs.frozen
 class Reply:
-    """Answer ``status`` with ``document`` as JSON, or a plain ``Not Found`` when it is None."""
+    """Answer ``status`` with ``document`` as JSON, or a plain ``Not Found`` when it is None;
+    ``cut_after``: send that many bytes of the body, then close the connection."""
 
     status: int
     document: object
+    cut_after: int | None = None
 
 
 @attrs.frozen
@@ -265,9 +297,11 @@ class Complete:
 
 @attrs.frozen
 class Stream:
-    """Answer 200 ``text/event-stream``: each event a JSON document or a text (``[DONE]``)."""
+    """Answer 200 ``text/event-stream``: each event a JSON document or a text (``[DONE]``);
+    ``cut_after``: close the connection after that many bytes of the body."""
 
     events: tuple[object, ...]
+    cut_after: int | None = None
 
 
 @attrs.frozen
@@ -324,13 +358,18 @@ def completion_fate(
     faults = options.faults
     if faults.crash_on_completion is not None and number >= faults.crash_at_completion:
         return Die(faults.crash_on_completion)
+    if retry.resets(faults, number):
+        return Reset()
+    if (status := retry.fails_with(faults, number)) is not None:
+        return Reply(status, retry.error_document(status))
     limit = faults.fail_completions_after
     if faults.hang_completions or (limit is not None and number > limit):
         return Hang()
+    cut = retry.cut_after(faults, number, stream=stream)
     if stream:
         events = replies.completion_events(options.flavor, options.model_id, path, number)
-        return Stream(tuple(events))
-    return Reply(200, replies.completion(options.flavor, options.model_id, path, number))
+        return Stream(tuple(events), cut)
+    return Reply(200, replies.completion(options.flavor, options.model_id, path, number), cut)
 
 
 def _decide_llamacpp(

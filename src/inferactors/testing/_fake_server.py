@@ -233,8 +233,12 @@ class _Handler(BaseHTTPRequestHandler):
         if head:
             self.send_header("Accept-Ranges", "bytes")
         self.end_headers()
-        if not head:
-            self.wfile.write(data)
+        if head:
+            return
+        if reply.cut_after is not None and reply.cut_after < len(data):
+            self._cut(data[: reply.cut_after])
+            return
+        self.wfile.write(data)
 
     def _stream(self, stream: Stream) -> None:
         """Server-sent events: llama-server's chunked, mlx_lm.server's until the close."""
@@ -250,15 +254,28 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
         self.end_headers()
         faults = self.server.state.options.faults
+        left = stream.cut_after
         for frame in stream_frames(stream.events, faults, chunked=chunked):
             if frame is None:  # die here, mid-answer
                 self.server.state.fates.put(Die("SIGKILL"))
                 _NEVER.wait()
                 return
+            if left is not None and left < len(frame):
+                self._cut(frame[:left])
+                return
+            left = None if left is None else left - len(frame)
             self.wfile.write(frame)
             self.wfile.flush()
         if chunked:
             self.wfile.write(b"0\r\n\r\n")
+
+    def _cut(self, data: bytes) -> None:
+        """Send ``data``, the start of a body, then close the connection (a FIN: the client
+        reads an answer that ends early)."""
+        self.wfile.write(data)
+        self.wfile.flush()
+        self.close_connection = True
+        self.connection.shutdown(socket.SHUT_RDWR)
 
     def _common_headers(self, status: int, *, preflight: bool = False) -> None:
         """CORS, and llama-server's connection headers: ``Keep-Alive``, or ``Connection:

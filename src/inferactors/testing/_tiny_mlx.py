@@ -19,8 +19,8 @@ the model only ever generates words (`` two`` and the like) and practically neve
 ``finish_reason`` is ``length``. Every byte is the same on every run: the directory is
 written on the spot, never downloaded, and mlx_lm.server serves it on Linux on the CPU.
 
-``numpy``, ``safetensors`` and ``tokenizers`` (the ``testing`` extra; no mlx needed) are
-imported only when the function runs.
+``numpy``, ``safetensors`` and ``tokenizers`` (the ``testing-models`` extra; no mlx needed)
+are imported only when the function runs.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ _CHAT_TEMPLATE = (
 )
 
 _MISSING_DEPS = (
-    "write_tiny_mlx needs numpy, safetensors and tokenizers: pip install 'inferactors[testing]'"
+    "write_tiny_mlx needs numpy, safetensors and tokenizers:"
+    " pip install -e '.[testing-models]' (from a clone)"
 )
 
 

@@ -7,7 +7,8 @@ UTF-8 prompt tokenizes. Only the ``▁word`` rows of the output matrix are non-z
 only ever generates `` word word ...`` and never EOS (``finish_reason`` is always ``length``).
 The bytes are identical on every run: SHA-256 ``768c01cc...``.
 
-``gguf`` and ``numpy`` (the ``testing`` extra) are imported only when the function runs.
+``gguf`` and ``numpy`` (the ``testing-models`` extra) are imported only when the function
+runs.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ _CHAT_TEMPLATE = (
 
 _NAME = "tiny-random-llama"
 _NORMAL, _UNKNOWN, _CONTROL, _BYTE = 1, 2, 3, 6  # gguf.TokenType values
-_MISSING_DEPS = "write_tiny_gguf needs gguf and numpy: pip install 'inferactors[testing]'"
+_MISSING_DEPS = (
+    "write_tiny_gguf needs gguf and numpy: pip install -e '.[testing-models]' (from a clone)"
+)
 
 
 def tiny_vocabulary() -> tuple[list[str], list[int]]:
@@ -65,7 +68,7 @@ def write_tiny_gguf(path: Path, *, seed: int = 0, name: str = _NAME) -> Path:
     existing file. Takes about 0.4 s.
 
     Raises:
-        ImportError: ``gguf`` or ``numpy`` is missing (``pip install 'inferactors[testing]'``).
+        ImportError: ``gguf`` or ``numpy`` is missing (the ``testing-models`` extra).
     """
     try:
         import gguf

@@ -52,6 +52,7 @@ from .effects import (
     StartWatchdog,
     StopReadingLines,
     Terminate,
+    TimeReadiness,
     WatchAdopted,
     WatchProcess,
 )
@@ -116,7 +117,8 @@ class InstanceActor:
         ring = edges.logs.ring(instance_id, config.managed)
         post = box.inbox
         life = ProcessLife(plan, edges, post, registry, ring)
-        probing = Probing(plan, config, edges, post)
+        admitted_at = trio.current_time() if plan.admitted is not None else None
+        probing = Probing(plan, config, edges, post, admitted_at)
         exposure = ExposureWatch(plan, edges, post)
         state = State.initial(Setup.of(instance_id, runtime_id, plan))
         actor = cls(
@@ -200,6 +202,11 @@ class InstanceActor:
                 box.finish(self._life.stop, effect.process, effect.grace_s)
             case WatchProcess():
                 self._watch_process(effect)
+            case TimeReadiness():
+                if self._process_tasks is not None:
+                    timer = self._life.readiness_timer
+                    scope, watched = self._process_tasks.new(), effect.process
+                    box.soon(scoped, scope, timer, watched, effect.timeout_s, effect.deadline)
             case EndProcessWatch():
                 self._end_process_watch()
             case WatchAdopted():

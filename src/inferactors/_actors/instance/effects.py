@@ -80,6 +80,16 @@ class WatchProcess:
 
 
 @attrs.frozen
+class TimeReadiness:
+    """Start the readiness timer of ``process`` again, to fire at trio time ``deadline``
+    (`ProcessLife.readiness_timer`), among the tasks watching it."""
+
+    process: ManagedProcess
+    timeout_s: float
+    deadline: float
+
+
+@attrs.frozen
 class EndProcessWatch:
     """Cancel the tasks watching the current process (it exited)."""
 
@@ -167,6 +177,7 @@ Effect = (
     | Spawn
     | Terminate
     | WatchProcess
+    | TimeReadiness
     | EndProcessWatch
     | WatchAdopted
     | ForgetWatches

@@ -107,10 +107,15 @@ class StartupFault:
 
 @attrs.frozen
 class ReadinessExpired:
-    """The process was spawned ``timeout_s`` seconds ago; if it never was up, it must go."""
+    """The readiness deadline of ``process`` (``timeout_s`` seconds after its spawn, or an
+    extension of it) passed; if it never was up, it must go, unless our own loop lost time
+    meanwhile."""
 
     process: ManagedProcess
     timeout_s: float
+    lost_s: float = 0.0
+    """Float seconds our own event loop lost in the window the timer timed (how late it
+    fired plus the stalls since it began; ``_edges/loop_lag.py``)."""
 
 
 @attrs.frozen
@@ -121,6 +126,9 @@ class WatchdogResult:
     why: str | None
     ttft_s: float | None = None
     """The check's time to first token when it passed, float seconds."""
+    no_verdict: bool = False
+    """The check's deadline was lost to our own late loop (`NoVerdict`): ``why`` says so;
+    neither a pass nor a failure."""
 
 
 @attrs.frozen

@@ -15,11 +15,18 @@ import trio
 
 from ..._config.config import InferConfig, Watchdog
 from ..._edges.bundle import Edges
+from ..._edges.loop_lag import no_verdict
 from ..._edges.netscan import NetScanner
 from ..._edges.probe import Prober, ProberFactory, probe_once
 from ..._edges.probe_auth import with_api_key
 from ..._edges.process import ManagedProcess
-from ..._errors import BackendError, DeepHealthTimeout, InferactorsError, RequestRefused
+from ..._errors import (
+    BackendError,
+    DeepHealthTimeout,
+    InferactorsError,
+    NoVerdict,
+    RequestRefused,
+)
 from ..._flavor import InferFlavor
 from ..._policy.admission import Plan
 from ..._policy.exposure import Exposure
@@ -36,6 +43,7 @@ from ..._policy.probe_schedule import (
 )
 from ..._policy.status import map_report
 from ..._status import InstanceState
+from ..admission import probe_for_verdict
 from ..identity import ensure_ours, listener_owner, wrong_family
 from ..mailbox import post
 from ..messages import ReplyTo, answer, refuse
@@ -55,8 +63,11 @@ MISBOUND_SCAN_S = 0.5
 """While probes are refused, the socket table is read for a listener on the other address
 family at most this often (float seconds): one per-port kernel query, under 1 ms."""
 
-NO_VERDICT_LIMIT = 3
-"""Probes in a row that may be passed over for our own late loop."""
+ADMISSION_REUSE_S = RUNNING_PROBE_S
+"""An adopted server's admission report stands for the start's check and the monitor's
+first probe while it is at most this old (float seconds): as old as a running server's
+status may be anyway. At 1,000 adopted servers this is two probes of three saved at each
+admission, when the CPU is shortest."""
 
 ADOPTED_EXPOSURE_S = 5.0
 """An adopted server's port is checked for listeners beyond loopback at its first serving
@@ -78,7 +89,6 @@ class ProbeLook:
     answered: bool = False
     exposure: Exposure | None = None
     exposure_at: float | None = None
-    late_in_a_row: int = 0
 
     def note(self, report: ServerReport) -> None:
         """Remember a serving server's list; a serving ``/health`` ends any confirmation."""
@@ -107,13 +117,6 @@ class ProbeLook:
         self.scanned_at = now
         return True
 
-    def passes_over(self, late: bool) -> bool:
-        """Whether to pass over a probe that gave no verdict because our own loop ran late:
-        at most `NO_VERDICT_LIMIT` in a row; after that it is judged as the timeout it is,
-        so a server that hangs is not hidden by a supervisor that stays overloaded."""
-        self.late_in_a_row = self.late_in_a_row + 1 if late else 0
-        return late and self.late_in_a_row <= NO_VERDICT_LIMIT
-
     def exposure_due(self) -> bool:
         """Whether an adopted server's port is due for its exposure check
         (`ADOPTED_EXPOSURE_S`); if so, the check is booked now."""
@@ -134,12 +137,24 @@ class ProbeLook:
 
 @attrs.frozen
 class Probing:
-    """The probing workers of one instance; ``post`` is the actor's inbox."""
+    """The probing workers of one instance; ``post`` is the actor's inbox; ``admitted_at``
+    is the trio time of the admission's report of an adopted server (`Plan.admitted`;
+    None: none)."""
 
     plan: Plan
     config: InferConfig
     edges: Edges
     post: trio.MemorySendChannel[object]
+    admitted_at: float | None = None
+
+    def admission_report(self) -> ServerReport | None:
+        """The admission's report of an adopted server while it is at most
+        `ADMISSION_REUSE_S` old (the start's check and the monitor's first probe take it
+        instead of probing again), else None."""
+        report, at = self.plan.admitted, self.admitted_at
+        if report is None or at is None or trio.current_time() - at > ADMISSION_REUSE_S:
+            return None
+        return report
 
     @property
     def open_prober(self) -> ProberFactory:
@@ -175,16 +190,27 @@ class Probing:
         While the server has never answered, a refused probe looks for a listener on the
         other address family, at most every `MISBOUND_SCAN_S` (a server that answered and
         went away is not looked for: it was where we probe).
+
+        An adopted server's first probe is the admission's report while it is fresh
+        (`admission_report`).
+
+        A probe that gives no verdict (`ServerReport.no_verdict`: one of its requests lost
+        its deadline to our own late loop, ``_policy/lateness.py``) is never judged, nor
+        posted, however many come in a row, and the schedule stays as it was: the next
+        probe made on time judges (a server that really hangs times out on time then). An
+        overload is the supervisor's own state (`SupervisorOverloaded`), never a server's.
         """
         look = ProbeLook(token_ok=process is None)  # adopted: no first token
         delay, phase = FIRST_PROBE_S, phase_of(self.plan.spec.base_url())
         prober = self.open_prober(self.plan.spec.base_url(), self.config.probe_timeout_s)
+        fresh = self.admission_report() if process is None else None
         with scope:
             try:
                 while True:
                     lines_seen = 0 if process is None else process.lines.ready_count
-                    report = await prober.report(self._flavor)
-                    if not look.passes_over(no_verdict(report)):  # our loop was late
+                    report = fresh or await prober.report(self._flavor)
+                    fresh = None
+                    if not report.no_verdict:  # else our own loop was late: no verdict
                         await self._judge(process, report, look)
                         delay = look.next_delay(report, delay)
                     at = next_probe_at(trio.current_time(), delay, phase)
@@ -231,11 +257,16 @@ class Probing:
     ) -> None:
         """``/health`` failed on a server that was Running: ask for one token, within the
         deep-health timeout, to tell a broken health endpoint from a broken server. The
-        probe's report said the check is under way; this posts how it went."""
+        probe's report said the check is under way; this posts how it went. A check whose
+        deadline our own late loop ate (`NoVerdict`) posts nothing: it stays under way
+        until the next probe's check, never a failure."""
         started = trio.current_time()
         try:
             await self.ensure_ours(process)
             result = await self.one_token(self.deep_timeout_s, listed=look.models)
+        except NoVerdict:  # our own late loop: no verdict; the next failed probe asks again
+            look.confirmation = None
+            return
         except InferactorsError as error:
             look.confirmation = Confirmation(started, why=str(error) or type(error).__name__)
             ttft_s = None
@@ -261,13 +292,19 @@ class Probing:
         mapped = map_report(report, model=self.plan.listed_names, alive=True, adopted=False)
         return mapped.state is InstanceState.RUNNING
 
-    async def _first_token(self, listed: tuple[str, ...]) -> tuple[str, float | None, str | None]:
+    async def _first_token(
+        self, listed: tuple[str, ...]
+    ) -> tuple[str | None, float | None, str | None]:
         """``("", ttft_s, None)`` when one token came back within the instance's deep-health
         timeout (`deep_timeout_s`), else ``(why not, None, refused)``: ``refused`` the status
-        and words of a 401 or 403 (`RequestRefused`), else None. ``listed``: the ids the
-        monitor's probe just read, so the check asks at once, without a probe of its own."""
+        and words of a 401 or 403 (`RequestRefused`), else None; ``(None, None, None)`` when
+        our own late loop ate the deadline (`NoVerdict`: not a failure; the next probe asks
+        again). ``listed``: the ids the monitor's probe just read, so the check asks at
+        once, without a probe of its own."""
         try:
             result = await self.one_token(self.deep_timeout_s, listed=listed)
+        except NoVerdict:
+            return None, None, None
         except RequestRefused as error:
             return str(error), None, error.refused
         except InferactorsError as error:
@@ -300,9 +337,20 @@ class Probing:
         return await listener_owner(self.net, self.plan.spec, process)
 
     async def confirm_adopted(self, reply: ReplyTo[None]) -> None:
-        """An adopted start only checks that the server answers; one
-        that listens only on the other address family is refused saying so."""
-        report = await self._probe()
+        """An adopted start only checks that the server answers: the admission's report
+        while it is fresh (`admission_report`), else a probe, made again while our own late
+        loop leaves it without a verdict (`probe_for_verdict`). One that listens only on the
+        other address family is refused saying so; one we cannot tell about now (still no
+        verdict) is refused as such (`NoVerdict`), never as a server that is not there."""
+        report = self.admission_report()
+        if report is None:
+            base, timeout_s = self.plan.spec.base_url(), self.config.probe_timeout_s
+            report = await probe_for_verdict(self.open_prober, base, timeout_s, self._flavor)
+        if report.no_verdict:
+            why = getattr(report.health, "why", "")
+            base = self.plan.spec.base_url()
+            refuse(reply, NoVerdict(f"cannot tell whether {base} answers now: {why}; try again"))
+            return
         if isinstance(report.health, Unreachable):
             why = await self._misbound(report) or report.health.why
             refuse(
@@ -345,13 +393,16 @@ class Probing:
         self, process: ManagedProcess | None, watchdog: Watchdog, scope: trio.CancelScope
     ) -> None:
         """Every ``interval_s``, one token within ``timeout_s``; report each result (with
-        its time to first token when it passed)."""
+        its time to first token when it passed; one whose deadline our own late loop ate,
+        `NoVerdict`, as no verdict: never counted as a failure)."""
         with scope:
             while True:
                 await trio.sleep(watchdog.interval_s)
                 try:
                     await self.ensure_ours(process)
                     result = await self.one_token(watchdog.timeout_s)
+                except NoVerdict as error:
+                    await self._post(WatchdogResult(process, str(error), no_verdict=True))
                 except InferactorsError as error:
                     await self._post(WatchdogResult(process, str(error)))
                 else:
@@ -374,16 +425,23 @@ class Probing:
 
         Raises:
             DeepHealthTimeout: no answer in time.
+            NoVerdict: the deadline fired, but our own late loop ate its budget
+                (``_policy/lateness.py``): nothing is known about the server; never a
+                failure of it (the monitor and the watchdog ask again).
             BackendError: the server says it is loading (or, mlx_lm.server, dead), or the
                 completion failed (the message gives the server's words).
         """
         prober = self.open_prober(self.plan.spec.base_url(), timeout_s)
+        started = trio.current_time()
         try:
-            with trio.move_on_after(timeout_s):
+            with trio.move_on_at(started + timeout_s):
                 await guard_adopted_ollama(self.plan, timeout_s)  # loads nothing, calls no cloud
                 if listed is None:
                     listed = await self._listed(prober, timeout_s * PRE_PROBE_SHARE)
                 return await self._one_token(prober, listed)
+            late = no_verdict("deep health", started, started + timeout_s)
+            if late is not None:
+                raise NoVerdict(late)
             raise DeepHealthTimeout(f"deep health: no complete answer within {timeout_s:g} s")
         finally:
             with trio.move_on_after(1.0, shield=True):
@@ -416,12 +474,6 @@ class Probing:
     async def _probe(self) -> ServerReport:
         base = self.plan.spec.base_url()
         return await probe_once(self.open_prober, base, self.config.probe_timeout_s, self._flavor)
-
-
-def no_verdict(report: ServerReport) -> bool:
-    """Whether ``report`` says nothing about the server: its probe timed out only because
-    our own event loop ran late (`Unreachable.overloaded`)."""
-    return isinstance(report.health, Unreachable) and report.health.overloaded
 
 
 def _words(report: ServerReport) -> str:

@@ -17,6 +17,7 @@ import trio
 from ..._config.binding import spec_host
 from ..._edges.bundle import Edges
 from ..._edges.log_ring import LogRing
+from ..._edges.loop_lag import lateness
 from ..._edges.process import ManagedProcess
 from ..._errors import BackendError, InferactorsError
 from ..._models.registry import ModelRegistry
@@ -115,10 +116,18 @@ class ProcessLife:
         evidence = await process.terminate(grace_s)
         await self._post(Stopped(process, evidence))
 
-    async def readiness_timer(self, process: ManagedProcess, timeout_s: float) -> None:
-        """Tell the actor when the readiness deadline of ``process`` passes."""
-        await trio.sleep_until(process.started_at + timeout_s)
-        await self._post(ReadinessExpired(process, timeout_s))
+    async def readiness_timer(
+        self, process: ManagedProcess, timeout_s: float, deadline: float | None = None
+    ) -> None:
+        """Tell the actor when the readiness deadline of ``process`` passes (trio time
+        ``deadline``; None: ``timeout_s`` after its spawn), with the time our own loop lost
+        since this timer began (`loop_lag.lateness`)."""
+        began = trio.current_time()
+        if deadline is None:
+            began, deadline = process.started_at, process.started_at + timeout_s
+        await trio.sleep_until(deadline)
+        lost_s = lateness(began, deadline).ours_s
+        await self._post(ReadinessExpired(process, timeout_s, lost_s))
 
     async def shutdown(
         self,

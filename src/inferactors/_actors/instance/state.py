@@ -184,6 +184,10 @@ class State:
     """Why the last start failed, read from its output; set at each exit."""
     last_lines: tuple[str, ...] = ()
     """The last lines the last process printed (for a start-up failure); set at each exit."""
+    start_error: str | None = None
+    """Why the last start failed before a process ran (the spawn's error: a port taken, an
+    unreadable state directory, ...): set at a `SpawnFailed`, cleared at the next `Spawned`.
+    While set, status says it, not the reason of the exit before (an operator's stop)."""
     supervision: str | None = None
     """The supervisor's note (restarting in ..., gave up: ...); set by `Annotate`."""
     restarts: int = 0

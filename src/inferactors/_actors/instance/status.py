@@ -81,8 +81,9 @@ def status_of(state: State, now: float, escaped: tuple[int, ...] = ()) -> Instan
 
 def idle_status(state: State) -> InstanceStatus:
     """Status while no process runs: Loaded; Exited for an exposure or a tampered model
-    (held until reload or re-registration); else Exited with the last exit's reason, its
-    diagnosis and any survivor of its group."""
+    (held until reload or re-registration); Exited for a start that failed before a process
+    ran (in the spawn's words); else Exited with the last exit's reason, its diagnosis and
+    any survivor of its group."""
     if state.exposed is not None:
         return InstanceStatus(
             InstanceState.EXITED, f"stopped: {state.exposed}", stop_reason="exposure"
@@ -94,6 +95,13 @@ def idle_status(state: State) -> InstanceStatus:
             "held until the model is re-registered or the instance reloaded"
         )
         return InstanceStatus(InstanceState.EXITED, held, stop_reason="tampered")
+    if state.start_error is not None:  # not the exit before it (an operator's stop)
+        failed = StopReason.STARTUP_FAILURE
+        return InstanceStatus(
+            InstanceState.EXITED,
+            f"{_REASON_WORDS[failed]}: {state.start_error}",
+            stop_reason=failed.value,
+        )
     last = state.last
     if last is None:
         return InstanceStatus(InstanceState.LOADED)
@@ -114,6 +122,7 @@ def idle_status(state: State) -> InstanceStatus:
         stop_reason=stop_reason,
         diagnosis=diagnosis.describe() if diagnosis is not None else None,
         last_lines=state.last_lines,
+        signal=last.signal,
     )
 
 

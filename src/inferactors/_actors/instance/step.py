@@ -28,7 +28,10 @@ The rules, in the order they win:
 * A probe's report: see `judge_report`, one rule per line, in order.
 * Holds: a server found listening beyond loopback, or whose verified model file changed,
   is stopped and held down (never restarted); a start-up fault, a missed readiness
-  deadline, a failing watchdog and a long unhealthy spell stop it.
+  deadline (moved on by the time our own late loop lost in its window, given back from
+  the moment it caught up), a failing
+  watchdog and a long unhealthy spell stop it. A watchdog check that
+  gave no verdict (our own loop ran late) counts for nothing.
 * Crashed: a managed server is stopped with reason ``error`` (restarted by the supervisor
   under its policy); a start under way is aborted once spawned; a stop under way keeps its
   reason; an adopted server is only marked.
@@ -61,6 +64,7 @@ from ..._policy.health_truth import (
     slow_detail,
     worth_confirming,
 )
+from ..._policy.lateness import Lateness, gives_no_verdict
 from ..._policy.probe_parse import Loading, Unhealthy, Unreachable, serving
 from ..._policy.startup_fault import read_exit
 from ..._policy.status import map_ollama_report, map_report
@@ -97,6 +101,7 @@ from .effects import (
     StartWatchdog,
     StopReadingLines,
     Terminate,
+    TimeReadiness,
     WatchAdopted,
     WatchProcess,
 )
@@ -249,15 +254,27 @@ def _on_stop(state: State, command: Stop, out: Effects) -> State:
         why = "inferactors observes it and never stops it; unload forgets the registration"
         out.append(Refuse(command.reply, Unsupported(f"{who} is adopted: {why}")))
         return state
-    state = attrs.evolve(state, wanted=False)
+    wanted, state = state.wanted, attrs.evolve(state, wanted=False)
     if state.starting:  # stopped once spawned (`_on_spawned`)
         return attrs.evolve(state, stops_after_start=(*state.stops_after_start, command))
+    if state.process is None and wanted and state.last is not None:
+        return _stop_between_runs(state, command, state.last, out)
     if state.process is None:
         out.append(Refuse(command.reply, InvalidState(f"{who} is not running")))
         return state
     callers = (*state.stop_callers, StopCaller(state.process, command.reply))
     state = attrs.evolve(state, stop_callers=callers)
     return _stop_process(state, command.reason, command.grace_s, out)
+
+
+def _stop_between_runs(state: State, command: Stop, last: RunEvidence, out: Effects) -> State:
+    """An operator's stop of a server that exited and is still wanted (a restart pending
+    in backoff, or given up): nothing runs, so the stop is answered at once with the last
+    exit's evidence, its reason becomes the stop's (the view reads ``stopped``, not a
+    crash) and the supervisor's note (restarting in ...) no longer holds; the supervisor
+    cancels the pending restart, and a restart that still arrives is refused (unwanted)."""
+    out.append(Answer(command.reply, last))
+    return attrs.evolve(state, last_reason=command.reason, supervision=None)
 
 
 def _on_shutdown(state: State, command: Shutdown, out: Effects) -> State:
@@ -301,8 +318,7 @@ def _apply(state: State, message: Internal, now: float, seen: Seen, out: Effects
             if message.process is state.process and not state.findings.ready_once:
                 return _stop_process(state, StopReason.STARTUP_FAILURE, STARTUP_FAULT_GRACE_S, out)
         case ReadinessExpired():
-            if message.process is state.process and not state.findings.ready_once:
-                return _stop_process(state, StopReason.READINESS_TIMEOUT, 0.0, out)
+            return _on_readiness_expired(state, message, now, out)
         case WatchdogResult():
             return _on_watchdog(state, message, now, out)
         case DeepHealthDone():
@@ -332,6 +348,7 @@ def _on_spawned(state: State, message: Spawned, seen: Seen, out: Effects) -> Sta
         stops_after_start=(),
         crash_while_starting=None,
         process_watch=True,
+        start_error=None,
     )
     args = process.args  # as executed: the pinned launch, not the plan's
     out.append(Emit(ProcessStarted(who, process.pid, args, process.started_at)))
@@ -371,6 +388,7 @@ def _on_spawn_failed(state: State, message: SpawnFailed, now: float, out: Effect
         start_callers=(),
         stops_after_start=(),
         crash_while_starting=None,  # nothing runs: nothing to stop
+        start_error=None if hold is not None else str(message.error),  # a hold says itself
     )
 
 
@@ -459,8 +477,10 @@ def judge_report(state: State, probed: Probed, now: float, seen: Seen, out: Effe
     which `status.status_of` lays its own rules."""
     setup, found, report = state.setup, state.findings, probed.report
     health, who = report.health, setup.instance_id
-    # 1. A report of a process that just died is dropped: its exit is on the way.
-    if state.process is not None and not seen.running:
+    # 1. A report of a process that just died is dropped: its exit is on the way. So is a
+    #    report that gives no verdict (our own loop ran late, `ServerReport.no_verdict`):
+    #    however many come, nothing is judged; the next probe made on time judges.
+    if (state.process is not None and not seen.running) or report.no_verdict:
         return state
     # 2. A listener on our port that is not our process is an impostor (said once); one
     #    that is ours clears it.
@@ -602,11 +622,28 @@ def _passed(state: State, ttft_s: float, now: float, out: Effects) -> State:
     return state.with_findings(ttft_s=ttft_s, slow=slow, completions_worked=True)
 
 
+def _on_readiness_expired(
+    state: State, message: ReadinessExpired, now: float, out: Effects
+) -> State:
+    """A server not ready by its deadline is killed (grace 0), unless our own loop lost
+    more than `LATE_S` of the window (we could not watch it meanwhile: `LATE_S` in
+    ``_policy/lateness.py``): then it gets the time lost back, from now that we watch it
+    again, and the deadline is judged anew."""
+    if message.process is not state.process or state.findings.ready_once:
+        return state
+    if gives_no_verdict(Lateness(stalled_s=message.lost_s)):
+        deadline = now + message.lost_s
+        out.append(TimeReadiness(message.process, message.timeout_s, deadline))
+        return state
+    return _stop_process(state, StopReason.READINESS_TIMEOUT, 0.0, out)
+
+
 def _on_watchdog(state: State, message: WatchdogResult, now: float, out: Effects) -> State:
     """Count a watchdog check; stop the process once the failures in a row reach the
-    limit (an adopted server is only marked)."""
+    limit (an adopted server is only marked). A check that gave no verdict (our own loop
+    ran late) is neither: nothing is counted, reset or said."""
     limit = state.setup.watchdog_failures
-    if message.process is not state.process or limit is None:
+    if message.process is not state.process or limit is None or message.no_verdict:
         return state
     found, why = state.findings, message.why
     if why is None:
