@@ -76,7 +76,7 @@ def _registries(
         signature = None
         if label != "unsigned":
             signature = home / f"{model.name}.sig"
-            sign_model(copy, signature, private_key=key, algorithm=label)
+            signature.write_bytes(sign_model(copy, private_key=key, algorithm=label))
         registry.add(copy, name="m", signature=signature)
         made[label] = registry
     return made

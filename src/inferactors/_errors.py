@@ -29,6 +29,7 @@ alone; messages name the field, file or instance at fault.
 from __future__ import annotations
 
 import enum
+import re
 from typing import ClassVar
 
 
@@ -252,8 +253,32 @@ def cut(text: str, limit: int = SHOWN_CHARS) -> str:
 
 def one_line(message: str, limit: int = 1000) -> str:
     """``message`` as one printable line of at most about ``limit`` characters (newlines
-    shown as ``\\n``, the rest cut with its length said), for a command's error line."""
-    text = message.replace("\r", "\\r").replace("\n", "\\n")
+    shown as ``\\n``, every other control or formatting character escaped as `printable`
+    does, the rest cut with its length said), for a command's error line."""
+    text = printable(message)
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... (message cut: {len(text)} characters)"
+
+
+_UNPRINTABLE = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]"
+)
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on rather than show written as
+    its escape: control characters (ESC ``\\x1b``, ``\\r``, ``\\n``, ``\\t``, C1
+    controls) and the invisible or direction-changing format characters (``\\u202e``).
+    For any text from a file, a signature, a store or a server that reaches a terminal or
+    a log line (a terminal escape sequence in a certificate subject could clear the screen
+    and print a fake result)."""
+    return _UNPRINTABLE.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _NAMED:
+        return _NAMED[char]
+    return f"\\x{ord(char):02x}" if ord(char) <= 0xFF else f"\\u{ord(char):04x}"

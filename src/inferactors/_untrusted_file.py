@@ -44,24 +44,35 @@ def read_capped(path: Path, cap: int, what: str) -> bytes:
     """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise InvalidConfig(f"{path}: the {what} is not a regular file ({_kind(info)})")
-        if info.st_size > cap:
-            raise InvalidConfig(_too_large(path, what, cap))
-        chunks: list[bytes] = []
-        left = cap + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, MiB))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        if left <= 0:
-            raise InvalidConfig(_too_large(path, what, cap))
-        return b"".join(chunks)
+        return read_capped_fd(fd, path, cap, what)
     finally:
         os.close(fd)
+
+
+def read_capped_fd(fd: int, path: Path, cap: int, what: str) -> bytes:
+    """`read_capped` on a file already open as ``fd`` (left open); ``path`` names it in
+    messages.
+
+    Raises:
+        InvalidConfig: as `read_capped`.
+        OSError: it cannot be read.
+    """
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise InvalidConfig(f"{path}: the {what} is not a regular file ({_kind(info)})")
+    if info.st_size > cap:
+        raise InvalidConfig(_too_large(path, what, cap))
+    chunks: list[bytes] = []
+    left = cap + 1
+    while left > 0:
+        chunk = os.read(fd, min(left, MiB))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    if left <= 0:
+        raise InvalidConfig(_too_large(path, what, cap))
+    return b"".join(chunks)
 
 
 def read_capped_text(path: Path, cap: int, what: str) -> str:

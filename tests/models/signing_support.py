@@ -7,7 +7,10 @@ the spot with ``cryptography``. Imported as ``models.signing_support``.
 
 from __future__ import annotations
 
+import base64
 import datetime
+import hashlib
+import json
 from pathlib import Path
 
 import attrs
@@ -59,15 +62,27 @@ class CertifiedKey:
     root: Path
 
 
-def make_certified_key(directory: Path, subject: str, *, root_name: str) -> CertifiedKey:
+def make_certified_key(
+    directory: Path,
+    subject: str,
+    *,
+    root_name: str,
+    purposes: list[x509.ObjectIdentifier] | None = None,
+    starts_in: datetime.timedelta = datetime.timedelta(0),
+) -> CertifiedKey:
     """A self-signed root CA (``<root_name>.pem``) and a leaf for ``subject`` it issued,
-    allowed to sign (digital signature key usage)."""
+    allowed to sign (digital signature key usage); with ``purposes``, an extended key
+    usage listing them; ``starts_in`` moves the leaf's validity (a day before to 30 days
+    after now) that far (and the root's too, when it is negative)."""
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
     root_key = ec.generate_private_key(ec.SECP256R1())
-    root = _certificate(root_name, root_key, root_name, root_key, ca=True, now=now)
+    earlier = now + min(starts_in, datetime.timedelta(0))  # a past leaf has a past root
+    root = _certificate(root_name, root_key, root_name, root_key, ca=True, now=earlier)
     leaf_key = ec.generate_private_key(ec.SECP256R1())
-    leaf = _certificate(subject, leaf_key, root_name, root_key, ca=False, now=now)
+    leaf = _certificate(
+        subject, leaf_key, root_name, root_key, ca=False, now=now + starts_in, purposes=purposes
+    )
     paths = CertifiedKey(
         directory / f"{subject}.key", directory / f"{subject}.pem", directory / f"{root_name}.pem"
     )
@@ -91,6 +106,7 @@ def _certificate(
     *,
     ca: bool,
     now: datetime.datetime,
+    purposes: list[x509.ObjectIdentifier] | None = None,
 ) -> x509.Certificate:
     usage = x509.KeyUsage(
         digital_signature=not ca,
@@ -114,6 +130,8 @@ def _certificate(
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         .add_extension(usage, critical=True)
     )
+    if purposes is not None:
+        builder = builder.add_extension(x509.ExtendedKeyUsage(purposes), critical=False)
     return builder.sign(issuer_key, hashes.SHA256())
 
 
@@ -176,3 +194,48 @@ def certificate_anchors(**roots: Path) -> TrustAnchors:
     """Trust anchors of root certificates, by name."""
     entries = ((name, AnchorKind.CERTIFICATE, path) for name, path in roots.items())
     return TrustAnchors.read(entries)
+
+
+def craft_bundle(
+    key: Path, resources: list[dict[str, str]], out: Path, *, hint: str | None = None
+) -> Path:
+    """A sigstore bundle as model-signing writes one, but over a statement of our making
+    (``resources``: ``{"name", "digest", "algorithm"}`` each), signed with the P-256 key
+    ``key``: what a trusted signer's own tool could produce. ``hint`` replaces the key's
+    hint (the SHA-256 of its public PEM)."""
+    private = serialization.load_pem_private_key(key.read_bytes(), None)
+    assert isinstance(private, ec.EllipticCurvePrivateKey)
+    public = private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    subject = hashlib.sha256(b"".join(bytes.fromhex(r["digest"]) for r in resources))
+    serialization_: dict[str, object] = {
+        "method": "files",
+        "hash_type": resources[0]["algorithm"],
+        "allow_symlinks": False,
+        "ignore_paths": ["model.sig"],
+    }
+    statement = {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": "model", "digest": {"sha256": subject.hexdigest()}}],
+        "predicateType": "https://model_signing/signature/v1.0",
+        "predicate": {"serialization": serialization_, "resources": resources},
+    }
+    raw = json.dumps(statement).encode()
+    kind = "application/vnd.in-toto+json"
+    pae = b" ".join([f"DSSEv1 {len(kind)} {kind} {len(raw)}".encode(), raw])
+    signature = private.sign(pae, ec.ECDSA(hashes.SHA256()))
+    bundle = {
+        "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+        "verificationMaterial": {
+            "publicKey": {"hint": hint if hint is not None else hashlib.sha256(public).hexdigest()},
+            "tlogEntries": [],
+        },
+        "dsseEnvelope": {
+            "payload": base64.b64encode(raw).decode(),
+            "payloadType": kind,
+            "signatures": [{"sig": base64.b64encode(signature).decode(), "keyid": ""}],
+        },
+    }
+    out.write_text(json.dumps(bundle))
+    return out

@@ -211,7 +211,7 @@ def test_a_llama_swap_config_registers_its_models_and_drafts_a_run_file(
     ("text", "message"),
     [
         ("models: [", "not YAML: "),
-        ("a: &x [1]\nb: *x\nmodels: {}", "YAML aliases (*name) are not read"),
+        ("a: &x [1]\n" + "b: *x\n" * 101 + "models: {}", "101 YAML aliases (*name), at most"),
         ("- just\n- a list", "expected a mapping at the top"),
         ("macros: {}\n", "models: expected a mapping of model ids"),
         ("models:\n  m:\n    cmd: x\nmacros:\n  'bad name': 1\n", "macros: 'bad name' is not"),

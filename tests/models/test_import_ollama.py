@@ -169,3 +169,27 @@ def test_a_folder_that_is_not_a_store_is_refused(
     assert _cli("import", "ollama", str(tmp_path), "--registry", str(tmp_path / "m.json")) == 2
     assert "not an Ollama model store (manifests/ is missing" in capsys.readouterr().err
     assert not (tmp_path / "m.json").exists()
+
+
+def test_an_adapter_or_projector_layer_is_said_to_be_left_out(
+    tmp_path: Path, tiny_gguf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "ollama" / "models"
+    data = tiny_gguf.read_bytes()
+    layers: list[dict[str, object]] = [
+        {"mediaType": MODEL, "digest": put_blob(store, data), "size": len(data)}
+    ]
+    for kind in ("projector", "adapter"):
+        layers.append(
+            {
+                "mediaType": f"application/vnd.ollama.image.{kind}",
+                "digest": put_blob(store, f"GGUF {kind}".encode()),
+                "size": 10,
+            }
+        )
+    write_ollama_manifest(store, "llava", "latest", ollama_manifest(layers))
+
+    assert _cli("import", "ollama", str(store), "--registry", str(tmp_path / "m.json")) == 0
+
+    out = capsys.readouterr().out
+    assert "llava:latest: not carried: its adapter and projector layer (only the weights" in out

@@ -220,3 +220,20 @@ def test_a_second_signer_key_is_a_second_anchor(
 
     assert manifest.signature is not None
     assert manifest.signature.anchor == "backup"
+
+
+def test_an_mlx_folder_signed_with_blake2_verifies_and_a_changed_byte_is_caught(
+    mlx_copy: Path, registry_path: Path, ops: KeyPair
+) -> None:
+    signature = oms_sign(mlx_copy, mlx_copy / "model.sig", ops.private, algorithm="blake2")
+    registry = ModelRegistry.open(registry_path, anchors=key_anchors(ops=ops.public))
+
+    manifest = registry.add(mlx_copy, name="tiny-mlx", signature=signature)
+
+    assert manifest.signature is not None
+    assert manifest.signature.algorithm == "blake2"
+    (check,) = registry.verify("tiny-mlx")
+    assert check.ok, check.reason
+    flip_byte(mlx_copy / "config.json")
+    (check,) = registry.verify("tiny-mlx")
+    assert not check.ok

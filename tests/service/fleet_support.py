@@ -47,6 +47,8 @@ class RunFile:
     program: Path
     node_id: str = "fleet"
     restart: str = "max_restarts = 2\nbase_s = 0.2\ncap_s = 0.4\njitter = 0.0"
+    managed: str = ""
+    """More lines of ``[managed]`` (``trust_anchors = [...]``)."""
 
     @classmethod
     def create(cls, kit: RuntimeKit, timeline: Timeline | None = None) -> RunFile:
@@ -58,7 +60,7 @@ class RunFile:
             f'node_id = "{self.node_id}"\n[managed]\nregistry = "{self.kit.registry()}"\n'
             f'data_root = "{self.kit.root / "state"}"\n{run_as}'
             f'serve_programs = {{ "infer.llamacpp" = "{program or self.program}" }}\n'
-            f"readiness_timeout_s = 30.0\n[managed.restart]\n{self.restart}\n"
+            f"readiness_timeout_s = 30.0\n{self.managed}\n[managed.restart]\n{self.restart}\n"
         )
         self.path.write_text(text + "".join(entry.toml() for entry in entries))
         return self.path

@@ -399,10 +399,16 @@ def _local_time(unix_s: object) -> str:
 
 def reload_words(result: dict[str, Any]) -> str:
     """What a reload did, one line per kind of change (``nothing changed`` when none),
-    then one ``refused NAME: reason`` line per instance refused at its load or start."""
+    then one ``refused NAME: reason`` line per instance refused at its load or start, and
+    one ``held down as tampered NAME: reason`` line per unchanged instance whose model the
+    re-read trust anchors no longer verify."""
     kinds = ("added", "removed", "changed", "revived")
     lines = [f"{kind}: {', '.join(result[kind])}" for kind in kinds if result.get(kind)]
     refused = [one_line(f"refused {name}: {why}", 300) for name, why in refused_of(result)]
+    refused += [
+        one_line(f"held down as tampered {name}: {why}", 300)
+        for name, why in refused_of({"refused": result.get("tampered")})
+    ]
     if not lines:
         done = f"nothing changed ({len(result.get('unchanged', []))} instance(s) unchanged)"
         return "\n".join([done, *refused])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import attrs
 
-from .._errors import InvalidConfig
+from .._errors import InvalidConfig, one_line
 from .._models.manifest import ModelManifest
 from .._models.manifest_io import classify_file
 from .._models.registry import ModelRegistry
@@ -35,7 +35,8 @@ class Tally:
     def say(self, what: str, kind: str, detail: str = "") -> None:
         self.done += 1
         self.counts[kind] += 1
-        print(f"[{self.done}/{self.total}] {what}: {kind}{': ' + detail if detail else ''}")
+        line = f"[{self.done}/{self.total}] {what}: {kind}{': ' + detail if detail else ''}"
+        print(one_line(line))  # names from a store may hold terminal escapes
 
     def summary(self) -> str:
         parts = [f"{self.counts[k]} {k}" for k in _KINDS]

@@ -10,8 +10,8 @@ type and the allowlisted flags carried over; what is not carried is a comment ab
 entry and a line of output. llama-swap runs one model at a time, often all on one port;
 inferactors runs them side by side, so a port another draft took is moved to the next free
 one (and said). The draft (a ``[managed]`` section naming this registry and the programs
-the config runs, then the instances) is checked as a run file before it is written, and an
-existing file is never overwritten.
+the config runs, then the instances) is checked as a run file before it is written, as a
+new file of mode 0600 (never through a link); an existing file is never overwritten.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import tomlkit
 from .._config.convert import run_config_from_toml
 from .._config.llama_swap import SwapSkip, read_llama_swap
 from .._config.llama_swap_args import SwapDraft
-from .._errors import InvalidConfig
+from .._errors import InvalidConfig, one_line, printable
 from .._models.registry import ModelRegistry
 from .._untrusted_file import MiB, read_capped_text
 from .import_tally import Tally, expected_files, import_one
@@ -49,6 +49,7 @@ def import_llama_swap(args: argparse.Namespace) -> int:
             parsed = read_llama_swap(text, os.environ)
         except InvalidConfig as error:
             raise InvalidConfig(f"{config}: {error}") from None
+        check_draft_target(args.draft)  # before anything is registered
         jobs = [(d, _files(d, config.parent)) for d in parsed.models if isinstance(d, SwapDraft)]
         tally = Tally(sum(len(files) for _d, files in jobs) + len(parsed.models) - len(jobs))
         for skip in (m for m in parsed.models if isinstance(m, SwapSkip)):
@@ -61,13 +62,31 @@ def import_llama_swap(args: argparse.Namespace) -> int:
             if all(_registered(registry, name) for name, _path in files):
                 drafted.append(draft)
             else:
-                print(f"models.{draft.model_id}: not drafted: its files are not all registered")
+                print(
+                    one_line(
+                        f"models.{draft.model_id}: not drafted: its files are not all registered"
+                    )
+                )
         for note in parsed.notes:
-            print(note)
+            print(one_line(note))
         print(tally.summary())
         return _write_draft(args.draft, registry, drafted, config)
 
     return with_registry(args, run)
+
+
+def check_draft_target(target: Path) -> None:
+    """Raise `InvalidConfig` (``--draft: ...``) unless a draft can be written at ``target``:
+    its folder exists, and the name is free or an existing regular file (never overwritten:
+    the import says so)."""
+    if not target.parent.is_dir():
+        raise InvalidConfig(
+            f"--draft: {target}: its folder {target.parent} is missing (nothing registered)"
+        )
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        raise InvalidConfig(
+            f"--draft: {target}: is a link or not a regular file (nothing registered)"
+        )
 
 
 def _files(draft: SwapDraft, base: Path) -> list[tuple[str, Path]]:
@@ -113,15 +132,40 @@ def _write_draft(
             f"{target}: {'unchanged' if same else 'exists, not overwritten (name another --draft)'}"
         )
         return 0
-    target.write_text(text)
+    try:
+        _write_private(target, text)
+    except FileExistsError:
+        print(f"{target}: exists, not overwritten (name another --draft)")
+        return 0
+    except OSError as error:
+        raise InvalidConfig(f"--draft: {target}: cannot write it: {error.strerror}") from None
     print(f"drafted {len(drafts)} instance{'s' if len(drafts) != 1 else ''} in {target}")
     return 0
+
+
+def _write_private(target: Path, text: str) -> None:
+    """Write ``text`` to the new file ``target``, mode 0600 (a draft may name paths and
+    settings that are no one else's business), never through a link planted there.
+
+    Raises:
+        FileExistsError: something is already at ``target``.
+        OSError: the folder cannot be written.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(target, flags, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        os.fchmod(handle.fileno(), 0o600)  # whatever the umask
+        handle.write(text)
 
 
 def draft_text(registry: ModelRegistry, drafts: list[SwapDraft], config: Path) -> str:
     """The drafted run file: ``[managed]``, then an ``[[instances]]`` entry per draft."""
     document = tomlkit.document()
-    document.add(tomlkit.comment(f"Drafted by `inferactors models import llama-swap {config}`."))
+    document.add(
+        tomlkit.comment(
+            f"Drafted by `inferactors models import llama-swap {printable(str(config))}`."
+        )
+    )
     document.add(tomlkit.comment("Check every value, then: inferactors run <this file>"))
     managed = tomlkit.table()
     managed.add("registry", str(registry.path))
@@ -149,7 +193,7 @@ def _instance(draft: SwapDraft, taken: set[int]) -> Any:
         port = moved
     taken.add(port)
     for line in left:
-        entry.add(tomlkit.comment(f"not carried: {line}"))
+        entry.add(tomlkit.comment(f"not carried: {printable(line)}"))
     entry.add("mode", "managed")
     entry.add("role", draft.role)
     entry.add("runtime", draft.flavor.id)
@@ -169,5 +213,5 @@ def _instance(draft: SwapDraft, taken: set[int]) -> Any:
         serve.add("extra_args", list(draft.extra_args))
     entry.add("serve", serve)
     for line in left:
-        print(f"models.{draft.model_id}: not carried: {line}")
+        print(one_line(f"models.{draft.model_id}: not carried: {line}"))
     return entry

@@ -102,9 +102,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default: ``sys.argv[1:]``) and return the exit status."""
     words = sys.argv[1:] if argv is None else list(argv)
     light = words[:1] == ["--version"] or (words[:1] and words[0] in CLIENT_COMMANDS)
-    parser = client_parser() if light else build_parser()
-    args = parser.parse_args(words)
-    code: int = args.func(args)
+    try:
+        parser = client_parser() if light else build_parser()
+        args = parser.parse_args(words)
+        code: int = args.func(args)
+    except KeyboardInterrupt:  # Ctrl-C that no command caught (while loading): one line
+        print("\ninferactors: interrupted", file=sys.stderr)
+        return 130
     return code
 
 

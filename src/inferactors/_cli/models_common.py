@@ -26,6 +26,9 @@ from .._models.registry import ModelRegistry
 REGISTRY_ENV = "INFERACTORS_REGISTRY"
 """Environment variable naming the registry file."""
 
+INTERRUPTED = 130
+"""The exit status after Ctrl-C (128 + SIGINT), as a shell reports it."""
+
 PROGRESS_THRESHOLD_BYTES = 64 << 20
 """Files larger than this (64 MiB) get a progress line while they are hashed."""
 
@@ -79,12 +82,28 @@ def common_options() -> argparse.ArgumentParser:
 
 
 def with_registry(args: argparse.Namespace, run: Callable[[ModelRegistry], int]) -> int:
+    """``run`` on the registry the options name: its exit status, or 2 for bad input, 1
+    for another error, `INTERRUPTED` for Ctrl-C (one line each, no traceback)."""
     try:
         return run(open_registry(args))
     except (InvalidConfig, UnknownModel) as error:
         return fail(error, 2)
     except InferactorsError as error:
         return fail(error, 1)
+    except KeyboardInterrupt:
+        return interrupted()
+
+
+def interrupted() -> int:
+    """Say that Ctrl-C stopped the command and return `INTERRUPTED`. Every registry save is
+    whole (a new file renamed over the old), so the registry holds what it held before,
+    plus each model an import had finished before the interrupt."""
+    print(
+        "\ninferactors: interrupted: nothing half-saved (the registry holds what was saved "
+        "before Ctrl-C)",
+        file=sys.stderr,
+    )
+    return INTERRUPTED
 
 
 def open_registry(args: argparse.Namespace) -> ModelRegistry:

@@ -69,6 +69,11 @@ def handle_import_ollama(args: argparse.Namespace) -> int:
                 tally.say(item.what, "skipped", item.why)
                 continue
             import_one(registry, tally, item.name, _ollama_files(item), _ollama_add(item))
+            if item.left_out:
+                print(
+                    f"{item.name}: not carried: its {' and '.join(item.left_out)} layer "
+                    "(only the weights are registered; a server run from them goes without it)"
+                )
         print(tally.summary())
         return 0
 

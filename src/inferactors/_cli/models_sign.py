@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from .._errors import InferactorsError, InvalidConfig
-from .._models.anchors import key_identity
 from .._models.oms import sign_model
+from .._models.sign_inputs import check_target, signing_key_identity, write_new
 from .._models.signed_add import SIGNATURE_NAME
 from .._untrusted_file import read_capped
-from .models_common import fail
+from .models_common import INTERRUPTED, fail
 
 MAX_KEY_BYTES = 64 * 1024
 """The largest private key or certificate file read."""
@@ -58,28 +59,37 @@ def add_sign_command(commands: argparse._SubParsersAction[argparse.ArgumentParse
 
 
 def handle_sign(args: argparse.Namespace) -> int:
-    """``models sign PATH --private-key KEY [--certificate C --chain ROOT] [--signature S]``."""
+    """``models sign PATH --private-key KEY [--certificate C --chain ROOT] [--signature S]``.
+
+    The key, the certificate and where the signature goes are checked before the model is
+    read (``_models/sign_inputs.py``); the signature is written as a new file renamed over
+    its name. Ctrl-C: one line, exit 130, nothing written."""
     path: Path = args.path
     try:
         if not (path.is_dir() or path.is_file()):
             raise InvalidConfig(f"path: {path} is not an existing file or folder")
         signature = args.signature or _default_signature(path)
-        _check_pem(args.private_key, "--private-key")
-        for option, pem in [
-            ("--certificate", args.certificate),
-            *(("--chain", c) for c in args.chain),
-        ]:
-            if pem is not None:
-                _check_pem(pem, option)
-        sign_model(
+        key = _check_pem(args.private_key, "--private-key")
+        certificate = (
+            None if args.certificate is None else _check_pem(args.certificate, "--certificate")
+        )
+        for pem in args.chain:
+            _check_pem(pem, "--chain")
+        identity = signing_key_identity(key, certificate)
+        ignored = check_target(path, signature)
+        data = sign_model(
             path,
-            signature,
             private_key=args.private_key,
             algorithm=args.hashing_algorithm,
             certificate=args.certificate,
             chain=args.chain,
             allow_symlinks=_has_symlinks(path),
+            ignored=ignored,
         )
+        write_new(signature, data)
+    except KeyboardInterrupt:
+        print("\ninferactors: interrupted: no signature written", file=sys.stderr)
+        return INTERRUPTED
     except InvalidConfig as error:
         return fail(error, 2)
     except InferactorsError as error:
@@ -88,7 +98,7 @@ def handle_sign(args: argparse.Namespace) -> int:
         return fail(InvalidConfig(f"{error.filename}: {error.strerror}"), 1)
     except ValueError as error:  # model-signing's refusals (a special file in the folder, ...)
         return fail(InvalidConfig(f"path: {path}: {error}"), 2)
-    who = f"certificate {args.certificate}" if args.certificate else _public_identity(args)
+    who = f"certificate {args.certificate}" if args.certificate else identity
     print(f"signed {path}: {signature} ({args.hashing_algorithm}, {who})")
     return 0
 
@@ -97,10 +107,10 @@ def _default_signature(path: Path) -> Path:
     return path / SIGNATURE_NAME if path.is_dir() else path.with_name(path.name + ".sig")
 
 
-def _check_pem(path: Path, option: str) -> None:
+def _check_pem(path: Path, option: str) -> bytes:
     """A regular file of at most 64 KiB (the package reads it by path, unbounded)."""
     try:
-        read_capped(path, MAX_KEY_BYTES, "key file")
+        return read_capped(path, MAX_KEY_BYTES, "key file")
     except InvalidConfig as error:
         raise InvalidConfig(f"{option}: {error}") from None
     except OSError as error:
@@ -116,13 +126,3 @@ def _has_symlinks(path: Path) -> bool:
         for top, _dirs, names in os.walk(path)
         for name in names
     )
-
-
-def _public_identity(args: argparse.Namespace) -> str:
-    from cryptography.hazmat.primitives import serialization
-
-    key = serialization.load_pem_private_key(args.private_key.read_bytes(), None)
-    public = key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    return key_identity(public)

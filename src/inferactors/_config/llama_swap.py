@@ -8,12 +8,18 @@ in the order of model ids) and ``${MODEL_ID}``; ``groups`` (or the newer ``matri
 which models may run together. A ``cmd`` given with ``|`` may hold ``#`` comment lines.
 (Format from llama-swap's ``config.example.yaml``.)
 
-`read_llama_swap` parses the YAML with PyYAML's safe loader (aliases refused, so an alias
-bomb cannot expand, then the same depth and integer checks as every config,
-`inferactors._safe_json.check_tree`), substitutes the macros and splits each ``cmd`` as a
-shell would (``shlex``, never a shell), and `llama_swap_args.draft_of` turns the argv into
-a draft. What the run file has no place for (groups, ``ttl``, ``env``, ``proxy``, aliases,
-flags off the allowlist) is listed as not carried, never dropped silently.
+`read_llama_swap` parses the YAML with PyYAML's safe loader: anchors, aliases and ``<<``
+merge keys are read (configs share model defaults that way), but the document may hold at
+most 100 aliases and expand to at most 100,000 values counted as a walk would meet them,
+so an alias bomb is refused in a few milliseconds; then the same depth and integer checks
+as every config (`inferactors._safe_json.check_tree`). It substitutes the macros, each
+``cmd`` expanding at most 10,000 references into at most 64 KiB (a macro bomb is refused,
+naming the model), and splits each ``cmd`` as a shell would (``shlex``, never a shell);
+`llama_swap_args.draft_of` turns the argv into a draft. What the run file has no place for
+(groups, ``apiKeys``, ``ttl``, ``env``, ``proxy``, aliases, flags off the allowlist) is
+listed as not carried, never dropped silently. A value taken from ``${env.NAME}`` is never
+written into a draft or a message: it is shown as the reference (a secret such as an API
+key is often passed that way).
 """
 
 from __future__ import annotations
@@ -37,6 +43,19 @@ MAX_MODELS = 512
 
 MAX_MACRO_DEPTH = 16
 """The deepest macros may be nested in one another."""
+
+MAX_EXPANSIONS = 10_000
+"""The most macro references one ``cmd`` may expand, nested ones included."""
+
+MAX_EXPANDED_CHARS = 64 * 1024
+"""The longest one ``cmd`` may grow by macro expansion (characters)."""
+
+MAX_ALIASES = 100
+"""The most YAML aliases (``*name``) a config may hold."""
+
+MAX_VALUES = 100_000
+"""The most values (mappings, lists, scalars) a config may expand to, aliases counted each
+time they are used."""
 
 _MACRO_NAME = re.compile(r"[A-Za-z0-9_-]{1,63}")
 _REFERENCE = re.compile(r"\$\{([^}]{1,80})\}")
@@ -107,8 +126,9 @@ def _load(text: str) -> dict[str, Any]:
     import yaml  # PyYAML: imported here, for the command that reads such a file
 
     try:
-        if any(isinstance(token, yaml.AliasToken) for token in yaml.scan(text)):
-            raise InvalidConfig("YAML aliases (*name) are not read: write each value out")
+        aliases = sum(isinstance(token, yaml.AliasToken) for token in yaml.scan(text))
+        if aliases > MAX_ALIASES:
+            raise InvalidConfig(f"{aliases} YAML aliases (*name), at most {MAX_ALIASES} read")
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise InvalidConfig(f"not YAML: {cut(str(error).replace(chr(10), ' '), 300)}") from None
@@ -116,8 +136,28 @@ def _load(text: str) -> dict[str, Any]:
         raise InvalidConfig("YAML nested too deep") from None
     if not isinstance(data, dict):
         raise InvalidConfig("expected a mapping at the top (models:, macros:, ...)")
+    _check_size(data)
     check_tree(data)
     return data
+
+
+def _check_size(data: object) -> None:
+    """Refuse a document that expands (through aliases, which share one object each time
+    they are used) to more than `MAX_VALUES` values; iterative, stops at the limit."""
+    stack, seen = [data], 0
+    while stack:
+        value = stack.pop()
+        seen += 1
+        if seen > MAX_VALUES:
+            raise InvalidConfig(
+                f"the YAML expands to more than {MAX_VALUES} values through its aliases "
+                "(an alias bomb?)"
+            )
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
 
 
 def _macros(
@@ -139,31 +179,67 @@ def _macros(
 
 
 def substitute(
-    text: str, macros: Mapping[str, str], env: Mapping[str, str], where: str, depth: int = 0
+    text: str,
+    macros: Mapping[str, str],
+    env: Mapping[str, str],
+    where: str,
+    used: dict[str, str] | None = None,
 ) -> str:
     """``text`` with ``${env.NAME}`` and ``${name}`` replaced, macros within macros too
-    (``PORT`` and ``MODEL_ID`` are left for the caller).
+    (``PORT`` and ``MODEL_ID`` are left for the caller). Each environment variable read is
+    recorded in ``used`` (name to value), when given.
 
     Raises:
-        InvalidConfig: an unset environment variable, an unknown macro, or macros nested
-            more than 16 deep (a cycle), naming ``where``.
+        InvalidConfig: an unset environment variable, an unknown macro, macros nested
+            more than 16 deep (a cycle), or more than 10,000 references expanded or 64 KiB
+            produced (a macro bomb), naming ``where``.
     """
-    if depth > MAX_MACRO_DEPTH:
-        raise InvalidConfig(f"{where}: macros nested more than {MAX_MACRO_DEPTH} deep (a cycle?)")
+    return _Expansion(macros, env, where, {} if used is None else used).run(text, 0)
 
-    def one(match: re.Match[str]) -> str:
+
+@attrs.define
+class _Expansion:
+    """One ``cmd``'s macro expansion, with its budget of references and characters."""
+
+    macros: Mapping[str, str]
+    env: Mapping[str, str]
+    where: str
+    used: dict[str, str]
+    references: int = 0
+    chars: int = 0
+
+    def run(self, text: str, depth: int) -> str:
+        if depth > MAX_MACRO_DEPTH:
+            raise InvalidConfig(
+                f"{self.where}: macros nested more than {MAX_MACRO_DEPTH} deep (a cycle?)"
+            )
+        result = _REFERENCE.sub(lambda match: self._one(match, depth), text)
+        self.chars += len(result)
+        if self.chars > MAX_EXPANDED_CHARS:
+            raise InvalidConfig(
+                f"{self.where}: macros expand to more than {MAX_EXPANDED_CHARS // 1024} KiB "
+                "(a macro bomb?)"
+            )
+        return result
+
+    def _one(self, match: re.Match[str], depth: int) -> str:
+        self.references += 1
+        if self.references > MAX_EXPANSIONS:
+            raise InvalidConfig(
+                f"{self.where}: more than {MAX_EXPANSIONS} macro references expanded "
+                "(a macro bomb?)"
+            )
         name = match.group(1)
         if name.startswith("env."):
-            if name[4:] not in env:
-                raise InvalidConfig(f"{where}: ${{{name}}}: the variable is not set")
-            return env[name[4:]]
+            if name[4:] not in self.env:
+                raise InvalidConfig(f"{self.where}: ${{{cut(name, 60)}}}: the variable is not set")
+            self.used[name[4:]] = self.env[name[4:]]
+            return self.env[name[4:]]
         if name in _RESERVED:
             return match.group(0)
-        if name not in macros:
-            raise InvalidConfig(f"{where}: ${{{cut(name, 40)}}} is not a defined macro")
-        return substitute(macros[name], macros, env, where, depth + 1)
-
-    return _REFERENCE.sub(one, text)
+        if name not in self.macros:
+            raise InvalidConfig(f"{self.where}: ${{{cut(name, 40)}}} is not a defined macro")
+        return self.run(self.macros[name], depth + 1)
 
 
 def _model(
@@ -172,6 +248,7 @@ def _model(
     """The model's draft or skip, and whether its ``cmd`` took the next ``${PORT}``."""
     where = f"models.{cut(model_id, 60)}"
     uses_port = False
+    used: dict[str, str] = {}
     try:
         if not isinstance(settings, dict):
             raise InvalidConfig(f"{where}: expected a mapping")
@@ -179,7 +256,7 @@ def _model(
         if not isinstance(cmd, str):
             raise InvalidConfig(f"{where}.cmd: expected a string")
         own = _macros(settings.get("macros", {}), f"{where}.macros", env, macros)
-        text = substitute(_without_comments(cmd), own, env, f"{where}.cmd")
+        text = substitute(_without_comments(cmd), own, env, f"{where}.cmd", used)
         uses_port = "${PORT}" in text
         text = text.replace("${PORT}", str(port)).replace("${MODEL_ID}", model_id)
         try:
@@ -189,7 +266,7 @@ def _model(
     except InvalidConfig as error:
         return SwapSkip(model_id, str(error)), uses_port
     extra = [f"{key}: {why}" for key, why in _PER_MODEL_KEYS.items() if key in settings]
-    draft = draft_of(model_id, argv, not_carried=extra)
+    draft = draft_of(model_id, argv, not_carried=extra, from_env=used)
     return (SwapSkip(model_id, draft) if isinstance(draft, str) else draft), uses_port
 
 
@@ -212,4 +289,9 @@ def _notes(data: Mapping[str, Any]) -> tuple[str, ...]:
             )
     if "matrix" in data:
         notes.append("matrix: not carried; each instance is supervised on its own")
+    if "apiKeys" in data:
+        notes.append(
+            "apiKeys: not carried (the keys are not shown); each instance's server key is "
+            "its serve.api_key_file"
+        )
     return tuple(notes)

@@ -6,7 +6,10 @@ it: the model file (``-m``/``--model``) and those the run file names by registry
 ``-c``/``--ctx-size``, a loopback ``--host`` and equal ``-ctk``/``-ctv`` become the typed
 fields; every other flag is carried into ``serve.extra_args`` only if the allowlist takes
 it with its value (``allowlist.check_extra_args``), else listed as not carried with the
-allowlist's reason.
+allowlist's reason. No secret is written into a draft or a line about it: the value of a
+flag that takes one (``--api-key``, ``--hf-token``) is shown as ``<secret>``, and a value
+that came from the environment (``${env.NAME}``, often how a key is passed) is not carried
+and is shown as that reference.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import attrs
 from .._errors import InvalidConfig, cut
 from .._flavor import InferFlavor
 from .allowlist import MAX_EXTRA_ARGS, check_extra_args
-from .flag_rules import FlagRule, rules_of
+from .flag_rules import FlagRule, rules_of, typed_field
 
 _MODEL = ("-m", "--model")
 _DRAFT = ("-md", "--model-draft")
@@ -31,6 +34,10 @@ _CTX = ("-c", "--ctx-size")
 _HOST = ("--host",)
 _KV = {"-ctk": "k", "--cache-type-k": "k", "-ctv": "v", "--cache-type-v": "v"}
 _ROLE = re.compile(r"[^A-Za-z0-9._+:-]")
+_SECRET = "<secret>"
+_MIN_HIDDEN_CHARS = 4
+"""An environment value this long or longer is hidden wherever it appears in a value; a
+shorter one (``8`` threads) only when it is the whole value."""
 
 
 @attrs.frozen
@@ -66,18 +73,25 @@ class SwapDraft:
 
 
 def draft_of(
-    model_id: str, argv: Sequence[str], *, not_carried: Sequence[str] = ()
+    model_id: str,
+    argv: Sequence[str],
+    *,
+    not_carried: Sequence[str] = (),
+    from_env: Mapping[str, str] | None = None,
 ) -> SwapDraft | str:
     """The draft for ``argv`` (its program first), or why none can be made.
 
-    ``not_carried`` starts the draft's list (the model's own settings left out).
+    ``not_carried`` starts the draft's list (the model's own settings left out);
+    ``from_env`` (variable name to value) is what ``${env.NAME}`` put into ``argv``: such
+    a value is never carried into ``extra_args`` and is shown as its reference.
     """
     flavor, args = _flavor(argv)
     if flavor is None:
         program = cut(PurePath(argv[0]).name if argv else "nothing", 60)
         return f"cmd runs {program}, not llama-server or mlx_lm.server"
-    walk = _Walk(flavor, list(not_carried))
+    walk = _Walk(flavor, list(not_carried), _Hidden(from_env or {}))
     walk.run(args)
+    walk.left = [walk.hidden.mask(line) for line in walk.left]
     if walk.model is None:
         return "cmd names no model file (-m or --model)"
     kv = set(walk.kv.values())
@@ -117,10 +131,33 @@ def _flavor(argv: Sequence[str]) -> tuple[InferFlavor | None, list[str]]:
     return None, []
 
 
+@attrs.frozen
+class _Hidden:
+    """The environment's values a ``cmd`` used, by variable name."""
+
+    values: Mapping[str, str]
+
+    def references(self, text: str) -> list[str]:
+        """``${env.NAME}`` for each variable whose value is in ``text``."""
+        return [
+            f"${{env.{name}}}"
+            for name, value in self.values.items()
+            if value and (value == text or (len(value) >= _MIN_HIDDEN_CHARS and value in text))
+        ]
+
+    def mask(self, text: str) -> str:
+        """``text`` with each hidden value replaced by its reference."""
+        for name, value in sorted(self.values.items(), key=lambda item: -len(item[1])):
+            if len(value) >= _MIN_HIDDEN_CHARS:
+                text = text.replace(value, f"${{env.{name}}}")
+        return text
+
+
 @attrs.define
 class _Walk:
     flavor: InferFlavor
     left: list[str]
+    hidden: _Hidden
     model: str | None = None
     paths: dict[str, str] = attrs.field(factory=dict)
     lora: list[str] = attrs.field(factory=list)
@@ -188,6 +225,19 @@ class _Walk:
             self.left.append(f"{flag} {cut(value or '', 60)}: only loopback binds are managed")
 
     def _extra(self, flag: str, value: str | None) -> None:
+        typed = typed_field(self.flavor, flag)
+        if value is not None and typed is not None and typed.takes == "a secret":
+            instead = f"use {typed.field}" if typed.field else "no field replaces it"
+            self.left.append(f"{flag} {_SECRET}: takes a secret, never carried; {instead}")
+            return
+        references = [] if value is None else self.hidden.references(value)
+        if references:
+            self.left.append(
+                f"{flag} {cut(self.hidden.mask(value or ''), 80)}: its value comes from the "
+                f"environment ({', '.join(references)}), never written into the draft; "
+                "write it in yourself"
+            )
+            return
         entry = [flag] if value is None else [flag, value]
         try:
             check_extra_args(self.flavor, entry)

@@ -99,6 +99,28 @@ class TrustAnchors:
         return ", ".join(self.names()) or "none configured"
 
 
+@attrs.define(eq=False)
+class LiveAnchors:
+    """The trust anchors a registry object verifies against now.
+
+    A reload re-reads the anchor files and `replace` swaps them in whole; ``generation``
+    counts the swaps that changed anything, so a verification made under older anchors
+    (a running server's pin, a cached check) knows it must be made again.
+    """
+
+    current: TrustAnchors = TrustAnchors()
+    generation: int = 0
+
+    def replace(self, anchors: TrustAnchors) -> bool:
+        """Use ``anchors`` from now on; whether they differ from the current ones (names,
+        kinds or file contents)."""
+        if anchors == self.current:
+            return False
+        self.current = anchors
+        self.generation += 1
+        return True
+
+
 def check_anchor_name(name: object, where: str) -> str:
     """Return ``name`` if it is a plain token of 1 to 64 characters.
 

@@ -236,6 +236,8 @@ class CheckFailure:
     sticky: bool
     file: str = ""
     """The pinned file's relative path, or empty when the failure is not one file's."""
+    missing: bool = False
+    """The file is not there (not sticky by itself: a disk not mounted yet)."""
 
 
 def safetensors_format(path: Path) -> object:

@@ -71,6 +71,10 @@ class OllamaModel:
     blob: Path
     sha256: str
     size: int
+    left_out: tuple[str, ...] = ()
+    """The kinds of the layers a server run from the weights alone goes without
+    (``adapter``, ``projector``: a LoRA adapter, a vision projector Ollama loads beside
+    them), said at import so no one takes the registration for the whole model."""
 
 
 @attrs.frozen
@@ -160,6 +164,7 @@ def _read_manifest(path: Path, parts: tuple[str, ...], blobs: Path) -> OllamaMod
     try:
         data = parse_json(read_capped(path, MAX_MANIFEST_BYTES, "Ollama manifest"))
         digest, size = _model_layer(data)
+        left_out = _left_out(data)
         name = check_model_name(_registry_name(host, namespace, model, tag), where="name")
     except InvalidConfig as error:
         return Skipped(what, str(error))
@@ -169,7 +174,24 @@ def _read_manifest(path: Path, parts: tuple[str, ...], blobs: Path) -> OllamaMod
     if blob.is_symlink() or not blob.is_file():
         why = "a symbolic link, not followed" if blob.is_symlink() else "missing"
         return Skipped(what, f"its model blob {blob.name} is {why}")
-    return OllamaModel(name, _ollama_name(host, namespace, model, tag), blob, digest, size)
+    return OllamaModel(
+        name, _ollama_name(host, namespace, model, tag), blob, digest, size, left_out
+    )
+
+
+_SERVED_LAYERS = ("adapter", "projector")
+"""The layer kinds (``application/vnd.ollama.image.<kind>``) Ollama loads with the weights."""
+
+
+def _left_out(data: object) -> tuple[str, ...]:
+    """The served layer kinds besides the weights in a checked manifest ``data``."""
+    layers = data.get("layers") if isinstance(data, dict) else None
+    kinds = {
+        str(layer.get("mediaType", "")).removeprefix("application/vnd.ollama.image.")
+        for layer in (layers if isinstance(layers, list) else [])
+        if isinstance(layer, dict)
+    }
+    return tuple(kind for kind in _SERVED_LAYERS if kind in kinds)
 
 
 def _model_layer(data: object) -> tuple[str, int]:

@@ -25,6 +25,7 @@ optional ``signing`` extra, imported on first use; without it every entry point 
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -32,10 +33,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
-from .._errors import InvalidConfig, cut
+from .._errors import InvalidConfig, cut, printable
 from .._safe_json import NotJson, parse_json
 from .anchors import AnchorKind, TrustAnchor, TrustAnchors, key_identity, missing_extra
 from .manifest import SIGNED_ALGORITHMS
+from .signing_certificate import certificate_name, signing_certificate_problem
 
 if TYPE_CHECKING:
     from model_signing._signing.sign_sigstore_pb import Signature
@@ -57,17 +59,24 @@ class SignedFiles:
     """What a verified signature signs.
 
     Attributes:
-        anchor: the trust anchor that verified it.
+        anchors: every trust anchor that verifies it, in configured order (two anchors may
+            hold one key, or two roots issue one chain): a requirement naming any of them
+            is met.
         signer: ``key sha256:<64 hex>`` or ``certificate <subject>``.
         algorithm: the digest every file is signed with (``blake3``, ``sha256``, ``blake2``).
         files: each signed file's name (relative path, or ``"."`` for a single-file model)
             and its digest in lower-case hex.
     """
 
-    anchor: str
+    anchors: tuple[str, ...]
     signer: str
     algorithm: str
     files: dict[str, str]
+
+    @property
+    def anchor(self) -> str:
+        """The first anchor that verifies it (the one recorded at registration)."""
+        return self.anchors[0]
 
 
 def verify_signature(data: bytes, anchors: TrustAnchors) -> SignedFiles:
@@ -109,7 +118,7 @@ def claimed_signer(signature: Signature) -> str:
                 "the bundle names no public key (no publicKey.hint): re-sign it with "
                 "model-signing 1.0 or later"
             )
-        return f"key sha256:{cut(hint, 64)}"
+        return f"key sha256:{printable(cut(hint, 64))}"
     chain = material.x509_certificate_chain
     if chain is not None and chain.certificates:
         from cryptography import x509
@@ -118,7 +127,7 @@ def claimed_signer(signature: Signature) -> str:
             leaf = x509.load_der_x509_certificate(chain.certificates[0].raw_bytes)
         except ValueError:
             raise BadSignature("its signing certificate is not DER X.509") from None
-        return f"certificate {cut(leaf.subject.rfc4514_string(), 200)}"
+        return f"certificate {printable(cut(certificate_name(leaf), 200))}"
     raise BadSignature(
         "it carries neither a public key hint nor a certificate chain (a Sigstore keyless "
         "signature needs the network to verify; use a key or a certificate)"
@@ -127,33 +136,39 @@ def claimed_signer(signature: Signature) -> str:
 
 def sign_model(
     model: Path,
-    signature: Path,
     *,
     private_key: Path,
     algorithm: str = "sha256",
     certificate: Path | None = None,
     chain: Sequence[Path] = (),
     allow_symlinks: bool = False,
-) -> None:
-    """Sign ``model`` (a file, or a directory: every file beneath it but the signature and
-    git's files) with ``model-signing``'s own signing API, writing the bundle to
-    ``signature``. With ``certificate`` (and its ``chain`` of issuers), the bundle carries
-    the chain; else it names the key. Blocking: hashes the model by path.
+    ignored: str | None = None,
+) -> bytes:
+    """Sign ``model`` (a file, or a directory: every file beneath it but ``ignored``, a
+    relative path, and git's files) with ``model-signing``'s own signing API and return the
+    bundle's bytes. With ``certificate`` (and its ``chain`` of issuers, at least one), the
+    bundle carries the chain; else it names the key. The package writes the bundle into a
+    private temporary folder of ours, never beside the model: the caller writes it
+    (``sign_inputs.write_new``). Blocking: hashes the model by path.
 
     Raises:
-        InvalidConfig: ``private_key`` is not an unencrypted PEM elliptic-curve key, or does
-            not match ``certificate``; naming the option.
+        InvalidConfig: a ``certificate`` without a ``chain``, or a key or certificate the
+            package refuses; naming the option.
         Unsupported: the ``signing`` extra is not installed.
-        OSError: a file cannot be read or the signature written.
+        OSError: a file cannot be read.
     """
     signing, hashing = _import("signing a model", "signing", "hashing")
     if algorithm not in SIGNED_ALGORITHMS:
         raise InvalidConfig(f"--hashing-algorithm: {algorithm!r} is not one of blake3, sha256")
-    ignored = [signature.name] if model.is_dir() and signature.parent == model else []
+    if certificate is not None and not chain:
+        raise InvalidConfig(
+            "--chain: signing with --certificate needs its issuers up to the root (the "
+            "bundle carries them): add --chain ROOT.pem"
+        )
     digests = hashing.Config().use_file_serialization(
         hashing_algorithm=algorithm, allow_symlinks=allow_symlinks
     )
-    digests.set_ignored_paths(paths=ignored, ignore_git_paths=True)
+    digests.set_ignored_paths(paths=[ignored] if ignored else [], ignore_git_paths=True)
     config = signing.Config().set_hashing_config(digests)
     try:
         if certificate is None:
@@ -163,8 +178,12 @@ def sign_model(
                 private_key=private_key, signing_certificate=certificate, certificate_chain=chain
             )
     except (ValueError, TypeError) as error:
-        raise InvalidConfig(f"--private-key: {private_key}: {cut(str(error))}") from None
-    config.sign(model, signature)
+        option = "--private-key" if certificate is None else "--certificate/--chain"
+        raise InvalidConfig(f"{option}: {cut(str(error))}") from None
+    with tempfile.TemporaryDirectory(prefix="inferactors-sign-") as private:
+        out = Path(private) / "model.sig"
+        config.sign(model, out)
+        return out.read_bytes()
 
 
 def _read_bundle(data: bytes) -> Signature:
@@ -186,32 +205,46 @@ def _read_bundle(data: bytes) -> Signature:
 def _by_key(signature: Signature, claimed: str, anchors: TrustAnchors) -> SignedFiles:
     (key_module,) = _import("checking a signature", "_signing.sign_ec_key")
     keys = [a for a in anchors if a.kind is AnchorKind.PUBLIC_KEY]
-    match = next((a for a in keys if key_identity(a.pem) == claimed), None)
-    if match is None:
+    matches = [a for a in keys if key_identity(a.pem) == claimed]
+    if not matches:
         raise BadSignature(
             f"signed by {short_signer(claimed)}: none of the trust anchors "
             f"({anchors.described()}) holds that key"
         )
-    make = partial(key_module.Verifier, _contents(match.pem))
-    return _verified(make, signature, match, claimed)
+    make = partial(key_module.Verifier, _contents(matches[0].pem))
+    verified = _verified(make, signature, matches[0], claimed)
+    return attrs.evolve(verified, anchors=tuple(a.name for a in matches))
 
 
 def _by_certificate(signature: Signature, claimed: str, anchors: TrustAnchors) -> SignedFiles:
     (cert_module,) = _import("checking a signature", "_signing.sign_certificate")
+    chain = signature.bundle.verification_material.x509_certificate_chain
+    if chain is not None and chain.certificates:  # claimed_signer found and parsed it
+        problem = signing_certificate_problem(chain.certificates[0].raw_bytes)
+        if problem is not None:
+            raise BadSignature(f"signed by {claimed}: {problem}")
     roots = [a for a in anchors if a.kind is AnchorKind.CERTIFICATE]
     reasons = []
-    for anchor in roots:
+    found: list[SignedFiles] = []
+    for anchor in roots:  # every root that verifies it: a requirement may name any of them
         try:
             make = partial(cert_module.Verifier, [_contents(anchor.pem)])
-            return _verified(make, signature, anchor, claimed)
+            found.append(_verified(make, signature, anchor, claimed))
         except BadSignature as error:
             reasons.append(f"{anchor.name}: {error}")
+    if found:
+        return attrs.evolve(found[0], anchors=tuple(f.anchor for f in found))
     if not roots:
         reasons.append(f"no certificate anchor ({anchors.described()})")
     raise BadSignature(
         f"signed by {claimed}, whose certificate chain leads to none of the trust anchors: "
         + "; ".join(reasons)
     )
+
+
+_OUR_NAMES = {"blake2b": "blake2"}
+"""Our name of a statement's ``hash_type`` (``model-signing`` is asked for ``blake2``,
+hashes with BLAKE2b and writes ``blake2b`` in the statement)."""
 
 
 def _verified(
@@ -228,13 +261,14 @@ def _verified(
             f"signs file shards (method {serialization.get('method')!r}), not whole files: "
             "sign it per file (model-signing's default)"
         )
-    algorithm = serialization.get("hash_type")
+    hash_type = str(serialization.get("hash_type"))
+    algorithm = _OUR_NAMES.get(hash_type, hash_type)
     files: dict[str, str] = {}
     for descriptor in manifest.resource_descriptors():
-        if descriptor.digest.algorithm != algorithm or algorithm not in SIGNED_ALGORITHMS:
+        if descriptor.digest.algorithm != hash_type or algorithm not in SIGNED_ALGORITHMS:
             raise BadSignature(f"signs {descriptor.identifier} with {descriptor.digest.algorithm}")
         files[descriptor.identifier] = descriptor.digest.digest_hex
-    return SignedFiles(anchor.name, claimed, str(algorithm), files)
+    return SignedFiles((anchor.name,), claimed, algorithm, files)
 
 
 def short_signer(signer: str) -> str:

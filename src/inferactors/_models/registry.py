@@ -52,7 +52,7 @@ from .._errors import (
     shown,
 )
 from .._flavor import ModelFormat
-from .anchors import TrustAnchors
+from .anchors import LiveAnchors, TrustAnchors
 from .hashing import Blake3Hasher, CheckFailure, FileHasher, FileStamp, ProgressFn
 from .manifest import ModelManifest, ModelSource, ResolvedModel, resolved_model
 from .manifest_io import check_manifest, check_model_name, registry_to_text
@@ -110,7 +110,7 @@ class ModelRegistry:
             BackendError: the file exists but cannot be read.
         """
         record = VerifiedRecord.beside(path, racy_margin_s=racy_margin_s)
-        rules = SigningRules(anchors or TrustAnchors())
+        rules = SigningRules(LiveAnchors(anchors or TrustAnchors()))
         registry = cls(path=path, checks=ModelChecks(hasher or Blake3Hasher(), rules, record))
         registry._refresh()
         return registry
@@ -120,7 +120,7 @@ class ModelRegistry:
         cls, *, hasher: FileHasher | None = None, anchors: TrustAnchors | None = None
     ) -> ModelRegistry:
         """An empty registry that lives only in this object (tests, embedding)."""
-        rules = SigningRules(anchors or TrustAnchors())
+        rules = SigningRules(LiveAnchors(anchors or TrustAnchors()))
         return cls(path=None, checks=ModelChecks(hasher or Blake3Hasher(), rules))
 
     @property
@@ -130,8 +130,23 @@ class ModelRegistry:
 
     @property
     def anchors(self) -> TrustAnchors:
-        """The trust anchors signatures are verified against."""
+        """The trust anchors signatures are verified against now."""
         return self._checks.rules.anchors
+
+    def use_anchors(self, anchors: TrustAnchors) -> bool:
+        """Verify signatures against ``anchors`` from now on (the anchor files as a reload
+        re-read them); whether they differ from those in force. Every model's signature is
+        verified again at its next check, and a server's held pin at its next
+        `PinnedModel.changed` (so a key taken out of the anchors holds its servers down
+        as tampered); a recorded requirement keeps only the anchors still configured."""
+        return self._checks.use_anchors(anchors)
+
+    def signer_seen(self, name: str) -> str | None:
+        """Who signed model ``name`` as the last check of that name in this object found
+        it (a load's, a spawn's pin, a running server's re-check): ``"ops: key
+        sha256:74e77a506e308a1f..."``; None before any check, for an unsigned model, or
+        when that check refused it. In memory only: no I/O."""
+        return self._checks.signer_seen(name)
 
     def add(
         self,

@@ -67,9 +67,13 @@ def scan_model(
             raise InvalidConfig(f"path: {path} is not a .gguf file; register its directory")
         root, file_name = gguf_root(path)
         shards, tokenizer = [file_name], []
+        if not file_name.lower().endswith(".gguf"):  # a link to a file of another name
+            _check_gguf_magic(path)
+        fmt = choose_format([path.name], explicit=fmt, says_mlx=False)  # the name given
     else:
         raise InvalidConfig(f"path: {path} is not an existing file or directory")
-    fmt = choose_format(shards, explicit=fmt, says_mlx=_says_mlx(root, shards, tokenizer))
+    if fmt is None or path.is_dir():
+        fmt = choose_format(shards, explicit=fmt, says_mlx=_says_mlx(root, shards, tokenizer))
     return ModelManifest(
         name=name,
         format=fmt,
@@ -77,6 +81,21 @@ def scan_model(
         shards=_hash_files(root, shards, hasher, on_progress, second),
         tokenizer=_hash_files(root, tokenizer, hasher, on_progress, second),
     )
+
+
+def _check_gguf_magic(path: Path) -> None:
+    """Refuse a ``.gguf`` link to a file of another name (an Ollama blob is one) unless that
+    file starts with the GGUF magic: a link named ``model.gguf`` to ``/etc/shadow`` is not
+    registered as a model. A file named ``.gguf`` itself is registered as it is, broken or
+    not: a broken model fails at load in the server's own words."""
+    try:
+        with path.open("rb") as handle:
+            magic = handle.read(4)
+    except OSError as error:
+        raise InvalidConfig(f"path: {path}: cannot read it: {error.strerror}") from None
+    if magic != b"GGUF":
+        where = f" (a link to {os.path.realpath(path)})" if path.is_symlink() else ""
+        raise InvalidConfig(f"path: {path}{where} is not a GGUF file: it does not start with GGUF")
 
 
 def gguf_root(path: Path) -> tuple[Path, str]:

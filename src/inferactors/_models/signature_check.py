@@ -12,28 +12,42 @@ besides every pinned file matching its pin:
 
 The verification is repeated whenever any of the model's files is hashed in full (so a
 changed file is never trusted on the old signature), at the first check of the manifest in
-a registry object, and on every full check (``models verify``, a sticky refusal). A check
+a registry object, on every full check (``models verify``, a sticky refusal), and at the
+first check after the trust anchors were swapped (a reload re-read them:
+`anchors.LiveAnchors`). A check
 whose files all pass on their stamps reuses the last verification: the signature file's
 own stamp is among them. For a non-BLAKE3 signature, a file's stamp spares it its hash only
 if this process hashed it (the persisted record knows BLAKE3 digests only).
 
-Any failure is tampering (a sticky `CheckFailure` naming the signature file), so it holds
-the instance down exactly as a changed byte does (``design/pinning.md``); so is a signed
-model checked with no trust anchor configured.
+Any failure is tampering (a sticky `CheckFailure` naming the signature file, the signer
+found and the anchors expected), so it holds the instance down exactly as a changed byte
+does (``design/pinning.md``); so is a signed model checked with no trust anchor configured,
+and a signature file replaced or deleted while the model's files are all there
+(`SignatureCheck.gone`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import stat
+from collections.abc import Callable, Mapping
+from pathlib import PurePosixPath
 
 import attrs
 
 from .._errors import Unsupported
-from .anchors import TrustAnchors
+from .anchors import LiveAnchors, TrustAnchors
+from .beneath import ModelTree, OutsideRoot
 from .hashing import CheckFailure, FileStamp
 from .manifest import ModelFile, ModelManifest, ModelSignature
-from .oms import MAX_SIGNATURE_BYTES, SINGLE_FILE, BadSignature, SignedFiles, verify_signature
+from .oms import (
+    MAX_SIGNATURE_BYTES,
+    SINGLE_FILE,
+    BadSignature,
+    SignedFiles,
+    short_signer,
+    verify_signature,
+)
 
 
 @attrs.define
@@ -50,15 +64,20 @@ class SignatureCheck:
     """The signature state of one manifest in one registry object (guarded by its lock).
 
     Attributes:
-        anchors: the registry's trust anchors.
+        live: the registry's trust anchors, as a reload last re-read them.
+        expected: the anchors a signature of this model must lead to, for a message
+            (``"one of ops"``; `signing_rules.SigningRules.expected`).
         digests: each file's non-BLAKE3 signed digest at its last full hash here, with the
             stamp it had then.
         verified: what the last verification found, or None before one passed.
+        verified_at: the anchors' generation that verification was made under.
     """
 
-    anchors: TrustAnchors
+    live: LiveAnchors
+    expected: Callable[[], str] = lambda: "any configured"
     digests: dict[str, tuple[FileStamp, str]] = attrs.field(factory=dict)
     verified: SignedFiles | None = None
+    verified_at: int = -1
 
     def second_algorithm(self, manifest: ModelManifest) -> str | None:
         """The digest to compute beside BLAKE3 for ``manifest`` (its signature's, when that
@@ -72,6 +91,10 @@ class SignatureCheck:
         """Whether the second digest of ``path`` is known for the file as ``stamp`` says."""
         known = self.digests.get(path)
         return stamp is not None and known is not None and known[0] == stamp
+
+    def current(self) -> bool:
+        """Whether the last verification passed under the anchors in force now."""
+        return self.verified is not None and self.verified_at == self.live.generation
 
     def after_files(
         self,
@@ -100,33 +123,80 @@ class SignatureCheck:
         for path, digest in notes.hashed.items():
             if digest is not None:
                 self.digests[path] = (stamps[path], digest)
-        if self.verified is not None and not full and not notes.hashed:
+        if self.current() and not full and not notes.hashed:
             return None
+        return self.verify_open(manifest, fds[signature.file.path])
+
+    def verify_open(self, manifest: ModelManifest, fd: int) -> CheckFailure | None:
+        """Verify ``manifest``'s signature from the signature file's open descriptor
+        ``fd`` (its pinned bytes) against the anchors in force now, with the digests known
+        for its files: None when it verifies, else a sticky failure naming the signer
+        found and the anchors expected."""
+        signature = manifest.signature
+        assert signature is not None, "only a signed manifest is verified"
         self.verified = None
-        why = self._verify(manifest, signature, fds[signature.file.path])
+        generation = self.live.generation
+        why = self._verify(manifest, signature, fd)
         if why is not None:
             return CheckFailure(
                 f"signature {signature.file.path}: {why}", sticky=True, file=signature.file.path
             )
+        self.verified_at = generation
         return None
 
+    def gone(self, failure: CheckFailure, tree: ModelTree) -> CheckFailure:
+        """The failure of the signature file's own pin (replaced, resized, deleted, made a
+        link out of the root or a special file) as tampering: sticky, naming the signer
+        of what lies there now (or none) and the anchors expected."""
+        found = _signer_found(tree, failure.file, self.live.current)
+        reason = f"{failure.reason}; signer found: {found}; anchors expected: {self.expected()}"
+        return CheckFailure(reason, sticky=True, file=failure.file)
+
     def _verify(self, manifest: ModelManifest, signature: ModelSignature, fd: int) -> str | None:
-        if not self.anchors:
+        anchors = self.live.current
+        if not anchors:
             return "no trust anchor is configured to verify it"
         if signature.file.size > MAX_SIGNATURE_BYTES:
             return f"larger than its limit of {MAX_SIGNATURE_BYTES >> 20} MiB"
         data = os.pread(fd, signature.file.size, 0)
         try:
-            signed = verify_signature(data, self.anchors)
+            signed = verify_signature(data, anchors)
         except BadSignature as error:
-            return f"does not verify: {error}"
+            return f"does not verify: {error}; anchors expected: {self.expected()}"
         except Unsupported as error:
             return str(error)
         second = {path: digest for path, (_stamp, digest) in self.digests.items()}
         why = compare_signed(manifest, signed, second)
         if why is None:
             self.verified = signed
-        return why
+            return None
+        return f"{why} (signed by {', '.join(signed.anchors)}: {short_signer(signed.signer)})"
+
+
+def _signer_found(tree: ModelTree, path: str, anchors: TrustAnchors) -> str:
+    """Who signed the signature file at ``path`` beneath ``tree`` as it is now: ``"none"``
+    when it is missing or not a regular file, else the anchors and signer when it verifies,
+    else why not (which names the signer the bundle claims)."""
+    try:
+        fd = tree.open(PurePosixPath(path))
+    except (OSError, OutsideRoot):
+        return "none (no signature file there)"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return "none (not a regular file)"
+        data = os.pread(fd, MAX_SIGNATURE_BYTES + 1, 0)
+    except OSError as error:
+        return f"unknown (unreadable: {error.strerror})"
+    finally:
+        os.close(fd)
+    try:
+        signed = verify_signature(data, anchors)
+    except BadSignature as error:
+        return str(error)
+    except Unsupported as error:
+        return f"unknown ({error})"
+    return f"{', '.join(signed.anchors)}: {short_signer(signed.signer)}"
 
 
 def model_files(manifest: ModelManifest) -> tuple[ModelFile, ...]:

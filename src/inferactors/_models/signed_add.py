@@ -20,10 +20,11 @@ from pathlib import Path, PurePosixPath
 import attrs
 import blake3
 
-from .._errors import InvalidConfig, cut
+from .._errors import InvalidConfig, shown
 from .._flavor import ModelFormat
-from .._untrusted_file import read_capped
+from .._untrusted_file import read_capped_fd
 from .anchors import TrustAnchors
+from .beneath import ModelTree, OutsideRoot
 from .hashing import FileHasher, ProgressFn
 from .manifest import ModelFile, ModelManifest, ModelSignature
 from .oms import MAX_SIGNATURE_BYTES, SINGLE_FILE, BadSignature, verify_signature
@@ -41,7 +42,7 @@ def find_signature(path: Path) -> Path | None:
         candidates = [path / SIGNATURE_NAME]
     else:
         candidates = [path.with_name(path.name + ".sig"), path.with_name(SIGNATURE_NAME)]
-    return next((c for c in candidates if c.is_file()), None)
+    return next((c for c in candidates if os.path.lexists(c)), None)
 
 
 def scan_signed(
@@ -73,12 +74,13 @@ def scan_signed(
             f"{field}: no trust anchor to verify it against (name one: --anchor, or the run "
             "file's [[managed.trust_anchors]] with --config)"
         )
-    data = _read(signature, field)
+    data = _read(root, relative, field)
     try:
         signed = verify_signature(data, anchors)
     except BadSignature as error:
         raise InvalidConfig(f"{field}: does not verify: {error}") from None
-    include = tuple(n for n in signed.files if n != SINGLE_FILE) if path.is_dir() else ()
+    names = _checked_names(tuple(n for n in signed.files if n != SINGLE_FILE), field)
+    include = names if path.is_dir() else ()
     second = None if signed.algorithm == "blake3" else SecondDigests(signed.algorithm)
     manifest = scan_model(
         path,
@@ -86,7 +88,7 @@ def scan_signed(
         fmt=fmt,
         hasher=hasher,
         on_progress=on_progress,
-        include=_checked_names(include, field),
+        include=include,
         second=second,
     )
     manifest = attrs.evolve(
@@ -121,18 +123,37 @@ def _beneath(root: Path, signature: Path) -> str:
     return where.relative_to(root).as_posix()
 
 
-def _read(signature: Path, field: str) -> bytes:
+def _read(root: Path, relative: str, field: str) -> bytes:
+    """The signature's bytes, opened beneath the model's root as every later check opens
+    it (a link out of the root is refused here too, never read), a regular file of at most
+    4 MiB."""
     try:
-        return read_capped(signature, MAX_SIGNATURE_BYTES, "signature")
-    except InvalidConfig as error:
+        tree = ModelTree.at_root(Path(os.path.realpath(root)))
+        try:
+            fd = tree.open(PurePosixPath(relative))
+        finally:
+            tree.close()
+    except OutsideRoot as error:
         raise InvalidConfig(f"{field}: {error}") from None
     except OSError as error:
         raise InvalidConfig(f"{field}: cannot read it: {error.strerror}") from None
+    try:
+        return read_capped_fd(fd, Path(relative), MAX_SIGNATURE_BYTES, "signature")
+    except InvalidConfig as error:
+        raise InvalidConfig(f"{field}: {str(error).split(': ', 1)[-1]}") from None
+    except OSError as error:
+        raise InvalidConfig(f"{field}: cannot read it: {error.strerror}") from None
+    finally:
+        os.close(fd)
 
 
 def _checked_names(names: tuple[str, ...], field: str) -> tuple[str, ...]:
+    """``names`` once each is a plain relative path: no ``..``, no absolute path, no NUL or
+    other control character (a file system could not hold it, a terminal would act on it).
+    """
     for name in names:
         pure = PurePosixPath(name)
-        if pure.is_absolute() or ".." in pure.parts or pure.as_posix() != name or not name:
-            raise InvalidConfig(f"{field}: it signs {cut(repr(name), 100)}, not a path beneath it")
+        odd = not name or not name.isprintable() or pure.as_posix() != name
+        if odd or pure.is_absolute() or ".." in pure.parts:
+            raise InvalidConfig(f"{field}: it signs {shown(name, 100)}, not a path beneath it")
     return names

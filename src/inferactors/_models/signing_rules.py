@@ -9,7 +9,9 @@ or one signed by another key, is refused like a changed byte (tampering), not on
 that stated it. Requirements are never
 dropped: an instance removed from the run file leaves its requirement behind, which can
 only refuse more, never less (one model required by two instances to be signed by two
-disjoint sets of anchors is refused for both).
+disjoint sets of anchors is refused for both). A requirement is met by any anchor that
+verifies the signature (two anchors may hold one key). When a reload swaps the anchors in
+(`SigningRules.use_anchors`), each requirement keeps only the anchors still configured.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Sequence
 import attrs
 
 from .._errors import InvalidConfig, shown
-from .anchors import TrustAnchors
+from .anchors import LiveAnchors, TrustAnchors
 from .hashing import CheckFailure
 from .manifest import ModelManifest
 from .oms import SignedFiles, short_signer
@@ -29,11 +31,37 @@ from .pinning import PinnedModel
 
 @attrs.define(eq=False)
 class SigningRules:
-    """The registry's trust anchors and the requirements loads stated (module docstring)."""
+    """The registry's trust anchors and the requirements loads stated (module docstring).
 
-    anchors: TrustAnchors = TrustAnchors()  # noqa: RUF009  (frozen value)
+    The anchors are `LiveAnchors`: a reload swaps in the anchor files as they are now
+    (`use_anchors`), and every verification made under the old ones is made again.
+    """
+
+    live: LiveAnchors = attrs.field(factory=LiveAnchors)
     _required: dict[str, set[tuple[str, ...]]] = attrs.field(factory=dict)
     _lock: threading.Lock = attrs.field(factory=threading.Lock)
+
+    @property
+    def anchors(self) -> TrustAnchors:
+        """The trust anchors signatures are verified against now."""
+        return self.live.current
+
+    def use_anchors(self, anchors: TrustAnchors) -> bool:
+        """Verify against ``anchors`` from now on (whether they changed anything). A
+        recorded requirement keeps only the anchors still configured (it can only refuse
+        more); one left with none is dropped: no instance of a valid run file states it."""
+        with self._lock:
+            if not self.live.replace(anchors):
+                return False
+            names = set(anchors.names())
+            for name, sets in list(self._required.items()):
+                kept = {tuple(a for a in each if a in names) for each in sets}
+                kept.discard(())
+                if kept:
+                    self._required[name] = kept
+                else:
+                    del self._required[name]
+            return True
 
     def known(self, signed_by: Sequence[str]) -> tuple[str, ...]:
         """``signed_by``, sorted without repeats, once every name is a configured anchor.
@@ -62,32 +90,53 @@ class SigningRules:
             with self._lock:
                 self._required.setdefault(name, set()).add(anchors)
 
-    def check(
-        self, pinned: PinnedModel, verified: SignedFiles | None, only: tuple[str, ...] = ()
-    ) -> PinnedModel | CheckFailure:
-        """``pinned`` when its model meets every requirement recorded on its name (or, with
-        ``only``, that one requirement instead), else a sticky failure naming the signer
-        found (or none) and the anchors expected (``pinned`` is closed then). ``verified``
-        is what its signature's verification found, if any."""
-        manifest = pinned.manifest
+    def expected(self, name: str) -> str:
+        """The anchors a signature of model ``name`` must lead to, for a message: each
+        recorded requirement (``"one of ops, corp"``, joined by ``" and "``), else any
+        configured anchor (``"any of ops, corp"``, or ``"none configured"``)."""
+        with self._lock:
+            required = sorted(self._required.get(name, ()))
+        if required:
+            return " and ".join(f"one of {', '.join(anchors)}" for anchors in required)
+        anchors = self.anchors
+        return f"any of {anchors.described()}" if anchors else "none configured"
+
+    def unmet(
+        self, manifest: ModelManifest, verified: SignedFiles | None, only: tuple[str, ...] = ()
+    ) -> str | None:
+        """Why ``manifest`` does not meet every requirement recorded on its name (or, with
+        ``only``, that one requirement instead), naming the signer found (or none) and the
+        anchors expected; None when it does. ``verified`` is what its signature's
+        verification found, if any: a requirement naming any anchor that verifies it is
+        met."""
         if only:
             required = [only]
         else:
             with self._lock:
                 required = sorted(self._required.get(manifest.name, ()))
-        anchor = verified.anchor if verified is not None else None
+        found = set(verified.anchors) if verified is not None else set()
         for anchors in required:
-            if anchor not in anchors:
-                pinned.close()
+            if not found & set(anchors):
                 signer = describe(manifest, verified)
-                found = f"signed by {signer}" if signer else "unsigned (no signature registered)"
-                path = manifest.signature.file.path if manifest.signature is not None else ""
-                return CheckFailure(
-                    f"not signed by any of the trust anchors {', '.join(anchors)}: {found}",
-                    sticky=True,
-                    file=path,
+                found_text = (
+                    f"signed by {signer}" if signer else "unsigned (no signature registered)"
                 )
-        return pinned
+                listed = ", ".join(anchors)
+                return f"not signed by any of the trust anchors {listed}: {found_text}"
+        return None
+
+    def check(
+        self, pinned: PinnedModel, verified: SignedFiles | None, only: tuple[str, ...] = ()
+    ) -> PinnedModel | CheckFailure:
+        """``pinned`` when its model meets the requirements (`unmet`), else a sticky
+        failure saying why (``pinned`` is closed then)."""
+        manifest = pinned.manifest
+        why = self.unmet(manifest, verified, only)
+        if why is None:
+            return pinned
+        pinned.close()
+        path = manifest.signature.file.path if manifest.signature is not None else ""
+        return CheckFailure(why, sticky=True, file=path)
 
     def describe(self, manifest: ModelManifest, verified: SignedFiles | None) -> str | None:
         """`describe` (for the registry's use)."""
@@ -95,11 +144,11 @@ class SigningRules:
 
 
 def describe(manifest: ModelManifest, verified: SignedFiles | None) -> str | None:
-    """``"ops: key sha256:74e77a506e308a1f..."`` (the anchor, then the signer) from
-    ``verified``, else from the manifest's registered signature; None for a model without
-    one."""
+    """``"ops: key sha256:74e77a506e308a1f..."`` (the anchors that verify it, then the
+    signer: ``"corp, ops: ..."`` when two hold its key) from ``verified``, else from the
+    manifest's registered signature; None for a model without one."""
     if verified is not None:
-        return f"{verified.anchor}: {short_signer(verified.signer)}"
+        return f"{', '.join(verified.anchors)}: {short_signer(verified.signer)}"
     signature = manifest.signature
     if signature is None:
         return None

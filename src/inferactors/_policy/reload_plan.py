@@ -15,7 +15,9 @@ the environment, ``run_as``, and ``keep_alive`` for an Ollama model alone). So:
   with the new settings, started): a ``[managed]`` default (``restart``,
   ``readiness_timeout_s``) changes the instances that take it, not those whose own
   ``supervision`` sets it; another flavor's serve program, ``keep_alive`` for a llama-server,
-  or ``[managed.logs]`` (applied to every ring as it is) change nothing;
+  ``[managed.logs]`` (applied to every ring as it is) or the trust anchors (never passed to
+  a server: every reload re-reads them for the registries, ``_service/reload_anchors.py``)
+  change nothing;
 - a name in both with the same effective settings is **unchanged** (its server keeps
   running, same pid, even when the runtime it runs in was built from other settings),
   unless it is held down (stopped for exposure or a tampered model, a configuration
@@ -96,6 +98,7 @@ def _process_settings(managed: ManagedConfig | None, spec: InferenceSpec) -> Man
         readiness_timeout_s=defaults.readiness_timeout_s,
         keep_alive=keep_alive,
         logs=ServerLogs(),
+        trust_anchors=(),
     )
 
 

@@ -72,7 +72,8 @@ class Member:
     readiness: Readiness = attrs.Factory(Readiness)
     """Whether ``/readyz`` counts it ready (changed by observations in a row)."""
     signed_by: str | None = None
-    """Who signed its model, read from the registry after each load (`signer_of`)."""
+    """Who signed its model, as the registry's last check of it found (`signer_of`): read
+    again at each load and each fresh status, so a spawn's pin or a reload's re-check shows."""
     stopping: int = 0
     """How many stops of it (the fleet's: an operator's, a restart's) are under way."""
     _updated: trio.Event = attrs.Factory(trio.Event)
@@ -155,6 +156,7 @@ class Member:
         """Take a fresh status (one readiness observation) and tell the fleet and the
         member's waiters."""
         self.status = status
+        self.signed_by = signer_of(self.runtime, self.placement.entry.spec.model)
         if self.refused is not None:
             self.readiness.down(f"refused: {self.refused}")
         else:
@@ -219,7 +221,7 @@ async def _attempt(member: Member, keeper: Keeper) -> bool:
     entry, runtime = member.placement.entry, member.runtime
     try:
         member.handle = await runtime.load(entry.spec, entry.supervision)
-        member.signed_by = await trio.to_thread.run_sync(signer_of, runtime, entry.spec.model)
+        member.signed_by = signer_of(runtime, entry.spec.model)
         keeper.index(member)
         if not member.on_demand:  # an on-demand instance waits for its first request
             await runtime.start(member.handle)
@@ -234,15 +236,12 @@ async def _attempt(member: Member, keeper: Keeper) -> bool:
 
 
 def signer_of(runtime: InferRuntime, model: str | None) -> str | None:
-    """Who signed ``model`` as ``runtime``'s registry last verified it, or None (no
-    registry, no model, unsigned, or no longer registered). Blocking: a stat of the
-    registry file."""
+    """Who signed ``model`` as the last check of it in ``runtime``'s registry found it (a
+    load, a spawn's pin, a re-check after the anchors changed: `ModelRegistry.signer_seen`),
+    or None (no registry, no model, unsigned, refused, or never checked). No I/O."""
     if runtime.registry is None or model is None:
         return None
-    try:
-        return runtime.registry.signed_by(runtime.registry.get(model))
-    except InferactorsError:
-        return None
+    return runtime.registry.signer_seen(model)
 
 
 async def _refused(member: Member, keeper: Keeper, error: InferactorsError) -> None:

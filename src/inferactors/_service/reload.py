@@ -2,9 +2,10 @@
 
 1. `Lifecycle.RELOADING`. Read and validate ALL of the new run file (the one loader,
    `load_run_config`, then a non-empty ``instances``, no instance on the supervisor's own
-   addresses, every runtime's settings). A setting that cannot change while the supervisor
-   runs is refused as needing a restart: the state directory (``[managed] data_root``,
-   where the control socket, the server logs, the records and the lock live) and the
+   addresses, every runtime's settings) and the trust anchor files it names
+   (``reload_anchors.py``). A setting that cannot change while the supervisor runs is
+   refused as needing a restart: the state directory (``[managed] data_root``, where the
+   control socket, the server logs, the records and the lock live) and the
    ``[front_door]`` that is served (its clients hold its address;
    ``fleet_front_door.py``). Then admit every instance to be loaded dry
    (``reload_check.py``: its model, flags, API key file, run_as, ...): any error raises
@@ -13,7 +14,10 @@
    needs that are not open yet (same flavor and mode but other settings: a new one). An
    address that cannot be bound, or a runtime that cannot be opened, closes what was just
    opened and raises `InvalidConfig`: still nothing has changed.
-3. Drain (`Fleet.drainer`, ``drain.py``) then stop and unload the removed and changed
+3. Give the anchors to every open registry; when they changed, check the models of the
+   instances left running again: one that no longer verifies is held down as
+   ``tampered``, listed in `ReloadResult.tampered` (the reload still succeeds). Drain
+   (`Fleet.drainer`, ``drain.py``) then stop and unload the removed and changed
    instances, and unload the revived ones (`plan_reload`: by each instance's own effective
    settings), then load and start the added, changed and revived ones, concurrently.
    Unchanged instances keep their server (same pid) and the runtime they run in, even when
@@ -48,6 +52,7 @@ from .._config.runfile import Endpoint, RunConfig
 from .._config.state_dir import state_dir_of
 from .._edges.bundle import Edges
 from .._errors import InferactorsError, InvalidConfig, one_line
+from .._models.anchors import TrustAnchors
 from .._policy.reload_plan import Placement, ReloadPlan, placements, plan_reload
 from .drain import DRAIN_S, Drainer
 from .fleet_door import FleetDoor
@@ -55,6 +60,7 @@ from .fleet_front_door import bind_front_door, front_door_added
 from .hosts import RuntimeHost, Say
 from .members import Member
 from .metrics import FleetMetrics
+from .reload_anchors import read_anchors, unchanged_tampered, use_anchors
 from .reload_check import check_loading
 from .views import InstanceView, Lifecycle, ReloadResult
 
@@ -132,7 +138,11 @@ async def reload_fleet(fleet: Fleet) -> ReloadResult:
             fleet.note(Lifecycle.RELOADED, one_line(f"reload refused: {error}"), failed=True)
             raise
         listener = ready.listener
+        tampered: tuple[tuple[str, str], ...] = ()
         try:
+            if use_anchors(fleet.hosts, ready.anchors):  # before any load: loads verify with them
+                kept = [fleet.members[name] for name in ready.plan.unchanged]
+                tampered = await unchanged_tampered(kept)
             refused = await _apply(fleet, ready.plan, ready.wanted)
             await _follow(fleet, ready.config)
             if listener is not None and ready.config.front_door is not None:
@@ -141,7 +151,8 @@ async def reload_fleet(fleet: Fleet) -> ReloadResult:
         finally:
             if listener is not None:
                 listener.close()
-        result = ReloadResult(**attrs.asdict(ready.plan, recurse=False), refused=refused)
+        fields = attrs.asdict(ready.plan, recurse=False)
+        result = ReloadResult(**fields, refused=refused, tampered=tampered)
         fleet.note(Lifecycle.RELOADED, describe(result), failed=bool(refused))
         return result
 
@@ -149,19 +160,25 @@ async def reload_fleet(fleet: Fleet) -> ReloadResult:
 @attrs.frozen
 class _Ready:
     """A reload that passed every check: its plan, the new file, the socket of the
-    ``[front_door]`` it adds (bound; None when it adds none)."""
+    ``[front_door]`` it adds (bound; None when it adds none), the trust anchors (their
+    files read again)."""
 
     plan: ReloadPlan
     wanted: dict[str, Placement]
     config: RunConfig
     listener: socket.socket | None
+    anchors: TrustAnchors
 
 
 async def _prepare(fleet: Fleet) -> _Ready:
-    """The plan, once the new file is valid, its instances to load pass their dry
-    admission, the front door it adds is bound and the runtimes they need are open.
-    Raises `InvalidConfig`."""
+    """The plan, once the new file and its anchors are valid, its instances to load pass
+    their dry admission, the front door it adds is bound and the runtimes they need are
+    open. Raises `InvalidConfig`."""
     config, wanted = read_run_file(fleet)
+    try:
+        anchors = await read_anchors(config)
+    except InvalidConfig as error:
+        raise InvalidConfig(f"{fleet.run_file}: {error}") from None
     current = {name: member.placement for name, member in fleet.members.items()}
     held = {name for name, member in fleet.members.items() if member.held_down()}
     plan = plan_reload(current, wanted, held)
@@ -178,7 +195,7 @@ async def _prepare(fleet: Fleet) -> _Ready:
         if listener is not None:
             listener.close()
         raise
-    return _Ready(plan, wanted, config, listener)
+    return _Ready(plan, wanted, config, listener, anchors)
 
 
 async def _follow(fleet: Fleet, config: RunConfig) -> None:
@@ -205,6 +222,7 @@ def describe(result: ReloadResult) -> str:
     ]
     parts.append(f"{len(result.unchanged)} unchanged")
     parts.extend(f"refused {name}: {why}" for name, why in result.refused)
+    parts.extend(f"held down as tampered {name}: {why}" for name, why in result.tampered)
     return "reloaded: " + "; ".join(parts)
 
 

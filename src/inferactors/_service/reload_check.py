@@ -6,7 +6,9 @@ typed fields and supervision, the registry's models and their pins, the serve pr
 flags against its ``--help``, the API key file, ``run_as``). Left out, since only the
 start can tell: whether its port is free (the server it replaces may hold it), and
 whether an adopted server or the Ollama daemon answers. Those are found at the start and
-reported in `ReloadResult.refused`.
+reported in `ReloadResult.refused`; so is a model refused as tampered (a changed byte, a
+signature the anchors no longer verify): tampering is not a configuration error, and it
+refuses its own instance at its load, not the whole reload.
 
 Models resolve in the registry of an open runtime reading the same registry file (its
 pins were checked already: a stat each), else in one opened for the check.
@@ -24,7 +26,7 @@ from .._actors.admission import make_plan
 from .._actors.registry_open import trust_anchors
 from .._config.config import InferConfig
 from .._edges.bundle import Edges
-from .._errors import InferactorsError, InvalidConfig, one_line
+from .._errors import InferactorsError, InvalidConfig, PinMismatch, one_line
 from .._models.registry import ModelRegistry
 from .._policy.admission import resolve_supervision
 from .._policy.reload_plan import Placement
@@ -49,6 +51,8 @@ async def check_loading(
     async def check(name: str, placement: Placement) -> None:
         try:
             await _dry_admit(placement, registries, edges)
+        except PinMismatch:
+            pass  # tampering, not configuration: refused at its own load, alone
         except InferactorsError as error:
             failures[name] = one_line(str(error))
 

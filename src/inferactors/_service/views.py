@@ -97,6 +97,9 @@ class ReloadResult:
             then refused at its load or start (also listed in its class above), sorted
             by name; a reload with any refused failed in part (``inferactors reload``
             exits 1).
+        tampered: ``(name, reason)`` of each unchanged instance whose model no longer
+            verifies against the trust anchors as the reload re-read them: held down as
+            ``tampered`` (its server stopped), sorted by name; the reload itself succeeded.
     """
 
     added: tuple[str, ...] = ()
@@ -105,6 +108,7 @@ class ReloadResult:
     unchanged: tuple[str, ...] = ()
     revived: tuple[str, ...] = ()
     refused: tuple[tuple[str, str], ...] = ()
+    tampered: tuple[tuple[str, str], ...] = ()
 
 
 class Lifecycle(enum.StrEnum):
