@@ -81,9 +81,9 @@ def status_of(state: State, now: float, escaped: tuple[int, ...] = ()) -> Instan
 
 def idle_status(state: State) -> InstanceStatus:
     """Status while no process runs: Loaded; Exited for an exposure or a tampered model
-    (held until reload or re-registration); for a start that failed before a process ran, its
-    words (Exited after an earlier exit, else still Loaded); else Exited with the last exit's reason, its diagnosis and
-    any survivor of its group."""
+    (held until reload or re-registration); for a start that failed before a process ran,
+    its words (Exited after an earlier exit, else still Loaded); else Exited with the last
+    exit's reason, its diagnosis and any survivor of its group."""
     if state.exposed is not None:
         return InstanceStatus(
             InstanceState.EXITED, f"stopped: {state.exposed}", stop_reason="exposure"
