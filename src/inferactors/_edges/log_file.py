@@ -9,7 +9,9 @@ writer thread, not on the loop. The file and its rotated copies are created mode
 the ``logs`` directory 0700: a server's output may hold prompts.
 
 Each line of the file: ``<ISO time with the date and zone> <stream> <pid> <text>``, with
-`CONTINUED` after a piece of a line that goes on in the next one.
+`CONTINUED` after a piece of a line that goes on in the next one. `read_tail` reads the last
+lines back (a new supervisor's ring starts with them, so ``inferactors logs`` shows what the
+servers wrote before a restart of the supervisor).
 """
 
 from __future__ import annotations
@@ -138,6 +140,52 @@ class LogFile:
         self._listener.stop()
         for handler in self._listener.handlers:
             handler.close()
+
+
+@attrs.frozen
+class FileLine:
+    """A line read back from the file, in the shape of a `Line` (``log_ring.LogLine``)."""
+
+    at: float
+    stream: str
+    pid: int
+    text: str
+    continued: bool = False
+
+
+def read_tail(path: Path, lines: int, max_bytes: int) -> list[FileLine]:
+    """The last ``lines`` lines of the file at ``path`` (oldest first), read from at most
+    its last ``max_bytes`` bytes; a line not in the file's shape (cut by that limit, or
+    written by something else) is skipped. Empty when the file does not exist.
+
+    Raises:
+        OSError: the file exists but cannot be read.
+    """
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return []
+    with handle:
+        size = os.fstat(handle.fileno()).st_size
+        handle.seek(max(0, size - max_bytes))
+        data = handle.read(max_bytes)
+    parsed = (_parse(raw) for raw in data.decode("utf-8", errors="replace").splitlines())
+    kept = [line for line in parsed if line is not None]
+    return kept[-lines:] if lines > 0 else []
+
+
+def _parse(raw: str) -> FileLine | None:
+    parts = raw.split(" ", 3)
+    if len(parts) < 3 or parts[1] not in ("stdout", "stderr") or not parts[2].isdigit():
+        return None
+    try:
+        at = datetime.datetime.fromisoformat(parts[0]).timestamp()
+    except ValueError:
+        return None
+    text = parts[3] if len(parts) == 4 else ""
+    continued = text.endswith(CONTINUED)
+    text = text[: -len(CONTINUED)] if continued else text
+    return FileLine(at, parts[1], int(parts[2]), text, continued)
 
 
 def _record(line: Line) -> logging.LogRecord:
