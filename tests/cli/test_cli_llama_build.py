@@ -63,7 +63,7 @@ def test_ctrl_c_mid_build_says_one_line_removes_the_partial_tree_and_a_rerun_is_
     build = _build(_env(tmp_path, FAKE_BUILD_HANG="1"))
     try:
         assert build.stderr is not None
-        said = []
+        said: list[str] = []
         while not said or "(3/10)" not in said[-1]:
             line = build.stderr.readline()
             assert line, "the build ended before its progress reached 3/10: " + "".join(said)

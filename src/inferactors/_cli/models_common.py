@@ -23,6 +23,7 @@ from .._errors import InferactorsError, InvalidConfig, UnknownModel, one_line
 from .._models.anchors import AnchorKind, TrustAnchors
 from .._models.registry import ModelRegistry
 from .._policy.progress_pace import SHOWN_EVERY_S, ProgressPace, Reading
+from .._policy.sizes import binary_size_text
 
 REGISTRY_ENV = "INFERACTORS_REGISTRY"
 """Environment variable naming the registry file."""
@@ -117,14 +118,7 @@ def fail(error: Exception, code: int) -> int:
 
 def format_size(size: int) -> str:
     """Bytes in binary units with one decimal: ``"512 B"``, ``"510.1 KiB"``, ``"4.2 GiB"``."""
-    if size < 1024:
-        return f"{size} B"
-    value = float(size)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        value /= 1024
-        if value < 1024 or unit == "TiB":
-            break
-    return f"{value:.1f} {unit}"
+    return binary_size_text(size)
 
 
 @attrs.define(eq=False)
