@@ -142,18 +142,19 @@ class HashProgress:
     _file: Path | None = None
     _pace: ProgressPace = attrs.field(factory=ProgressPace)
     _width: int = 0
+    _tty: bool = False
 
     def __call__(self, path: Path, done_bytes: int, total_bytes: int) -> None:
         """The `ProgressFn` for `ModelRegistry.add` and `ModelRegistry.verify`."""
         if total_bytes <= self.threshold_bytes:
             return
-        tty = self.stream.isatty()
         if path != self._file:
-            self._file, self._width = path, 0
-            self._pace = ProgressPace(self.interval_s if tty else self.pipe_interval_s)
+            self._file, self._width, self._tty = path, 0, self.stream.isatty()
+            self._pace = ProgressPace(self.interval_s if self._tty else self.pipe_interval_s)
         reading = self._pace.offer(self.clock(), done_bytes, total_bytes)
         if reading is None:
             return
+        tty = self._tty
         line = hashing_line(path.name, reading)
         if tty:
             self.stream.write("\r" + line.ljust(self._width))

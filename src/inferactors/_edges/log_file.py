@@ -23,7 +23,7 @@ import os
 import queue
 from logging.handlers import QueueListener, RotatingFileHandler
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 
@@ -81,6 +81,11 @@ class _Listener(QueueListener):
     def enqueue_sentinel(self) -> None:
         self.queue.put(self._sentinel)  # type: ignore[attr-defined]
 
+    def prepare(self, record: Any) -> logging.LogRecord:
+        """The queued `Line` as a record, made in the writer thread (the loop only queues
+        the line: a record costs microseconds a line, a flood thousands of lines a second)."""
+        return _record(record)
+
 
 @attrs.frozen
 class _Marker:
@@ -103,7 +108,7 @@ class LogFile:
     """
 
     path: Path
-    _queue: queue.Queue[logging.LogRecord | None]
+    _queue: queue.Queue[Line | None]
     _listener: _Listener
     unwritten: int = 0
     _unsaid: int = 0
@@ -117,7 +122,7 @@ class LogFile:
         os.chmod(path.parent, DIR_MODE)
         handler = _PrivateRotatingFile(path, maxBytes=max_bytes, backupCount=backups)
         handler.setFormatter(_LineFormat())
-        records: queue.Queue[logging.LogRecord | None] = queue.Queue(QUEUE_LINES)
+        records: queue.Queue[Line | None] = queue.Queue(QUEUE_LINES)
         listener = _Listener(records, handler)
         listener.start()
         return cls(path, records, listener)
@@ -128,9 +133,9 @@ class LogFile:
         try:
             if self._unsaid:
                 text = f"[inferactors] {self._unsaid} line(s) not written here: {BEHIND}"
-                self._queue.put_nowait(_record(_Marker(line.at, line.stream, line.pid, text)))
+                self._queue.put_nowait(_Marker(line.at, line.stream, line.pid, text))
                 self._unsaid = 0
-            self._queue.put_nowait(_record(line))
+            self._queue.put_nowait(line)  # made a record in the writer thread, not here
         except queue.Full:
             self.unwritten += 1
             self._unsaid += 1

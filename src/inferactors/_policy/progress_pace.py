@@ -60,12 +60,11 @@ class ProgressPace:
         if self._started is None:
             self._started, self._shown_at = (now, done), now
             return None
-        reading = self.reading(now, done, total)
-        final = reading.finished and self.shown_any
+        final = self.shown_any and 0 < total <= done
         if now - self._shown_at < self.interval_s and not final:
-            return None
+            return None  # the common case, per chunk: nothing built
         self._shown_at, self.shown_any = now, True
-        return reading
+        return self.reading(now, done, total)
 
     def reading(self, now: float, done: int, total: int) -> Reading:
         """The reading at ``now`` whether due or not (`offer` decides when)."""
