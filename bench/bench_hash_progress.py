@@ -26,11 +26,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import MS, Row, Summary, print_context, print_table, quick  # noqa: E402
+from _common import MS, Row, Summary, print_context, print_table, quick
 
-from inferactors._actors.instance.progress import HashWatch  # noqa: E402
-from inferactors._cli.models_common import HashProgress  # noqa: E402
-from inferactors._models.hashing import ProgressFn, blake3_file  # noqa: E402
+from inferactors._actors.instance.progress import HashWatch
+from inferactors._cli.models_common import HashProgress
+from inferactors._models.hashing import ProgressFn, blake3_file
 
 
 def write_random(path: Path, size: int) -> None:
