@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 
-from actors.front_door_support import FIRST_PORT, MiB, door_rig
+from actors.front_door_support import FIRST_PORT, MiB, Rig, door_rig
 from inferactors import FrontDoorRefused, InferConfig, InstanceState, RefusalKind, StopReason
 from inferactors._actors.front_door_seam import Grant, Residency
 from inferactors._events import (
@@ -368,4 +368,78 @@ async def test_an_always_on_instance_still_loading_counts_in_the_ledger(
         with trio.fail_after(60.0):
             grant = await rig.door.acquire("always")  # waits for it to serve
         assert rig.door.residency()["always"].residency is Residency.RESIDENT
+        grant.done()
+
+
+async def _stopped_for(rig: Rig, role: str) -> tuple[StopReason, str | None, str | None]:
+    """The reason of ``role``'s last `ProcessExited`, and its status' reason and words."""
+    await trio.sleep(0.1)  # the rig's collector has heard the exit
+    exited = rig.of(ProcessExited, role)[-1]
+    status = await rig.runtime.status(rig.handles[role])
+    assert status.state is InstanceState.EXITED
+    return exited.reason, status.stop_reason, status.detail
+
+
+async def test_the_schedulers_stops_reach_the_process_with_their_reason(
+    make_config: Config, autojump_clock: trio.testing.MockClock
+) -> None:
+    rules = {
+        "a": SlotRules(name="a", on_demand=True, idle_ttl_s=30.0),
+        "b": SlotRules(name="b", on_demand=True, idle_ttl_s=math.inf),
+    }
+    async with door_rig(make_config(), FakeFleet(footprint_mib=600), rules=rules) as rig:
+        (await rig.door.acquire("a")).done()
+        await trio.sleep(31.0)  # idle past its TTL
+        assert await _stopped_for(rig, "a") == (
+            StopReason.TTL,
+            "ttl",
+            "stopped: idle for its TTL (front door)",
+        )
+        (await rig.door.acquire("b")).done()
+        (await rig.door.acquire("a")).done()  # b makes room for a
+        assert await _stopped_for(rig, "b") == (
+            StopReason.EVICTED,
+            "evicted",
+            "stopped: evicted to make room for another model (front door)",
+        )
+        await rig.door.stop("a", StopReason.RELOAD)
+        assert await _stopped_for(rig, "a") == (
+            StopReason.RELOAD,
+            "reload",
+            "stopped for a reload that changed or removed it",
+        )
+        assert [e.reason for e in rig.of(ProcessExited)] == [
+            StopReason.TTL,
+            StopReason.EVICTED,
+            StopReason.RELOAD,
+        ]
+        assert rig.door.residency()["a"].last_stop == "reload"
+        assert rig.door.residency()["b"].last_stop == "evicted"
+
+
+async def test_a_wait_that_began_before_the_queue_counts_from_its_arrival(
+    make_config: Config, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with door_rig(make_config(), FakeFleet(), max_wait_s=5.0) as rig:
+        held = await rig.door.acquire("a")
+        came = trio.current_time() - 4.0  # it waited 4 s for the scheduler to open
+        with pytest.raises(FrontDoorRefused) as refused:
+            await rig.door.acquire("b", since=came)
+        assert trio.current_time() - came == pytest.approx(5.0)
+        assert refused.value.kind is RefusalKind.WAIT_TIMEOUT
+        [event] = rig.of(QueuedRequestRefused, "b")
+        assert event.waited_s == pytest.approx(5.0)
+        held.done()
+        grant = await rig.door.acquire("a", since=trio.current_time() - 60.0)
+        assert grant.upstream.role == "a"  # resident: granted at once, however long before
+        grant.done()
+
+
+async def test_a_server_is_measured_as_soon_as_it_is_resident(
+    make_config: Config, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with door_rig(make_config(), FakeFleet(footprint_mib=300, load_s=0.5)) as rig:
+        grant = await rig.door.acquire("a")  # resident at 0.5 s; the 2 s interval not over
+        await trio.sleep(0.01)
+        assert rig.door.residency()["a"].measured_bytes == 300 * MiB
         grant.done()

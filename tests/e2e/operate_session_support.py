@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import attrs
@@ -47,22 +47,23 @@ def operate_block() -> str:
     return block.text
 
 
-def shown_session() -> list[tuple[str, list[str]]]:
-    """The README's ``$`` lines (as written) with the output shown under each."""
-    lines = operate_block().splitlines()
-    session = console_commands(operate_block())
-    commands = [line[2:] for line in lines if line.startswith("$ ")]
+def shown_session(block: str | None = None) -> list[tuple[str, list[str]]]:
+    """The ``$`` lines (as written) of a README ``console`` block (the Operate one by
+    default) with the output shown under each."""
+    text = operate_block() if block is None else block
+    session = console_commands(text)
+    commands = [line[2:] for line in text.splitlines() if line.startswith("$ ")]
     return [(command, output) for command, (_, output) in zip(commands, session, strict=True)]
 
 
 def prepare(where: Path, llama_server: Path, tiny: Path, run_as: str | None) -> dict[str, str]:
     """``operate.toml`` (its server, ``run_as`` when root, free ports) and ``models.json``
     with ``tiny`` and ``broken`` registered, in ``where``; the README port -> the real one."""
-    ports = dict(zip(PORTS, map(str, _free_ports(len(PORTS))), strict=True))
+    ports = dict(zip(PORTS, map(str, free_ports(len(PORTS))), strict=True))
     text = (ROOT / "examples" / "operate.toml").read_text().replace(SHOWN_SERVER, str(llama_server))
     if run_as is not None:
         text = text.replace("[managed]\n", f'[managed]\nrun_as = "{run_as}"\n')
-    (where / "operate.toml").write_text(_ported(text, ports))
+    (where / "operate.toml").write_text(ported(text, ports))
     (where / "tiny.gguf").write_bytes(tiny.read_bytes())
     (where / "broken.gguf").write_text("this is not a GGUF model\n")
     for path in (where / "tiny.gguf", where / "broken.gguf"):
@@ -70,32 +71,43 @@ def prepare(where: Path, llama_server: Path, tiny: Path, run_as: str | None) -> 
     for name in ("tiny", "broken"):
         add = ["inferactors", "models", "add", f"{name}.gguf", "--name", name]
         subprocess.run(
-            [*add, "--registry", "models.json"], cwd=where, env=_env(), check=True, timeout=60
+            [*add, "--registry", "models.json"],
+            cwd=where,
+            env=session_env(),
+            check=True,
+            timeout=60,
         )
     return ports
 
 
-def run_session(where: Path, ports: dict[str, str]) -> list[Step]:
-    """Run the README's commands in ``where`` (ports replaced); the supervisor is stopped
-    at the end whatever happened."""
+def run_session(
+    where: Path,
+    ports: dict[str, str],
+    shown: list[tuple[str, list[str]]] | None = None,
+    settle: Callable[[Path], None] | None = None,
+) -> list[Step]:
+    """Run the README's commands (``shown``: the Operate session's by default) in
+    ``where`` (ports replaced), each once ``settle(where)`` returned (the Operate
+    session's rule by default); the supervisor is stopped at the end whatever happened."""
     steps: list[Step] = []
     supervisor: subprocess.Popen[bytes] | None = None
+    settled = settle or _settle
     try:
-        for command, _ in shown_session():
-            real = _ported(command, ports)
+        for command, _ in shown or shown_session():
+            real = ported(command, ports)
             if real.startswith("inferactors run "):
-                supervisor = _start(where, real)
+                supervisor = start_background(where, real)
             elif real == "kill %1":
                 assert supervisor is not None
                 supervisor.send_signal(signal.SIGTERM)
                 steps.append(Step(command, (), supervisor.wait(timeout=60)))
                 continue
             else:
-                _settle(where)
+                settled(where)
                 done = subprocess.run(
                     ["bash", "-c", real],
                     cwd=where,
-                    env=_env(),
+                    env=session_env(),
                     capture_output=True,
                     text=True,
                     timeout=60,
@@ -143,7 +155,7 @@ def normalized(lines: Sequence[str], ports: dict[str, str] | None = None) -> lis
     return out
 
 
-def _ported(text: str, ports: dict[str, str]) -> str:
+def ported(text: str, ports: dict[str, str]) -> str:
     """``text`` with each README port (a whole number, not part of one) made the real one,
     all at once (a real port that holds a README port is not replaced again)."""
     return _swapped(text, ports)
@@ -158,15 +170,15 @@ def _swapped(text: str, mapping: dict[str, str]) -> str:
     return pattern.sub(lambda match: mapping[match[1]], text)
 
 
-def _env() -> dict[str, str]:
+def session_env() -> dict[str, str]:
     return {**os.environ, "PATH": f"{INFERACTORS_BIN}:{os.environ.get('PATH', '')}"}
 
 
-def _start(where: Path, command: str) -> subprocess.Popen[bytes]:
+def start_background(where: Path, command: str) -> subprocess.Popen[bytes]:
     words = command.split(">")[0].split()
     log = (where / "run.log").open("wb")
     with log:
-        return subprocess.Popen(words, cwd=where, env=_env(), stdout=log, stderr=log)
+        return subprocess.Popen(words, cwd=where, env=session_env(), stdout=log, stderr=log)
 
 
 def _settle(where: Path) -> None:
@@ -176,7 +188,7 @@ def _settle(where: Path) -> None:
         done = subprocess.run(
             ["inferactors", "status", "operate.toml", "--json"],
             cwd=where,
-            env=_env(),
+            env=session_env(),
             capture_output=True,
             text=True,
             timeout=60,
@@ -196,7 +208,7 @@ def _settled(view: dict[str, object]) -> bool:
     return status["state"] in ("running", "exited") and not supervision.startswith("restarting")
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     """``count`` distinct loopback ports that were free a moment ago (all held at once
     while chosen, so none is handed out twice)."""
     with contextlib.ExitStack() as stack:

@@ -49,7 +49,7 @@ CHECKED = {
     "crashing.out": "compared with a real run: test_example_crashing.py",
     "run.toml": "loaded: test_every_example_run_file_loads",
     "operate.toml": "loaded here; the README session on it run: test_operate_session.py",
-    "on_demand.toml": "loaded here; the README session on it run: test_front_door_readme.py",
+    "on_demand.toml": "loaded here; the README session on it run: test_on_demand_session.py",
 }
 """Each file directly under examples/ and the test that runs or parses it."""
 

@@ -171,6 +171,14 @@ async def test_two_models_share_a_budget_that_holds_one(two_models: InferConfig)
         [evicted] = [e for e in rig.events if isinstance(e, ResidencyStop)]
         assert evicted.instance_id == rig.iid("alpha")
         assert evicted.reason is StopReason.EVICTED
+        [alpha_exit] = [
+            e
+            for e in rig.events
+            if isinstance(e, ProcessExited) and e.instance_id == rig.iid("alpha")
+        ]
+        assert alpha_exit.reason is StopReason.EVICTED  # the process's own exit says so
+        alpha_status = await rig.runtime.status(rig.handles["alpha"])
+        assert alpha_status.stop_reason == "evicted"
         assert not psutil.pid_exists(alpha_pid) or psutil.Process(alpha_pid).status() == "zombie"
 
         got: list[Grant] = []

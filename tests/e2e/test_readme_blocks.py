@@ -143,6 +143,8 @@ def _check_command(words: list[str]) -> None:
         assert words[1] in targets, words
     elif program == ".venv/bin/python":
         assert (ROOT / words[1]).is_file(), words
+    elif program == "python":  # the front door session's clients.py: a README block
+        assert words[1:] == ["clients.py"], words
     elif program == "curl":
         url = next(w for w in words if w.startswith("http"))
         assert "--unix-socket" in words, words

@@ -6,8 +6,9 @@ reason; status and metrics show the scheduler's figures."""
 from __future__ import annotations
 
 import trio
+from prometheus_client.parser import text_string_to_metric_families
 
-from inferactors import ResidencyStop, StopReason
+from inferactors import ProcessExited, ResidencyStop, StopReason
 from inferactors._actors.front_door_scheduler import FrontDoorScheduler
 from inferactors._actors.front_door_seam import Residency, Scheduler
 from inferactors._service.fleet import Fleet, open_fleet
@@ -110,3 +111,71 @@ async def test_a_reload_drains_what_it_unloads_and_rebinds_the_scheduler(
         await until(fleet, running("lazy"))
         assert grant.upstream.base_url.endswith(f":{port}")
         grant.done()
+
+
+SWAP = '\n[[residency.groups]]\nname = "pair"\nmembers = ["one", "two"]\nswap = true\n'
+
+
+def _exits(fleet: Fleet, name: str) -> list[StopReason]:
+    iid = fleet.view(name).instance_id
+    return [
+        e.reason
+        for e in fleet.recent_events(1000)
+        if isinstance(e, ProcessExited) and e.instance_id == iid
+    ]
+
+
+def _exit_counts(fleet: Fleet) -> dict[tuple[str, str], float]:
+    return {
+        (sample.labels["instance"], sample.labels["reason"]): sample.value
+        for family in text_string_to_metric_families(fleet.metrics_text().decode())
+        for sample in family.samples
+        if sample.name == "inferactors_process_exits_total"
+    }
+
+
+async def _stopped(fleet: Fleet, name: str, reason: StopReason) -> None:
+    """Wait until ``name`` shows as exited for ``reason``."""
+
+    def check(fleet: Fleet) -> bool:
+        status = fleet.view(name).status
+        return status.state is InstanceState.EXITED and status.stop_reason == reason.value
+
+    await until(fleet, check)
+
+
+async def test_ttl_eviction_and_reload_reach_the_process_status_and_metrics(
+    inferactors_kit: RuntimeKit,
+) -> None:
+    run = RunFile.create(inferactors_kit)
+    ports = free_port(), free_port()
+    ttl = "residency = { on_demand = true, idle_ttl_s = 1.0 }\n"
+    entries = [Entry("one", ports[0], extra=ttl), Entry("two", ports[1], extra=ON_DEMAND)]
+    _write(run, *entries)
+    run.path.write_text(run.path.read_text() + SWAP)
+    async with open_fleet(run.config(), run.path) as fleet:
+        door = await _door(fleet)
+        with trio.fail_after(30.0):
+            (await door.acquire("two")).done()
+            (await door.acquire("one")).done()  # one at a time: "two" is evicted
+        await _stopped(fleet, "two", StopReason.EVICTED)
+        assert fleet.view("two").status.detail == (
+            "stopped: evicted to make room for another model (front door)"
+        )
+        await _stopped(fleet, "one", StopReason.TTL)  # then idle for its second
+        assert _exits(fleet, "one") == [StopReason.TTL]
+        with trio.fail_after(30.0):
+            (await door.acquire("two")).done()
+        two = fleet.view("two").instance_id
+        _write(run, entries[0], Entry("two", ports[1], extra=ON_DEMAND, serve=", ctx = 2048"))
+        run.path.write_text(run.path.read_text() + SWAP)
+        await fleet.reload()  # "two" changed while resident: drained, stopped for reload
+        assert [
+            e.reason
+            for e in fleet.recent_events(1000)
+            if isinstance(e, ProcessExited) and e.instance_id == two
+        ] == [StopReason.EVICTED, StopReason.RELOAD]
+        counts = _exit_counts(fleet)
+        assert counts[("two", "evicted")] == 1.0
+        assert counts[("one", "ttl")] == 1.0
+        assert counts[("two", "reload")] == 1.0

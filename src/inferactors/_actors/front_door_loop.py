@@ -51,7 +51,7 @@ from .front_door_msgs import (
     Wake,
 )
 from .front_door_watch import apply_engine, apply_measured, apply_observed
-from .front_door_work import follow_engine, measure, watch_events
+from .front_door_work import Nudge, follow_engine, measure, watch_events
 from .mailbox import Crash, Mailbox, ScopeGroup, scoped
 from .messages import ReplyTo, answer, refuse
 
@@ -84,6 +84,8 @@ class DoorLoop:
     _next_request: int = 1
     _deadline: float = math.inf
     _rearm: trio.Event = attrs.Factory(trio.Event)
+    _measuring: Nudge = attrs.Factory(Nudge)
+    """Measures at once when a server became resident (its figure is known from then)."""
 
     # From any task: never block, never raise.
 
@@ -124,13 +126,17 @@ class DoorLoop:
         self._take_returns(now)
         if isinstance(message, _RESULTS) and self.state.find(message.name) is None:
             return  # a worker's result about an instance a reload removed
+        watched = isinstance(message, StartDone | Observed)
+        before = self._resident() if watched else frozenset()
         match message:
             case Begin():
                 self._begin(now)
             case Acquire():
                 self.replies[message.request] = message.reply
-                self.arrived[message.request] = now
-                self.step(scheduler.on_request(self.state, message.request, message.model, now))
+                since = now if message.since is None else min(message.since, now)
+                self.arrived[message.request] = since
+                request, model = message.request, message.model
+                self.step(scheduler.on_request(self.state, request, model, now, since))
             case StartCommand():
                 self._on_start_command(message, now)
             case StopCommand():
@@ -160,6 +166,11 @@ class DoorLoop:
         self._take_returns(now)
         self._answer_closers()
         self._rearm_ticker(isinstance(message, Tick))
+        if watched and not self._resident() <= before:
+            self._measuring.now()
+
+    def _resident(self) -> frozenset[str]:
+        return frozenset(s.name for s in self.state.slots if s.phase is Phase.RESIDENT)
 
     def step(self, step: Step) -> None:
         """Take the new state and carry out its effects, in order."""
@@ -244,7 +255,7 @@ class DoorLoop:
         box.finish(_forward_events, self.crashes, self.on_event)
         box.finish(self.ticker)
         interval = self.settings.measure_interval_s
-        box.finish(measure, self.held_members, self.gauge, interval, self.post)
+        box.finish(measure, self.held_members, self.gauge, interval, self.post, self._measuring)
         self._watch()
         for name in self.settings.preload:
             self.step(scheduler.on_start(self.state, self.new_request(), name, now))

@@ -123,6 +123,8 @@ class Acquire:
     request: int
     model: str
     reply: ReplyTo[Upstream]
+    since: float | None = None
+    """When the request arrived, if it waited before it was sent (trio time)."""
 
 
 @attrs.frozen

@@ -87,11 +87,14 @@ class FrontDoorScheduler:
             for slot in self._loop.state.slots
         )
 
-    async def acquire(self, model: str) -> Grant:
+    async def acquire(self, model: str, *, since: float | None = None) -> Grant:
         """Wait (bounded by the run's ``max_wait_s``) until the instance serving ``model``
         (its role or an alias) may take one more request: started on demand, room made by
         evicting idle instances, or its turn behind requests ahead. Cancellation withdraws
         this request only; a grant that arrived meanwhile is given back unused.
+
+        ``since`` (trio time): when the request arrived, if it already waited before this
+        call (for the scheduler to open); its ``max_wait_s`` counts from then.
 
         Raises:
             FrontDoorRefused: unknown model (404), queue full (503), waited too long (503),
@@ -104,7 +107,7 @@ class FrontDoorScheduler:
         request = loop.new_request()
         send, receive = trio.open_memory_channel[Reply[Upstream]](1)
         with receive:
-            await _send(loop.box, Acquire(request, model, send))
+            await _send(loop.box, Acquire(request, model, send, since))
             try:
                 reply = await receive.receive()
             except trio.EndOfChannel:

@@ -7,7 +7,8 @@ only writer of the scheduler's state.
   failure, in the server's own words.
 - `stop_instance`: the one stop path's last step: SIGTERM, grace, SIGKILL, with the reason.
 - `watch_events`: every event of a member becomes its status, posted (`Observed`).
-- `measure`: every interval, the machine's memory and each held server's tree RSS.
+- `measure`: every interval, and at once when a server became resident (`Nudge`), the
+  machine's memory and each held server's tree RSS.
 - `follow_engine`: a llama-server's buffer-size lines, summed once its load logged them.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+import attrs
 import trio
 
 from .._edges.memory_gauge import MemoryGauge
@@ -171,14 +173,35 @@ async def watch_events(
                 await post(Observed(changed.name, await runtime.status(changed.handle)))
 
 
+@attrs.define(eq=False)
+class Nudge:
+    """Wakes a periodic worker before its interval is over (a nudge while it works is kept
+    for its next wait)."""
+
+    _event: trio.Event = attrs.Factory(trio.Event)
+
+    def now(self) -> None:
+        """Wake the worker (from the loop; never blocks)."""
+        self._event.set()
+
+    async def wait(self, timeout_s: float) -> None:
+        """Return after ``timeout_s`` float seconds, or at the first nudge."""
+        with trio.move_on_after(timeout_s):
+            await self._event.wait()
+        self._event = trio.Event()
+
+
 async def measure(
     held: Callable[[], Sequence[DoorMember]],
     gauge: MemoryGauge,
     interval_s: float,
     post: Post,
+    nudge: Nudge | None = None,
 ) -> None:
-    """Every ``interval_s``: the machine's memory and the tree RSS of each held managed
-    server (``held()``, by the pid its status shows)."""
+    """Every ``interval_s``, and at once when ``nudge`` says a server became resident:
+    the machine's memory and the tree RSS of each held managed server (``held()``, by the
+    pid its status shows)."""
+    nudge = nudge or Nudge()
     while True:
         machine = await gauge.machine()
         figures: list[tuple[str, int | None, int | None]] = []
@@ -189,7 +212,7 @@ async def measure(
             rss = None if pid is None else await gauge.tree_rss(pid)
             figures.append((member.name, pid, rss))
         await post(Measured(machine, tuple(figures)))
-        await trio.sleep(interval_s)
+        await nudge.wait(interval_s)
 
 
 async def follow_engine(member: DoorMember, post: Post) -> None:

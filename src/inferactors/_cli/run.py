@@ -44,8 +44,6 @@ from .._policy.fleet_exit import (
 )
 from .._service.control_server import SocketAccess, serve_control
 from .._service.fleet import Fleet, open_fleet
-from .._service.front_door_metrics import FrontDoorMetrics
-from .._service.front_door_server import serve_front_door
 from .._service.lifecycle import ServiceNotes, serve_notify, watchdog_problem
 from .._service.reload import describe
 from .._status import InstanceState
@@ -220,14 +218,6 @@ async def _supervise(config: RunConfig, run_file: Path, control: _Control) -> in
             listening = await printing.start(_serve_control, fleet, control)
             if listening:
                 say(f"control API listening on {', '.join(listening)}")
-            if config.front_door is not None and fleet.door is not None:
-                metrics = FrontDoorMetrics.create(fleet.metrics.registry)
-                door = await printing.start(
-                    partial(serve_front_door, metrics=metrics, until=fleet.closed.wait),
-                    fleet.door,
-                    config.front_door,
-                )
-                say(f"front door listening on {door.url}")
             async with trio.open_nursery() as nursery:
                 notes = ServiceNotes(stack.enter_context(closing(open_notifier())), fleet)
                 fleet.on_lifecycle(notes.on_note)

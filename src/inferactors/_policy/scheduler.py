@@ -90,14 +90,17 @@ def status_of(kind: RefusalKind, retry_after_s: float | None) -> int:
 # Requests.
 
 
-def on_request(state: SchedulerState, request: int, model: str, now: float) -> Step:
-    """A request for ``model`` (a role or an alias) arrives."""
+def on_request(
+    state: SchedulerState, request: int, model: str, now: float, since: float | None = None
+) -> Step:
+    """A request for ``model`` (a role or an alias) arrives; ``since``: when it arrived at
+    the front door, if it waited before it came here (its ``max_wait_s`` counts from then)."""
     slot = state.find(model)
     refusal = _refusal_on_arrival(state, slot, request, model)
     if refusal is not None:
         return state, (refusal,)
     assert slot is not None
-    tentative, effects = pump(state.enqueue(request, slot.name, now), now)
+    tentative, effects = pump(state.enqueue(request, slot.name, now, since=since), now)
     if any(w.request == request for w in tentative.queue) and _over_depth(tentative, slot.name):
         # The pass is pure and the state was already passed: dropping this one leaves
         # nothing undone.

@@ -234,11 +234,19 @@ class SchedulerState:
         return None if index is None else self.slots[index]
 
     def enqueue(
-        self, request: int, name: str, now: float, start_only: bool = False
+        self,
+        request: int,
+        name: str,
+        now: float,
+        start_only: bool = False,
+        since: float | None = None,
     ) -> SchedulerState:
-        """The state with a new waiter for the role ``name`` at the end of the queue."""
-        deadline = now + self.limits.max_wait_s
-        waiter = Waiter(request, name, now, deadline, self.tickets, start_only)
+        """The state with a new waiter for the role ``name`` at the end of the queue; it
+        waits at most ``max_wait_s`` from ``since`` (when its request arrived, if it waited
+        before it came here; never later than ``now``)."""
+        arrived = now if since is None else min(since, now)
+        deadline = arrived + self.limits.max_wait_s
+        waiter = Waiter(request, name, arrived, deadline, self.tickets, start_only)
         return attrs.evolve(self, queue=(*self.queue, waiter), tickets=self.tickets + 1)
 
     def resident(self, slot: Slot, now: float) -> SchedulerState:

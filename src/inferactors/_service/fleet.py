@@ -11,12 +11,14 @@ reading it never waits on an actor or does I/O. Reload: ``_service/reload.py``.
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 
 import attrs
 import trio
 
+from .._config.front_door import FrontDoorConfig
 from .._config.runfile import Endpoint, RunConfig
 from .._config.state_dir import state_dir_of
 from .._edges.bundle import Edges, ProbeTimed
@@ -30,6 +32,7 @@ from .drain import Drainer, NoDrain
 from .event_fan import EventFan
 from .fleet_door import DoorDrainer, FleetDoor, open_fleet_door
 from .fleet_figures import read_figures
+from .fleet_front_door import bind_front_door, serve_fleet_front_door
 from .fleet_words import orphan_words, summary
 from .hosts import RuntimeHost, Say, open_host, say_nothing
 from .members import Member, keep
@@ -75,6 +78,11 @@ class Fleet:
     hosts: list[RuntimeHost] = attrs.Factory(list)
     door: FleetDoor | None = None
     """The scheduler of on-demand instances and the front door (``fleet_door.py``)."""
+    front_door: FrontDoorConfig | None = None
+    """The ``[front_door]`` it serves (``fleet_front_door.py``): a reload may add one,
+    never change it."""
+    gauge: MemoryGauge | None = None
+    """The scheduler's memory gauge (psutil's when None)."""
     reload_lock: trio.Lock = attrs.Factory(trio.Lock)
     closing: bool = False
     closed: trio.Event = attrs.Factory(trio.Event)
@@ -272,6 +280,36 @@ class Fleet:
         self._nursery.start_soon(keep, member, self)
         return member
 
+    def open_door(self, config: RunConfig) -> bool:
+        """Open the scheduler when ``config`` wants one and none runs yet (at the start, or
+        a reload that adds the first on-demand instance, ``[front_door]`` or
+        ``[residency]``); True when it was opened now. It opens over the members once every
+        first load is over (`FleetDoor.opened`)."""
+        if self.door is not None:
+            return False
+        self.door = open_fleet_door(self._nursery, self, config, self.gauge, self.metrics.door)
+        if self.door is None:
+            return False
+        self.drainer = DoorDrainer(self.door, self)  # a reload drains through it first
+        return True
+
+    async def serve_front_door(self, config: FrontDoorConfig, listener: socket.socket) -> str:
+        """Serve ``config`` on ``listener`` (bound by `bind_front_door`; taken over) over
+        the scheduler until the fleet is closed; its address is reserved from then on (no
+        instance may take it) and said. Returns its URL.
+
+        Raises:
+            InvalidConfig: as `serve_front_door`.
+        """
+        assert self.door is not None, "the run file's [front_door] opens the scheduler"
+        served, endpoint = await serve_fleet_front_door(
+            self._nursery, self.door, config, listener, self.metrics.registry, self.closed.wait
+        )
+        self.front_door = config
+        self.reserved = (*self.reserved, endpoint)
+        self.say(f"front door listening on {served.url}")
+        return served.url
+
     def host_for(self, placement: Placement) -> RuntimeHost | None:
         """The open runtime ``placement`` runs in unchanged, if any."""
         return next((host for host in self.hosts if host.serves(placement)), None)
@@ -338,14 +376,16 @@ async def open_fleet(
     ``edges`` replaces the I/O edges of every runtime (its ``on_probe`` is the metrics');
     ``gauge`` the scheduler's memory gauge (psutil's by default), which runs when the run
     file has a front door, on-demand instances or a ``[residency]`` table (``fleet_door.py``).
+    The run file's ``[front_door]`` is bound before any instance is loaded and served over
+    the scheduler while the fleet runs (``fleet_front_door.py``; its URL is said).
     ``reserved`` names the addresses the supervisor listens on itself (no instance may use
     one, now or after a reload).
     Leaving the block (even by cancellation) stops every managed server (SIGTERM,
     ``stop_grace_s`` float seconds, SIGKILL) and closes the runtimes.
 
     Raises:
-        InvalidConfig: no instances, an instance on a ``reserved`` address, or a runtime's
-            settings are malformed.
+        InvalidConfig: no instances, an instance on a ``reserved`` address, a runtime's
+            settings are malformed, or the front door's address cannot be bound.
         InvalidState: another supervisor holds a data_root.
         BackendError: a data_root cannot be made.
     """
@@ -378,21 +418,27 @@ async def _fleet_of(
         made[0].on_probe(timed)
 
     edges = attrs.evolve(edges or Edges(), on_probe=on_probe)
+    front = config.front_door
+    listener = None if front is None else bind_front_door(front)  # before anything starts
     async with trio.open_nursery() as nursery:
         fleet = Fleet(
             run_file, state_dir_of(config), say, metrics, edges, stop_grace_s, nursery, reserved
         )
+        fleet.gauge = gauge
         made.append(fleet)
         try:
             for name, placement in wanted.items():
                 host = fleet.host_for(placement) or await fleet.open_host(placement)
                 fleet.admit(name, placement, host)
             nursery.start_soon(_say_when_started, fleet)
-            fleet.door = open_fleet_door(nursery, fleet, config, gauge, metrics.door)
-            if fleet.door is not None:  # a reload drains through it before a stop
-                fleet.drainer = DoorDrainer(fleet.door, fleet.members)
+            fleet.open_door(config)
+            if front is not None and listener is not None:
+                taken, listener = listener, None  # serve_front_door closes it from now on
+                await fleet.serve_front_door(front, taken)
             yield fleet
         finally:
+            if listener is not None:
+                listener.close()  # never served: the start failed before
             with trio.move_on_after(stop_grace_s + CLOSE_MARGIN_S, shield=True):
                 await fleet.close()
             nursery.cancel_scope.cancel()

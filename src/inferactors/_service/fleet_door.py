@@ -8,11 +8,17 @@ seam's `Scheduler` itself (`models`, `acquire`: the front door's HTTP side may b
 the `FleetDoor` before the scheduler opens), and the steps the fleet's operator commands
 and reload take through it, so that every stop of an instance it schedules drains its
 requests first (the one stop path).
+
+Before the scheduler opens, the model lists still tell the truth: every instance of the
+run file that is not refused, ``starting`` while its first load is under way (``resident``
+once it serves, ``not-loaded`` for an on-demand one: nothing starts it before a request),
+and a request waits for the opening within its ``max_wait_s``, which goes on counting in
+the scheduler's queue (503 ``wait-timeout`` with ``Retry-After`` past it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 import attrs
@@ -20,13 +26,16 @@ import trio
 
 from .._actors.front_door_members import Placed, door_members, door_settings
 from .._actors.front_door_msgs import DoorObserver
+from .._actors.front_door_names import find_model
 from .._actors.front_door_scheduler import FrontDoorScheduler, open_scheduler
-from .._actors.front_door_seam import Grant, ModelEntry
+from .._actors.front_door_seam import Grant, ModelEntry, Residency
 from .._config.residency import ResidencySection
 from .._config.runfile import RunConfig
 from .._edges.memory_gauge import MemoryGauge, PsutilGauge
 from .._errors import FrontDoorRefused, InferactorsError, InvalidState, RefusalKind
-from .._events import Event, StopReason
+from .._events import Event, QueuedRequestRefused, StopReason
+from .._policy.residency_rules import slot_rules
+from .._status import InstanceState
 from .members import Member
 
 
@@ -51,8 +60,8 @@ def open_fleet_door(
     (`wants_scheduler`); None when it does not."""
     if not wants_scheduler(config):
         return None
-    door = FleetDoor(config.residency, gauge or PsutilGauge(), fleet.stop_grace_s)
-    nursery.start_soon(door.serve, fleet, observer)
+    door = FleetDoor(config.residency, gauge or PsutilGauge(), fleet.stop_grace_s, fleet, observer)
+    nursery.start_soon(door.serve)
     return door
 
 
@@ -71,6 +80,8 @@ class FleetDoor:
     section: ResidencySection | None
     gauge: MemoryGauge
     stop_grace_s: float
+    fleet: Keeper
+    observer: DoorObserver
     scheduler: FrontDoorScheduler | None = None
     """The open scheduler; None before every first load is over (or when not wanted)."""
     opened: trio.Event = attrs.Factory(trio.Event)
@@ -81,18 +92,30 @@ class FleetDoor:
     # The seam's Scheduler (front_door_seam), for the front door's HTTP side.
 
     def models(self) -> tuple[ModelEntry, ...]:
-        """The scheduler's models; none before it is open."""
-        return () if self.scheduler is None else self.scheduler.models()
+        """The scheduler's models; before it opens, the run file's (module docstring);
+        none once it closed."""
+        if self.scheduler is not None:
+            return self.scheduler.models()
+        if self.opened.is_set():
+            return ()
+        return models_before_open(self.fleet.members.values(), self.section)
 
     async def acquire(self, model: str) -> Grant:
-        """`FrontDoorScheduler.acquire`, once the scheduler is open (a request that comes
-        while the first loads are still under way waits for them, within the same bound).
+        """`FrontDoorScheduler.acquire`, once the scheduler is open; a request that comes
+        while the first loads are still under way waits for them, and its ``max_wait_s``
+        counts from its arrival, across both waits.
 
         Raises:
-            FrontDoorRefused: as `FrontDoorScheduler.acquire`; 503 ``stopping`` when the
-                scheduler is closed or could not open.
+            FrontDoorRefused: as `FrontDoorScheduler.acquire`; 503 ``wait-timeout`` (with
+                ``Retry-After``) when the scheduler did not open within ``max_wait_s``;
+                503 ``stopping`` when the scheduler is closed or could not open.
         """
-        await self.opened.wait()
+        since = trio.current_time()
+        section = self.section or ResidencySection()
+        with trio.move_on_after(section.max_wait_s):
+            await self.opened.wait()
+        if not self.opened.is_set():
+            raise self._not_open(model, section, trio.current_time() - since)
         if self.scheduler is None:
             raise FrontDoorRefused(
                 "the scheduler is not running (closing, or it could not open)",
@@ -101,7 +124,29 @@ class FleetDoor:
                 model=model,
                 retry_after_s=1.0,
             )
-        return await self.scheduler.acquire(model)
+        return await self.scheduler.acquire(model, since=since)
+
+    def _not_open(self, model: str, section: ResidencySection, waited_s: float) -> FrontDoorRefused:
+        """The refusal of a request that waited ``waited_s`` for the first loads, heard
+        as a queued request refused."""
+        why = (
+            f"waited {waited_s:.3g} s for the first loads of the run to end (its max_wait_s "
+            f"is {section.max_wait_s:g} s)"
+        )
+        entry = find_model(self.models(), model)
+        member = None if entry is None else self.fleet.members.get(entry.name)
+        self.observer.refused(None if member is None else member.name, RefusalKind.WAIT_TIMEOUT)
+        if member is not None and member.handle is not None:
+            kind = RefusalKind.WAIT_TIMEOUT.value
+            iid, now = member.handle.instance_id, trio.current_time()
+            self.fleet.on_event(QueuedRequestRefused(iid, kind, why, waited_s, now))
+        return FrontDoorRefused(
+            why,
+            kind=RefusalKind.WAIT_TIMEOUT,
+            status=503,
+            model=model,
+            retry_after_s=section.retry_after_s,
+        )
 
     def scheduled(self, name: str) -> bool:
         """Whether the instance ``name`` is in the open scheduler."""
@@ -109,9 +154,10 @@ class FleetDoor:
             entry.name == name for entry in self.scheduler.models()
         )
 
-    async def serve(self, fleet: Keeper, observer: DoorObserver) -> None:
+    async def serve(self) -> None:
         """Wait for every member's first load, open the scheduler over the loaded ones,
         and keep it open until `close`."""
+        fleet, observer = self.fleet, self.observer
         try:
             for member in list(fleet.members.values()):
                 await member.first_done.wait()
@@ -176,6 +222,34 @@ class FleetDoor:
         await door.rebind(chosen, settings)
 
 
+def models_before_open(
+    members: Iterable[Member], section: ResidencySection | None
+) -> tuple[ModelEntry, ...]:
+    """What the model lists say before the scheduler opens (module docstring): every
+    member not refused, with the aliases and on-demand rule the scheduler will give it."""
+    listed = [member for member in members if member.refused is None]
+    rules = slot_rules([member.placement.entry for member in listed], section)
+    return tuple(
+        ModelEntry(
+            name=member.name,
+            aliases=rules[member.name].aliases,
+            flavor=member.placement.entry.spec.runtime,
+            residency=_residency_before_open(member, rules[member.name].on_demand),
+            on_demand=rules[member.name].on_demand,
+        )
+        for member in listed
+    )
+
+
+def _residency_before_open(member: Member, on_demand: bool) -> Residency:
+    status = member.status
+    if status.state is InstanceState.RUNNING or status.serving:
+        return Residency.RESIDENT
+    if on_demand or (member.first_done.is_set() and status.state is InstanceState.EXITED):
+        return Residency.NOT_LOADED
+    return Residency.STARTING
+
+
 def _placed(members: Iterable[Member]) -> list[Placed]:
     return [
         (m.runtime, m.handle, m.placement.entry.residency)
@@ -191,12 +265,13 @@ class DoorDrainer:
     one stop path), within the reload's deadline."""
 
     door: FleetDoor
-    members: Mapping[str, Member]
+    fleet: Keeper
+    """Whose members (the table a reload replaces is read at each drain)."""
 
     async def drain(self, name: str, deadline_s: float) -> None:
         """`FleetDoor.drain` of the member ``name``, for at most ``deadline_s`` float
         seconds; nothing for a name that is not a member."""
-        member = self.members.get(name)
+        member = self.fleet.members.get(name)
         if member is None:
             return
         with trio.move_on_after(deadline_s):

@@ -56,8 +56,9 @@ class FrontDoor:
     port: int
 
 
-def _listener(config: FrontDoorConfig) -> socket.socket:
-    """The listening socket.
+def listen_front_door(config: FrontDoorConfig) -> socket.socket:
+    """A socket listening on ``config``'s address, for `serve_front_door` (``listener``):
+    bound before anything else changes, so an address that cannot be had is refused first.
 
     Raises:
         InvalidConfig: as `FrontDoorConfig.validate`, or the address cannot be bound.
@@ -98,6 +99,7 @@ async def serve_front_door(
     *,
     metrics: FrontDoorMetrics | None = None,
     until: Callable[[], Awaitable[None]] | None = None,
+    listener: socket.socket | None = None,
     task_status: trio.TaskStatus[FrontDoor] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the front door over ``scheduler`` until cancelled, or until ``until`` returns
@@ -108,6 +110,8 @@ async def serve_front_door(
         config: where it listens, its key, its limits (`FrontDoorConfig`).
         metrics: where requests are counted and timed (`FrontDoorMetrics`), if anywhere.
         until: when it returns, stop taking connections and return.
+        listener: a socket already listening on ``config``'s address (`listen_front_door`),
+            taken over (closed when it stops); None: bound here.
         task_status: started with the `FrontDoor` once it listens.
 
     Raises:
@@ -117,8 +121,13 @@ async def serve_front_door(
     Cancellation stops it at once: open streams are cut, and each server's stream is
     closed (so it stops generating) and its grant ended.
     """
-    api_key = None if config.api_key_file is None else read_token(config.api_key_file)
-    listener = _listener(config)
+    try:
+        api_key = None if config.api_key_file is None else read_token(config.api_key_file)
+        listener = listener or listen_front_door(config)
+    except BaseException:
+        if listener is not None:
+            listener.close()
+        raise
     clients = UpstreamClients(
         connect_timeout_s=config.connect_timeout_s, read_timeout_s=config.read_timeout_s
     )

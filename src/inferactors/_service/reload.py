@@ -3,13 +3,16 @@
 1. `Lifecycle.RELOADING`. Read and validate ALL of the new run file (the one loader,
    `load_run_config`, then a non-empty ``instances``, no instance on the supervisor's own
    addresses, every runtime's settings). A setting that cannot change while the supervisor
-   runs (the state directory: ``[managed] data_root``, where the control socket, the server
-   logs, the records and the lock live) is refused as needing a restart. Then admit every
-   instance to be loaded dry (``reload_check.py``: its model, flags, API key file, run_as,
-   ...): any error raises `InvalidConfig` and nothing has changed.
-2. Open the runtimes the new file needs that are not open yet (same flavor and mode but
-   other settings: a new one). One that cannot be opened closes those just opened and
-   raises `InvalidConfig`: still nothing has changed.
+   runs is refused as needing a restart: the state directory (``[managed] data_root``,
+   where the control socket, the server logs, the records and the lock live) and the
+   ``[front_door]`` that is served (its clients hold its address;
+   ``fleet_front_door.py``). Then admit every instance to be loaded dry
+   (``reload_check.py``: its model, flags, API key file, run_as, ...): any error raises
+   `InvalidConfig` and nothing has changed.
+2. Bind the ``[front_door]`` the reload adds, if any, and open the runtimes the new file
+   needs that are not open yet (same flavor and mode but other settings: a new one). An
+   address that cannot be bound, or a runtime that cannot be opened, closes what was just
+   opened and raises `InvalidConfig`: still nothing has changed.
 3. Drain (`Fleet.drainer`, ``drain.py``) then stop and unload the removed and changed
    instances, and unload the revived ones (`plan_reload`: by each instance's own effective
    settings), then load and start the added, changed and revived ones, concurrently.
@@ -18,6 +21,10 @@
    runs in any more is closed. ``[managed.logs]`` is applied to every instance's output
    ring as it is. One refused at its load or start (its port held by another process,
    ...) is listed in `ReloadResult.refused`.
+   Then the scheduler follows: the kept instances keep their state in it
+   (`FleetDoor.rebind`); when the new file is the first to want one (an on-demand
+   instance, ``[front_door]`` or ``[residency]``) it is opened, and the reload returns
+   once it is open; an added ``[front_door]`` is served over it.
 4. `Lifecycle.RELOADED` with the summary (``failed`` when refused, or when any instance
    was refused); return the `ReloadResult`.
 
@@ -27,6 +34,7 @@ first load and start returned (or were refused), not once it is Running.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
@@ -35,7 +43,7 @@ import attrs
 import trio
 
 from .._config.convert import load_run_config
-from .._config.residency import ResidencySection
+from .._config.front_door import FrontDoorConfig
 from .._config.runfile import Endpoint, RunConfig
 from .._config.state_dir import state_dir_of
 from .._edges.bundle import Edges
@@ -43,6 +51,7 @@ from .._errors import InferactorsError, InvalidConfig, one_line
 from .._policy.reload_plan import Placement, ReloadPlan, placements, plan_reload
 from .drain import DRAIN_S, Drainer
 from .fleet_door import FleetDoor
+from .fleet_front_door import bind_front_door, front_door_added
 from .hosts import RuntimeHost, Say
 from .members import Member
 from .metrics import FleetMetrics
@@ -63,9 +72,12 @@ class Fleet(Protocol):
     metrics: FleetMetrics
     edges: Edges
     door: FleetDoor | None
+    front_door: FrontDoorConfig | None
     drainer: Drainer
 
     def views(self) -> tuple[InstanceView, ...]: ...
+    def open_door(self, config: RunConfig) -> bool: ...
+    async def serve_front_door(self, config: FrontDoorConfig, listener: socket.socket) -> str: ...
     def note(self, kind: Lifecycle, detail: str, failed: bool = False) -> None: ...
     def forget(self, member: Member) -> None: ...
     def changed(self, member: Member) -> None: ...
@@ -79,7 +91,8 @@ def read_run_file(fleet: Fleet) -> tuple[RunConfig, dict[str, Placement]]:
 
     Raises:
         InvalidConfig: any problem, with the file's path; a state directory other than
-            the one the supervisor runs with needs a restart.
+            the one the supervisor runs with, or a change of the ``[front_door]`` it
+            serves, needs a restart.
     """
     config = load_run_config(fleet.run_file)
     config.require_instances()
@@ -87,6 +100,7 @@ def read_run_file(fleet: Fleet) -> tuple[RunConfig, dict[str, Placement]]:
         for endpoint in fleet.reserved:
             endpoint.check(config)
         _same_state_dir(fleet.state_dir, state_dir_of(config))
+        front_door_added(fleet.front_door, config.front_door)
         return config, placements(config)
     except InvalidConfig as error:
         raise InvalidConfig(f"{fleet.run_file}: {error}") from None
@@ -113,23 +127,39 @@ async def reload_fleet(fleet: Fleet) -> ReloadResult:
     async with fleet.reload_lock:
         fleet.note(Lifecycle.RELOADING, "reloading")
         try:
-            plan, wanted, residency = await _prepare(fleet)
+            ready = await _prepare(fleet)
         except InvalidConfig as error:
             fleet.note(Lifecycle.RELOADED, one_line(f"reload refused: {error}"), failed=True)
             raise
-        refused = await _apply(fleet, plan, wanted)
-        if fleet.door is not None:  # the scheduler follows: kept instances keep their state
-            await fleet.door.rebind(list(fleet.members.values()), residency)
-        result = ReloadResult(**attrs.asdict(plan, recurse=False), refused=refused)
+        listener = ready.listener
+        try:
+            refused = await _apply(fleet, ready.plan, ready.wanted)
+            await _follow(fleet, ready.config)
+            if listener is not None and ready.config.front_door is not None:
+                taken, listener = listener, None  # closed by the front door from now on
+                await fleet.serve_front_door(ready.config.front_door, taken)
+        finally:
+            if listener is not None:
+                listener.close()
+        result = ReloadResult(**attrs.asdict(ready.plan, recurse=False), refused=refused)
         fleet.note(Lifecycle.RELOADED, describe(result), failed=bool(refused))
         return result
 
 
-async def _prepare(
-    fleet: Fleet,
-) -> tuple[ReloadPlan, dict[str, Placement], ResidencySection | None]:
-    """The plan (and the new ``[residency]`` table), once the new file is valid, its
-    instances to load pass their dry admission and the runtimes they need are open.
+@attrs.frozen
+class _Ready:
+    """A reload that passed every check: its plan, the new file, the socket of the
+    ``[front_door]`` it adds (bound; None when it adds none)."""
+
+    plan: ReloadPlan
+    wanted: dict[str, Placement]
+    config: RunConfig
+    listener: socket.socket | None
+
+
+async def _prepare(fleet: Fleet) -> _Ready:
+    """The plan, once the new file is valid, its instances to load pass their dry
+    admission, the front door it adds is bound and the runtimes they need are open.
     Raises `InvalidConfig`."""
     config, wanted = read_run_file(fleet)
     current = {name: member.placement for name, member in fleet.members.items()}
@@ -137,8 +167,28 @@ async def _prepare(
     plan = plan_reload(current, wanted, held)
     loading = {name: wanted[name] for name in plan.to_load}
     await check_loading(fleet.run_file, loading, fleet.hosts, fleet.edges)
-    await _open_hosts(fleet, loading.values())
-    return plan, wanted, config.residency
+    added = front_door_added(fleet.front_door, config.front_door)
+    try:
+        listener = None if added is None else bind_front_door(added)
+    except InvalidConfig as error:
+        raise InvalidConfig(f"{fleet.run_file}: {error}") from None
+    try:
+        await _open_hosts(fleet, loading.values())
+    except BaseException:
+        if listener is not None:
+            listener.close()
+        raise
+    return _Ready(plan, wanted, config, listener)
+
+
+async def _follow(fleet: Fleet, config: RunConfig) -> None:
+    """The scheduler follows the reload: opened when this file is the first to want one
+    (returns once it is open), else given the members as they are now."""
+    if fleet.open_door(config):
+        assert fleet.door is not None
+        await fleet.door.opened.wait()
+    elif fleet.door is not None:  # kept instances keep their state
+        await fleet.door.rebind(list(fleet.members.values()), config.residency)
 
 
 def describe(result: ReloadResult) -> str:
