@@ -103,6 +103,7 @@ if typing.TYPE_CHECKING:
     from ._events import StopReason as StopReason
     from ._events import SupervisorCaughtUp as SupervisorCaughtUp
     from ._events import SupervisorOverloaded as SupervisorOverloaded
+    from ._events import WorkProgress as WorkProgress
     from ._flavor import InferFlavor as InferFlavor
     from ._flavor import ModelFormat as ModelFormat
     from ._models.anchors import AnchorKind as AnchorKind
@@ -248,6 +249,7 @@ _LAZY: dict[str, str] = {
     "Up": "._policy.probe_parse",
     "Upstream": "._actors.front_door_seam",
     "Watchdog": "._config.config",
+    "WorkProgress": "._events",
     "door_members": "._actors.front_door_members",
     "door_settings": "._actors.front_door_members",
     "http_prober_factory": "._edges.bundle",
@@ -381,6 +383,7 @@ __all__ = [
     "Up",
     "Upstream",
     "Watchdog",
+    "WorkProgress",
     "door_members",
     "door_settings",
     "http_prober_factory",

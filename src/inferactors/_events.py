@@ -356,6 +356,37 @@ class EventsLost:
     at: float
 
 
+@attrs.frozen
+class WorkProgress:
+    """Long work before an instance serves is going on; sent every second or few while it
+    lasts, never per chunk (``inferactors run`` prints each as a line).
+
+    Attributes:
+        instance_id: the instance.
+        work: ``"re-hashing"``: a model file whose stamp (size, mtime, ctime, inode) changed
+            since its last check is hashed again before the spawn (``subject`` is the file,
+            ``done`` and ``total`` bytes); ``"loading"``: the server runs and does not serve
+            yet (``subject`` is the model, ``done`` and ``total`` are 0).
+        subject: what the work is on.
+        done: units done (bytes).
+        total: units in all (0 when unknown).
+        elapsed_s: seconds since the work began (the first report of the file, or the spawn).
+        rate: units a second so far (0.0 when unknown).
+        eta_s: seconds still needed at that rate, or None when unknown.
+        at: when, ``trio.current_time()`` seconds.
+    """
+
+    instance_id: str
+    work: str
+    subject: str
+    done: int
+    total: int
+    elapsed_s: float
+    rate: float
+    eta_s: float | None
+    at: float
+
+
 Event = (
     StateChanged
     | ProcessStarted
@@ -376,6 +407,7 @@ Event = (
     | SupervisorOverloaded
     | SupervisorCaughtUp
     | EventsLost
+    | WorkProgress
 )
 
 

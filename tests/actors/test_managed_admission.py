@@ -170,4 +170,4 @@ async def test_a_refused_load_leaves_no_instance_directory(lab: Lab, free_port: 
         first = await runtime.load(chat(free_port))
         with pytest.raises(InvalidState):
             await runtime.load(chat(free_port, role="other"))
-    assert names_in(lab.data_root) == [first.instance_id]
+    assert names_in(lab.data_root) == [first.instance_id, "logs"]  # logs: every output file

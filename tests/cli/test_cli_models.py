@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import json
-import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from inferactors._cli import models_common
 from inferactors._cli.models import (
     HashProgress,
     default_registry_path,
@@ -83,17 +85,26 @@ def test_add_with_format_override(tmp_path: Path, registry: Path) -> None:
     assert json.loads(registry.read_text())["models"][0]["format"] == "mlx"
 
 
-def test_add_shows_progress_for_files_over_64_mib(
-    tmp_path: Path, registry: Path, capsys: pytest.CaptureFixture[str]
+def test_add_shows_progress_for_files_over_64_mib_as_plain_lines_in_a_pipe(
+    tmp_path: Path,
+    registry: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     big = tmp_path / "big.gguf"
     with big.open("wb") as handle:
         handle.truncate(65 << 20)  # sparse: instant to write, 65 MiB to hash
+    ticks = itertools.count(0.0, 0.75)  # each chunk (4 MiB) seems to take 0.75 s
+    monkeypatch.setattr(models_common, "time", SimpleNamespace(monotonic=lambda: next(ticks)))
 
     assert _run("add", str(big), "--name", "big", "--registry", str(registry)) == 0
 
-    err = capsys.readouterr().err
-    assert re.search(r"hashing big\.gguf: 100% of 65\.0 MiB \([0-9.]+ MiB/s\)\n$", err)
+    lines = capsys.readouterr().err.splitlines()
+    progress = [line for line in lines if line.startswith("hashing big.gguf:")]
+    assert "\r" not in "".join(lines)  # not a terminal: no carriage returns
+    assert 5 <= len(progress) <= 9  # 17 chunks of 4 MiB in 12 s: a line per 2 s, not per chunk
+    assert progress[0] == "hashing big.gguf:  24% 16.0 MiB of 65.0 MiB, 5.3 MiB/s, 9 s left"
+    assert progress[-1] == "hashing big.gguf: 100% 65.0 MiB of 65.0 MiB, done in 12 s"
 
 
 def test_add_ollama_and_list_table(
@@ -187,27 +198,53 @@ def test_default_registry_path_without_the_environment(
     assert default_registry_path() == tmp_path / ".local/share/inferactors/models.json"
 
 
-def test_hash_progress_throttles_and_ends_the_line() -> None:
-    stream = io.StringIO()
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_hash_progress_rewrites_one_line_on_a_terminal_once_a_second() -> None:
+    stream = _Terminal()
     now = [10.0]
     progress = HashProgress(stream=stream, clock=lambda: now[0])
     path = Path("/m/big.gguf")
     total = 200 << 20
 
     progress(Path("/m/small.json"), 10, 10)  # under 64 MiB: silent
-    progress(path, 1 << 20, total)  # first chunk: no rate yet
-    now[0] = 10.1
-    progress(path, 2 << 20, total)  # within 0.5 s: throttled
+    progress(path, 1 << 20, total)  # first chunk: starts the clock, says nothing
+    now[0] = 10.5
+    progress(path, 50 << 20, total)  # within 1 s: throttled
     now[0] = 11.0
     progress(path, 100 << 20, total)
+    now[0] = 11.5
+    progress(path, 150 << 20, total)  # throttled
     now[0] = 12.0
-    progress(path, total, total)
+    progress(path, total, total)  # done: shown, and the line ended
 
-    assert stream.getvalue() == (
-        "\rhashing big.gguf:   0% of 200.0 MiB (-- MiB/s)"
-        "\rhashing big.gguf:  50% of 200.0 MiB (99.0 MiB/s)"
-        "\rhashing big.gguf: 100% of 200.0 MiB (99.5 MiB/s)\n"
-    )
+    first = "hashing big.gguf:  50% 100.0 MiB of 200.0 MiB, 99.0 MiB/s, 1 s left"
+    last = "hashing big.gguf: 100% 200.0 MiB of 200.0 MiB, done in 2 s"
+    assert stream.getvalue() == f"\r{first}\r{last.ljust(len(first))}\n"  # no trace of the first
+
+
+def test_hash_progress_in_a_pipe_is_a_line_every_two_seconds_and_never_for_quick_files() -> None:
+    stream = io.StringIO()
+    now = [0.0]
+    progress = HashProgress(stream=stream, clock=lambda: now[0])
+    quick, slow = Path("/m/quick.gguf"), Path("/m/slow.gguf")
+    total = 1000 << 20
+    for done in range(1, 11):  # hashed within 0.9 s: nothing said
+        progress(quick, done * (100 << 20), total)
+        now[0] += 0.1
+    for done in range(1, 11):
+        progress(slow, done * (100 << 20), total)
+        now[0] += 1.0
+    assert stream.getvalue().splitlines() == [
+        "hashing slow.gguf:  30% 300.0 MiB of 1000.0 MiB, 100.0 MiB/s, 7 s left",
+        "hashing slow.gguf:  50% 500.0 MiB of 1000.0 MiB, 100.0 MiB/s, 5 s left",
+        "hashing slow.gguf:  70% 700.0 MiB of 1000.0 MiB, 100.0 MiB/s, 3 s left",
+        "hashing slow.gguf:  90% 900.0 MiB of 1000.0 MiB, 100.0 MiB/s, 1 s left",
+        "hashing slow.gguf: 100% 1000.0 MiB of 1000.0 MiB, done in 9 s",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ def managed_logs(text: str) -> ServerLogs:
 def test_the_run_file_sets_the_ring_and_the_file() -> None:
     text = "[managed.logs]\nlines = 50\nfile_bytes = 1048576\nfile_count = 5\n"
     assert managed_logs(text) == ServerLogs(lines=50, file_bytes=1 << 20, file_count=5)
-    assert managed_logs("") == ServerLogs(lines=1000, file_bytes=0, file_count=3)
+    assert managed_logs("") == ServerLogs(lines=1000, file_bytes=10 << 20, file_count=3)
 
 
 @pytest.mark.parametrize(

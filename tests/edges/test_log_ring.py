@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import attrs
 import trio
 
 from edges.process_support import python_launch
@@ -69,11 +70,62 @@ def test_the_rotating_file_rotates_and_keeps_file_count_backups(tmp_path: Path) 
     assert all(p.stat().st_size <= 2000 for p in (tmp_path / "logs").iterdir())
 
 
-def test_no_file_unless_asked(tmp_path: Path) -> None:
+def test_no_file_when_file_bytes_is_zero(tmp_path: Path) -> None:
     book = LogBook()
-    book.ring("chat-1", ManagedConfig(registry=tmp_path / "r.json", data_root=tmp_path))
+    logs = ServerLogs(file_bytes=0)
+    managed = ManagedConfig(registry=tmp_path / "r.json", data_root=tmp_path, logs=logs)
+    book.ring("chat-1", managed).record("stdout", 9, "kept in memory only")
     book.close()
     assert not (tmp_path / "logs").exists()
+
+
+def test_by_default_the_output_is_on_disk_private_and_a_new_book_reads_it_back(
+    tmp_path: Path,
+) -> None:
+    managed = ManagedConfig(registry=tmp_path / "r.json", data_root=tmp_path)
+    assert managed.logs.file_bytes == 10 << 20
+    first = LogBook()
+    ring = first.ring("chat-1", managed)
+    for n in range(5):
+        ring.record("stderr" if n % 2 else "stdout", 40, f"line {n}")
+    ring.record("stdout", 40, "a long line's first piece", continued=True)
+    first.close()
+    path = tmp_path / "logs" / "chat-1.log"
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    second = LogBook()  # a supervisor started again
+    again = second.ring("chat-1", attrs.evolve(managed, logs=ServerLogs(lines=4)))
+    back = again.tail(10)
+    assert [(line.stream, line.pid, line.text) for line in back] == [
+        ("stdout", 40, "line 2"),
+        ("stderr", 40, "line 3"),
+        ("stdout", 40, "line 4"),
+        ("stdout", 40, "a long line's first piece"),
+    ]
+    assert [line.continued for line in back] == [False, False, False, True]
+    assert back[0].at == ring.tail(10)[2].at // 0.001 * 0.001  # the file keeps milliseconds
+    again.record("stdout", 41, "the next server")
+    second.close()
+    lines = path.read_text().splitlines()  # read back, not written twice
+    assert len(lines) == 7
+    assert lines[-1].endswith(" stdout 41 the next server")
+
+
+def test_reading_back_skips_lines_not_in_the_files_shape(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "chat-1.log").write_text(
+        "half a line cut by the read limit\n"
+        "2026-12-04T22:00:00.000+00:00 stdout 7 kept\n"
+        "not-a-time stdout 7 skipped\n"
+        "2026-12-04T22:00:01.000+00:00 stdin 7 skipped\n"
+        "2026-12-04T22:00:02.000+00:00 stderr 8 \n"
+    )
+    ring = LogBook().ring("chat-1", ManagedConfig(tmp_path / "r.json", tmp_path))
+    assert [(line.stream, line.pid, line.text) for line in ring.tail(10)] == [
+        ("stdout", 7, "kept"),
+        ("stderr", 8, ""),
+    ]
+    assert ring.tail(1)[0].at == 1_796_421_602.0
 
 
 PRINTER = (

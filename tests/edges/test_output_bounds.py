@@ -27,7 +27,14 @@ import trio.testing
 from edges.process_support import PATH_ENV, Launch
 from inferactors._config.config import ManagedConfig
 from inferactors._config.server_logs import ServerLogs
-from inferactors._edges.log_file import CONTINUED, QUEUE_LINES, LogFile, _LineFormat, _Listener
+from inferactors._edges.log_file import (
+    CONTINUED,
+    QUEUE_LINES,
+    Line,
+    LogFile,
+    _LineFormat,
+    _Listener,
+)
 from inferactors._edges.log_ring import LogBook, LogLine, LogRing, line_cost
 from inferactors._edges.output_lines import LINE_LIMIT_BYTES, SLICE_LINES, LineWatch, read_stream
 from inferactors._edges.process import ManagedProcess
@@ -171,7 +178,7 @@ def test_the_log_file_is_private_and_its_queue_bounded(tmp_path: Path) -> None:
             stalled.wait()
             written.append(_LineFormat().format(record))
 
-    records: queue.Queue[logging.LogRecord | None] = queue.Queue(QUEUE_LINES)
+    records: queue.Queue[Line | None] = queue.Queue(QUEUE_LINES)
     slow = LogFile(path, records, _Listener(records, Stalled()))
     slow._listener.start()
     for n in range(QUEUE_LINES + 50):

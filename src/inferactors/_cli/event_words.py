@@ -25,9 +25,11 @@ from .._events import (
     StopReason,
     SupervisorCaughtUp,
     SupervisorOverloaded,
+    WorkProgress,
     instance_of,
 )
 from .._policy.residency_words import describe_residency_event
+from .._policy.sizes import binary_size_text
 from .._status import InstanceState
 
 
@@ -94,7 +96,25 @@ def describe_event(event: Event, name: str | None = None, adopted: bool = False)
                 f"({event.no_verdicts} deadline(s) gave no verdict, "
                 f"longest stall {event.worst_stall_s * 1000:.0f} ms)"
             )
+        case WorkProgress():
+            return f"{event.instance_id}  {_progress_words(event)}"
     raise AssertionError(f"unknown event {event!r}")
+
+
+def _progress_words(event: WorkProgress) -> str:
+    """``re-hashing big.gguf:  45% 2.7 GiB of 6.0 GiB, 480.0 MiB/s, 7 s left`` or
+    ``loading tiny: 15 s since the spawn, not serving yet``."""
+    if event.work == "loading":
+        return f"loading {event.subject}: {event.elapsed_s:.0f} s since the spawn, not serving yet"
+    line = f"{event.work} {event.subject}: "
+    if event.total:
+        line += f"{100 * event.done // event.total:3d}% "
+    line += binary_size_text(event.done)
+    line += f" of {binary_size_text(event.total)}" if event.total else ""
+    if event.total and event.done >= event.total:
+        return line + f", done in {event.elapsed_s:.0f} s"
+    line += f", {event.rate / (1 << 20):.1f} MiB/s" if event.rate > 0 else ""
+    return line + (f", {event.eta_s:.0f} s left" if event.eta_s is not None else "")
 
 
 def _server_words(event: ProcessExited) -> str:

@@ -88,13 +88,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _llama_server(args: argparse.Namespace) -> int:
-    from .._edges.llama_build import ensure_llama_server
+    """Print the llama-server path; a failed build exits 1, Ctrl-C 130 (128 + SIGINT),
+    each with one line (the build has removed its partial tree by then)."""
+    from .._edges.llama_build import cached_binary, ensure_llama_server
 
     try:
         print(ensure_llama_server())
     except InferactorsError as error:
         print(one_line(f"inferactors llama-server: {error}"), file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        where = cached_binary().parent.parent
+        end_line = "\n" if sys.stderr.isatty() else ""  # after the progress line
+        said = f"interrupted; removed the partial build in {where}"
+        print(f"{end_line}inferactors llama-server: {said}", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -22,6 +22,8 @@ from .._config.convert import load_run_config
 from .._errors import InferactorsError, InvalidConfig, UnknownModel, one_line
 from .._models.anchors import AnchorKind, TrustAnchors
 from .._models.registry import ModelRegistry
+from .._policy.progress_pace import SHOWN_EVERY_S, ProgressPace, Reading
+from .._policy.sizes import binary_size_text
 
 REGISTRY_ENV = "INFERACTORS_REGISTRY"
 """Environment variable naming the registry file."""
@@ -135,52 +137,63 @@ def fail(error: Exception, code: int) -> int:
 
 def format_size(size: int) -> str:
     """Bytes in binary units with one decimal: ``"512 B"``, ``"510.1 KiB"``, ``"4.2 GiB"``."""
-    if size < 1024:
-        return f"{size} B"
-    value = float(size)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        value /= 1024
-        if value < 1024 or unit == "TiB":
-            break
-    return f"{value:.1f} {unit}"
+    return binary_size_text(size)
 
 
 @attrs.define(eq=False)
 class HashProgress:
-    """A hashing progress callback that rewrites one stderr line per large file.
+    """A hashing progress callback that shows each large file's progress on ``stream``.
 
-    Only files over ``threshold_bytes`` (64 MiB) are shown; the line is rewritten at most every
-    ``interval_s`` seconds (0.5 s) and ends with a newline when the file is done. The rate is
-    MiB/s since the first chunk, measured with ``clock`` (``time.monotonic``: CLI code, no
+    Only files over ``threshold_bytes`` (64 MiB) are shown, and only once their hashing
+    took longer than the pace's interval (`ProgressPace`: at most one line per second, and
+    the last one when done): ``hashing big.gguf:  45% 2.7 GiB of 6.0 GiB, 512.0 MiB/s, 7 s
+    left``. On a terminal the line is rewritten in place (``\\r``) and ended when the file
+    is done; anywhere else (a pipe, a journal) each is a line of its own, at most every
+    ``pipe_interval_s`` (2 s). Times come from ``clock`` (``time.monotonic``: CLI code, no
     trio loop runs here).
     """
 
     stream: TextIO
-    clock: Callable[[], float] = time.monotonic
+    clock: Callable[[], float] = attrs.field(factory=lambda: time.monotonic)
     threshold_bytes: int = PROGRESS_THRESHOLD_BYTES
-    interval_s: float = 0.5
+    interval_s: float = SHOWN_EVERY_S
+    pipe_interval_s: float = 2.0
     _file: Path | None = None
-    _start: tuple[float, int] = (0.0, 0)
-    _shown_at: float = float("-inf")
+    _pace: ProgressPace = attrs.field(factory=ProgressPace)
+    _width: int = 0
+    _tty: bool = False
 
     def __call__(self, path: Path, done_bytes: int, total_bytes: int) -> None:
         """The `ProgressFn` for `ModelRegistry.add` and `ModelRegistry.verify`."""
         if total_bytes <= self.threshold_bytes:
             return
-        now = self.clock()
         if path != self._file:
-            self._file, self._start = path, (now, done_bytes)
-        finished = done_bytes >= total_bytes
-        if not finished and now - self._shown_at < self.interval_s:
+            self._file, self._width, self._tty = path, 0, self.stream.isatty()
+            self._pace = ProgressPace(self.interval_s if self._tty else self.pipe_interval_s)
+        reading = self._pace.offer(self.clock(), done_bytes, total_bytes)
+        if reading is None:
             return
-        self._shown_at = now
-        self.stream.write(f"\r{self._line(path, done_bytes, total_bytes, now)}")
-        self.stream.write("\n" if finished else "")
+        tty = self._tty
+        line = hashing_line(path.name, reading)
+        if tty:
+            self.stream.write("\r" + line.ljust(self._width))
+            self._width = len(line)
+            self.stream.write("\n" if reading.finished else "")
+        else:
+            self.stream.write(line + "\n")
         self.stream.flush()
 
-    def _line(self, path: Path, done: int, total: int, now: float) -> str:
-        started, first = self._start
-        elapsed = now - started
-        rate = f"{(done - first) / _MIB / elapsed:.1f} MiB/s" if elapsed > 0 else "-- MiB/s"
-        percent = 100 * done // total
-        return f"hashing {path.name}: {percent:3d}% of {format_size(total)} ({rate})"
+
+def hashing_line(name: str, reading: Reading) -> str:
+    """``hashing big.gguf:  45% 2.7 GiB of 6.0 GiB, 512.0 MiB/s, 7 s left`` (``done in
+    12 s`` once finished; no rate nor time left before any time passed)."""
+    percent = 100 * reading.done // reading.total if reading.total else 0
+    line = f"hashing {name}: {percent:3d}% {format_size(reading.done)} of "
+    line += format_size(reading.total)
+    if reading.finished:
+        return line + f", done in {reading.elapsed_s:.0f} s"
+    if reading.rate > 0:
+        line += f", {reading.rate / _MIB:.1f} MiB/s"
+    if reading.eta_s is not None:
+        line += f", {reading.eta_s:.0f} s left"
+    return line

@@ -15,6 +15,9 @@ MAX_RING_LINES = 1_000_000
 MIN_MEMORY_BYTES = 65536
 """The least memory a ring may be given: room for a few whole 8 KiB pieces of a line."""
 
+FILE_BYTES = 10 << 20
+"""The size at which an instance's log file is rotated by default (10 MiB)."""
+
 
 @attrs.frozen
 class ServerLogs:
@@ -29,16 +32,19 @@ class ServerLogs:
         total_memory_bytes: the most memory the lines of every instance of the
             supervisor may take together; past it, the instance holding the most loses its
             oldest lines first (at least `MIN_MEMORY_BYTES`; default 64 MiB).
-        file_bytes: when above 0, the lines are also written to
-            ``<data_root>/logs/<instance id>.log``, rotated once it reaches this many bytes
-            (default 0: no file).
-        file_count: how many rotated files are kept beside it (``.log.1`` ...; default 3).
+        file_bytes: the lines are also written to ``<data_root>/logs/<instance id>.log``
+            (mode 0600, in a 0700 directory), rotated once it reaches this many bytes
+            (default `FILE_BYTES`, 10 MiB; 0: no file). A supervisor started later reads
+            the file's last lines back, so ``inferactors logs`` shows them.
+        file_count: how many rotated files are kept beside it (``.log.1`` ...; default 3):
+            on disk, an instance's output takes at most ``file_bytes * (file_count + 1)``
+            bytes (40 MiB by default).
     """
 
     lines: int = 1000
     memory_bytes: int = 4 << 20
     total_memory_bytes: int = 64 << 20
-    file_bytes: int = 0
+    file_bytes: int = FILE_BYTES
     file_count: int = 3
 
     def validate(self, field: str = "managed.logs") -> None:

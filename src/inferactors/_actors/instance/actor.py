@@ -60,6 +60,7 @@ from .exposure import ExposureWatch
 from .messages import Probed, ShutdownDone, SpawnFailed
 from .probing import Probing
 from .process_life import ProcessLife
+from .progress import report_loading
 from .state import Setup, State
 from .status import status_of
 from .step import CRASH_GRACE_S as CRASH_GRACE_S
@@ -95,6 +96,8 @@ class InstanceActor:
     _state: State
     _process_tasks: ScopeGroup | None = None
     _adopted_tasks: ScopeGroup | None = None
+    _loading: trio.CancelScope | None = None
+    """The `report_loading` task of a process that does not serve yet (``progress.py``)."""
 
     @classmethod
     def create(
@@ -116,7 +119,7 @@ class InstanceActor:
         box = Mailbox.create(instance_id, events, slot)
         ring = edges.logs.ring(instance_id, config.managed)
         post = box.inbox
-        life = ProcessLife(plan, edges, post, registry, ring)
+        life = ProcessLife(plan, edges, post, registry, ring, box.emit, instance_id)
         admitted_at = trio.current_time() if plan.admitted is not None else None
         probing = Probing(plan, config, edges, post, admitted_at)
         exposure = ExposureWatch(plan, edges, post)
@@ -249,6 +252,10 @@ class InstanceActor:
         timeout = self.plan.supervision.readiness_timeout_s
         if timeout is not None:
             box.soon(scoped, group.new(), self._life.readiness_timer, process, timeout)
+        self._loading = group.new()
+        model = self.plan.model.name if self.plan.model is not None else self.instance_id
+        load = (box.emit, self.instance_id, model, process.started_at)
+        box.soon(scoped, self._loading, report_loading, *load)
 
     def _end_process_watch(self) -> None:
         if self._process_tasks is not None:
@@ -267,7 +274,11 @@ class InstanceActor:
         return status_of(self._state, trio.current_time(), escaped)
 
     def _report(self) -> None:
-        self._box.report(self._status())
+        status = self._status()
+        if self._loading is not None and (status.serving or self._state.process is None):
+            self._loading.cancel()  # it serves (or its process is gone): the load is over
+            self._loading = None
+        self._box.report(status)
 
     async def _teardown(self) -> None:
         process = self._state.process

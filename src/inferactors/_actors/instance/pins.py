@@ -26,6 +26,7 @@ import attrs
 from ..._edges.bundle import FileWork
 from ..._errors import PinMismatch
 from ..._flavor import InferFlavor
+from ..._models.hashing import ProgressFn
 from ..._models.manifest import ModelManifest
 from ..._models.pinned_view import build_views
 from ..._models.pinning import ClosedOnExit, PinnedModel
@@ -92,7 +93,11 @@ class PinnedLaunch(ClosedOnExit):
 
 
 async def pin_spawn(
-    file_work: FileWork, registry: ModelRegistry | None, plan: Plan, held: PinHold | None
+    file_work: FileWork,
+    registry: ModelRegistry | None,
+    plan: Plan,
+    held: PinHold | None,
+    on_progress: ProgressFn | None = None,
 ) -> PinnedLaunch | PinHold:
     """`pin_for_spawn` through ``file_work`` (a worker thread: a re-hash may take seconds);
     the launch as planned when there is no registry (a bare actor, nothing to pin)."""
@@ -100,11 +105,14 @@ async def pin_spawn(
     assert launch is not None, "only managed process plans are pinned"
     if registry is None:
         return PinnedLaunch(launch, ())
-    return await file_work(partial(pin_for_spawn, registry, plan, held))
+    return await file_work(partial(pin_for_spawn, registry, plan, held, on_progress))
 
 
 def pin_for_spawn(
-    registry: ModelRegistry, plan: Plan, held: PinHold | None
+    registry: ModelRegistry,
+    plan: Plan,
+    held: PinHold | None,
+    on_progress: ProgressFn | None = None,
 ) -> PinnedLaunch | PinHold:
     """Check the plan's model and draft and pin them into its launch (blocking).
 
@@ -113,6 +121,7 @@ def pin_for_spawn(
         plan: a managed process plan (``launch`` and ``model`` set).
         held: the instance's hold, if any: while the registry still has that manifest, the
             hold is returned again and nothing is read.
+        on_progress: called after each chunk of a file re-hashed (from this thread).
 
     Returns:
         The pinned launch (the caller closes it), or the hold that refuses the spawn.
@@ -133,7 +142,7 @@ def pin_for_spawn(
                 pinned.close()
                 return held
             try:
-                pinned.models += (registry.pin(manifest),)
+                pinned.models += (registry.pin(manifest, on_progress=on_progress),)
             except PinMismatch as error:
                 pinned.close()
                 return PinHold(manifest, error)

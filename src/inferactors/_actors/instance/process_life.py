@@ -9,6 +9,7 @@ actor's nursery, reads only the immutable plan, and posts its result to the acto
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -20,6 +21,7 @@ from ..._edges.log_ring import LogRing
 from ..._edges.loop_lag import lateness
 from ..._edges.process import ManagedProcess
 from ..._errors import BackendError, InferactorsError
+from ..._events import Event
 from ..._models.registry import ModelRegistry
 from ..._policy.admission import Plan
 from ..._policy.launch import Launch
@@ -35,7 +37,8 @@ from .messages import (
     StartupFault,
     Stopped,
 )
-from .pins import PinHold, pin_spawn
+from .pins import PinHold, PinnedLaunch, pin_spawn
+from .progress import HashWatch, report_hashing
 
 
 @attrs.frozen
@@ -50,6 +53,10 @@ class ProcessLife:
     post: trio.MemorySendChannel[object]
     registry: ModelRegistry | None = None
     logs: LogRing | None = None
+    emit: Callable[[Event], None] | None = None
+    """Where progress events go (`WorkProgress` of a re-hash at spawn); None: nowhere."""
+    instance_id: str = ""
+    """The instance the progress events name."""
 
     async def _post(self, message: Internal) -> None:
         await post(self.post, message)
@@ -65,7 +72,7 @@ class ProcessLife:
         launch = self.plan.launch
         assert launch is not None, "spawn is only for managed process plans"
         try:
-            pinned = await pin_spawn(self.edges.file_work, self.registry, self.plan, held)
+            pinned = await self._pin(held)
         except (InferactorsError, OSError) as error:
             await self._post(SpawnFailed(_start_error(launch, error), reply))
             return
@@ -82,6 +89,19 @@ class ProcessLife:
             await self._record(process, pinned.launch)
             await process.wait_exited()
             await self.edges.containment.forget(pinned.launch, process.pid)  # after the record
+
+    async def _pin(self, held: PinHold | None) -> PinnedLaunch | PinHold:
+        """`pin_spawn`, its re-hash reported as `WorkProgress` meanwhile (``progress.py``)."""
+        work, registry, plan = self.edges.file_work, self.registry, self.plan
+        if self.emit is None:
+            return await pin_spawn(work, registry, plan, held)
+        watch = HashWatch()
+        async with trio.open_nursery() as reporting:
+            reporting.start_soon(report_hashing, watch, self.emit, self.instance_id)
+            try:
+                return await pin_spawn(work, registry, plan, held, watch)
+            finally:
+                reporting.cancel_scope.cancel()
 
     async def _start(self, nursery: trio.Nursery, launch: Launch) -> ManagedProcess:
         spec = self.plan.spec
