@@ -137,7 +137,12 @@ async def serve_front_door(
         asgi = cast(
             ASGIFramework,
             front_door_app(
-                scheduler, clients=clients, limits=limits, api_key=api_key, metrics=metrics
+                scheduler,
+                clients=clients,
+                limits=limits,
+                api_key=api_key,
+                metrics=metrics,
+                loopback_only=config.loopback(),
             ),
         )
         app = wrap_app(asgi, hyper.wsgi_max_body_size, "asgi")
