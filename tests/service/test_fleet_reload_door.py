@@ -152,9 +152,8 @@ async def test_a_reload_with_a_smaller_budget_applies_it_and_evicts_idle_models(
         result = await fleet.reload()
         assert result.applied == ("residency",)
         assert result.unchanged == ("one", "two")
-        with trio.fail_after(30.0):
-            while {e.residency for e in fleet.door.models()} != {Residency.NOT_LOADED}:
-                await trio.sleep(0.1)
+        door = fleet.door
+        await until(fleet, lambda _: {e.residency for e in door.models()} == {Residency.NOT_LOADED})
         assert fleet.view("one").status.stop_reason == "evicted"
         assert fleet.view("two").status.stop_reason == "evicted"
         again = await fleet.reload()  # the same file again: nothing to apply
