@@ -141,8 +141,15 @@ class _Door:
     ) -> Response:
         body = _with_model(asked.body, asked.document, grant.upstream.served_model)
         outbound = Outbound("POST", target, body, JSON_HEADERS)
+        echoed = asked.name if dialect is Dialect.OPENAI else None  # not the server's path
         return PassThrough(
-            grant, dialect, self.clients, outbound, end=end, limits=self.limits.reply
+            grant,
+            dialect,
+            self.clients,
+            outbound,
+            end=end,
+            limits=self.limits.reply,
+            model=echoed,
         )
 
     # ---- OpenAI and llama.cpp native ------------------------------------------------------
