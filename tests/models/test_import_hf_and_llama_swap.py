@@ -51,15 +51,13 @@ def test_a_cache_imports_its_gguf_files_and_mlx_folders_and_skips_with_why(
 
     out = capsys.readouterr().out.splitlines()
     assert out == [
-        "[1/5] mlx-community.tiny-4bit: registered: mlx, 4 files, 579.9 KiB",
-        "[2/5] someone/Big-GGUF@aaaaaaaa/big-00001-of-00002.gguf: skipped: a split GGUF: "
-        "register its folder with models add",
-        "[3/5] someone/Big-GGUF@aaaaaaaa/big-00002-of-00002.gguf: skipped: a split GGUF: "
-        "register its folder with models add",
-        "[4/5] someone/Partial-GGUF@aaaaaaaa: skipped: unfinished download: p.gguf not in "
+        "[1/4] mlx-community.tiny-4bit: registered: mlx, 4 files, 579.9 KiB",
+        "[2/4] someone/Big-GGUF@aaaaaaaa/big-00001-of-00002.gguf: skipped: a split GGUF in 2 "
+        "parts: register its folder with models add",
+        "[3/4] someone/Partial-GGUF@aaaaaaaa: skipped: unfinished download: p.gguf not in "
         "blobs/ yet",
-        "[5/5] someone.Tiny-GGUF:tiny-Q8_0: registered: gguf, 1 file, 510.1 KiB",
-        "2 registered, 0 already registered, 3 skipped (nothing downloaded)",
+        "[4/4] someone.Tiny-GGUF:tiny-Q8_0: registered: gguf, 1 file, 510.1 KiB",
+        "2 registered, 0 already registered, 2 skipped (nothing downloaded)",
     ]
 
 
@@ -94,7 +92,7 @@ def test_a_second_cache_import_changes_nothing(
     assert _cli("import", "hf-cache", str(cache), "--registry", str(registry)) == 0
 
     assert capsys.readouterr().out.splitlines()[-1] == (
-        "0 registered, 2 already registered, 3 skipped (nothing downloaded)"
+        "0 registered, 2 already registered, 2 skipped (nothing downloaded)"
     )
     assert registry.read_bytes() == before
 

@@ -102,7 +102,7 @@ def signed_gguf_cache(tmp_path: Path, tiny_gguf: Path, ops: KeyPair) -> Path:
     gguf = Path(shutil.copy2(tiny_gguf, signing / "tiny.gguf"))
     signature = oms_sign(gguf, signing / "tiny.gguf.sig", ops.private, algorithm="blake3")
     cache = tmp_path / "hub"
-    files = {
+    files: dict[str, Path | bytes] = {
         "tiny.gguf": tiny_gguf,
         "tiny.gguf.sig": signature.read_bytes(),
         "Q8_0/tiny.gguf": tiny_gguf,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from inferactors import load_run_config
+from inferactors import ModelRegistry, load_run_config
 from inferactors._cli.models import register_models_commands
 
 
@@ -181,3 +181,4 @@ def test_a_model_path_llama_server_cannot_read_is_skipped_saying_why(
     assert "tiny: registered: gguf" in out
     drafted = load_run_config(draft)
     assert [i.spec.model for i in drafted.instances] == ["tiny"]
+    assert [m.name for m in ModelRegistry.open(registry).list()] == ["tiny"]

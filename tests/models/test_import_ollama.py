@@ -101,7 +101,9 @@ def test_hostile_manifests_are_skipped_with_why(store: Path, tmp_path: Path) -> 
         "bad-digest": ollama_manifest([{**layer, "digest": "sha256:../../etc/passwd"}]),
         "missing-blob": ollama_manifest([{**layer, "digest": "sha256:" + "0" * 64}]),
         "too-many": ollama_manifest([*[good["layers"][1]] * 70, layer]),
+        "fifo-blob": ollama_manifest([{**layer, "digest": "sha256:" + "f" * 64}]),
     }
+    os.mkfifo(store / "blobs" / ("sha256-" + "f" * 64))
     for tag, body in bad.items():
         write_ollama_manifest(store, "bad", tag, body)
     outside = tmp_path / "outside"
@@ -123,6 +125,9 @@ def test_hostile_manifests_are_skipped_with_why(store: Path, tmp_path: Path) -> 
     assert why("two-models") == f"$.layers: 2 layers of type {MODEL}, expected one"
     assert why("bad-digest") == "$.layers[0].digest: expected sha256:<64 lower-case hex>"
     assert why("missing-blob") == f"its model blob sha256-{'0' * 64} is missing"
+    assert why("fifo-blob") == (
+        f"its model blob sha256-{'f' * 64} is not a regular file (a folder, FIFO or device)"
+    )
     assert why("too-many").startswith("$.layers: expected a list of at most 64")
     assert why("link") == "a symbolic link, not followed"
 
@@ -193,7 +198,7 @@ def test_an_adapter_or_projector_layer_is_said_to_be_left_out(
     assert _cli("import", "ollama", str(store), "--registry", str(tmp_path / "m.json")) == 0
 
     out = capsys.readouterr().out
-    assert "llava:latest: not carried: its adapter and projector layer (only the weights" in out
+    assert "llava:latest: not carried: its adapter and projector layers (only the weights" in out
 
 
 def test_a_tag_pulled_again_is_kept_as_registered_naming_both_digests_unless_updated(

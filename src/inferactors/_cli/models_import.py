@@ -76,8 +76,9 @@ def handle_import_ollama(args: argparse.Namespace) -> int:
                 continue
             _import_ollama_one(registry, tally, item, update=args.update)
             if item.left_out:
+                layers = "layers" if len(item.left_out) > 1 else "layer"
                 print(
-                    f"{item.name}: not carried: its {' and '.join(item.left_out)} layer "
+                    f"{item.name}: not carried: its {' and '.join(item.left_out)} {layers} "
                     "(only the weights are registered; a server run from them goes without it)"
                 )
         print(tally.summary())

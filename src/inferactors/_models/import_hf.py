@@ -48,7 +48,7 @@ from .signed_add import SIGNATURE_NAME
 
 _REVISION = re.compile(r"[0-9a-f]{40}")
 _REF = re.compile(r"[A-Za-z0-9._-]{1,128}")
-_SPLIT = re.compile(r".*-\d{5}-of-\d{5}\.gguf", re.I)
+_SPLIT = re.compile(r"(.*)-(\d{5})-of-(\d{5})\.gguf", re.I)
 MAX_REPOS = 10_000
 """The most repository folders one import reads."""
 
@@ -157,8 +157,11 @@ def _snapshot(
     folder = "config.json" in top and any(n.endswith(".safetensors") for n in top)
     ggufs = sorted(name for name in files if name.lower().endswith(".gguf"))
     for name in ggufs:
-        if _SPLIT.fullmatch(name.rsplit("/", 1)[-1]):
-            yield Skipped(f"{what}/{name}", "a split GGUF: register its folder with models add")
+        split = _SPLIT.fullmatch(name)
+        if split is not None:
+            if split.group(2) == "00001":
+                parts = f"a split GGUF in {int(split.group(3))} parts"
+                yield Skipped(f"{what}/{name}", f"{parts}: register its folder with models add")
             continue
         signature = _gguf_signature(name, files, mlx_folder=folder)
         stem = name[: -len(".gguf")].replace("/", ".")
