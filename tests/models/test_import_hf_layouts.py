@@ -73,6 +73,22 @@ def test_without_refs_main_the_newest_snapshot_is_imported_and_said(
     assert manifest.root == str(new)
 
 
+def test_a_refs_main_that_names_no_commit_is_said_and_its_snapshot_imported(
+    tmp_path: Path, tiny_gguf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache, registry = tmp_path / "hub", tmp_path / "models.json"
+    cache_repo(cache, "org/Tiny-GGUF", {"tiny.gguf": tiny_gguf}, revision=NEW)
+    (cache / "models--org--Tiny-GGUF" / "refs" / "main").write_text("../../../../etc")
+
+    assert _import(cache, registry) == 0
+
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "org.Tiny-GGUF:tiny: refs/main is not a commit hash: imported its snapshot, 22222222 "
+        "(models add PATH registers another snapshot)"
+    )
+    assert ModelRegistry.open(registry).get("org.Tiny-GGUF:tiny").source.hf_revision == NEW
+
+
 def test_two_organisations_repositories_of_one_name_get_two_names(
     tmp_path: Path, tiny_gguf: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
