@@ -194,3 +194,23 @@ def test_weights_no_server_here_loads_are_skipped_each_with_why(
         "with a config.json",
         "1 registered, 0 already registered, 4 skipped (nothing downloaded)",
     ]
+
+
+def test_a_repository_updated_since_its_import_is_kept_as_registered_naming_both_revisions(
+    tmp_path: Path, tiny_gguf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache, registry = tmp_path / "hub", tmp_path / "models.json"
+    cache_repo(cache, "org/Tiny-GGUF", {"tiny.gguf": tiny_gguf}, revision=OLD)
+    assert _import(cache, registry) == 0
+    before = registry.read_bytes()
+    newer = tiny_gguf.read_bytes() + b"\0"
+    cache_repo(cache, "org/Tiny-GGUF", {"tiny.gguf": newer}, revision=NEW)  # refs/main moves
+    capsys.readouterr()
+
+    assert _import(cache, registry) == 0
+
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "[2/2] org.Tiny-GGUF:tiny: skipped: org/Tiny-GGUF is now at 22222222, registered is "
+        "11111111 (an earlier snapshot): kept as registered; models remove it, then import again"
+    )
+    assert registry.read_bytes() == before

@@ -98,6 +98,10 @@ def handle_import_hf(args: argparse.Namespace) -> int:
             if isinstance(item, Skipped):
                 tally.say(item.what, "skipped", item.why)
                 continue
+            stale = _earlier_snapshot(registry, item)
+            if stale is not None:
+                tally.say(item.name, "skipped", stale)
+                continue
             add = hf_add(registry, item)
             import_one(registry, tally, item.name, expected_files(item.path), add)
             if item.note is not None:
@@ -143,6 +147,21 @@ def _earlier_pull(current: ModelManifest, found: OllamaModel) -> bool:
         current.source.ollama_tag == found.tag
         and len(current.shards) == 1
         and current.shards[0].path != found.blob.name
+    )
+
+
+def _earlier_snapshot(registry: ModelRegistry, found: HfModel) -> str | None:
+    """Why ``found`` is not imported when its name holds an earlier snapshot of the same
+    repository (refs/main moved on since): both revisions named, the entry kept."""
+    current = next((m for m in registry.list() if m.name == found.name), None)
+    if current is None or current.source.hf_repo != found.source.hf_repo:
+        return None
+    old, new = current.source.hf_revision, found.source.hf_revision
+    if old is None or new is None or old == new:
+        return None
+    return (
+        f"{found.source.hf_repo} is now at {new[:8]}, registered is {old[:8]} (an earlier "
+        "snapshot): kept as registered; models remove it, then import again"
     )
 
 
