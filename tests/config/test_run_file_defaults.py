@@ -23,7 +23,13 @@ role = "chat"
 runtime = "infer.llamacpp"
 model = "tiny"
 """
-ADOPTED = '\n[[instances]]\nmode = "adopted"\nrole = "other"\nruntime = "infer.llamacpp"\nserve = { port = 8091 }\n'
+ADOPTED = """
+[[instances]]
+mode = "adopted"
+role = "other"
+runtime = "infer.llamacpp"
+serve = { port = 8091 }
+"""
 SERVER = Path("/opt/llama/bin/llama-server")
 
 

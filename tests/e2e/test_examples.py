@@ -29,8 +29,10 @@ def test_all_flavors_reach_running_and_pass_deep_health(
     out = done.stdout
     for role, runtime in (("chat", "llamacpp"), ("code", "mlx-lm"), ("notes", "ollama")):
         assert f"started (infer.{runtime})" in out
-        assert any(  # named by its role, as the README shows
-            f"  {role}  deep health: one token" in line for line in out.splitlines()
+        assert any(
+            line.split()[2:3] == [role]  # time, level, then the instance's name (its role)
+            and "deep health: one token" in line
+            for line in out.splitlines()
         ), role
     assert "3 of 3 instances passed deep health" in out
 
