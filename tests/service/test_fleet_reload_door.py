@@ -152,9 +152,10 @@ async def test_a_reload_with_a_smaller_budget_applies_it_and_evicts_idle_models(
         result = await fleet.reload()
         assert result.applied == ("residency",)
         assert result.unchanged == ("one", "two")
-        door = fleet.door
-        await until(fleet, lambda _: {e.residency for e in door.models()} == {Residency.NOT_LOADED})
-        assert fleet.view("one").status.stop_reason == "evicted"
-        assert fleet.view("two").status.stop_reason == "evicted"
+        await until(
+            fleet,
+            lambda f: all(f.view(n).status.stop_reason == "evicted" for n in ("one", "two")),
+        )
+        assert {e.residency for e in fleet.door.models()} == {Residency.NOT_LOADED}
         again = await fleet.reload()  # the same file again: nothing to apply
         assert again.applied == ()
