@@ -288,11 +288,9 @@ class PassThrough(GrantedAnswer):
             async for chunk in answer.aiter_raw():
                 if chunk:
                     tail.append(chunk)
-                    passed = chunk if echo is None else echo.feed(chunk)
-                    if passed:
-                        await send(
-                            {"type": "http.response.body", "body": passed, "more_body": True}
-                        )
+                    body = chunk if echo is None else echo.feed(chunk)
+                    if body:
+                        await send({"type": "http.response.body", "body": body, "more_body": True})
         except httpx.TransportError as error:
             role = self.grant.upstream.role
             words = f"model {role!r}: the server's stream broke off: {_words(error)}"
