@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from inferactors._config.front_door import FrontDoorConfig
+from inferactors._errors import InvalidConfig
 from service.front_door_support import door, entry_for, fake
 
 BODY = b'{"model": "m", "prompt": "x", "stream": false}'
@@ -149,3 +150,20 @@ async def test_beyond_loopback_the_host_is_not_checked_but_origins_are(tmp_path:
             )
     assert named == 200
     assert foreign == 403
+
+
+async def test_a_bad_key_file_is_named_as_the_front_doors_api_key_file(tmp_path: Path) -> None:
+    key = tmp_path / "empty.key"
+    key.write_text("")
+    key.chmod(0o600)
+    config = FrontDoorConfig(host="0.0.0.0", port=0, allow_beyond_loopback=True, api_key_file=key)
+    said: list[str] = []
+    with fake(tmp_path) as server:
+        try:
+            async with door(entry_for("m", server), config=config):
+                pass
+        except* InvalidConfig as group:
+            said += [str(error) for error in group.exceptions]
+    assert said
+    assert f"front door API key file {key}" in said[0]
+    assert "control token" not in said[0]
