@@ -1,4 +1,5 @@
-"""Which requests to a loopback HTTP service come from a web page, and are refused (pure).
+"""Which requests to a loopback HTTP service come from a web page, and are refused (no I/O;
+in ``_service`` for its use of ``urllib.parse``).
 
 A service on loopback with no key is reachable by every program on the machine, and by
 every web page its browser shows: a page may send "simple" requests (a form's POST, an
