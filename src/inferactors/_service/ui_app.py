@@ -62,6 +62,7 @@ ASSETS = {
     "app.css": "text/css; charset=utf-8",
 }
 """The page's assets (in ``ui_page/`` beside this module) and their media types."""
+_ASSET_PATHS = frozenset(f"/ui/static/{name}" for name in ASSETS)
 PAGE_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
@@ -97,8 +98,9 @@ class PageSource(Protocol):
 
 
 def open_to_all(method: str, path: str) -> bool:
-    """Whether a request holds nothing private: a read of the page or its assets."""
-    return method in READS and (path in ("/ui", "/ui/") or path.startswith("/ui/static/"))
+    """Whether a request holds nothing private: a read of the page or one of its assets,
+    named exactly (a path that only starts like an asset's is not open)."""
+    return method in READS and (path in ("/ui", "/ui/") or path in _ASSET_PATHS)
 
 
 def _no_budget() -> int | None:
