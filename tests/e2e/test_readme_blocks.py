@@ -148,7 +148,7 @@ def _check_command(words: list[str]) -> None:
         assert "--unix-socket" in words, words
         assert urlsplit(url).path in served_paths(), url
     else:
-        assert program in {"printf", "sed", "kill", "cp", "systemctl", "openssl"}, words
+        assert program in {"printf", "sed", "kill", "cp", "systemctl", "openssl", "umask"}, words
 
 
 SHELL = [block for block in BLOCKS if block.lang == "sh"]

@@ -44,9 +44,10 @@ from e2e.web_page_browser import (
     watch,
 )
 from e2e.web_page_fake import fake_page
-from e2e.web_page_support import PageRun, page_run, readme_commands
+from e2e.web_page_support import PageRun, page_run, readme_commands, readme_token_recipe
 from inferactors._cli.control import _state_words
 from inferactors._cli.ui_words import CliWords
+from inferactors._service.control_token import read_token
 from service.ui_support import PageFleet
 from support import Unprivileged
 
@@ -442,6 +443,21 @@ def test_the_readme_shows_the_screenshot_and_the_commands_run_here() -> None:
     assert commands["ui"] == ["inferactors", "ui", "run.toml"]
     assert "[docs/web-page.md](docs/web-page.md)" in text
     assert (ROOT / "docs" / "web-page.md").is_file()
+
+
+def test_the_readmes_token_recipe_makes_a_token_file_the_supervisor_takes(
+    tmp_path: Path,
+) -> None:
+    """The README's lines before its ``--control-token-file token`` command, run as
+    written in an empty directory, make ``token``: mode 0600, a token `read_token` takes
+    (at least 16 printable characters)."""
+    recipe = readme_token_recipe()
+    assert recipe, "the README shows no way to make the token file"
+    for line in recipe:
+        subprocess.run(["sh", "-c", line], cwd=tmp_path, check=True, timeout=30)
+    made = tmp_path / "token"
+    assert made.stat().st_mode & 0o777 == 0o600
+    assert len(read_token(made)) >= 16
 
 
 FLOOD_PER_S = 100.0
