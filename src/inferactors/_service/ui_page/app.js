@@ -14,7 +14,6 @@ const SVG = "http://www.w3.org/2000/svg";
 
 const page = {
   rows: new Map(), // name -> row, as the last "rows" event gave it
-  received: 0, // performance.now() when those rows came
   order: [],
   selected: null,
   series: null, // the selected instance's series (plots)
@@ -89,7 +88,7 @@ async function live() {
       onRows(data);
     };
     try {
-      await readEvents("/ui/api/stream", { rows: onRowsLive, event: onEvent, sample: onSample });
+      await readEvents("/ui/api/stream", { rows: onRowsLive, changes: onChanges, event: onEvent, sample: onSample });
       setConnection("ended", "the supervisor stopped; waiting for it");
     } catch (error) {
       if (error instanceof Refused) {
@@ -165,7 +164,8 @@ function element(tag, attributes = {}, text = null) {
 
 function onRows(data) {
   setConnection("live");
-  page.received = performance.now();
+  const now = performance.now();
+  for (const row of data.rows) row.at = now;
   page.rows = new Map(data.rows.map((row) => [row.name, row]));
   page.order = data.rows.map((row) => row.name);
   renderRows();
@@ -173,8 +173,32 @@ function onRows(data) {
   if (page.selected && page.rows.has(page.selected)) renderPanelHead(page.rows.get(page.selected));
 }
 
-function renderRows() {
+// The rows that changed since the last table (whole), and every name in order when the
+// names or their order changed (null otherwise).
+function onChanges(data) {
+  const now = performance.now();
+  for (const row of data.rows) {
+    row.at = now;
+    page.rows.set(row.name, row);
+  }
+  if (data.order) {
+    page.order = data.order;
+    const named = new Set(data.order);
+    for (const name of [...page.rows.keys()]) if (!named.has(name)) page.rows.delete(name);
+    renderRows();
+  } else {
+    renderRows(new Set(data.rows.map((row) => row.name)));
+  }
+  renderDoor(data.door);
+  if (page.selected && page.rows.has(page.selected)) renderPanelHead(page.rows.get(page.selected));
+}
+
+function renderRows(only) {
   const body = $("instances").tBodies[0];
+  if (only) {
+    for (const tr of body.rows) if (only.has(tr.dataset.name)) fillRow(tr, page.rows.get(tr.dataset.name));
+    return;
+  }
   const kept = new Map([...body.rows].map((tr) => [tr.dataset.name, tr]));
   page.order.forEach((name, index) => {
     let tr = kept.get(name);
@@ -230,7 +254,7 @@ function fillRow(tr, row) {
 
 function uptimeOf(row) {
   if (row.uptime_s === null || row.pid === null) return null;
-  return row.uptime_s + (performance.now() - page.received) / 1000;
+  return row.uptime_s + (performance.now() - row.at) / 1000;
 }
 
 function tickUptimes() {
