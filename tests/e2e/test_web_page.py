@@ -17,6 +17,8 @@ supervisor, its ``inferactors ui`` command serves the page) and its screenshot
 from __future__ import annotations
 
 import contextlib
+import itertools
+import json
 import os
 import re
 import signal
@@ -508,3 +510,36 @@ def test_a_chatty_log_keeps_the_page_answering_and_the_view_capped_by_lines(
     assert slowest < 1.0, f"a call into the page took {slowest:.2f} s"
     assert held == LOG_CAP, held
     assert at_bottom  # it followed
+
+
+def test_the_reconnect_wait_starts_again_after_a_good_connection(
+    browser: Any, tmp_path: Path
+) -> None:
+    """The live stream fails four times (the page waits 0.5, 1, 2, 4 s between tries),
+    then one connection works and ends: the next try comes after the first wait again,
+    not after 8 s (before, the wait only ever doubled)."""
+    tries: list[float] = []
+    table = json.dumps({"rows": [], "door": None, "now": 0.0})
+
+    def stream(route: Any) -> None:
+        tries.append(time.monotonic())
+        if len(tries) <= 4:
+            route.fulfill(status=503, body="down")
+        else:
+            sse = f"event: rows\ndata: {table}\n\n"
+            route.fulfill(status=200, content_type="text/event-stream", body=sse)
+
+    with fake_page(tmp_path, PageFleet()) as served:
+        context = browser.new_context()
+        try:
+            context.route("**/ui/api/stream", stream)
+            opened = context.new_page()
+            opened.goto(served.page_url)
+            deadline = time.monotonic() + 40.0
+            while len(tries) < 6 and time.monotonic() < deadline:
+                opened.wait_for_timeout(50)  # Playwright calls the route while it waits
+        finally:
+            context.close()
+    waits = [later - earlier for earlier, later in itertools.pairwise(tries)]
+    assert waits[3] > 3.0, waits  # the backoff grew while it failed
+    assert waits[4] < 2.0, waits  # and started again after the good connection
