@@ -29,7 +29,10 @@ class InstanceStatus:
     Attributes:
         state: one of `InstanceState`.
         detail: why, in words (``"loading model"``, ``"server process exited"``), or None.
-        exit_code: the last process's exit status when it exited with one.
+        exit_code: the last process's exit status when it exited with one. This field,
+            ``stop_reason`` and ``signal`` describe the process that ended while no process
+            runs; once a new one runs (after a restart) they are None again, and
+            ``restarts`` counts the restarts (each exit is in its `ProcessExited` event).
         stop_reason: why the last process ended (``"requested"``, ``"crash"``, ``"start-up
             failure"``, ``"config-error"`` once the supervisor gave up on the same start-up
             failure twice in a row, ...), kept apart from the exit status.

@@ -153,6 +153,30 @@ def test_a_stop_between_a_crash_and_its_restart_is_the_operators_stop() -> None:
     }
 
 
+def test_a_stop_of_a_given_up_server_answers_and_keeps_its_view() -> None:
+    """Given up (the supervisor said so): a stop (the run's shutdown, an operator's) is
+    answered with the last exit's evidence, and the view keeps the give-up and the exit's
+    own reason: nothing ran, so nothing was stopped on request."""
+    run = Run.of()
+    started(run)
+    crash = evidence(100, exit_code=1)
+    run.send(Exited(run.process, crash))
+    run.send(Annotate("gave up: 5 restarts", 5, caller("note"), gave_up=True))
+    before = run.status()
+    stop = caller("stop")
+    out = run.send(Stop(1.0, stop))
+    [answer] = of_type(out, Answer)
+    assert answer.reply is stop
+    assert answer.value == run.state.last
+    after = run.status()
+    assert (after.state, after.stop_reason, after.supervision) == (
+        InstanceState.EXITED,
+        before.stop_reason,
+        "gave up: 5 restarts",
+    )
+    assert after.stop_reason == "crash"
+
+
 def test_a_spawn_that_failed_refuses_its_callers_and_the_stops_that_waited() -> None:
     run = Run.of()
     start = caller("start")

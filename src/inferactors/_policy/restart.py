@@ -7,7 +7,8 @@ Two limits apply together, and the first one spent gives up:
   (0-based), refilled only after the server stayed up for ``stable_after_s``; a plain start
   keeps it, ``reset_restarts`` refills it;
 * OTP's **restart intensity**: at most ``intensity`` restarts within any ``period_s``
-  seconds, counted in a sliding window.
+  seconds, counted in a sliding window whose edge is included (a restart exactly
+  ``period_s`` old still counts, as OTP's supervisor counts it).
 
 Which exits are restarted at all follows OTP's restart type (permanent, transient,
 temporary); an operator's stop, an unload and an exposure stop never are.
@@ -139,7 +140,8 @@ class RestartBudget:
         skip = budget._skip_reason(reason, exit_code, signal)
         if skip is not None:
             return budget, NoRestart(skip)
-        window = tuple(t for t in budget.window if now - t < self.policy.period_s)
+        # a restart exactly period_s old still counts, as in OTP's supervisor (R >= Now - Period)
+        window = tuple(t for t in budget.window if now - t <= self.policy.period_s)
         budget = attrs.evolve(budget, window=window)
         limit = budget._limit_reached()
         if limit is not None:

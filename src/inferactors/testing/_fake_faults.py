@@ -59,6 +59,17 @@ def _non_negative(_: object, attribute: attrs.Attribute[Any], value: float | Non
         raise ValueError(f"{attribute.name} must be >= 0, not {value}")
 
 
+def to_signal_name(value: object) -> object:
+    """A signal given as a number or a `signal.Signals` member, as its name (``15`` and
+    ``signal.SIGTERM`` give ``"SIGTERM"``); anything else unchanged, for the validator."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return signal.Signals(value).name
+        except ValueError:
+            return str(value)
+    return value
+
+
 def _signal_name(_: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
     if value is not None and value not in signal.Signals.__members__:
         raise ValueError(f"{attribute.name}: unknown signal {value!r} (use a name like SIGABRT)")
@@ -141,8 +152,12 @@ class FakeServerFaults:
     exit_code: int = attrs.field(
         default=1, validator=[attrs.validators.ge(0), attrs.validators.le(255)]
     )
-    crash_signal: str | None = attrs.field(default=None, validator=_signal_name)
-    crash_on_completion: str | None = attrs.field(default=None, validator=_signal_name)
+    crash_signal: str | None = attrs.field(
+        default=None, converter=to_signal_name, validator=_signal_name
+    )
+    crash_on_completion: str | None = attrs.field(
+        default=None, converter=to_signal_name, validator=_signal_name
+    )
     crash_at_completion: int = attrs.field(default=1, validator=attrs.validators.ge(1))
     completion_delay_s: float = attrs.field(default=0.0, validator=_non_negative)
     impostor: str | None = None

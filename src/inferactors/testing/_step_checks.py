@@ -67,8 +67,21 @@ def within(low: int, high: int) -> Check:
     return check
 
 
+def to_signal_name(value: object) -> object:
+    """A signal given as a number or a `signal.Signals` member, as its name (``15`` and
+    ``signal.SIGTERM`` give ``"SIGTERM"``); anything else unchanged, for `signal_name` to
+    judge."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return signal.Signals(value).name
+        except ValueError:
+            return str(value)
+    return value
+
+
 def signal_name(_: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
-    """A `signal.Signals` name such as ``"SIGABRT"`` (None passes)."""
+    """A `signal.Signals` name such as ``"SIGABRT"`` (None passes; a number or a member is
+    turned into its name first by `to_signal_name`)."""
     if value is not None and value not in signal.Signals.__members__:
         shown = json.dumps(value)
         raise StepFieldError(attribute.name, f"unknown signal {shown} (a name like SIGABRT)")

@@ -19,6 +19,7 @@ from ._step_checks import (
     duration,
     keep_alive,
     signal_name,
+    to_signal_name,
     within,
 )
 
@@ -62,7 +63,7 @@ class CrashAt:
 
     request: int | None = attrs.field(default=None, validator=at_least(1))
     after_s: float | None = attrs.field(default=None, validator=duration)
-    signal: str | None = attrs.field(default=None, validator=signal_name)
+    signal: str | None = attrs.field(default=None, converter=to_signal_name, validator=signal_name)
     exit_code: int = attrs.field(default=1, validator=within(0, 255))
 
     def __attrs_post_init__(self) -> None:

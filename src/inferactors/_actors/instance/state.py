@@ -190,6 +190,8 @@ class State:
     While set, status says it, not the reason of the exit before (an operator's stop)."""
     supervision: str | None = None
     """The supervisor's note (restarting in ..., gave up: ...); set by `Annotate`."""
+    given_up: bool = False
+    """The supervisor gave up on it (set by `Annotate`, cleared by the next `Spawned`)."""
     restarts: int = 0
     """Restarts the supervisor counted; set by `Annotate`."""
     start_callers: tuple[ReplyTo[None], ...] = ()
