@@ -57,6 +57,7 @@ from inferactors._actors.instance.step import ABANDONED_GRACE_S, CRASH_GRACE_S, 
 from inferactors._actors.mailbox import Crashed
 from inferactors._actors.messages import Annotate, Restart, Shutdown, Start, Stop
 from inferactors._edges.capture import RunEvidence
+from inferactors._policy.service_status import DisplayState, display_state
 
 
 def refusals(run: Run) -> dict[str, str]:
@@ -452,3 +453,31 @@ def test_a_new_process_is_believed_nothing_of_the_last() -> None:
     assert run.state.findings.ready_once is False
     assert run.status().detail == "starting: not listening yet"
     assert of_type(run.effects, WatchProcess)[-1].process is second
+
+
+def test_a_stop_that_waits_for_its_process_says_its_deadline_until_the_exit() -> None:
+    """A server still finishing (an endless stream) after SIGTERM: the status carries the
+    stop's deadline (SIGKILL at the stop's time + its grace) and reads stopping in the
+    service's words; a second stop keeps the first deadline; the exit clears it."""
+    run = Run.of()
+    started(run)
+    assert run.status().stop_deadline is None
+    out = run.at(40.0).send(Stop(12.5, caller("stop")))
+    assert of_type(out, Terminate) == [Terminate(run.process, 12.5)]
+    status = run.status()
+    assert status.stop_deadline == 52.5
+    assert display_state(status) is DisplayState.STOPPING
+    run.at(45.0).send(Stop(1.0, caller("again")))  # the stop under way answers it too
+    assert run.status().stop_deadline == 52.5
+    run.at(50.0).send(Stopped(run.process, evidence(100, signal=15)))
+    status = run.status()
+    assert status.stop_deadline is None
+    assert display_state(status) is DisplayState.STOPPED
+
+
+def test_an_unloads_stop_is_dated_too() -> None:
+    run = Run.of()
+    started(run)
+    out = run.at(7.0).send(Shutdown(3.0, caller("unload")))
+    assert [effect.grace_s for effect in of_type(out, CloseDown)] == [3.0]
+    assert run.status().stop_deadline == 10.0

@@ -189,7 +189,18 @@ def step(
         state = _apply(state, message, now, seen, out)
     else:
         state = _command(state, message, seen, out)
-    return state, tuple(out)
+    return _date_stop(state, out, now), tuple(out)
+
+
+def _date_stop(state: State, out: Effects, now: float) -> State:
+    """A stop of the process whose SIGTERM this step sent (`Terminate`, or the unload's
+    `CloseDown`) kills it at ``now`` + its grace: the status says that deadline."""
+    if state.process is None or state.stop_deadline is not None:
+        return state
+    for effect in out:
+        if isinstance(effect, Terminate | CloseDown) and effect.process is state.process:
+            return attrs.evolve(state, stop_deadline=now + effect.grace_s)
+    return state
 
 
 # Commands.
@@ -445,6 +456,7 @@ def _on_exited(
         state,
         process=None,
         stop_reason=None,
+        stop_deadline=None,
         process_watch=False,
         last=full,
         last_reason=reason,
