@@ -33,7 +33,9 @@ trio stream 0.43 ms (``bench/bench_adopted.py`` measures both).
   storm. Time spent waiting for a token is ours: a deadline that passes meanwhile gives no
   verdict (``loop_lag``).
 - **Our lateness is no verdict** (``_policy/lateness.py``): a timeout whose budget our own
-  loop (or our pacer) ate is ``ProbeFailure`` kind ``"overloaded"``, not ``"timeout"``.
+  loop (or our pacer) ate is ``ProbeFailure`` kind ``"overloaded"``, not ``"timeout"``;
+  but a request given a deadline past its ``timeout_s`` (a stretched probe) whose time
+  run minus our lateness still reaches ``timeout_s`` is a timeout (`judges_timeout`).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ import attrs
 import h11
 import trio
 
-from .._policy.lateness import Lateness, gives_no_verdict, no_verdict_why
+from .._policy.lateness import Lateness, judges_timeout, no_verdict_why
 from .loop_lag import lateness, loop_lag
 from .probe_connect import Connect, connect_pacer, split_base_url, tcp_connect
 from .probe_wire import (
@@ -161,7 +163,8 @@ class H11Wire:
         except trio.TooSlowError:
             late = lateness(started, deadline)
             late = Lateness(late.fired_late_s, late.stalled_s + paced[0])
-            if gives_no_verdict(late):
+            elapsed_s = trio.current_time() - started
+            if not judges_timeout(elapsed_s, late, self.timeout_s):
                 why = no_verdict_why(request, late)
                 loop_lag().lost_verdict(why)
                 raise ProbeFailure(why, kind="overloaded") from None
