@@ -31,7 +31,7 @@ from ..._flavor import InferFlavor
 from ..._policy.admission import Plan
 from ..._policy.exposure import Exposure
 from ..._policy.health_truth import Confirmation, worth_confirming
-from ..._policy.lateness import VerdictBound, judged_anyway
+from ..._policy.lateness import LATE_S, VerdictBound, judged_anyway
 from ..._policy.matching import completion_model
 from ..._policy.probe_parse import CompletionResult, ServerReport, Unreachable, serving
 from ..._policy.probe_schedule import (
@@ -90,6 +90,9 @@ class ProbeLook:
     answered: bool = False
     exposure: Exposure | None = None
     exposure_at: float | None = None
+    stalled: bool = False
+    """The monitor's last pause ended more than ``LATE_S`` late (our loop stalled): a
+    managed server's exposure is checked again before its next probe is judged."""
 
     def note(self, report: ServerReport) -> None:
         """Remember a serving server's list; a serving ``/health`` ends any confirmation."""
@@ -221,6 +224,7 @@ class Probing:
                     at = next_probe_at(trio.current_time(), delay, phase)
                     if await _pause(process, at, lines_seen):
                         delay = LINE_PROBE_S  # a line: probe now, then 2x, 4x ... this
+                    look.stalled = look.stalled or trio.current_time() - at > LATE_S
             finally:
                 with trio.move_on_after(1.0, shield=True):
                     await prober.aclose()
@@ -241,6 +245,9 @@ class Probing:
     ) -> Probed:
         """What one monitor probe found: identity, first token, exposure, address family."""
         owner_ok, owner_pid = await self._identity(process, report)
+        exposed = await self._exposure_first(process, report, look)
+        if exposed is not None:  # stopped before it is ever announced Running
+            return Probed(report, process, owner_ok, owner_pid, exposed)
         token: str | None = None
         ttft_s: float | None = None
         if not look.token_ok and owner_ok is not False and self._lists_our_model(report):
@@ -321,6 +328,20 @@ class Probing:
         """The instance's deep-health timeout (``Supervision.deep_timeout_s``), float
         seconds, or the runtime's ``InferConfig.deep_timeout_s`` when it has none."""
         return self.plan.supervision.deep_timeout_s or self.config.deep_timeout_s
+
+    async def _exposure_first(
+        self, process: ManagedProcess | None, report: ServerReport, look: ProbeLook
+    ) -> Exposure | None:
+        """A managed server that serves is scanned for listeners beyond loopback before it
+        can be announced Running (every probe until it is ready), and again first after our
+        loop stalled (`ProbeLook.stalled`): the exposure watch's tick may come later than
+        the probe that would say Running."""
+        if process is None or not serving(report.health):
+            return None
+        if look.ready and not look.stalled:
+            return None
+        look.stalled = False
+        return await self.net.scan(process.pid, self.plan.spec.port())
 
     async def _adopted_exposure(
         self, process: ManagedProcess | None, report: ServerReport, look: ProbeLook
