@@ -24,7 +24,7 @@ from inferactors._errors import AdmissionRefused, NoVerdict
 from inferactors._policy.lateness import DEFERRED_FIRST_S
 from inferactors._policy.probe_parse import CompletionResult
 from inferactors._policy.reload_plan import placements
-from inferactors._service.hosts import RuntimeHost
+from inferactors._service.hosts import RuntimeHost, Say
 from inferactors._service.members import Member, keep
 from inferactors._status import InstanceState, InstanceStatus
 
@@ -72,11 +72,14 @@ class StandInRuntime:
 class Record:
     """A `Keeper` that keeps every state the member showed and every line said."""
 
-    member: Member | None = None
     states: list[InstanceState] = attrs.Factory(list)
     lines: list[tuple[str, int]] = attrs.Factory(list)
+    say: Say = attrs.field(init=False)
 
-    def say(self, message: str, *, instance: str | None = None, level: int = 0) -> None:
+    def __attrs_post_init__(self) -> None:
+        self.say = self._say
+
+    def _say(self, message: str, *, instance: str | None = None, level: int = 0) -> None:
         self.lines.append((message, level))
 
     def index(self, member: Member) -> None:

@@ -185,10 +185,10 @@ async def keep(member: Member, keeper: Keeper) -> None:
         attempt = deferred = 0
         while not up and member.retrying:
             if member.deferred:  # no verdict: not a try; checked again until one comes
-                delay = deferred_delay_s(deferred, _phase(member))
+                wait_s = deferred_delay_s(deferred, _phase(member))
                 deferred += 1
-                member.update(_deferred(member.status, delay), keeper)
-                await trio.sleep(delay)
+                member.update(_deferred(member.status, wait_s), keeper)
+                await trio.sleep(wait_s)
                 up = await _attempt(member, keeper)
                 continue
             delay = adopted_retry_delay_s(_policy(member), attempt)
