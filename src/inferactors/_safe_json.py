@@ -10,7 +10,8 @@ Everything we parse may be hostile: a server's reply, a run file, a registry, a 
   twice``);
 - an integer of more than `MAX_INT_DIGITS` digits (Python 3.11 refuses past 4,300 digits
   with a bare ValueError; converting even that many costs quadratic time), and the
-  non-JSON constants ``NaN``, ``Infinity`` and ``-Infinity``;
+  non-JSON constants ``NaN``, ``Infinity`` and ``-Infinity``, and numbers too large for a
+  float (``1e999``, which would read as infinity);
 - text that is not UTF-8, or not JSON (line and column).
 
 `check_tree` applies the depth and integer rules to data that is already parsed (TOML, whose
@@ -22,6 +23,7 @@ malformed reply is a `BackendError`, not a config error). Pure; no I/O.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator, Sequence
 
@@ -77,6 +79,7 @@ def parse_json(text: str | bytes) -> object:
         object_pairs_hook=lambda pairs: _object(pairs, refused),
         parse_int=lambda digits: _integer(digits, refused),
         parse_constant=lambda name: _constant(name, refused),
+        parse_float=lambda text: _float(text, refused),
     )
     try:
         document = decoder.decode(text)
@@ -182,6 +185,17 @@ def _integer(digits: str, refused: list[_Refused]) -> object:
     if count <= MAX_INT_DIGITS:
         return int(digits)
     marker = _Refused(f"an integer of {count} digits (at most {MAX_INT_DIGITS})")
+    refused.append(marker)
+    return marker
+
+
+def _float(text: str, refused: list[_Refused]) -> object:
+    """A JSON number with a fraction or exponent; one too large for a float (``1e999``)
+    would become infinity, which JSON cannot say: refused like ``Infinity``."""
+    value = float(text)
+    if math.isfinite(value):
+        return value
+    marker = _Refused(f"{text[:24]} is not a finite JSON number (too large for a float)")
     refused.append(marker)
     return marker
 

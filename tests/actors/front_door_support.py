@@ -85,16 +85,18 @@ async def door_rig(
     total_mib: float = 16384.0,
     rules: dict[str, SlotRules] | None = None,
     preload: tuple[str, ...] = (),
+    supervision: Supervision = SUPERVISION,
     **limits: float,
 ) -> AsyncIterator[Rig]:
     """A front door over ``roles`` (on demand, idle TTL inf unless ``rules`` say) with
-    ``limits`` (`Limits` fields) and a memory budget of ``budget_mib``."""
+    ``limits`` (`Limits` fields) and a memory budget of ``budget_mib``; no restarts unless
+    ``supervision`` says."""
     memory = fleet.memory(total_mib=total_mib)
     events: list[Event] = []
     async with open_runtime(config, node_id="door", edges=fleet.edges()) as runtime:
         stream = await runtime.subscribe(10_000)
         handles = {
-            role: await runtime.load(spec(role, i), SUPERVISION) for i, role in enumerate(roles)
+            role: await runtime.load(spec(role, i), supervision) for i, role in enumerate(roles)
         }
         members = []
         for role, handle in handles.items():

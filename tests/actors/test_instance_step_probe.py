@@ -273,6 +273,27 @@ def test_a_readiness_deadline_our_late_loop_ate_moves_on_by_the_time_lost() -> N
     assert ready.send(ReadinessExpired(made, 8.0, lost_s=5.0)) == ()
 
 
+def test_a_loop_that_keeps_stalling_gives_back_at_most_one_more_window() -> None:
+    """A server that never loads, watched by a loop that stalls past `LATE_S` in every
+    window, is still killed: by twice its readiness timeout after its spawn."""
+    run = Run.of()
+    process = started(run)
+    at = process.started_at + 8.0
+    out = run.at(at).send(ReadinessExpired(process, 8.0, lost_s=1.0))
+    kills: list[float] = []
+    for _ in range(40):
+        assert len(out) == 1
+        if isinstance(out[0], Terminate):
+            kills.append(at)
+            break
+        assert isinstance(out[0], TimeReadiness)
+        at = out[0].deadline
+        out = run.at(at).send(ReadinessExpired(process, 8.0, lost_s=1.0))
+    assert kills, "never killed"
+    assert kills[0] - process.started_at <= 16.0 + 1.0
+    assert run.state.stop_reason is StopReason.READINESS_TIMEOUT
+
+
 def test_a_slow_first_token_is_ready_but_degraded_and_serving() -> None:
     run = Run.of()
     process = started(run)

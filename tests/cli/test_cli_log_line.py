@@ -39,5 +39,12 @@ def test_a_reload_that_leaves_nothing_unchanged_says_none_not_a_dash() -> None:
     assert said.splitlines() == ["added: b", "removed: a", "unchanged: none"]
 
 
+def test_a_reload_that_applied_a_budget_never_says_nothing_changed() -> None:
+    said = reload_words({"unchanged": ["a", "b"], "applied": ["residency"]})
+    assert said.splitlines() == ["no instance changed (2 unchanged)", "applied [residency] live"]
+    plain = reload_words({"unchanged": ["a"], "applied": []})
+    assert plain == "nothing changed (1 instance(s) unchanged)"
+
+
 def test_an_events_own_line_breaks_may_be_kept_and_nothing_else() -> None:
     assert harmless("exited\n    | \x1b[2Joom", "\n") == "exited\n    | \\x1b[2Joom"

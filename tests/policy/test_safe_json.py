@@ -119,6 +119,13 @@ def test_non_json_constants_are_refused(name: str) -> None:
     assert refusal(f'{{"x": [{name}]}}') == f"$.x[0]: {name} is not a JSON number"
 
 
+@pytest.mark.parametrize("number", ["1e999", "-1e999", "1.5E+400"])
+def test_a_number_too_large_for_a_float_is_refused_not_read_as_infinity(number: str) -> None:
+    said = refusal(f'{{"max_tokens": {number}}}')
+    assert said == f"$.max_tokens: {number} is not a finite JSON number (too large for a float)"
+    assert parse_json('{"t": 1e308, "s": 2.5e-400}') == {"t": 1e308, "s": 0.0}
+
+
 def test_text_that_is_not_json_is_not_json() -> None:
     with pytest.raises(NotJson, match=r"^not UTF-8 text \(byte 1\)$"):
         parse_json(b"[\xff]")

@@ -271,7 +271,11 @@ def test_a_request_during_an_operators_stop_is_refused_not_queued() -> None:
     assert refusal.retry_after_s is not None
     run.done(busy)
     run.stopped("a")
-    run.request("a")  # once down, a request starts it again
+    later = run.refusal(run.request("a"))  # an operator's stop holds once it is down
+    assert later is not None
+    assert "stopped by an operator" in later.message
+    assert run.starts("a") == 0
+    run.start("a")  # until an operator's start
     assert run.starts("a") == 1
 
 

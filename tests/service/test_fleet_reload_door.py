@@ -127,3 +127,35 @@ async def test_a_front_door_address_that_cannot_be_bound_refuses_the_reload(
         assert pids(fleet) == before
         assert fleet.door is None
         assert fleet.front_door is None
+
+
+async def test_a_reload_with_a_smaller_budget_applies_it_and_evicts_idle_models(
+    inferactors_kit: RuntimeKit,
+) -> None:
+    run = RunFile.create(inferactors_kit)
+    one, two = (
+        Entry("one", free_port(), extra=ON_DEMAND),
+        Entry("two", free_port(), extra=ON_DEMAND),
+    )
+    run.write(one, two)
+    original = run.path.read_text()
+    run.path.write_text(original + "\n[residency]\nbudget = 100000000000\n")
+    async with open_fleet(run.config(), run.path) as fleet:
+        assert fleet.door is not None
+        for name in ("one", "two"):
+            with trio.fail_after(30.0):
+                grant = await fleet.door.acquire(name)
+            grant.done()
+        await until(fleet, running("one"))
+        await until(fleet, running("two"))
+        run.path.write_text(original + "\n[residency]\nbudget = 1\n")  # holds neither
+        result = await fleet.reload()
+        assert result.applied == ("residency",)
+        assert result.unchanged == ("one", "two")
+        await until(
+            fleet,
+            lambda f: all(f.view(n).status.stop_reason == "evicted" for n in ("one", "two")),
+        )
+        assert {e.residency for e in fleet.door.models()} == {Residency.NOT_LOADED}
+        again = await fleet.reload()  # the same file again: nothing to apply
+        assert again.applied == ()

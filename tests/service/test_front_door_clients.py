@@ -65,6 +65,39 @@ async def test_openai_client_chat_completion_and_stream(tmp_path: Path) -> None:
         assert all('"model":"/models/tiny-mlx"' in body for body in bodies)
 
 
+def _models_named(url: str, model: str) -> list[str]:
+    """The ``model`` each answer names: whole and streamed chat, whole completion."""
+    with _openai(url) as client:
+        whole = client.chat.completions.create(model=model, messages=USER, max_tokens=1)
+        stream = client.chat.completions.create(
+            model=model, messages=USER, max_tokens=1, stream=True
+        )
+        with stream:
+            chunks = [chunk.model for chunk in stream]
+        text = client.completions.create(model=model, prompt="x", max_tokens=1)
+    return [whole.model, *chunks, text.model]
+
+
+async def test_openai_answers_name_the_model_asked_for_never_the_servers_path(
+    tmp_path: Path,
+) -> None:
+    with fake(tmp_path / "mlx", "mlx") as mlx:
+        async with door(entry_for("small", mlx, aliases=("tiny-alias",))) as d:
+            named = await trio.to_thread.run_sync(_models_named, d.url, "small")
+            aliased = await trio.to_thread.run_sync(_models_named, d.url, "tiny-alias")
+        sent = [r for r in mlx.requests() if r.path == "/v1/chat/completions"]
+        async with httpx.AsyncClient() as client:
+            answer = await client.post(
+                mlx.base_url + "/v1/chat/completions", json={"messages": USER}
+            )
+    assert '"/models/tiny-mlx"' in answer.text  # what the server itself names
+    assert len(named) >= 3
+    assert set(named) == {"small"}
+    assert set(aliased) == {"tiny-alias"}
+    assert sent
+    ended(d.scheduler)
+
+
 def _openai_errors(url: str) -> list[Exception]:
     seen: list[Exception] = []
     with _openai(url) as client:

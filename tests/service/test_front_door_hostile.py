@@ -30,6 +30,12 @@ SMALL = FrontDoorConfig(port=0, max_body_bytes=1000, body_timeout_s=0.5)
         (b'{"model": ["m"]}', {}, 400, "$.model: expected a string"),
         (b'{"prompt": "x"}', {}, 400, '$.model: name the model to use (one of "m")'),
         (b'{"model": "m"}', {"content-type": "text/plain"}, 415, "'text/plain' is not JSON"),
+        (
+            b'{"model": "m", "max_tokens": 1e999}',
+            {},
+            400,
+            "$.max_tokens: 1e999 is not a finite JSON number",
+        ),
         (b"x" * 2000, {}, 413, "too large (2000 bytes declared; at most 1000 bytes)"),
     ],
 )
@@ -84,7 +90,9 @@ async def _slowloris(port: int, sent: list[bytes]) -> None:
     async with stream, trio.open_nursery() as nursery:
 
         async def trickle() -> None:
-            head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+            head = (
+                b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n"
+            )
             await stream.send_all(head)
             for _ in range(100):
                 await stream.send_all(b" ")

@@ -40,8 +40,11 @@ def apply_observed(door: Loop, message: Observed, now: float) -> None:
         door.step(scheduler.on_start_done(door.state, slot.name, now, failure))
         door.step(scheduler.on_stopped(door.state, slot.name, now, down))
         return
+    if slot.phase in (Phase.RESIDENT, Phase.DRAINING) and slot.rules.on_demand:
+        door.step(scheduler.on_crashed(door.state, slot.name, now))  # no restart behind us
+        return
     if slot.phase in (Phase.RESIDENT, Phase.DRAINING) or (
-        slot.phase is Phase.NOT_LOADED and down != slot.down
+        slot.phase is Phase.NOT_LOADED and down != slot.down and not slot.rules.on_demand
     ):
         door.step(scheduler.on_stopped(door.state, slot.name, now, down))
         door.answer_stoppers(slot.name)

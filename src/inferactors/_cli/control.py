@@ -404,7 +404,9 @@ def reload_words(result: dict[str, Any]) -> str:
     """What a reload did, one line per kind of change (``nothing changed`` when none),
     then one ``refused NAME: reason`` line per instance refused at its load or start, and
     one ``held down as tampered NAME: reason`` line per unchanged instance whose model the
-    re-read trust anchors no longer verify."""
+    re-read trust anchors no longer verify; an ``applied [TABLE] live`` line per table
+    whose new values were applied (``[residency]``), so a changed budget never reads as
+    ``nothing changed``."""
     kinds = ("added", "removed", "changed", "revived")
     lines = [f"{kind}: {', '.join(result[kind])}" for kind in kinds if result.get(kind)]
     refused = [one_line(f"refused {name}: {why}", 300) for name, why in refused_of(result)]
@@ -412,11 +414,15 @@ def reload_words(result: dict[str, Any]) -> str:
         one_line(f"held down as tampered {name}: {why}", 300)
         for name, why in refused_of({"refused": result.get("tampered")})
     ]
+    applied = [f"applied [{table}] live" for table in result.get("applied") or ()]
     if not lines:
-        done = f"nothing changed ({len(result.get('unchanged', []))} instance(s) unchanged)"
-        return "\n".join([done, *refused])
+        count = len(result.get("unchanged", []))
+        done = f"nothing changed ({count} instance(s) unchanged)"
+        if applied:
+            done = f"no instance changed ({count} unchanged)"
+        return "\n".join([done, *applied, *refused])
     unchanged = result.get("unchanged", [])
-    return "\n".join([*lines, f"unchanged: {', '.join(unchanged) or 'none'}", *refused])
+    return "\n".join([*lines, f"unchanged: {', '.join(unchanged) or 'none'}", *applied, *refused])
 
 
 def refused_of(result: dict[str, Any]) -> list[tuple[str, str]]:

@@ -75,6 +75,9 @@ STATUS = {
 """The HTTP status of each refusal (a failed start that will not be retried is 502)."""
 
 
+OPERATOR_STOPPED = "stopped by an operator"
+"""`Slot.down` of an instance an operator stopped: requests are refused until a start."""
+
 _REFUSING_STOPS = frozenset({StopReason.REQUESTED, StopReason.RELOAD, StopReason.SHUTDOWN})
 """Stops during which a new request is refused (an operator wants it down; a reload
 loads it anew): during a TTL stop or an eviction it waits and starts the model again."""
@@ -126,8 +129,11 @@ def _refusal_on_arrival(
     if limit is not None and slot.in_flight + state.queued(slot.name) >= limit:
         why = f"{slot.name!r} has {limit} requests in flight and waiting (its concurrency limit)"
         return Refuse(request, model, RefusalKind.CONCURRENCY_LIMIT, why, retry)
-    if slot.down is not None and not slot.rules.on_demand and slot.phase is Phase.NOT_LOADED:
+    if slot.down is not None and slot.phase is Phase.NOT_LOADED:
         why = f"{slot.name!r} is not running: {slot.down}"
+        if slot.rules.on_demand:  # an operator stopped it: no request starts it again
+            why += f"; an operator's start (inferactors start {slot.name}) serves it again"
+            return Refuse(request, model, RefusalKind.STOPPING, why)
         return Refuse(request, model, RefusalKind.START_FAILED, why)
     return None
 
@@ -146,8 +152,28 @@ def _depth_words(state: SchedulerState, name: str) -> str:
 
 def on_start(state: SchedulerState, request: int, name: str, now: float) -> Step:
     """An operator (or the preload list) asks to start the on-demand instance ``name``:
-    admitted like a request, answered with `Started` once it is resident (not granted)."""
+    admitted like a request, answered with `Started` once it is resident (not granted).
+    It ends an operator's stop: requests start it again from then."""
+    slot = state.slot(name)
+    if slot.down == OPERATOR_STOPPED:
+        state = state.with_slot(attrs.evolve(slot, down=None))
     return pump(state.enqueue(request, name, now, start_only=True), now)
+
+
+def on_crashed(state: SchedulerState, name: str, now: float) -> Step:
+    """``name``'s server exited on its own (a crash) while resident or draining. An
+    always-on instance is left to its supervisor (`on_stopped`). An on-demand one is
+    stopped (reason ``crash``), which cancels its supervisor's pending restart: a restart
+    behind the ledger's back could take room the ledger gave to another model. It is then
+    not loaded, and the next request starts it through admission like a cold start."""
+    slot = state.slot(name)
+    if not slot.rules.on_demand or slot.phase not in (Phase.RESIDENT, Phase.DRAINING):
+        return on_stopped(state, name, now)
+    reason = slot.stop_reason if slot.phase is Phase.DRAINING else None
+    detail = "it exited on its own: not restarted behind the ledger; a request starts it"
+    state, effects = stop_now(state, slot, reason or StopReason.CRASH, detail)
+    state, more = pump(state, now)
+    return state, effects + more
 
 
 def on_cancel(state: SchedulerState, request: int, now: float) -> Step:
@@ -213,6 +239,8 @@ def on_stopped(state: SchedulerState, name: str, now: float, down: str | None = 
     slot = state.slot(name)
     if slot.phase is Phase.STARTING:
         return state, ()
+    if down is None and slot.rules.on_demand and slot.stop_reason is StopReason.REQUESTED:
+        down = OPERATOR_STOPPED  # an operator's stop lasts until an operator's start
     slot = attrs.evolve(slot, phase=Phase.NOT_LOADED, stop_reason=None, drain_until=None, down=down)
     state = state.with_slot(slot)
     refusals: tuple[Effect, ...] = ()
@@ -272,5 +300,35 @@ def on_rebind(state: SchedulerState, slots: tuple[Slot, ...], limits: Limits, no
             refusals += (refusal(waiter, now, RefusalKind.UNKNOWN_MODEL, why, None),)
     queue = tuple(waiter for waiter in state.queue if waiter.name in names)
     state = attrs.evolve(state, slots=slots, limits=limits, queue=queue)
+    state, evictions = _fit_budget(state)
     state, more = pump(state, now)
-    return state, refusals + more
+    return state, refusals + evictions + more
+
+
+def _fit_budget(state: SchedulerState) -> Step:
+    """A smaller budget is applied at once: idle on-demand residents that no request waits
+    for are stopped (reason ``evicted``), least recently used first, until what is held
+    fits. Busy, starting, always-on and adopted instances are never stopped for it; they
+    count until they stop by themselves, and nothing new starts until there is room."""
+    budget = state.limits.budget
+    effects: tuple[Effect, ...] = ()
+    waited = {waiter.name for waiter in state.queue}
+    idle = sorted(
+        (
+            slot
+            for slot in state.slots
+            if slot.phase is Phase.RESIDENT
+            and slot.pin() is None
+            and slot.in_flight == 0
+            and slot.name not in waited
+        ),
+        key=lambda slot: slot.last_used,
+    )
+    held = state.held()
+    for slot in idle:
+        if held.fits(budget):
+            break
+        held = (held - slot.footprint.need()).clipped()
+        state, more = stop_now(state, slot, StopReason.EVICTED, "the reloaded budget is smaller")
+        effects += more
+    return state, effects

@@ -84,8 +84,9 @@ class Slot:
             free memory to cover it.
         stop_reason: why it is draining or stopping.
         drain_until: when a drain stops waiting for its requests in flight.
-        down: why an always-on instance will not come back without an operator (requests
-            for it are refused at once), else None.
+        down: why an always-on instance will not come back without an operator, or that
+            an operator stopped an on-demand one (requests for it are refused at once
+            until an operator's start), else None.
         joined_before: the first waiter ticket that came after it became resident: waiters
             with a lower ticket joined its start (or waited for it) and are granted even
             when a request ahead reserved it for eviction.

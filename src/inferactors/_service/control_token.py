@@ -18,8 +18,9 @@ MIN_TOKEN_CHARS = 16
 """A shorter token is refused: it could be guessed over the loopback port."""
 
 
-def read_token(path: Path) -> str:
-    """The token in ``path`` (module docstring).
+def read_token(path: Path, kind: str = "control token file") -> str:
+    """The token in ``path`` (module docstring); ``kind`` names the file in errors (the
+    front door's ``api_key_file`` says ``front door API key file``).
 
     Raises:
         InvalidConfig: missing or unreadable, not a regular file, over 4 KiB, owned by
@@ -28,7 +29,7 @@ def read_token(path: Path) -> str:
     """
     return read_secret_line(
         path,
-        where=f"control token file {path}",
+        where=f"{kind} {path}",
         owner=os.geteuid(),
         whose="us",
         error=InvalidConfig,

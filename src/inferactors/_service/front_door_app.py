@@ -23,7 +23,9 @@ answered by a `GrantedAnswer` (``front_door_relay``), which ends the grant exact
 Errors come in the dialect of the route (`inferactors._policy.dialects`): an unknown
 route or method too, and anything unforeseen (500, naming only the exception's type).
 With an API key, every request must carry ``Authorization: Bearer <key>`` (401 in the
-dialect otherwise; compared in constant time).
+dialect otherwise; compared in constant time). A request a web page sent is refused
+with 403 before anything starts (``_service/browser_guard.py``): another site's ``Origin``
+or ``Sec-Fetch-Site``, and on loopback a ``Host`` that is not loopback (DNS rebinding).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from .front_door_body import (
     model_name,
     read_body,
 )
-from .front_door_errors import EXCEPTION_HANDLERS, RequireKey, dialect_of
+from .front_door_errors import EXCEPTION_HANDLERS, RefuseBrowsers, RequireKey, dialect_of
 from .front_door_metrics import MODEL_KEY, FrontDoorMetrics, Measured
 from .front_door_relay import Outbound, PassThrough, ReplyLimits
 from .front_door_translate import Shape, Translated
@@ -139,8 +141,15 @@ class _Door:
     ) -> Response:
         body = _with_model(asked.body, asked.document, grant.upstream.served_model)
         outbound = Outbound("POST", target, body, JSON_HEADERS)
+        echoed = asked.name if dialect is Dialect.OPENAI else None  # not the server's path
         return PassThrough(
-            grant, dialect, self.clients, outbound, end=end, limits=self.limits.reply
+            grant,
+            dialect,
+            self.clients,
+            outbound,
+            end=end,
+            limits=self.limits.reply,
+            model=echoed,
         )
 
     # ---- OpenAI and llama.cpp native ------------------------------------------------------
@@ -333,6 +342,7 @@ def front_door_app(
     limits: FrontDoorLimits = FrontDoorLimits(),
     api_key: str | None = None,
     metrics: FrontDoorMetrics | None = None,
+    loopback_only: bool = True,
 ) -> ASGIApp:
     """The front door's ASGI app over ``scheduler`` (module docstring).
 
@@ -342,6 +352,9 @@ def front_door_app(
         limits: how much the front door reads from clients and servers.
         api_key: when given, every request must carry it as a bearer token.
         metrics: where requests are counted and timed (``front_door_metrics``), if anywhere.
+        loopback_only: it listens on loopback only: a ``Host`` that is not loopback is
+            refused (DNS rebinding). Requests from another site's web page (``Origin``,
+            ``Sec-Fetch-Site``) are refused in any case (`RefuseBrowsers`).
     """
     door = _Door(scheduler, clients, limits)
     post = ["POST"]
@@ -369,5 +382,6 @@ def front_door_app(
         Route("/api/version", door.ollama_version, methods=["GET", "HEAD"]),
     ]
     app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS)
-    keyed: ASGIApp = app if api_key is None else RequireKey(app, api_key)
+    guarded = RefuseBrowsers(app, loopback_only=loopback_only)
+    keyed: ASGIApp = guarded if api_key is None else RequireKey(guarded, api_key)
     return keyed if metrics is None else Measured(keyed, metrics, dialect_of)

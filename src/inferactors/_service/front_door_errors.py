@@ -6,7 +6,10 @@ answer in the dialect of the route (`inferactors._policy.dialects`).
 - an unknown route (404) or method (405), in the route's dialect;
 - a client gone before its request was read: nothing to answer (499 in the log);
 - anything unforeseen: 500, naming only the exception's type;
-- `RequireKey`: with an API key, a request without ``Authorization: Bearer <key>`` is a 401.
+- `RequireKey`: with an API key, a request without ``Authorization: Bearer <key>`` is a 401;
+- `RefuseBrowsers`: a request a web page sent (a foreign ``Origin`` or ``Sec-Fetch-Site``,
+  or on loopback a ``Host`` that is not loopback: DNS rebinding) is a 403
+  (``_service/browser_guard.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._errors import BadRequest, FrontDoorRefused
 from .._policy.dialects import Dialect, error_document
+from .browser_guard import browser_refusal
 from .control_app import bearer_token
 from .front_door_body import ClientGone
 from .front_door_relay import refusal_response
@@ -74,6 +78,35 @@ class RequireKey:
                 await answer(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+class RefuseBrowsers:
+    """ASGI middleware: a request from a web page (another site's ``Origin`` or
+    ``Sec-Fetch-Site``; on loopback, a ``Host`` that is not loopback) is refused with 403
+    in the route's dialect before anything is read, started or forwarded."""
+
+    def __init__(self, app: ASGIApp, *, loopback_only: bool) -> None:
+        self.app = app
+        self.loopback_only = loopback_only
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope["headers"])
+            why = browser_refusal(
+                _text(headers.get(b"host")),
+                _text(headers.get(b"origin")),
+                _text(headers.get(b"sec-fetch-site")),
+                loopback_only=self.loopback_only,
+            )
+            if why is not None:
+                body = error_document(dialect_of(scope["path"]), 403, why)
+                await JSONResponse(body, status_code=403)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode("latin-1")
 
 
 EXCEPTION_HANDLERS = {

@@ -41,6 +41,7 @@ from .._actors.front_door_seam import Grant, Upstream
 from .._edges.upstream import UpstreamClients
 from .._errors import BadRequest, FrontDoorRefused, InvalidConfig, cut
 from .._policy.dialects import Dialect, error_document, error_frame
+from .._policy.model_echo import ModelEcho, echo_model
 from .._policy.ollama_replies import error_message
 from .._policy.stream_end import StreamEnd, ended_whole
 from .._safe_json import parse_json
@@ -254,10 +255,12 @@ class PassThrough(GrantedAnswer):
         *,
         end: StreamEnd,
         limits: ReplyLimits,
+        model: str | None = None,
     ) -> None:
         super().__init__(grant, dialect, clients, outbound)
         self.end = end
         self.limits = limits
+        self.model = model
 
     async def answer(self, send: Send) -> None:
         answer = await self.open_upstream(send)
@@ -280,16 +283,21 @@ class PassThrough(GrantedAnswer):
         )
         tail: deque[bytes] = deque(maxlen=TAIL_CHUNKS)
         frame_dialect = _frame_dialect(self.dialect, answer)
+        echo = None if self.model is None else ModelEcho(self.model)
         try:
             async for chunk in answer.aiter_raw():
                 if chunk:
                     tail.append(chunk)
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    body = chunk if echo is None else echo.feed(chunk)
+                    if body:
+                        await send({"type": "http.response.body", "body": body, "more_body": True})
         except httpx.TransportError as error:
             role = self.grant.upstream.role
             words = f"model {role!r}: the server's stream broke off: {_words(error)}"
-            await _end_with(send, error_frame(frame_dialect, words))
+            await _end_with(send, _rest(echo) + error_frame(frame_dialect, words))
             return
+        if echo is not None and (rest := echo.rest()):
+            await send({"type": "http.response.body", "body": rest, "more_body": True})
         if not ended_whole(self.end, b"".join(tail)):
             words = (
                 f"model {self.grant.upstream.role!r}: the server's stream ended before its "
@@ -307,11 +315,17 @@ class PassThrough(GrantedAnswer):
             return
         if answer.status_code >= 400:
             body = _in_dialect(self.dialect, answer.status_code, body)
+        elif self.model is not None:
+            body = echo_model(body, self.model)
         headers = [*_passed_headers(answer), (b"content-length", str(len(body)).encode())]
         await send(
             {"type": "http.response.start", "status": answer.status_code, "headers": headers}
         )
         await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def _rest(echo: ModelEcho | None) -> bytes:
+    return b"" if echo is None else echo.rest()
 
 
 async def send_json(send: Send, status: int, document: object) -> None:

@@ -122,7 +122,11 @@ async def serve_front_door(
     closed (so it stops generating) and its grant ended.
     """
     try:
-        api_key = None if config.api_key_file is None else read_token(config.api_key_file)
+        api_key = (
+            None
+            if config.api_key_file is None
+            else read_token(config.api_key_file, "front door API key file")
+        )
         listener = listener or listen_front_door(config)
     except BaseException:
         if listener is not None:
@@ -137,7 +141,12 @@ async def serve_front_door(
         asgi = cast(
             ASGIFramework,
             front_door_app(
-                scheduler, clients=clients, limits=limits, api_key=api_key, metrics=metrics
+                scheduler,
+                clients=clients,
+                limits=limits,
+                api_key=api_key,
+                metrics=metrics,
+                loopback_only=config.loopback(),
             ),
         )
         app = wrap_app(asgi, hyper.wsgi_max_body_size, "asgi")

@@ -145,6 +145,7 @@ async def reload_fleet(fleet: Fleet) -> ReloadResult:
                 kept = [fleet.members[name] for name in ready.plan.unchanged]
                 tampered = await unchanged_tampered(kept)
             refused = await _apply(fleet, ready.plan, ready.wanted)
+            applied = _tables_changed(fleet, ready.config)
             await _follow(fleet, ready.config)
             if listener is not None and ready.config.front_door is not None:
                 taken, listener = listener, None  # closed by the front door from now on
@@ -153,7 +154,7 @@ async def reload_fleet(fleet: Fleet) -> ReloadResult:
             if listener is not None:
                 listener.close()
         fields = attrs.asdict(ready.plan, recurse=False)
-        result = ReloadResult(**fields, refused=refused, tampered=tampered)
+        result = ReloadResult(**fields, refused=refused, tampered=tampered, applied=applied)
         fleet.note(Lifecycle.RELOADED, describe(result), failed=bool(refused))
         return result
 
@@ -199,6 +200,15 @@ async def _prepare(fleet: Fleet) -> _Ready:
     return _Ready(plan, wanted, config, listener, anchors)
 
 
+def _tables_changed(fleet: Fleet, config: RunConfig) -> tuple[str, ...]:
+    """The tables applied live whose values changed: ``residency`` (before the scheduler
+    follows; a reload that opens the scheduler applies it too)."""
+    before = None if fleet.door is None else fleet.door.section
+    if fleet.door is not None and before == config.residency:
+        return ()
+    return () if config.residency is None else ("residency",)
+
+
 async def _follow(fleet: Fleet, config: RunConfig) -> None:
     """The scheduler follows the reload: opened when this file is the first to want one
     (returns once it is open), else given the members as they are now."""
@@ -222,6 +232,7 @@ def describe(result: ReloadResult) -> str:
         if names
     ]
     parts.append(f"{len(result.unchanged)} unchanged")
+    parts.extend(f"applied [{table}]" for table in result.applied)
     parts.extend(f"refused {name}: {why}" for name, why in result.refused)
     parts.extend(f"held down as tampered {name}: {why}" for name, why in result.tampered)
     return "reloaded: " + "; ".join(parts)

@@ -104,6 +104,9 @@ class ReloadResult:
         tampered: ``(name, reason)`` of each unchanged instance whose model no longer
             verifies against the trust anchors as the reload re-read them: held down as
             ``tampered`` (its server stopped), sorted by name; the reload itself succeeded.
+        applied: run-file tables whose new values were applied live (``residency``: a
+            new budget, queue bounds or waits; a smaller budget stops idle on-demand
+            instances over it, least recently used first, reason ``evicted``).
     """
 
     added: tuple[str, ...] = ()
@@ -113,6 +116,7 @@ class ReloadResult:
     revived: tuple[str, ...] = ()
     refused: tuple[tuple[str, str], ...] = ()
     tampered: tuple[tuple[str, str], ...] = ()
+    applied: tuple[str, ...] = ()
 
 
 class Lifecycle(enum.StrEnum):

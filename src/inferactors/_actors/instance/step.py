@@ -650,10 +650,14 @@ def _on_readiness_expired(
     """A server not ready by its deadline is killed (grace 0), unless our own loop lost
     more than `LATE_S` of the window (we could not watch it meanwhile: `LATE_S` in
     ``_policy/lateness.py``): then it gets the time lost back, from now that we watch it
-    again, and the deadline is judged anew."""
+    again, and the deadline is judged anew. Time is given back for at most one more whole
+    window (the kill comes by ``2 * timeout_s`` after the spawn at the latest): a loop
+    that keeps stalling would otherwise keep a server that never loads starting for ever,
+    its memory held and every request for it waiting in vain."""
     if message.process is not state.process or state.findings.ready_once:
         return state
-    if gives_no_verdict(Lateness(stalled_s=message.lost_s)):
+    overdue = now - message.process.started_at >= 2 * message.timeout_s
+    if not overdue and gives_no_verdict(Lateness(stalled_s=message.lost_s)):
         deadline = now + message.lost_s
         out.append(TimeReadiness(message.process, message.timeout_s, deadline))
         return state
