@@ -124,7 +124,8 @@ def test_an_adopted_server_down_at_start_is_retried_until_it_answers(tmp_path: P
     path.write_text(
         '[[instances]]\nmode = "adopted"\nrole = "late"\nruntime = "infer.llamacpp"\n'
         f"serve = {{ port = {port} }}\n"
-        "supervision = { restart = { base_s = 0.2, cap_s = 0.5, max_restarts = 100 } }\n"
+        "supervision = { restart = { base_s = 0.2, cap_s = 0.5, max_restarts = 100 },"
+        " watchdog = { interval_s = 600 } }\n"  # asks for deep health: proved once up
     )
     process = RunProcess.start(path)
     try:
