@@ -331,7 +331,7 @@ async def test_a_degraded_server_whose_completions_are_not_confirmed_does_not_re
         False,
     )
     harness.fleet.last.crash(exit_code=1)
-    assert (await harness.next(GaveUp)).why == "restart budget spent (1 of 1)"
+    assert (await harness.next(GaveUp)).why == "restart budget spent (1 of 1); last: exit status 1"
 
 
 async def test_a_first_token_refused_for_want_of_a_key_is_a_config_error_at_once(
