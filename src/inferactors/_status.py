@@ -6,6 +6,7 @@ A status is a snapshot: it never raises and it is never stale by more than one p
 from __future__ import annotations
 
 import enum
+import warnings
 from collections.abc import Generator
 from typing import Any
 
@@ -76,9 +77,16 @@ class InstanceStatus:
     since: float | None = attrs.field(default=None, eq=False)  # a date: not what it says
 
     def __await__(self) -> Generator[Any, None, InstanceStatus]:
-        """``await runtime.status(handle)``, the spelling from when `status` was a
+        """``runtime.status(handle)``, the spelling from when `status` was a
         coroutine: deprecated, kept for one release; it gives this status at once (no
-        checkpoint). Call ``runtime.status(handle)`` without ``await``."""
+        checkpoint) and warns (`DeprecationWarning`). Call ``runtime.status(handle)``
+        without ``await``."""
+        warnings.warn(
+            "awaiting runtime.status(handle) is deprecated: it is a plain function now; "
+            "call it without await",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return _at_once(self).__await__()
 
 

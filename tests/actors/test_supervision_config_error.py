@@ -99,7 +99,7 @@ async def test_the_same_start_up_failure_twice_gives_up_at_once(
     await run.settle()
     assert run.count(ProcessStarted) == 2
     assert len(run.fleet.children) == 2
-    status = await run.runtime.status(handle)
+    status = run.runtime.status(handle)
     assert (status.state, status.stop_reason) == (InstanceState.EXITED, "config-error")
     assert status.supervision == f"gave up: {gave.why}"
     assert status.diagnosis == "invalid flag: error: invalid argument: --no-such-flag"
