@@ -58,6 +58,10 @@ class InstanceStatus:
         since: trio time (float seconds, the runtime's clock) from which ``state`` holds:
             set when the instance's state last changed; None before its first report.
             Two statuses that differ only in ``since`` compare equal.
+        endpoint: the server's base URL (``http://127.0.0.1:8090``); None on a status
+            not made by an instance actor. Not compared (it names, it does not report).
+        model: the model it serves (the registry name when managed, the spec's model when
+            adopted), else None. Not compared.
     """
 
     state: InstanceState
@@ -75,6 +79,8 @@ class InstanceStatus:
     serving: bool = False
     signal: int | None = None
     since: float | None = attrs.field(default=None, eq=False)  # a date: not what it says
+    endpoint: str | None = attrs.field(default=None, eq=False)  # who it is, not what it says
+    model: str | None = attrs.field(default=None, eq=False)
 
     def __await__(self) -> Generator[Any, None, InstanceStatus]:
         """``runtime.status(handle)``, the spelling from when `status` was a

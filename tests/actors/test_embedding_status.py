@@ -183,3 +183,12 @@ def _drain(events: trio.MemoryReceiveChannel[Event]) -> list[Event]:
             seen.append(events.receive_nowait())
         except trio.WouldBlock:
             return seen
+
+
+async def test_a_status_names_its_endpoint_and_model(
+    runtime: InferRuntime, autojump_clock: trio.testing.MockClock
+) -> None:
+    handle = await runtime.load(chat(8205))
+    status = runtime.status(handle)
+    assert (status.endpoint, status.model) == ("http://127.0.0.1:8205", "tiny")
+    assert runtime.statuses()[handle].endpoint == await runtime.endpoint(handle)
