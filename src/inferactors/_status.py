@@ -55,6 +55,10 @@ class InstanceStatus:
             serving server counts as up for the restart budget's refill (``stable_after_s``).
         signal: the signal number that ended the last process (``9`` for SIGKILL) when a
             signal ended it, else None (then ``exit_code`` says how it ended).
+        stop_deadline: while a stop of its process waits for it to exit (a server finishing
+            an endless stream after SIGTERM): trio time (float seconds, the runtime's
+            clock) at which it is killed with SIGKILL if still running; None when no stop
+            is under way. Its display state is then ``stopping``.
         since: trio time (float seconds, the runtime's clock) from which ``state`` holds:
             set when the instance's state last changed; None before its first report.
             Two statuses that differ only in ``since`` compare equal.
@@ -78,6 +82,7 @@ class InstanceStatus:
     last_lines: tuple[str, ...] = ()
     serving: bool = False
     signal: int | None = None
+    stop_deadline: float | None = None
     since: float | None = attrs.field(default=None, eq=False)  # a date: not what it says
     endpoint: str | None = attrs.field(default=None, eq=False)  # who it is, not what it says
     model: str | None = attrs.field(default=None, eq=False)

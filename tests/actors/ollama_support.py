@@ -50,8 +50,9 @@ from inferactors._actors.messages import (
     call,
 )
 from inferactors._actors.ollama import OllamaActor
+from inferactors._actors.ollama.actor import WATCH_INTERVAL_S
 from inferactors._actors.supervisor import Supervisor
-from inferactors._edges.bundle import Edges, http_prober_factory
+from inferactors._edges.bundle import Edges, ProbeTimed, http_prober_factory, ignore_probe
 from inferactors._edges.ollama_client import OllamaApi, OllamaClient
 from inferactors._events import Event
 from inferactors._policy.admission import Plan, resolve_supervision
@@ -236,12 +237,14 @@ async def rig(
     *,
     keep_alive: str | int = "30m",
     load_budget_s: float | None = None,
-    watch_s: float = 2.0,
+    watch_s: float = WATCH_INTERVAL_S,
     line: Line | None = None,
     tag: str = TAG,
+    on_probe: Callable[[ProbeTimed], None] = ignore_probe,
 ) -> AsyncIterator[Rig]:
     """The actor for ``tiny-model`` (Ollama name ``tag``, ``tiny:latest`` by default),
-    planned through `make_plan`, talking to ``fake`` through ``line`` (a plain `Line`)."""
+    planned through `make_plan`, talking to ``fake`` through ``line`` (a plain `Line`); its
+    calendar clock is the fake's (so ``expires_at`` reads as the fake means it)."""
     line = line or Line(fake)
     config = ollama_config(Path("unused.json"), Path("unused"), keep_alive)
     plan = await plan_for(line, config, tag=tag, load_budget_s=load_budget_s)
@@ -258,6 +261,8 @@ async def rig(
             events=supervisor.events,
             open_ollama=line.open,
             watch_interval_s=watch_s,
+            on_probe=on_probe,
+            wall_clock=lambda: fake.wall(trio.current_time()),
         )
         await call(supervisor.inbox, partial(Load, actor))
         yield Rig(line, supervisor.inbox, actor, events)

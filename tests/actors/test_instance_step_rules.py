@@ -57,6 +57,7 @@ from inferactors._actors.instance.step import ABANDONED_GRACE_S, CRASH_GRACE_S, 
 from inferactors._actors.mailbox import Crashed
 from inferactors._actors.messages import Annotate, Restart, Shutdown, Start, Stop
 from inferactors._edges.capture import RunEvidence
+from inferactors._policy.service_status import DisplayState, display_state
 
 
 def refusals(run: Run) -> dict[str, str]:
@@ -151,6 +152,30 @@ def test_a_stop_between_a_crash_and_its_restart_is_the_operators_stop() -> None:
         "restart": "chat-1 was stopped by the operator",
         "again": "chat-1 is not running",
     }
+
+
+def test_a_stop_of_a_given_up_server_answers_and_keeps_its_view() -> None:
+    """Given up (the supervisor said so): a stop (the run's shutdown, an operator's) is
+    answered with the last exit's evidence, and the view keeps the give-up and the exit's
+    own reason: nothing ran, so nothing was stopped on request."""
+    run = Run.of()
+    started(run)
+    crash = evidence(100, exit_code=1)
+    run.send(Exited(run.process, crash))
+    run.send(Annotate("gave up: 5 restarts", 5, caller("note"), gave_up=True))
+    before = run.status()
+    stop = caller("stop")
+    out = run.send(Stop(1.0, stop))
+    [answer] = of_type(out, Answer)
+    assert answer.reply is stop
+    assert answer.value == run.state.last
+    after = run.status()
+    assert (after.state, after.stop_reason, after.supervision) == (
+        InstanceState.EXITED,
+        before.stop_reason,
+        "gave up: 5 restarts",
+    )
+    assert after.stop_reason == "crash"
 
 
 def test_a_spawn_that_failed_refuses_its_callers_and_the_stops_that_waited() -> None:
@@ -428,3 +453,31 @@ def test_a_new_process_is_believed_nothing_of_the_last() -> None:
     assert run.state.findings.ready_once is False
     assert run.status().detail == "starting: not listening yet"
     assert of_type(run.effects, WatchProcess)[-1].process is second
+
+
+def test_a_stop_that_waits_for_its_process_says_its_deadline_until_the_exit() -> None:
+    """A server still finishing (an endless stream) after SIGTERM: the status carries the
+    stop's deadline (SIGKILL at the stop's time + its grace) and reads stopping in the
+    service's words; a second stop keeps the first deadline; the exit clears it."""
+    run = Run.of()
+    started(run)
+    assert run.status().stop_deadline is None
+    out = run.at(40.0).send(Stop(12.5, caller("stop")))
+    assert of_type(out, Terminate) == [Terminate(run.process, 12.5)]
+    status = run.status()
+    assert status.stop_deadline == 52.5
+    assert display_state(status) is DisplayState.STOPPING
+    run.at(45.0).send(Stop(1.0, caller("again")))  # the stop under way answers it too
+    assert run.status().stop_deadline == 52.5
+    run.at(50.0).send(Stopped(run.process, evidence(100, signal=15)))
+    status = run.status()
+    assert status.stop_deadline is None
+    assert display_state(status) is DisplayState.STOPPED
+
+
+def test_an_unloads_stop_is_dated_too() -> None:
+    run = Run.of()
+    started(run)
+    out = run.at(7.0).send(Shutdown(3.0, caller("unload")))
+    assert [effect.grace_s for effect in of_type(out, CloseDown)] == [3.0]
+    assert run.status().stop_deadline == 10.0

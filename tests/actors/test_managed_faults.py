@@ -119,9 +119,9 @@ async def test_a_server_that_exits_on_its_own_is_exited_as_a_crash(
         assert (status.state, status.detail) == (InstanceState.EXITED, "server process exited")
         assert (status.exit_code, status.stop_reason, status.pid) == (3, "crash", None)
         await wait_gone(child)  # the whole group is reaped, not just the leader
-        stopped = await runtime.stop(handle)  # its restart was pending: the operator's stop
+        stopped = await runtime.stop(handle)  # given up (no restarts): answered, view kept
         assert (stopped.pid, stopped.exit_code) == (pid, 3)
-        assert (runtime.status(handle)).stop_reason == "requested"
+        assert runtime.status(handle).stop_reason == "crash"
         with pytest.raises(InvalidState, match="not running"):
             await runtime.stop(handle)
         (lab.data_root / handle.instance_id / "pid").unlink()

@@ -18,6 +18,8 @@ import trio.testing
 from actors.ollama_support import TAG, assert_allowed, loads, rig, unloads
 from inferactors import BackendError, InstanceState, InvalidState, RestartScheduled, Up
 from inferactors._actors.messages import Restart
+from inferactors._actors.ollama.actor import WATCH_INTERVAL_S
+from inferactors._edges.bundle import ProbeTimed
 from inferactors.testing._fake_ollama import FakeOllama
 
 
@@ -95,14 +97,44 @@ async def test_fc20_a_model_unloaded_by_someone_else_is_reported_not_reloaded(
         await r.start_running()
         async with httpx.AsyncClient(base_url="http://x", transport=fake.transport()) as other:
             await other.post("/api/generate", json={"model": "tiny", "keep_alive": 0})
-        with trio.fail_after(10):
-            gone = await r.until(InstanceState.DEGRADED)
-        assert gone.detail == (
-            "model tiny:latest is no longer resident (it was loaded by us); "
-            "inferactors does not reload it"
+        unloaded_at = trio.current_time()
+        gone = await r.until(InstanceState.DEGRADED)
+        assert trio.current_time() - unloaded_at <= WATCH_INTERVAL_S  # within a probe period
+        assert gone.detail is not None
+        assert gone.detail.startswith(
+            "model tiny:latest unloaded before its keep_alive ran out (expires_at "
+        )
+        assert gone.detail.endswith(
+            "another client unloaded it or ollama made room for another model "
+            "(it was loaded by us); inferactors does not reload it"
         )
         await trio.sleep(60.0)
         assert len(loads(fake)) == 1
+
+
+async def test_a_model_whose_keep_alive_ran_out_is_seen_within_one_probe_period(
+    autojump_clock: trio.testing.MockClock, fake: FakeOllama
+) -> None:
+    timed: list[ProbeTimed] = []
+    async with rig(fake, keep_alive="1m", on_probe=timed.append) as r:
+        await r.start_running()
+        expires_at = fake.book.runners["tiny:latest"].expires_at
+        assert expires_at is not None
+        gone = await r.until(InstanceState.DEGRADED)
+        assert "tiny:latest" not in fake.resident()
+        assert expires_at <= trio.current_time() <= expires_at + WATCH_INTERVAL_S
+        assert gone.detail == (
+            f"model tiny:latest unloaded by ollama: its keep_alive ran out at "
+            f"{fake.wall(expires_at).isoformat()} (it was loaded by us); "
+            "inferactors does not reload it"
+        )
+        assert (await r.status()).detail == gone.detail
+        await trio.sleep(60.0)
+        assert len(loads(fake)) == 1  # our policy does not reload it
+        assert unloads(fake) == []
+    looks = [t for t in timed if t.instance_id == r.actor.instance_id]
+    assert len(looks) >= 100  # every watch look (1 per second over ~2 minutes) was timed
+    assert all(t.latency_s >= 0 for t in looks)
 
 
 async def test_an_unreachable_daemon_and_an_unpulled_tag_are_reported(

@@ -46,7 +46,7 @@ async def test_a_full_lifecycle_sends_exactly_these_requests(
         assert await r.status() == InstanceStatus(InstanceState.DEGRADED, "loading model")
         with trio.fail_after(60):
             await r.until(InstanceState.RUNNING)
-        await trio.sleep(2.5)  # one ownership check of /api/ps
+        await trio.sleep(1.5)  # one look of /api/ps (the watch runs at the probe period)
         assert await r.status() == InstanceStatus(InstanceState.RUNNING, "model resident")
         assert (await r.deep_health()).text == "Hello"
         evidence = await r.stop()

@@ -20,7 +20,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from inferactors import BackendError, InvalidState, RunEvidence, UnknownInstance
+from inferactors import BackendError, InstanceState, InvalidState, RunEvidence, UnknownInstance
 from inferactors._actors.mailbox import Crash, Crashed
 from inferactors._actors.messages import (
     Annotate,
@@ -42,6 +42,7 @@ from inferactors._actors.ollama.effects import (
     CloseDown,
     Effect,
     EndWatch,
+    NoteProbeTime,
     Refuse,
     StartLoad,
     SurveyFor,
@@ -401,3 +402,57 @@ def test_a_stop_answers_with_empty_evidence_of_its_instance() -> None:
     run = reach("ready, theirs")
     [answer] = of_answers(run.send(Stop(1.0, caller("stop"))))
     assert answer.value == RunEvidence.empty(runtime="rt", instance_id="ollama-1")
+
+
+# A model Ollama unloads by itself (issue 18: seen within a probe period, said in Ollama's
+# terms, never reloaded by us); each watch look is timed for the edges.
+
+
+def test_a_model_whose_keep_alive_ran_out_reads_unloaded_by_ollama_and_is_not_reloaded() -> None:
+    run = reach("ready, ours")
+    after = EXPIRES.replace(second=1)
+    out = run.send(Watched(run.state.attempt, (), 0.003, after))
+    assert NoteProbeTime(0.003, 5.0) in out
+    assert not [e for e in out if isinstance(e, StartLoad | Check)]  # never reloaded
+    status = ollama_status(run.state)
+    assert status.state is InstanceState.DEGRADED
+    assert status.detail == (
+        f"model {TAG} unloaded by ollama: its keep_alive ran out at {EXPIRES.isoformat()} "
+        "(it was loaded by us); inferactors does not reload it"
+    )
+    run.send(Watched(run.state.attempt, (), 0.002, after))  # said once, the words kept
+    assert ollama_status(run.state).detail == status.detail
+
+
+def test_a_model_unloaded_before_its_keep_alive_ran_out_says_so() -> None:
+    run = reach("ready, theirs")
+    before = datetime(2029, 12, 31, 23, 0, tzinfo=UTC)
+    run.send(Watched(run.state.attempt, (ENTRY,), 0.001, before))
+    assert ollama_status(run.state).state is InstanceState.RUNNING
+    run.send(Watched(run.state.attempt, (), 0.001, before))
+    assert ollama_status(run.state).detail == (
+        f"model {TAG} unloaded before its keep_alive ran out (expires_at "
+        f"{EXPIRES.isoformat()}): another client unloaded it or ollama made room for another "
+        "model (it was loaded by someone else); inferactors does not reload it"
+    )
+
+
+def test_a_gone_model_without_a_known_expiry_is_said_plainly_and_a_start_clears_it() -> None:
+    run = reach("ready, ours")
+    run.send(Surveyed(Survey(Up(), resident=()), None))  # a status survey: no calendar time
+    assert ollama_status(run.state).detail == (
+        f"model {TAG} is no longer resident in /api/ps (it was loaded by us); "
+        "inferactors does not reload it"
+    )
+    run.send(Stop(2.0, caller("stop")))
+    run.send(Unloaded(True, 2.0))
+    run.send(Start(caller("again")))
+    assert run.state.evicted is None
+    assert run.state.last_entry is None
+
+
+def test_a_look_of_an_earlier_attempt_is_neither_timed_nor_applied() -> None:
+    run = reach("ready, ours")
+    out = run.send(Watched(run.state.attempt - 1, (), 0.004, EXPIRES))
+    assert out == ()
+    assert ollama_status(run.state).detail == "model resident"

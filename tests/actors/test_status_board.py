@@ -132,3 +132,26 @@ async def test_the_view_dates_its_state_and_names_the_signal_that_ended_it(
         exited = await runtime.wait_state(handle, InstanceState.EXITED)
     assert (exited.signal, exited.exit_code, exited.stop_reason) == (9, None, "crash")
     assert exited.since == pytest.approx(killed_at, abs=0.01)
+
+
+async def test_a_stop_that_waits_for_its_server_says_stopping_until_its_kill_deadline(
+    runtime: InferRuntime, fleet: FakeFleet, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A server that ignores SIGTERM (as one finishing an endless stream does): while the
+    stop waits, the status carries its deadline (the stop's time + its grace); SIGKILL at
+    that deadline ends it and clears it."""
+    fleet.ignore_term = True
+    handle = await runtime.load(chat(8121))
+    await runtime.start(handle)
+    with trio.fail_after(60):
+        await runtime.wait_state(handle, InstanceState.RUNNING)
+    asked_at = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(runtime.stop, handle, 20.0)
+        await trio.sleep(5)
+        waiting = runtime.status(handle)
+        assert waiting.pid is not None
+        assert waiting.stop_deadline == pytest.approx(asked_at + 20.0, abs=0.01)
+    assert trio.current_time() == pytest.approx(asked_at + 20.0, abs=0.5)
+    ended = runtime.status(handle)
+    assert (ended.state, ended.stop_deadline, ended.signal) == (InstanceState.EXITED, None, 9)

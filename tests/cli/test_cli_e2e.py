@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,7 +33,12 @@ def test_demo_prints_states_one_token_and_exits_zero(server_dir: Path, llama_ser
     out = done.stdout
     assert "-> running" in out
     assert "deep health: one token" in out
-    assert "INSTANCE" in out
+    assert "NAME  STATE" in out
+    # the instance is named by its role wherever the demo prints it; never by its id
+    assert "loaded demo\n" in out
+    assert "  demo  loaded -> " in out
+    assert "\ndemo  running  http://127.0.0.1:" in out
+    assert not re.search(r"demo-[0-9a-f]{8}-demo", out), out
     assert "stopped: exited with status 0" in out or "stopped: killed by" in out
     assert "demo finished" in out
 

@@ -3,6 +3,7 @@ only when a view carries them; the front door's events print as one line each.""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from inferactors._actors.front_door_msgs import ResidencyView
@@ -68,3 +69,14 @@ def test_the_front_door_events_print_in_words() -> None:
     )
     drift = FootprintDrift("chat-1", 800_000_000, 1_200_000_000, 4.0)
     assert describe_event(drift) == "chat-1  memory drift: measured 1.2 GB, expected 800.0 MB"
+
+
+def test_a_stop_that_waits_shows_stopping_and_its_kill_time() -> None:
+    status = InstanceStatus(InstanceState.RUNNING, pid=42, uptime_s=61.0, stop_deadline=70.0)
+    view = InstanceView(
+        "chat", "infer.llamacpp", "managed", "id-chat", status, stop_deadline_at=1_800_000_000.0
+    )
+    (row,) = status_table([api_data(view)]).splitlines()[1:]
+    killed_at = datetime.datetime.fromtimestamp(1_800_000_000.0).isoformat(timespec="milliseconds")
+    assert row.split()[:3] == ["chat", "managed", "stopping"]
+    assert row.endswith(f"stopping: killed at {killed_at} if still running")

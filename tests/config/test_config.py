@@ -307,7 +307,6 @@ def test_load_run_config_errors_start_with_the_file(tmp_path: Path) -> None:
         ("env = { LLAMA_CACHE", 'env = { LLAMA_ARG_PORT = "1", X', "$.managed.env[0] LLAMA_ARG_"),
         ("[managed]", "[managed]\nbogus = 1", "$.managed.bogus: unknown key"),
         ('"infer.llamacpp" = "bin/', '"x" = "bin/', "$.managed.serve_programs.x: expected"),
-        ('"infer.llamacpp" = "bin/llama-server"', "", 'serve_programs has no "infer.llamacpp"'),
     ],
 )  # fmt: skip
 def test_run_file_errors_name_the_path(old: str, new: str, message: str) -> None:

@@ -22,7 +22,6 @@ from inferactors.testing import write_tiny_gguf
 EXAMPLE = ROOT / "examples" / "on_demand.toml"
 PORTS = ("8800", "8090", "8091")
 """The README's ports: the front door's, then each server's."""
-SHOWN_SERVER = "/usr/local/bin/llama-server"
 SETTLE_S = 60.0
 
 
@@ -45,14 +44,13 @@ def shown() -> list[tuple[str, list[str]]]:
     return shown_session(session_block())
 
 
-def prepare(where: Path, llama_server: Path, run_as: str | None) -> dict[str, str]:
-    """``on_demand.toml`` (its server, ``run_as`` when root, free ports), the two models
+def prepare(where: Path) -> dict[str, str]:
+    """``on_demand.toml`` as written (free ports only: its llama-server and, as root, its
+    ``run_as`` are the defaults ``inferactors run`` fills in), the two models
     registered in ``models.json`` as its comments say, and ``clients.py``, in ``where``;
     the README port -> the real one."""
     ports = dict(zip(PORTS, map(str, free_ports(len(PORTS))), strict=True))
-    text = EXAMPLE.read_text().replace(SHOWN_SERVER, str(llama_server))
-    if run_as is not None:
-        text = text.replace("[managed]\n", f'[managed]\nrun_as = "{run_as}"\n')
+    text = EXAMPLE.read_text()
     (where / "on_demand.toml").write_text(ported(text, ports))
     write_tiny_gguf(where / "tiny.gguf")
     write_tiny_gguf(where / "tiny2.gguf", seed=1, name="tiny-random-llama-2")

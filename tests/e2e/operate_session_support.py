@@ -28,7 +28,6 @@ from e2e.readme_blocks_support import README, ROOT, console_commands, readme_blo
 
 INFERACTORS_BIN = Path(sys.executable).parent
 PORTS = ("8090", "8091", "8092", "8093")
-SHOWN_SERVER = "/usr/local/bin/llama-server"
 SETTLE_S = 60.0
 
 
@@ -56,13 +55,12 @@ def shown_session(block: str | None = None) -> list[tuple[str, list[str]]]:
     return [(command, output) for command, (_, output) in zip(commands, session, strict=True)]
 
 
-def prepare(where: Path, llama_server: Path, tiny: Path, run_as: str | None) -> dict[str, str]:
-    """``operate.toml`` (its server, ``run_as`` when root, free ports) and ``models.json``
-    with ``tiny`` and ``broken`` registered, in ``where``; the README port -> the real one."""
+def prepare(where: Path, tiny: Path) -> dict[str, str]:
+    """``operate.toml`` as written (free ports only: its llama-server and, as root, its
+    ``run_as`` are the defaults ``inferactors run`` fills in) and ``models.json`` with
+    ``tiny`` and ``broken`` registered, in ``where``; the README port -> the real one."""
     ports = dict(zip(PORTS, map(str, free_ports(len(PORTS))), strict=True))
-    text = (ROOT / "examples" / "operate.toml").read_text().replace(SHOWN_SERVER, str(llama_server))
-    if run_as is not None:
-        text = text.replace("[managed]\n", f'[managed]\nrun_as = "{run_as}"\n')
+    text = (ROOT / "examples" / "operate.toml").read_text()
     (where / "operate.toml").write_text(ported(text, ports))
     (where / "tiny.gguf").write_bytes(tiny.read_bytes())
     (where / "broken.gguf").write_text("this is not a GGUF model\n")

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.readme_blocks_support import served_paths
+from e2e.readme_blocks_support import readme_blocks, served_paths, shell_commands
 from inferactors import load_run_config
 from inferactors._cli.main import build_parser
 from inferactors._cli.probe import probe
@@ -31,13 +31,19 @@ from inferactors._service.lifecycle import EXTEND_EVERY_S, EXTEND_S
 ROOT = Path(__file__).resolve().parents[2]
 CONTRIB = ROOT / "contrib"
 UNIT = CONTRIB / "systemd" / "inferactors.service"
+UNIT_RUN_FILE = CONTRIB / "systemd" / "config.toml"
+VENV_INFERACTORS = "/opt/inferactors/bin/inferactors"
 DEPLOYMENT = CONTRIB / "kubernetes" / "deployment.yaml"
 INFERACTORS = Path(sys.executable).with_name("inferactors")
 
 
 def test_every_contrib_file_is_checked_here() -> None:
     files = sorted(p.relative_to(CONTRIB) for p in CONTRIB.rglob("*") if p.is_file())
-    assert files == [Path("kubernetes/deployment.yaml"), Path("systemd/inferactors.service")]
+    assert files == [
+        Path("kubernetes/deployment.yaml"),
+        Path("systemd/config.toml"),
+        Path("systemd/inferactors.service"),
+    ]
 
 
 def _unit() -> configparser.ConfigParser:
@@ -54,7 +60,7 @@ def test_the_unit_is_a_hardened_notify_service() -> None:
     expected = {
         "Type": "notify",
         "NotifyAccess": "main",
-        "ExecStart": "/usr/local/bin/inferactors run /etc/inferactors/config.toml",
+        "ExecStart": f"{VENV_INFERACTORS} run /etc/inferactors/config.toml",
         "ExecReload": "/bin/kill -HUP $MAINPID",
         "KillMode": "mixed",
         "NoNewPrivileges": "yes",
@@ -93,7 +99,7 @@ def test_the_units_exec_start_is_a_real_run_command() -> None:
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
 def test_systemd_analyze_verifies_the_unit_without_a_warning(tmp_path: Path) -> None:
     unit = tmp_path / "inferactors.service"
-    unit.write_text(UNIT.read_text().replace("/usr/local/bin/inferactors", str(INFERACTORS)))
+    unit.write_text(UNIT.read_text().replace(VENV_INFERACTORS, str(INFERACTORS)))
     done = subprocess.run(
         ["systemd-analyze", "verify", str(unit)],
         capture_output=True,
@@ -104,6 +110,53 @@ def test_systemd_analyze_verifies_the_unit_without_a_warning(tmp_path: Path) -> 
     )
     assert done.returncode == 0, done.stderr
     assert str(unit) not in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def test_the_units_run_file_writes_only_to_its_state_directory() -> None:
+    """``contrib/systemd/config.toml`` (installed as the file ExecStart names) loads, keeps
+    its state and registry in the unit's ``StateDirectory`` (the one place the unit may
+    write), and runs its servers as the service account the README creates."""
+    service = _unit()["Service"]
+    config = load_run_config(UNIT_RUN_FILE)
+    assert config.managed is not None
+    state = Path("/var/lib") / service["StateDirectory"]
+    assert config.managed.data_root == state
+    assert config.managed.registry.parent == state
+    assert config.managed.run_as == "inferactors"
+    assert [entry.spec.role for entry in config.instances] == ["chat"]
+
+
+def _readme_install() -> list[list[str]]:
+    (block,) = [b for b in readme_blocks() if b.lang == "sh" and "useradd" in b.text]
+    return shell_commands(block.text)
+
+
+def test_the_readme_installs_what_the_unit_runs() -> None:
+    """The README's install steps make the venv whose ``inferactors`` ExecStart names,
+    the account the run file's ``run_as`` names, the run file at the path ExecStart reads
+    (from ``contrib/systemd/config.toml``), and register a model into its registry; each
+    ``inferactors`` step parses, and the unit file's own comment gives the same steps."""
+    steps = _readme_install()
+    argv = shlex.split(_unit()["Service"]["ExecStart"])
+    venv = Path(argv[0]).parents[1]
+    assert ["python3", "-m", "venv", str(venv)] in steps
+    assert [str(venv / "bin" / "pip"), "install", "."] in steps
+    (useradd,) = [words for words in steps if words[0] == "useradd"]
+    assert useradd[-1] == load_run_config(UNIT_RUN_FILE).managed.run_as  # type: ignore[union-attr]
+    installed = [words for words in steps if words[0] == "install" and words[-1] == argv[-1]]
+    assert installed
+    assert installed[0][-2] == str(UNIT_RUN_FILE.relative_to(ROOT))
+    ours = [words for words in steps if words[0] in ("inferactors", str(venv / "bin/inferactors"))]
+    assert len(ours) >= 3
+    for words in ours:
+        build_parser().parse_args(words[1:])
+    (add_tiny,) = [words for words in ours if words[1:3] == ["models", "add-tiny"]]
+    registry = load_run_config(UNIT_RUN_FILE).managed.registry  # type: ignore[union-attr]
+    assert add_tiny[add_tiny.index("--registry") + 1] == str(registry)
+    comment = UNIT.read_text()
+    for words in steps:
+        if words[0] in ("python3", "useradd", "install") and words[-1] != "/var/lib/inferactors":
+            assert shlex.join(words[1:]) in comment, words
 
 
 def _manifests() -> dict[str, dict[str, Any]]:

@@ -30,7 +30,7 @@ def test_all_flavors_reach_running_and_pass_deep_health(
     for role, runtime in (("chat", "llamacpp"), ("code", "mlx-lm"), ("notes", "ollama")):
         assert f"started (infer.{runtime})" in out
         assert any(
-            any(word.startswith(f"{role}-") for word in line.split())
+            line.split()[2:3] == [role]  # time, level, then the instance's name (its role)
             and "deep health: one token" in line
             for line in out.splitlines()
         ), role

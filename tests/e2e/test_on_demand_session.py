@@ -27,7 +27,7 @@ pytestmark = pytest.mark.llama_server
 def test_the_front_door_session_runs_as_the_readme_shows(
     server_dir: Path, llama_server: Path, unprivileged: Unprivileged
 ) -> None:
-    ports = prepare(server_dir, llama_server, unprivileged.run_as)
+    ports = prepare(server_dir)
     session = shown()
     steps = run_session(server_dir, ports, session, settle)
     assert [step.command for step in steps] == [command for command, _ in session]

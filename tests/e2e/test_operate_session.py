@@ -20,7 +20,7 @@ from support import Unprivileged
 def test_the_operate_session_runs_as_the_readme_shows(
     server_dir: Path, llama_server: Path, tiny_gguf: Path, unprivileged: Unprivileged
 ) -> None:
-    ports = prepare(server_dir, llama_server, tiny_gguf, unprivileged.run_as)
+    ports = prepare(server_dir, tiny_gguf)
     steps = run_session(server_dir, ports)
     shown = shown_session()
     assert [step.command for step in steps] == [command for command, _ in shown]

@@ -6,8 +6,10 @@
   asked for deep health before the server was ready);
 - ``sh`` and the ``$`` lines of ``console`` blocks: ``inferactors ...`` through the CLI's own
   parser (so every subcommand and option shown exists), ``make`` targets in the Makefile,
-  scripts that exist, ``curl`` paths the control API serves; the Operate session itself is
-  run against fake servers by `tests/e2e/test_operate_session.py`;
+  scripts that exist, ``curl`` paths the control API serves; the ``sh`` blocks are run in
+  order in a clone by `tests/e2e/test_readme_newcomer.py` (the systemd install is parsed
+  against the unit by `tests/e2e/test_contrib.py`); the Operate session itself is run by
+  `tests/e2e/test_operate_session.py`;
 - untagged blocks are program output: every line as ``inferactors run`` prints it, or the
   table ``inferactors demo`` prints, or ``examples/crashing.out`` (kept true by
   `tests/e2e/test_example_crashing.py`).
@@ -45,7 +47,6 @@ _SNIPPET_HEADER = """
 [managed]
 registry = "models.json"
 data_root = "state"
-serve_programs = { "infer.llamacpp" = "/usr/local/bin/llama-server" }
 """
 
 
@@ -134,7 +135,7 @@ def _run_embedding(where: Path, program: Path, port: int) -> subprocess.Complete
 
 def _check_command(words: list[str]) -> None:
     program = words[0]
-    if program == "inferactors":
+    if program in ("inferactors", "/opt/inferactors/bin/inferactors"):  # the service's venv
         build_parser().parse_args(words[1:])  # SystemExit on any unknown command or option
     elif program == "make":
         targets = re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M)
@@ -148,7 +149,8 @@ def _check_command(words: list[str]) -> None:
         assert "--unix-socket" in words, words
         assert urlsplit(url).path in served_paths(), url
     else:
-        assert program in {"printf", "sed", "kill", "cp", "systemctl", "openssl"}, words
+        system = {"python3", "/opt/inferactors/bin/pip", "useradd", "install", "ln"}
+        assert program in {"printf", "sed", "kill", "cp", "systemctl", "openssl", *system}, words
 
 
 SHELL = [block for block in BLOCKS if block.lang == "sh"]
@@ -190,12 +192,12 @@ def test_output_blocks_are_what_the_commands_print(block: Block) -> None:
 
 def _table_or_summary(line: str) -> bool:
     return line.startswith(
-        ("INSTANCE ", "demo-", "fake ollama listening on http://127.0.0.1:", "3 of 3 instances")
+        ("NAME ", "demo ", "fake ollama listening on http://127.0.0.1:", "3 of 3 instances")
     )
 
 
 def _cli_block() -> Block:
-    (block,) = [b for b in SHELL if "models add-tiny" in b.text]
+    (block,) = [b for b in SHELL if "models add-tiny --registry examples/" in b.text]
     return block
 
 

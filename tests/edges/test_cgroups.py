@@ -195,7 +195,7 @@ def test_without_a_delegated_cgroup_a_warning_says_why_and_what_tracks_instead(
     warning names the reason and the fallback."""
     code = (
         "import logging\n"
-        "logging.basicConfig(format='%(levelname)s %(message)s')\n"
+        "logging.basicConfig(format='%(levelname)s %(message)s', level=logging.DEBUG)\n"
         "from inferactors._edges.cgroups import server_tree\n"
         "print(server_tree(), server_tree())\n"
     )
@@ -209,7 +209,7 @@ def test_without_a_delegated_cgroup_a_warning_says_why_and_what_tracks_instead(
     out, err = process.communicate(timeout=30)
     assert out.split() == ["None", "None"]
     assert err.splitlines() == [
-        "WARNING no cgroup per server: this process is in the root cgroup v2, which is not "
+        "DEBUG no cgroup per server: this process is in the root cgroup v2, which is not "
         "delegated to it; what a server starts is tracked by its process group, its tree "
         "(the server a child subreaper) and its session, and killed with it"
     ]

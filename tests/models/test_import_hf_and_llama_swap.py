@@ -51,15 +51,13 @@ def test_a_cache_imports_its_gguf_files_and_mlx_folders_and_skips_with_why(
 
     out = capsys.readouterr().out.splitlines()
     assert out == [
-        "[1/5] tiny-4bit: registered: mlx, 4 files, 579.9 KiB",
-        "[2/5] someone/Big-GGUF@aaaaaaaa/big-00001-of-00002.gguf: skipped: a split GGUF: "
-        "register its folder with models add",
-        "[3/5] someone/Big-GGUF@aaaaaaaa/big-00002-of-00002.gguf: skipped: a split GGUF: "
-        "register its folder with models add",
-        "[4/5] someone/Partial-GGUF@aaaaaaaa: skipped: unfinished download: p.gguf not in "
+        "[1/4] mlx-community.tiny-4bit: registered: mlx, 4 files, 579.9 KiB",
+        "[2/4] someone/Big-GGUF@aaaaaaaa/big-00001-of-00002.gguf: skipped: a split GGUF in 2 "
+        "parts: register its folder with models add",
+        "[3/4] someone/Partial-GGUF@aaaaaaaa: skipped: unfinished download: p.gguf not in "
         "blobs/ yet",
-        "[5/5] Tiny-GGUF:tiny-Q8_0: registered: gguf, 1 file, 510.1 KiB",
-        "2 registered, 0 already registered, 3 skipped (nothing downloaded)",
+        "[4/4] someone.Tiny-GGUF:tiny-Q8_0: registered: gguf, 1 file, 510.1 KiB",
+        "2 registered, 0 already registered, 2 skipped (nothing downloaded)",
     ]
 
 
@@ -70,17 +68,17 @@ def test_the_mlx_folder_is_one_model_pinned_through_the_snapshot_links(
     assert _cli("import", "hf-cache", str(cache), "--registry", str(registry)) == 0
     out = capsys.readouterr().out
 
-    assert "tiny-4bit: registered: mlx, 4 files" in out
+    assert "mlx-community.tiny-4bit: registered: mlx, 4 files" in out
     opened = ModelRegistry.open(registry)
-    mlx = opened.get("tiny-4bit")
+    mlx = opened.get("mlx-community.tiny-4bit")
     assert mlx.format is ModelFormat.MLX
     assert mlx.source.hf_repo == "mlx-community/tiny-4bit"
     assert mlx.source.hf_revision == REVISION
     assert mlx.root.endswith(f"snapshots/{REVISION}")
-    opened.resolve("tiny-4bit")  # every link leads into the repository's blobs/
-    gguf = opened.get("Tiny-GGUF:tiny-Q8_0")
+    opened.resolve("mlx-community.tiny-4bit")  # every link leads into the repository's blobs/
+    gguf = opened.get("someone.Tiny-GGUF:tiny-Q8_0")
     assert gguf.source.hf_repo == "someone/Tiny-GGUF"
-    opened.resolve("Tiny-GGUF:tiny-Q8_0")
+    opened.resolve("someone.Tiny-GGUF:tiny-Q8_0")
 
 
 def test_a_second_cache_import_changes_nothing(
@@ -94,7 +92,7 @@ def test_a_second_cache_import_changes_nothing(
     assert _cli("import", "hf-cache", str(cache), "--registry", str(registry)) == 0
 
     assert capsys.readouterr().out.splitlines()[-1] == (
-        "0 registered, 2 already registered, 3 skipped (nothing downloaded)"
+        "0 registered, 2 already registered, 2 skipped (nothing downloaded)"
     )
     assert registry.read_bytes() == before
 
@@ -116,10 +114,10 @@ def test_a_signed_snapshot_is_verified_and_a_link_out_of_the_repository_refused(
     assert _cli(*argv, "--trust-key", str(ops.public)) == 0
 
     out = capsys.readouterr().out
-    assert "] tiny-signed: registered: mlx, 4 files, " in out
+    assert "] ops.tiny-signed: registered: mlx, 4 files, " in out
     assert out.count(", signed by ops") == 1
-    assert "[1/2] tiny: skipped: path: config.json resolves to" in out
-    assert [m.name for m in ModelRegistry.open(registry).list()] == ["tiny-signed"]
+    assert "[1/2] evil.tiny: skipped: path: config.json resolves to" in out
+    assert [m.name for m in ModelRegistry.open(registry).list()] == ["ops.tiny-signed"]
 
 
 SWAP_CONFIG = """

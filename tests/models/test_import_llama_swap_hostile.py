@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from inferactors import load_run_config
+from inferactors import ModelRegistry, load_run_config
 from inferactors._cli.models import register_models_commands
 
 
@@ -156,3 +156,29 @@ def test_an_alias_bomb_or_a_macro_bomb_is_refused_at_once(
     assert code in (0, 2)  # refused outright, or the one model skipped with why
     assert took < 5, took  # unbounded, the smallest of these runs for minutes
     assert not registry.exists() or "registered" not in captured.out.split("skipped")[0]
+
+
+def test_a_model_path_llama_server_cannot_read_is_skipped_saying_why(
+    tmp_path: Path, gguf: Path, tiny_mlx_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copytree(tiny_mlx_model, tmp_path / "mlxdir")
+    (tmp_path / "w.bin").write_bytes(b"\0" * 8)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "models:\n"
+        "  torch:\n    cmd: llama-server --port ${PORT} -m w.bin\n"
+        "  mlx:\n    cmd: llama-server --port ${PORT} -m mlxdir\n"
+        "  tiny:\n    cmd: llama-server --port ${PORT} -m tiny.gguf\n"
+    )
+
+    code, registry, draft = _import(config, tmp_path)
+
+    assert code == 0
+    out = capsys.readouterr().out
+    assert f"torch: skipped: path: {tmp_path}/w.bin is not a .gguf file, and llama-server " in out
+    assert f"mlx: skipped: path: {tmp_path}/mlxdir is a folder, and llama-server reads one " in out
+    assert "models.mlx: not drafted: its files are not all registered" in out
+    assert "tiny: registered: gguf" in out
+    drafted = load_run_config(draft)
+    assert [i.spec.model for i in drafted.instances] == ["tiny"]
+    assert [m.name for m in ModelRegistry.open(registry).list()] == ["tiny"]

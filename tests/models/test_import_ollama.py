@@ -5,6 +5,7 @@ why and nothing stored for it."""
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -100,7 +101,9 @@ def test_hostile_manifests_are_skipped_with_why(store: Path, tmp_path: Path) -> 
         "bad-digest": ollama_manifest([{**layer, "digest": "sha256:../../etc/passwd"}]),
         "missing-blob": ollama_manifest([{**layer, "digest": "sha256:" + "0" * 64}]),
         "too-many": ollama_manifest([*[good["layers"][1]] * 70, layer]),
+        "fifo-blob": ollama_manifest([{**layer, "digest": "sha256:" + "f" * 64}]),
     }
+    os.mkfifo(store / "blobs" / ("sha256-" + "f" * 64))
     for tag, body in bad.items():
         write_ollama_manifest(store, "bad", tag, body)
     outside = tmp_path / "outside"
@@ -122,6 +125,9 @@ def test_hostile_manifests_are_skipped_with_why(store: Path, tmp_path: Path) -> 
     assert why("two-models") == f"$.layers: 2 layers of type {MODEL}, expected one"
     assert why("bad-digest") == "$.layers[0].digest: expected sha256:<64 lower-case hex>"
     assert why("missing-blob") == f"its model blob sha256-{'0' * 64} is missing"
+    assert why("fifo-blob") == (
+        f"its model blob sha256-{'f' * 64} is not a regular file (a folder, FIFO or device)"
+    )
     assert why("too-many").startswith("$.layers: expected a list of at most 64")
     assert why("link") == "a symbolic link, not followed"
 
@@ -192,4 +198,38 @@ def test_an_adapter_or_projector_layer_is_said_to_be_left_out(
     assert _cli("import", "ollama", str(store), "--registry", str(tmp_path / "m.json")) == 0
 
     out = capsys.readouterr().out
-    assert "llava:latest: not carried: its adapter and projector layer (only the weights" in out
+    assert "llava:latest: not carried: its adapter and projector layers (only the weights" in out
+
+
+def test_a_tag_pulled_again_is_kept_as_registered_naming_both_digests_unless_updated(
+    store: Path, tmp_path: Path, tiny_gguf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    registry = tmp_path / "models.json"
+    assert _cli("import", "ollama", str(store), "--registry", str(registry)) == 0
+    old = ModelRegistry.open(registry).get("tiny:latest").shards[0].path
+    newer = tmp_path / "newer.gguf"
+    newer.write_bytes(tiny_gguf.read_bytes() + b"\0")
+    pull_into_ollama(store, newer, "tiny", "latest")  # `ollama pull tiny` after an update
+    new = "sha256-" + hashlib.sha256(newer.read_bytes()).hexdigest()
+    before = registry.read_bytes()
+    capsys.readouterr()
+
+    assert _cli("import", "ollama", str(store), "--registry", str(registry)) == 0
+
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (
+        f"[1/2] tiny:latest: skipped: Ollama's tiny:latest is now {new}, registered is {old} "
+        "(an earlier pull): kept as registered; --update registers the new weights"
+    )
+    assert registry.read_bytes() == before
+
+    assert _cli("import", "ollama", str(store), "--registry", str(registry), "--update") == 0
+
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"[1/2] tiny:latest: updated: gguf, 1 file, 510.1 KiB, was {old}"
+    assert out[-1] == (
+        "0 registered, 1 already registered, 1 updated, 0 skipped (nothing downloaded)"
+    )
+    opened = ModelRegistry.open(registry)
+    assert [f.path for f in opened.get("tiny:latest").shards] == [new]
+    assert opened.resolve("tiny:latest").shards == (store / "blobs" / new,)

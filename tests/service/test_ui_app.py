@@ -80,7 +80,9 @@ async def test_an_instance_panel_has_its_dated_timeline_series_and_last_failure(
     assert item["at"] == pytest.approx(WALL_0)
     assert item["type"] == "ProcessExited"
     assert item["failed"] is True
-    assert item["words"].startswith("id-chat  process 101 exited with status 1 (reason: crash)")
+    # named by its role, as `inferactors run` prints it; the id stays in the data
+    assert item["words"].startswith("chat  process 101 exited with status 1 (reason: crash)")
+    assert item["data"]["instance_id"] == "id-chat"
     assert detail["last_failure"]["data"]["last_lines"] == ["boom", "bye"]
     assert detail["series"]["probe"][0][1] == 0.004
     assert detail["window_s"] == 3600.0

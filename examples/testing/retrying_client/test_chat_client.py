@@ -16,7 +16,8 @@ def test_the_client_gets_one_token(fake_llama_server: FakeServer) -> None:
     assert ask(fake_llama_server.base_url, "the cat") == " and"
 
 
-@pytest.mark.inferactors_faults(Status503(for_s=1.0))
+# 3 s from the fake's start: room for a busy machine between the start and the first request
+@pytest.mark.inferactors_faults(Status503(for_s=3.0))
 def test_the_client_waits_out_a_loading_server(fake_llama_server: FakeServer) -> None:
     assert ask(fake_llama_server.base_url, "the cat", attempts=100) == " and"
     asked = [r for r in fake_llama_server.requests() if r.path == "/v1/chat/completions"]

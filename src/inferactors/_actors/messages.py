@@ -139,6 +139,8 @@ class Annotate:
     supervision: str | None
     restarts: int
     reply: ReplyTo[None]
+    gave_up: bool = False
+    """The supervisor gave up on it: no restart comes until an operator's start."""
 
 
 InstanceCommand = Start | Stop | GetStatus | GetHealth | DeepHealth | Shutdown | Restart | Annotate

@@ -382,6 +382,7 @@ class InferRuntime(RuntimeLogs, RuntimeStatus, RuntimeRunning):
                 instance_dir=directory,
                 events=self._events,
                 slot=slot,
+                on_probe=self._edges.on_probe,
             )
         else:
             actor = InstanceActor.create(

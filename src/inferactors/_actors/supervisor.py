@@ -320,7 +320,7 @@ class Supervisor:
                 self._schedule(iid, decision)
             case GiveUp():
                 self._publish(GaveUp(iid, decision.attempts, decision.why, now))
-                self._annotate(iid, f"gave up: {decision.why}")
+                self._annotate(iid, f"gave up: {decision.why}", gave_up=True)
             case NoRestart():
                 self._annotate(iid, None)
             case _:
@@ -370,14 +370,14 @@ class Supervisor:
         if scope is not None:
             scope.cancel()
 
-    def _annotate(self, iid: str, note: str | None) -> None:
+    def _annotate(self, iid: str, note: str | None, *, gave_up: bool = False) -> None:
         actor = self._actors.get(iid)
         budget = self._budgets.get(iid)
         if actor is None or budget is None:
             return
         self.board.annotate(iid, note, budget.attempts)  # readers see it before the actor
         send, _unread = trio.open_memory_channel[Reply[None]](1)  # nobody waits for it
-        self._forward(actor, Annotate(note, budget.attempts, send))
+        self._forward(actor, Annotate(note, budget.attempts, send, gave_up))
 
     # Events.
 

@@ -331,6 +331,9 @@ def _detail(view: dict[str, Any]) -> str:
     if status["state"] == "exited" and status.get("stop_reason"):
         words.append(f"reason: {status['stop_reason']}")
     words.append(status.get("supervision"))
+    deadline = view.get("stop_deadline_at")
+    if deadline is not None:
+        words.append(f"stopping: killed at {_local_time(deadline)} if still running")
     return one_line("; ".join(word for word in words if word), 200)
 
 

@@ -22,13 +22,16 @@ from .._config.config import InferConfig, ManagedConfig
 from .._config.spec import InferenceSpec, ServeArgs
 from .._edges.llama_build import cache_dir, ensure_llama_server, make_reachable_dir
 from .._errors import InferactorsError, UnknownModel
-from .._events import Event
+from .._events import Event, instance_of
 from .._flavor import InferFlavor
 from .._models.registry import ModelRegistry
 from .._status import InstanceState
 from .output import StatusRow, describe_event, evidence_block, stamp, status_table
 
 DEMO_MODEL = "tiny-llama"
+DEMO_ROLE = "demo"
+"""The demo instance's role: its name in every line the demo prints (its id stays in the
+events' and the runtime's data)."""
 UNPRIVILEGED_USER = "nobody"
 """Who the demo's server runs as when the demo runs as root (a managed server never runs
 as root)."""
@@ -105,7 +108,7 @@ async def _demo(config: InferConfig) -> int:
     async with open_runtime(config, node_id="demo", stop_grace_s=STOP_GRACE_S) as runtime:
         events = await runtime.subscribe()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_print_events, events)
+            nursery.start_soon(_print_events, events, DEMO_ROLE)
             code = await _demo_steps(runtime)
             await trio.sleep(0.05)  # let the last events print
             nursery.cancel_scope.cancel()
@@ -114,7 +117,7 @@ async def _demo(config: InferConfig) -> int:
 
 async def _demo_steps(runtime: InferRuntime) -> int:
     spec = InferenceSpec(
-        role="demo",
+        role=DEMO_ROLE,
         runtime=InferFlavor.LLAMACPP,
         model=DEMO_MODEL,
         serve=ServeArgs(port=_free_port()),
@@ -123,7 +126,7 @@ async def _demo_steps(runtime: InferRuntime) -> int:
     for note in admission.notes:
         print(f"{stamp()}  admit: {note}")
     handle = await runtime.load(spec)
-    print(f"{stamp()}  loaded {handle.instance_id}")
+    print(f"{stamp()}  loaded {handle.role}")
     await runtime.start(handle)
     if not await _wait_running(runtime, handle):
         print(
@@ -133,14 +136,14 @@ async def _demo_steps(runtime: InferRuntime) -> int:
     result = await runtime.deep_health(handle)
     print(f"{stamp()}  deep health: one token {result.text!r} in {result.latency_s * 1000:.1f} ms")
     status = runtime.status(handle)
-    row = StatusRow(handle.instance_id, status, await runtime.endpoint(handle), DEMO_MODEL)
+    row = StatusRow(handle.role, status, await runtime.endpoint(handle), DEMO_MODEL)
     print(status_table([row]))
     evidence = await runtime.stop(handle, STOP_GRACE_S)
     await trio.sleep(0.01)  # let the exit events print first
     print(f"{stamp()}  stopped: {evidence.describe()} after {evidence.elapsed_s:.2f} s")
     print(evidence_block(evidence))
     await runtime.unload(handle)
-    print(f"{stamp()}  unloaded {handle.instance_id}; demo finished")
+    print(f"{stamp()}  unloaded {handle.role}; demo finished")
     return 0
 
 
@@ -151,9 +154,11 @@ async def _wait_running(runtime: InferRuntime, handle: InstanceHandle) -> bool:
     return False
 
 
-async def _print_events(events: trio.MemoryReceiveChannel[Event]) -> None:
+async def _print_events(events: trio.MemoryReceiveChannel[Event], role: str) -> None:
+    """Print each event naming the demo's one instance by its ``role``."""
     async for event in events:
-        print(f"{stamp()}  {describe_event(event)}", flush=True)
+        name = role if instance_of(event) is not None else None
+        print(f"{stamp()}  {describe_event(event, name)}", flush=True)
 
 
 def _free_port() -> int:

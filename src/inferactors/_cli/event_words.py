@@ -97,7 +97,7 @@ def describe_event(event: Event, name: str | None = None, adopted: bool = False)
                 f"longest stall {event.worst_stall_s * 1000:.0f} ms)"
             )
         case WorkProgress():
-            return f"{event.instance_id}  {_progress_words(event)}"
+            return f"{who}  {_progress_words(event)}"
     raise AssertionError(f"unknown event {event!r}")
 
 

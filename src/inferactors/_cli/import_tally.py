@@ -21,7 +21,7 @@ from .._models.registry import ModelRegistry
 from .._models.scan import gguf_root
 from .models_common import format_size
 
-_KINDS = ("registered", "already registered", "skipped")
+_KINDS = ("registered", "already registered", "updated", "skipped")
 
 
 @attrs.define
@@ -39,7 +39,7 @@ class Tally:
         print(one_line(line))  # names from a store may hold terminal escapes
 
     def summary(self) -> str:
-        parts = [f"{self.counts[k]} {k}" for k in _KINDS]
+        parts = [f"{self.counts[k]} {k}" for k in _KINDS if k != "updated" or self.counts[k]]
         return ", ".join(parts) + " (nothing downloaded)"
 
 

@@ -103,11 +103,31 @@ def _files(draft: SwapDraft, base: Path) -> list[tuple[str, Path]]:
 
 def _adder(path: Path, name: str) -> Any:
     def add(registry: ModelRegistry) -> Any:
+        _check_gguf_path(path)
         return registry.add(
             path, name=name, on_progress=HashProgress(stream=__import__("sys").stderr)
         )
 
     return add
+
+
+def _check_gguf_path(path: Path) -> None:
+    """Refuse what llama-server cannot read as a model file (``-m``, ``--mmproj``,
+    ``--lora``, ``-md`` all take one GGUF file): a folder, or a file not named ``.gguf``.
+
+    Raises:
+        InvalidConfig: saying what it is and that llama-server reads GGUF files only.
+    """
+    if path.is_dir():
+        raise InvalidConfig(
+            f"path: {path} is a folder, and llama-server reads one GGUF file: not imported "
+            "(an mlx folder is registered with models add, and served by mlx_lm.server)"
+        )
+    if path.suffix.lower() != ".gguf":
+        raise InvalidConfig(
+            f"path: {path} is not a .gguf file, and llama-server reads GGUF files only: "
+            "not imported"
+        )
 
 
 def _registered(registry: ModelRegistry, name: str) -> bool:

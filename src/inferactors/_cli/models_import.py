@@ -18,11 +18,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from .._errors import InvalidConfig, one_line
 from .._models.import_hf import HfModel, find_hf_models
 from .._models.import_ollama import OllamaModel, Skipped, find_ollama_models, ollama_manifest
 from .._models.manifest import ModelManifest
 from .._models.registry import ModelRegistry
-from .import_tally import Tally, expected_files, import_one
+from .import_tally import Tally, expected_files, import_one, summary
 from .llama_swap_draft import import_llama_swap
 from .models_common import HashProgress, with_registry
 
@@ -37,6 +38,11 @@ def add_import_commands(
     ollama.add_argument(
         "store", type=Path, nargs="?", default=None,
         help="its models directory (default: $OLLAMA_MODELS, else ~/.ollama/models)",
+    )  # fmt: skip
+    ollama.add_argument(
+        "--update", action="store_true",
+        help="re-register a model whose Ollama tag was pulled again (new weights); without "
+        "it such a model is skipped, naming both digests",
     )  # fmt: skip
     ollama.set_defaults(func=handle_import_ollama)
     hf = sources.add_parser("hf-cache", parents=[common], help="a Hugging Face cache folder")
@@ -68,10 +74,11 @@ def handle_import_ollama(args: argparse.Namespace) -> int:
             if isinstance(item, Skipped):
                 tally.say(item.what, "skipped", item.why)
                 continue
-            import_one(registry, tally, item.name, _ollama_files(item), _ollama_add(item))
+            _import_ollama_one(registry, tally, item, update=args.update)
             if item.left_out:
+                layers = "layers" if len(item.left_out) > 1 else "layer"
                 print(
-                    f"{item.name}: not carried: its {' and '.join(item.left_out)} layer "
+                    f"{item.name}: not carried: its {' and '.join(item.left_out)} {layers} "
                     "(only the weights are registered; a server run from them goes without it)"
                 )
         print(tally.summary())
@@ -91,12 +98,71 @@ def handle_import_hf(args: argparse.Namespace) -> int:
             if isinstance(item, Skipped):
                 tally.say(item.what, "skipped", item.why)
                 continue
+            stale = _earlier_snapshot(registry, item)
+            if stale is not None:
+                tally.say(item.name, "skipped", stale)
+                continue
             add = hf_add(registry, item)
             import_one(registry, tally, item.name, expected_files(item.path), add)
+            if item.note is not None:
+                print(one_line(f"{item.name}: {item.note}"))
         print(tally.summary())
         return 0
 
     return with_registry(args, run)
+
+
+def _import_ollama_one(
+    registry: ModelRegistry, tally: Tally, found: OllamaModel, *, update: bool
+) -> None:
+    """Import ``found``; one registered from an earlier pull of the same tag (other weights)
+    is replaced only with ``update``, else skipped naming both digests: never kept stale
+    in silence, never replaced without consent."""
+    current = next((m for m in registry.list() if m.name == found.name), None)
+    if current is None or not _earlier_pull(current, found):
+        import_one(registry, tally, found.name, _ollama_files(found), _ollama_add(found))
+        return
+    old, new = current.shards[0].path, found.blob.name
+    if not update:
+        why = (
+            f"Ollama's {found.tag} is now {new}, registered is {old} (an earlier pull): "
+            "kept as registered; --update registers the new weights"
+        )
+        tally.say(found.name, "skipped", why)
+        return
+    try:
+        manifest = ollama_manifest(found, HashProgress(stream=sys.stderr))
+        registry.replace_manifest(manifest, replacing=current)
+    except (InvalidConfig, OSError) as error:
+        why = str(error) if isinstance(error, InvalidConfig) else f"cannot read: {error}"
+        tally.say(found.name, "skipped", why)
+        return
+    tally.say(found.name, "updated", f"{summary(manifest)}, was {old}")
+
+
+def _earlier_pull(current: ModelManifest, found: OllamaModel) -> bool:
+    """Whether ``current`` was registered from the same Ollama tag as ``found`` when it
+    named other weights."""
+    return (
+        current.source.ollama_tag == found.tag
+        and len(current.shards) == 1
+        and current.shards[0].path != found.blob.name
+    )
+
+
+def _earlier_snapshot(registry: ModelRegistry, found: HfModel) -> str | None:
+    """Why ``found`` is not imported when its name holds an earlier snapshot of the same
+    repository (refs/main moved on since): both revisions named, the entry kept."""
+    current = next((m for m in registry.list() if m.name == found.name), None)
+    if current is None or current.source.hf_repo != found.source.hf_repo:
+        return None
+    old, new = current.source.hf_revision, found.source.hf_revision
+    if old is None or new is None or old == new:
+        return None
+    return (
+        f"{found.source.hf_repo} is now at {new[:8]}, registered is {old[:8]} (an earlier "
+        "snapshot): kept as registered; models remove it, then import again"
+    )
 
 
 def _ollama_files(found: OllamaModel) -> tuple[str, dict[str, int]]:
@@ -115,7 +181,11 @@ def hf_add(registry: ModelRegistry, found: HfModel) -> Callable[[ModelRegistry],
     are given to check it; a signature left unchecked is said on stderr."""
     signature = found.signature
     if signature is not None and not registry.anchors:
-        print(f"note: {signature} not checked: no trust anchor given", file=sys.stderr)
+        print(
+            f"note: {one_line(str(signature))} not checked: no trust anchor given (--trust-key, "
+            f"--trust-root or --config); registering {one_line(found.name)} unsigned",
+            file=sys.stderr,
+        )
         signature = None
 
     def add(registry: ModelRegistry) -> ModelManifest:

@@ -22,17 +22,17 @@ def stamp() -> str:
 
 @attrs.frozen
 class StatusRow:
-    """One row of the status table."""
+    """One row of the status table: the instance's ``name`` (its role)."""
 
-    instance_id: str
+    name: str
     status: InstanceStatus
     endpoint: str
     model: str | None
 
 
 def status_table(rows: Sequence[StatusRow]) -> str:
-    """A plain-text table: instance, state, endpoint, model, pid, uptime, detail."""
-    header = ("INSTANCE", "STATE", "ENDPOINT", "MODEL", "PID", "UPTIME", "DETAIL")
+    """A plain-text table: name, state, endpoint, model, pid, uptime, detail."""
+    header = ("NAME", "STATE", "ENDPOINT", "MODEL", "PID", "UPTIME", "DETAIL")
     lines = [header] + [_cells(row) for row in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join(
@@ -45,7 +45,7 @@ def _cells(row: StatusRow) -> tuple[str, ...]:
     status = row.status
     uptime = f"{status.uptime_s:.1f}s" if status.uptime_s is not None else "-"
     return (
-        row.instance_id,
+        row.name,
         status.state.value,
         row.endpoint,
         row.model or "-",

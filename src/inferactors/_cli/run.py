@@ -29,7 +29,6 @@ import trio
 
 from _inferactors_boot import EARLY
 
-from .._config.convert import load_run_config
 from .._config.runfile import Endpoint, RunConfig
 from .._edges.descendants import claim_orphans
 from .._edges.sd_notify import open_notifier, watchdog_interval_s
@@ -47,6 +46,7 @@ from .._service.control_server import SocketAccess, serve_control
 from .._service.fleet import Fleet, open_fleet
 from .._service.lifecycle import ServiceNotes, serve_notify, watchdog_problem
 from .._service.reload import describe
+from .._service.run_defaults import load_run_file
 from .._service.ui_app import WebPage
 from .._status import InstanceState
 from .logging_setup import add_logging_arguments, configure_logging, log_event, say
@@ -171,9 +171,11 @@ def run_config(args: argparse.Namespace) -> int:
     )
     try:
         EARLY.take_reload()  # a SIGHUP so far is answered by reading the file now
-        config = load_run_config(args.config)
+        config, defaults_said = load_run_file(args.config)
         config.require_instances()
         control.check(config)
+        for line in defaults_said:
+            say(line)
         watchdog = watchdog_problem(watchdog_interval_s())
         if watchdog is not None and watchdog[0]:
             print(one_line(f"inferactors run: {watchdog[1]}"), file=sys.stderr)

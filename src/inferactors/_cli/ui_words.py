@@ -32,7 +32,8 @@ class CliWords:
             message = f"the run file is invalid; nothing changed: {message}"
         return one_line(f"inferactors {verb}: {message}")
 
-    def event(self, event: Event) -> str:
-        """``chat-1  process 4242 exited with status 1 (reason: crash)``, and below it the
-        server's own last lines when it failed."""
-        return describe_event(event)
+    def event(self, event: Event, name: str | None = None) -> str:
+        """``chat  process 4242 exited with status 1 (reason: crash)``, naming the instance
+        by ``name`` (its role; its id when None), and below it the server's own last lines
+        when it failed."""
+        return describe_event(event, name)

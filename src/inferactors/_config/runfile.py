@@ -37,15 +37,22 @@ class ManagedSection:
 
     ``serve_programs`` maps a flavor to its server executable (a TOML table keyed by flavor
     id). Relative paths were resolved against the run file's directory by the loader.
+    ``infer.llamacpp`` may be left out, and ``run_as`` too: `RunConfig.with_defaults` fills
+    them in when the supervisor starts (`RunDefaults`).
     """
 
     registry: Path
     data_root: Path
     serve_programs: tuple[tuple[InferFlavor, Path], ...] = ()
-    """The server executable of each flavor (``{"infer.llamacpp" = "/path/llama-server"}``)."""
+    """The server executable of each flavor (``{"infer.llamacpp" = "/path/llama-server"}``);
+    without an ``infer.llamacpp`` entry, the llama-server ``inferactors llama-server`` finds
+    ($INFERACTORS_LLAMA_SERVER, then PATH, then the pinned build), named in a line at start."""
     env: tuple[tuple[str, str], ...] = ()
     env_passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH
     run_as: str | None = None
+    """The unprivileged account the servers run as (a user name, ``uid`` or ``uid:gid``;
+    never root); left out: the supervisor's own user, or ``nobody`` when the supervisor runs
+    as root, said in a line at start."""
     restart: RestartPolicy = RestartPolicy()  # noqa: RUF009  (frozen value)
     keep_alive: str | int = "30m"
     readiness_timeout_s: float = 600.0
@@ -75,6 +82,21 @@ class ManagedSection:
     def validate(self, field: str = "$.managed") -> None:
         """Raise `InvalidConfig` naming the field, as `ManagedConfig.validate`."""
         self.managed_config(InferFlavor.OLLAMA).validate(field)
+
+
+@attrs.frozen
+class RunDefaults:
+    """What a run file may leave out, as the supervisor found it (`RunConfig.with_defaults`).
+
+    ``llama_server``: the llama-server found (None: none was); ``looked``: where, in words
+    (``"$INFERACTORS_LLAMA_SERVER unset, none on PATH, no build at /var/cache/..."``);
+    ``run_as``: the account servers run as when ``run_as`` is left out (``"nobody"`` for a
+    supervisor running as root, else None: its own user).
+    """
+
+    llama_server: Path | None = None
+    looked: str = ""
+    run_as: str | None = None
 
 
 @attrs.frozen
@@ -192,11 +214,52 @@ class RunConfig:
             raise InvalidConfig(f'{path}.model is required when mode = "managed"')
         if self.managed is None:
             raise InvalidConfig(f"{path}: a managed instance needs a [managed] section")
-        if flavor is not InferFlavor.OLLAMA and self.managed.serve_program(flavor) is None:
+        defaulted = (InferFlavor.OLLAMA, InferFlavor.LLAMACPP)  # none needed; `with_defaults`
+        if flavor not in defaulted and self.managed.serve_program(flavor) is None:
             raise InvalidConfig(
                 f'{path}: $.managed.serve_programs has no "{flavor.id}" entry for this '
                 "managed instance"
             )
+
+    def needs_llama_server(self) -> bool:
+        """Whether a managed llama.cpp instance has no program named for it (the run file
+        left ``serve_programs."infer.llamacpp"`` out: `with_defaults` fills it in)."""
+        return self.managed is not None and any(
+            instance.mode is ControlMode.MANAGED
+            and instance.spec.runtime is InferFlavor.LLAMACPP
+            and self.managed.serve_program(InferFlavor.LLAMACPP) is None
+            for instance in self.instances
+        )
+
+    def with_defaults(self, defaults: RunDefaults) -> RunConfig:
+        """This run file with what it left out filled in from ``defaults``: the llama-server
+        of a managed llama.cpp instance, and ``run_as`` when the supervisor runs as root.
+
+        Raises:
+            InvalidConfig: a managed llama.cpp instance has no program and none was found
+                (``$.managed.serve_programs: ...``, naming where it was looked for).
+        """
+        managed = self.managed
+        if managed is None:
+            return self
+        if self.needs_llama_server():
+            if defaults.llama_server is None:
+                first = next(
+                    index
+                    for index, instance in enumerate(self.instances)
+                    if instance.mode is ControlMode.MANAGED
+                    and instance.spec.runtime is InferFlavor.LLAMACPP
+                )
+                raise InvalidConfig(
+                    f'$.managed.serve_programs has no "infer.llamacpp" entry for '
+                    f"$.instances[{first}], and no llama-server was found ({defaults.looked})"
+                    ': name one, or build the pinned one with "inferactors llama-server"'
+                )
+            programs = (*managed.serve_programs, (InferFlavor.LLAMACPP, defaults.llama_server))
+            managed = attrs.evolve(managed, serve_programs=programs)
+        if managed.run_as is None and defaults.run_as is not None:
+            managed = attrs.evolve(managed, run_as=defaults.run_as)
+        return attrs.evolve(self, managed=managed)
 
     def _check_signed_by(self, path: str, instance: RunInstance) -> None:
         if instance.mode is ControlMode.ADOPTED:

@@ -58,7 +58,7 @@ NO_CGROUP = (
     "no cgroup per server: %s; what a server starts is tracked by its process group, its "
     "tree (the server a child subreaper) and its session, and killed with it"
 )
-"""The warning, once per process, where the host delegates no cgroup (``%s``: why)."""
+"""The debug line, once per process, where the host delegates no cgroup (``%s``: why)."""
 _POLL_S = 0.01
 _TICKS = 100
 """Starts are named in hundredths of a second since boot (the kernel's clock ticks)."""
@@ -364,11 +364,13 @@ def cgroup_path(pid: int) -> Path | None:
 @functools.cache
 def server_tree() -> CgroupTree | None:
     """This process's tree (`CgroupTree.delegated`), found once; None where the host
-    delegates none, said once in the log (a warning naming why, and the fallback)."""
+    delegates none, said once in the log at debug level (naming why, and the fallback: a
+    container's usual case, and the fallback still ends what a server starts, so it is no
+    warning; ``inferactors run --log-level debug`` shows it)."""
     found = CgroupTree.delegated_or_why()
     if isinstance(found, CgroupTree):
         return found
-    _log.warning(NO_CGROUP, found)
+    _log.debug(NO_CGROUP, found)
     return None
 
 

@@ -9,16 +9,24 @@ per repository::
         blobs/<hash>                  each file's content (``.incomplete`` while downloading)
         snapshots/<commit>/<path>     a symbolic link per file, into ../../blobs/
 
-`find_hf_models` reads each model repository's snapshot that a ref names (every snapshot
-when no ref is left), and yields what to register: each top-level GGUF file of a snapshot
-as its own model (a repository of quantisations holds several), or the snapshot folder as
-one model when it holds safetensors weights and a ``config.json`` (an mlx folder with its
-shards); a split GGUF, a dangling link (an unfinished download), a repository that is not a
-model, and a snapshot with nothing to serve are skipped with why. Registration itself hashes
-in place (``scan.py``), where every link must stay inside the snapshot or the repository's
-``blobs/`` (``hashing.allowed_bases``). Registry names are ``<repo>`` for a folder and
-``<repo>:<file stem>`` for a GGUF file, with ``@<commit[:8]>`` added for a snapshot no ref
-names.
+`find_hf_models` reads each model repository's snapshot that ``refs/main`` names; a
+repository without a readable ``refs/main`` (a cache copied without its refs, a download
+by revision) gets its newest snapshot (by modification time), and the import says so; every
+other snapshot is skipped with why. It yields what to register: each GGUF file of the
+snapshot, in a subfolder too (``Q8_0/model.gguf``, as quantisation repositories lay them
+out), as its own model, or the snapshot folder as one model when it holds safetensors
+weights and a ``config.json`` (an mlx folder with its shards). A split GGUF, a dangling link
+(an unfinished download), weights in a format no server here loads (``.bin``, ``.pt``,
+``.onnx``, safetensors without a ``config.json``), a repository that is not a model, and
+a snapshot with nothing to serve are skipped with why. Registration itself hashes in place
+(``scan.py``), where every link must stay inside the snapshot or the repository's
+``blobs/`` (``hashing.allowed_bases``).
+
+Registry names carry the organisation, as Ollama's carry the namespace (two repositories
+of one name from two organisations never share a name): ``<org>.<repo>`` for a folder and
+``<org>.<repo>:<file stem>`` for a GGUF file (``<org>.<repo>:<subfolder>.<file stem>`` in a
+subfolder). A GGUF file's detached signature beside it (``<file>.sig``, else a
+``model.sig`` in its folder) is checked like ``models add --signature``.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import attrs
 
@@ -35,11 +43,12 @@ from .._untrusted_file import read_capped
 from .import_ollama import Skipped
 from .manifest import ModelSource
 from .manifest_io import check_model_name
+from .scan import SNAPSHOT_DEPTH
 from .signed_add import SIGNATURE_NAME
 
 _REVISION = re.compile(r"[0-9a-f]{40}")
 _REF = re.compile(r"[A-Za-z0-9._-]{1,128}")
-_SPLIT = re.compile(r".*-\d{5}-of-\d{5}\.gguf", re.I)
+_SPLIT = re.compile(r"(.*)-(\d{5})-of-(\d{5})\.gguf", re.I)
 MAX_REPOS = 10_000
 """The most repository folders one import reads."""
 
@@ -54,6 +63,9 @@ class HfModel:
     path: Path
     source: ModelSource
     signature: Path | None = None
+    note: str | None = None
+    """What the import chose for the user, said beside the model's line (a snapshot taken
+    though no ``refs/main`` names it)."""
 
 
 def find_hf_models(cache: Path) -> Iterator[HfModel | Skipped]:
@@ -78,22 +90,42 @@ def find_hf_models(cache: Path) -> Iterator[HfModel | Skipped]:
 
 def _repository(folder: Path) -> Iterator[HfModel | Skipped]:
     repo_id = folder.name.removeprefix("models--").replace("--", "/", 1)
-    repo = repo_id.rsplit("/", 1)[-1]
     snapshots = folder / "snapshots"
-    named = _refs(folder)
-    revisions = sorted(set(named.values())) or sorted(
-        p.name for p in _listed(snapshots) if _REVISION.fullmatch(p.name)
-    )
-    if not revisions:
+    main = _refs(folder).get("main")
+    present = [p for p in _listed(snapshots) if _REVISION.fullmatch(p.name)]
+    if main is None and not present:
         yield Skipped(repo_id, "no snapshot (nothing downloaded yet)")
-    for revision in revisions:
-        snapshot = snapshots / revision
-        if snapshot.is_symlink() or not snapshot.is_dir():
-            yield Skipped(f"{repo_id}@{revision[:8]}", "the snapshot a ref names is missing")
-            continue
-        suffix = "" if revision in named.values() else f"@{revision[:8]}"
-        source = ModelSource(hf_repo=repo_id, hf_revision=revision)
-        yield from _snapshot(snapshot, repo + suffix, f"{repo_id}@{revision[:8]}", source)
+        return
+    chosen, note = (main, None) if main is not None else _newest(folder, present)
+    for other in sorted(p.name for p in present if p.name != chosen):
+        why = f"refs/main names {chosen[:8]}" if main else f"older than {chosen[:8]}, imported"
+        yield Skipped(f"{repo_id}@{other[:8]}", f"not imported: {why}")
+    snapshot = snapshots / chosen
+    if snapshot.is_symlink() or not snapshot.is_dir():
+        yield Skipped(f"{repo_id}@{chosen[:8]}", "the snapshot refs/main names is missing")
+        return
+    source = ModelSource(hf_repo=repo_id, hf_revision=chosen)
+    base = repo_id.replace("/", ".")
+    for item in _snapshot(snapshot, base, f"{repo_id}@{chosen[:8]}", source):
+        yield attrs.evolve(item, note=note) if isinstance(item, HfModel) and note else item
+
+
+def _newest(folder: Path, present: list[Path]) -> tuple[str, str]:
+    """The newest snapshot of a repository ``refs/main`` names none of, and what to say."""
+    chosen = max(present, key=_mtime).name
+    ref = "refs/main is not a commit hash" if os.path.lexists(folder / "refs" / "main") else ""
+    which = f"the newest of its {len(present)} snapshots" if len(present) > 1 else "its snapshot"
+    return chosen, (
+        f"{ref or 'no refs/main'}: imported {which}, {chosen[:8]} (models add PATH registers "
+        "another snapshot)"
+    )
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.lstat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _refs(folder: Path) -> dict[str, str]:
@@ -113,23 +145,98 @@ def _refs(folder: Path) -> dict[str, str]:
 def _snapshot(
     snapshot: Path, base: str, what: str, source: ModelSource
 ) -> Iterator[HfModel | Skipped]:
-    files = {p.name: p for p in _listed(snapshot)}
+    files = _walk(snapshot)
+    if files is None:
+        yield Skipped(what, f"more than {MAX_SNAPSHOT_FILES} files: not read")
+        return
     dangling = sorted(name for name, p in files.items() if p.is_symlink() and not p.exists())
     if dangling:
         yield Skipped(what, f"unfinished download: {', '.join(dangling[:3])} not in blobs/ yet")
         return
-    signature = files.get(SIGNATURE_NAME)
+    top = {name for name in files if "/" not in name}
+    folder = "config.json" in top and any(n.endswith(".safetensors") for n in top)
     ggufs = sorted(name for name in files if name.lower().endswith(".gguf"))
-    folder = "config.json" in files and any(n.endswith(".safetensors") for n in files)
     for name in ggufs:
-        if _SPLIT.fullmatch(name):
-            yield Skipped(f"{what}/{name}", "a split GGUF: register its folder with models add")
+        split = _SPLIT.fullmatch(name)
+        if split is not None:
+            if split.group(2) == "00001":
+                parts = f"a split GGUF in {int(split.group(3))} parts"
+                yield Skipped(f"{what}/{name}", f"{parts}: register its folder with models add")
             continue
-        yield _named(f"{base}:{Path(name).stem}", files[name], f"{what}/{name}", source)
+        signature = _gguf_signature(name, files, mlx_folder=folder)
+        stem = name[: -len(".gguf")].replace("/", ".")
+        yield _named(f"{base}:{stem}", files[name], f"{what}/{name}", source, signature)
     if folder:
-        yield _named(base, snapshot, what, source, signature)
-    elif not ggufs:
+        yield _named(base, snapshot, what, source, files.get(SIGNATURE_NAME))
+    for name in sorted(files):
+        why = _not_served(name, mlx_folder=folder)
+        if why is not None:
+            yield Skipped(f"{what}/{name}", why)
+    if not ggufs and not folder:
         yield Skipped(what, "no GGUF file and no safetensors weights with a config.json")
+
+
+MAX_SNAPSHOT_FILES = 10_000
+"""The most files of one snapshot an import reads."""
+
+_OTHER_WEIGHTS = {
+    ".bin": "PyTorch weights",
+    ".pt": "PyTorch weights",
+    ".pth": "PyTorch weights",
+    ".ckpt": "a checkpoint",
+    ".onnx": "ONNX weights",
+    ".h5": "Keras weights",
+    ".msgpack": "Flax weights",
+    ".tflite": "TensorFlow Lite weights",
+    ".mlmodel": "Core ML weights",
+}
+
+
+def _not_served(name: str, *, mlx_folder: bool) -> str | None:
+    """Why a weights file ``name`` of a snapshot is not imported, or None when it is not
+    weights or is imported (a GGUF file, the safetensors of an mlx folder)."""
+    suffix = PurePosixPath(name).suffix.lower()
+    if suffix in _OTHER_WEIGHTS:
+        return (
+            f"{_OTHER_WEIGHTS[suffix]}, not a format llama-server (GGUF) or mlx_lm.server "
+            "(safetensors with a config.json) loads"
+        )
+    if suffix == ".safetensors" and not (mlx_folder and "/" not in name):
+        where = "in a subfolder" if "/" in name else "without a config.json beside them"
+        return f"safetensors weights {where}: not a model folder mlx_lm.server loads"
+    return None
+
+
+def _gguf_signature(name: str, files: dict[str, Path], *, mlx_folder: bool) -> Path | None:
+    """A GGUF file's detached signature: ``<file>.sig``, else ``model.sig`` in its folder
+    (at the top, only when that is not the mlx folder's own)."""
+    own = files.get(f"{name}.sig")
+    if own is not None:
+        return own
+    folder = name.rsplit("/", 1)[0] + "/" if "/" in name else ""
+    if not folder and mlx_folder:
+        return None
+    return files.get(folder + SIGNATURE_NAME)
+
+
+def _walk(snapshot: Path) -> dict[str, Path] | None:
+    """Every file (or link to one) of ``snapshot`` by its path beneath it, at most
+    `scan.SNAPSHOT_DEPTH` folders down, no linked folder followed; None past
+    `MAX_SNAPSHOT_FILES`."""
+    found: dict[str, Path] = {}
+    pending = [(snapshot, "")]
+    while pending:
+        folder, prefix = pending.pop()
+        for path in _listed(folder):
+            rel = prefix + path.name
+            if path.is_dir() and not path.is_symlink():
+                if rel.count("/") < SNAPSHOT_DEPTH - 1:
+                    pending.append((path, rel + "/"))
+                continue
+            found[rel] = path
+            if len(found) > MAX_SNAPSHOT_FILES:
+                return None
+    return found
 
 
 def _named(

@@ -172,11 +172,19 @@ def _read_manifest(path: Path, parts: tuple[str, ...], blobs: Path) -> OllamaMod
         return Skipped(what, f"cannot read it: {error.strerror}")
     blob = blobs / f"sha256-{digest}"
     if blob.is_symlink() or not blob.is_file():
-        why = "a symbolic link, not followed" if blob.is_symlink() else "missing"
-        return Skipped(what, f"its model blob {blob.name} is {why}")
+        return Skipped(what, f"its model blob {blob.name} is {_blob_kind(blob)}")
     return OllamaModel(
         name, _ollama_name(host, namespace, model, tag), blob, digest, size, left_out
     )
+
+
+def _blob_kind(blob: Path) -> str:
+    """What a model blob that is not a regular file is instead."""
+    if blob.is_symlink():
+        return "a symbolic link, not followed"
+    if not os.path.lexists(blob):
+        return "missing"
+    return "not a regular file (a folder, FIFO or device)"
 
 
 _SERVED_LAYERS = ("adapter", "projector")

@@ -214,6 +214,26 @@ class ModelRegistry:
         self._update(lambda models: _insert(models, manifest))
         return manifest
 
+    def replace_manifest(self, manifest: ModelManifest, *, replacing: ModelManifest) -> None:
+        """Register ``manifest`` in place of ``replacing`` (same name), in one write of the
+        registry file: an import's consented update (an Ollama tag pulled again).
+
+        Raises:
+            InvalidConfig: a bad manifest, another name, or the registered entry is no longer
+                ``replacing`` (changed meanwhile: nothing is written).
+            BackendError: the registry cannot be saved.
+        """
+        manifest = check_manifest(manifest)
+
+        def change(models: dict[str, ModelManifest]) -> None:
+            if manifest.name != replacing.name or models.get(manifest.name) != replacing:
+                raise InvalidConfig(
+                    f"name: {manifest.name} changed in the registry meanwhile; nothing replaced"
+                )
+            models[manifest.name] = manifest
+
+        self._update(change)
+
     def add_ollama(self, name: str, tag: str) -> ModelManifest:
         """Register an Ollama model: format ollama, no pinned files, ``source.ollama_tag=tag``.
 

@@ -102,7 +102,9 @@ def gguf_root(path: Path) -> tuple[Path, str]:
     """The root and pinned name of a single ``.gguf`` file: its own folder and name; for a
     symbolic link, its target's (the link may move), except in a Hugging Face snapshot,
     where the link itself is pinned (its target, ``blobs/<sha256>``, has no ``.gguf``
-    name) and must lead into the repository's ``blobs/``.
+    name) and must lead into the repository's ``blobs/``: the root is then the snapshot
+    folder and the name the link's path beneath it (``Q8_0/model.gguf`` for a file in a
+    subfolder, as quantisation repositories lay them out).
 
     Raises:
         InvalidConfig: a snapshot's link that leads elsewhere.
@@ -110,13 +112,27 @@ def gguf_root(path: Path) -> tuple[Path, str]:
     here = Path(os.path.abspath(path))
     if not path.is_symlink():
         return here.parent, here.name
-    if here.parent.parent.name == "snapshots":
+    snapshot = snapshot_of(here.parent)
+    if snapshot is not None:
         real = Path(os.path.realpath(path))
-        if not any(real.is_relative_to(base) for base in allowed_bases(here.parent.resolve())):
+        if not any(real.is_relative_to(base) for base in allowed_bases(snapshot.resolve())):
             raise InvalidConfig(f"path: {path.name} resolves to {real}, outside {here.parent}")
-        return here.parent, here.name
+        return snapshot, here.relative_to(snapshot).as_posix()
     real = Path(os.path.realpath(path))
     return real.parent, real.name
+
+
+SNAPSHOT_DEPTH = 4
+"""The deepest subfolder of a Hugging Face snapshot a GGUF file is looked for in."""
+
+
+def snapshot_of(folder: Path) -> Path | None:
+    """The Hugging Face snapshot (``.../snapshots/<revision>``) ``folder`` is, or lies in
+    at most `SNAPSHOT_DEPTH` levels down; None when it is in none."""
+    for candidate in (folder, *folder.parents)[: SNAPSHOT_DEPTH + 1]:
+        if candidate.parent.name == "snapshots":
+            return candidate
+    return None
 
 
 @attrs.define

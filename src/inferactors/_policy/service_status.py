@@ -70,7 +70,9 @@ def display_state(
         refused: why it was refused at load or start (None: it was not).
         retrying: an adopted server that did not answer at start, retried under its policy.
         on_demand: requests start it, idleness stops it.
-        stopping: a stop of it is under way (the fleet's, a reload's, the scheduler's).
+        stopping: a stop of it is under way (the fleet's, a reload's, the scheduler's);
+            a status with a ``stop_deadline`` (its runtime's stop waits for the process)
+            is stopping too.
 
     Refused, or given up (``supervision`` says ``gave up``), or held down (stopped for
     exposure, a tampered model, the same start-up fault twice) is FATAL; an adopted
@@ -91,7 +93,7 @@ def display_state(
         return DisplayState.FATAL
     if state is InstanceState.EXITED and status.stop_reason in _HELD:
         return DisplayState.FATAL
-    if stopping and state is not InstanceState.UNKNOWN:
+    if (stopping or status.stop_deadline is not None) and state is not InstanceState.UNKNOWN:
         return DisplayState.STOPPING
     if supervision.startswith("restarting"):
         return DisplayState.BACKOFF

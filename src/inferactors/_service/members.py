@@ -10,6 +10,7 @@ every event of the instance (the fleet marks it ``dirty``), and at least every
 from __future__ import annotations
 
 import logging
+import time
 from typing import Protocol
 
 import attrs
@@ -115,6 +116,7 @@ class Member:
             signed_by=self.signed_by,
             endpoint=_endpoint(spec),
             model=spec.model,
+            stop_deadline_at=_on_wall_clock(self.status.stop_deadline),
             display_state=shown,
         )
 
@@ -315,3 +317,10 @@ async def _first_deep_health(member: Member, keeper: Keeper) -> None:
         return
     latency = f"{result.latency_s * 1000:.1f} ms"
     keeper.say(f"{member.name}  deep health: one token {result.text!r} in {latency}", instance=iid)
+
+
+def _on_wall_clock(deadline: float | None) -> float | None:
+    """A trio-time deadline as wall-clock unix seconds (for a CLI in another process)."""
+    if deadline is None:
+        return None
+    return time.time() + (deadline - trio.current_time())

@@ -1,11 +1,12 @@
 """`reload_fleet`: re-read the run file and apply only what changed.
 
 1. `Lifecycle.RELOADING`. Read and validate ALL of the new run file (the one loader,
-   `load_run_config`, then a non-empty ``instances``, no instance on the supervisor's own
-   addresses, every runtime's settings) and the trust anchor files it names
-   (``reload_anchors.py``). A setting that cannot change while the supervisor runs is
-   refused as needing a restart: the state directory (``[managed] data_root``, where the
-   control socket, the server logs, the records and the lock live) and the
+   `load_run_file`, which fills in what it left out as at start), then a non-empty
+   ``instances``, no instance on the supervisor's own addresses, every runtime's settings)
+   and the trust anchor files it names (``reload_anchors.py``). A setting that cannot
+   change while the supervisor runs is refused as needing a restart: the state directory
+   (``[managed] data_root``, where the control socket, the server logs, the records and
+   the lock live) and the
    ``[front_door]`` that is served (its clients hold its address;
    ``fleet_front_door.py``). Then admit every instance to be loaded dry
    (``reload_check.py``: its model, flags, API key file, run_as, ...): any error raises
@@ -46,7 +47,6 @@ from typing import Protocol
 import attrs
 import trio
 
-from .._config.convert import load_run_config
 from .._config.front_door import FrontDoorConfig
 from .._config.runfile import Endpoint, RunConfig
 from .._config.state_dir import state_dir_of
@@ -62,6 +62,7 @@ from .members import Member
 from .metrics import FleetMetrics
 from .reload_anchors import read_anchors, unchanged_tampered, use_anchors
 from .reload_check import check_loading
+from .run_defaults import load_run_file
 from .views import InstanceView, Lifecycle, ReloadResult
 
 
@@ -100,7 +101,7 @@ def read_run_file(fleet: Fleet) -> tuple[RunConfig, dict[str, Placement]]:
             the one the supervisor runs with, or a change of the ``[front_door]`` it
             serves, needs a restart.
     """
-    config = load_run_config(fleet.run_file)
+    config, _ = load_run_file(fleet.run_file)  # said at start
     config.require_instances()
     try:
         for endpoint in fleet.reserved:

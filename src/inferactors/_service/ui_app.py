@@ -220,7 +220,7 @@ class WebPage:
             "instance": name,
             "at": dated.at,
             "type": type(dated.event).__name__,
-            "words": self.words.event(dated.event),
+            "words": self.words.event(dated.event, name),
             "failed": failure(dated.event),
             "data": event_data(dated.event),
         }

@@ -25,8 +25,9 @@ class PageWords(Protocol):
     def failed(self, verb: str, code: str, message: str) -> str:
         """What ``inferactors <verb>`` prints when the supervisor refused the command."""
 
-    def event(self, event: Event) -> str:
-        """One line (or more) for an event, as ``inferactors events`` prints it."""
+    def event(self, event: Event, name: str | None = None) -> str:
+        """One line (or more) for an event, as ``inferactors events`` prints it, naming its
+        instance by ``name`` (its role; its id when None)."""
 
 
 @attrs.frozen
@@ -42,5 +43,5 @@ class JsonWords:
     def failed(self, verb: str, code: str, message: str) -> str:
         return f"inferactors {verb}: {message}"
 
-    def event(self, event: Event) -> str:
+    def event(self, event: Event, name: str | None = None) -> str:
         return json.dumps(event_data(event))

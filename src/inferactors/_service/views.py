@@ -38,6 +38,9 @@ class InstanceView:
             None for an unsigned model, an adopted server or before its first load.
         endpoint: the server's base URL (``"http://127.0.0.1:8090"``).
         model: the registry name of its model (or Ollama's tag), None when it names none.
+        stop_deadline_at: while a stop waits for its process to exit, the wall-clock time
+            (unix seconds) at which it is killed (SIGKILL) if still running
+            (``status.stop_deadline`` read on the wall clock); else None.
         display_state: how it stands for an operator (``_policy/service_status.py``):
             starting, running, degraded, backoff, stopping, stopped, idle, fatal, gone or
             unknown; derived from the rest (and from a stop under way, an adopted server
@@ -55,6 +58,7 @@ class InstanceView:
     signed_by: str | None = None
     endpoint: str | None = None
     model: str | None = None
+    stop_deadline_at: float | None = None
     display_state: DisplayState = attrs.field(default=attrs.Factory(_shown, takes_self=True))
 
 

@@ -176,6 +176,10 @@ class State:
     """The reason of the stop under way of `process`: set when its first stop begins
     (operator, unload, exposure, health, readiness, crash, ...), never replaced by a later
     one; cleared at the exit, which reports it."""
+    stop_deadline: float | None = None
+    """Trio time (float seconds) at which the stop under way of `process` kills it
+    (SIGKILL) if it has not exited by then: set by the step whose stop sent its SIGTERM
+    (``now`` + the stop's grace); cleared at the exit and at a new spawn."""
     held: PinHold | None = None
     """The model failed its pins (tampered): set by a refused spawn or a file that changed
     while served; cleared by the next spawn that passes its pins."""
@@ -196,6 +200,8 @@ class State:
     While set, status says it, not the reason of the exit before (an operator's stop)."""
     supervision: str | None = None
     """The supervisor's note (restarting in ..., gave up: ...); set by `Annotate`."""
+    given_up: bool = False
+    """The supervisor gave up on it (set by `Annotate`, cleared by the next `Spawned`)."""
     restarts: int = 0
     """Restarts the supervisor counted; set by `Annotate`."""
     start_callers: tuple[ReplyTo[None], ...] = ()
@@ -247,6 +253,7 @@ class State:
             starting=False,
             wanted=True,
             stop_reason=None,
+            stop_deadline=None,
         )
 
     def callers(self) -> list[ReplyTo[Any]]:

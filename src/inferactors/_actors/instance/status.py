@@ -61,7 +61,12 @@ def status_of(state: State, now: float, escaped: tuple[int, ...] = ()) -> Instan
     base = found.mapped if process is not None or not managed else idle_status(state)
     if process is not None:
         base = _slow(state, live_overrides(state, base))
-        base = attrs.evolve(base, pid=process.pid, uptime_s=now - process.started_at)
+        base = attrs.evolve(
+            base,
+            pid=process.pid,
+            uptime_s=now - process.started_at,
+            stop_deadline=state.stop_deadline,
+        )
         base = _flag_escaped(base, escaped)
     elif found.health_failed is not None and not managed:
         base = InstanceStatus(InstanceState.DEGRADED, found.health_failed)

@@ -189,7 +189,18 @@ def step(
         state = _apply(state, message, now, seen, out)
     else:
         state = _command(state, message, seen, out)
-    return state, tuple(out)
+    return _date_stop(state, out, now), tuple(out)
+
+
+def _date_stop(state: State, out: Effects, now: float) -> State:
+    """A stop of the process whose SIGTERM this step sent (`Terminate`, or the unload's
+    `CloseDown`) kills it at ``now`` + its grace: the status says that deadline."""
+    if state.process is None or state.stop_deadline is not None:
+        return state
+    for effect in out:
+        if isinstance(effect, Terminate | CloseDown) and effect.process is state.process:
+            return attrs.evolve(state, stop_deadline=now + effect.grace_s)
+    return state
 
 
 # Commands.
@@ -215,7 +226,12 @@ def _command(state: State, command: InstanceCommand, seen: Seen, out: Effects) -
             out.append(CheckDeepHealth(state.process, command.reply))
         case Annotate():
             out.append(Answer(command.reply, None))
-            return attrs.evolve(state, supervision=command.supervision, restarts=command.restarts)
+            return attrs.evolve(
+                state,
+                supervision=command.supervision,
+                restarts=command.restarts,
+                given_up=command.gave_up,
+            )
         case Shutdown():
             return _on_shutdown(state, command, out)
         case _:
@@ -270,10 +286,14 @@ def _on_stop(state: State, command: Stop, out: Effects) -> State:
 def _stop_between_runs(state: State, command: Stop, last: RunEvidence, out: Effects) -> State:
     """An operator's stop of a server that exited and is still wanted (a restart pending
     in backoff, or given up): nothing runs, so the stop is answered at once with the last
-    exit's evidence, its reason becomes the stop's (the view reads ``stopped``, not a
-    crash) and the supervisor's note (restarting in ...) no longer holds; the supervisor
-    cancels the pending restart, and a restart that still arrives is refused (unwanted)."""
+    exit's evidence. Between a crash and its restart, its reason becomes the stop's (the
+    view reads ``stopped``, not a crash) and the supervisor's note (restarting in ...) no
+    longer holds; the supervisor cancels the pending restart, and a restart that still
+    arrives is refused (unwanted). A given-up server keeps its view: the give-up and the
+    exit that caused it stay what it says (the stop changes nothing that ran)."""
     out.append(Answer(command.reply, last))
+    if state.given_up:
+        return state
     return attrs.evolve(state, last_reason=command.reason, supervision=None)
 
 
@@ -349,6 +369,7 @@ def _on_spawned(state: State, message: Spawned, seen: Seen, out: Effects) -> Sta
         crash_while_starting=None,
         process_watch=True,
         start_error=None,
+        given_up=False,
     )
     args = process.args  # as executed: the pinned launch, not the plan's
     out.append(Emit(ProcessStarted(who, process.pid, args, process.started_at)))
@@ -435,6 +456,7 @@ def _on_exited(
         state,
         process=None,
         stop_reason=None,
+        stop_deadline=None,
         process_watch=False,
         last=full,
         last_reason=reason,

@@ -32,6 +32,8 @@ What it does:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
@@ -39,9 +41,11 @@ import attrs
 import trio
 
 from ..._config.config import InferConfig
+from ..._edges.bundle import ProbeTimed, ignore_probe
 from ..._errors import UnknownInstance
 from ..._events import Event
 from ..._policy.admission import Plan
+from ..._policy.probe_schedule import RUNNING_PROBE_S
 from ..mailbox import Crash, Crashed, Mailbox, StatusSlot
 from ..messages import answer, refuse
 from .effects import (
@@ -54,6 +58,7 @@ from .effects import (
     EndActor,
     EndLoad,
     EndWatch,
+    NoteProbeTime,
     Publish,
     Refuse,
     StartLoad,
@@ -71,8 +76,9 @@ LOAD_TIMEOUT_S = 900.0
 """The load request's timeout when the instance has no readiness deadline (the original's
 Ollama load client waited this long)."""
 
-WATCH_INTERVAL_S = 2.0
-"""Seconds between the ownership watch's ``/api/ps`` looks while our model is loaded."""
+WATCH_INTERVAL_S = RUNNING_PROBE_S
+"""Seconds between the watch's ``/api/ps`` looks while the model is resident: the probe
+period of a server that is up, so a model Ollama unloads is seen within one period."""
 
 EMERGENCY_UNLOAD_S = 3.0
 """Bound on the unload a torn-down actor still owes."""
@@ -91,6 +97,7 @@ class OllamaActor:
     _box: Mailbox
     _work: OllamaWork
     _state: OllamaState
+    _on_probe: Callable[[ProbeTimed], None] = ignore_probe
     _load_scope: trio.CancelScope | None = None
     _ticket: LoadTicket | None = None
     _watch_scope: trio.CancelScope | None = None
@@ -108,6 +115,8 @@ class OllamaActor:
         open_ollama: OllamaOpener = open_ollama_client,
         watch_interval_s: float = WATCH_INTERVAL_S,
         slot: StatusSlot | None = None,
+        on_probe: Callable[[ProbeTimed], None] = ignore_probe,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> OllamaActor:
         """A new actor in state Loaded; nothing is sent to Ollama until `serve` runs and a
         command arrives.
@@ -117,7 +126,10 @@ class OllamaActor:
             config: the runtime's config: ``managed.keep_alive`` is what the load sends,
                 ``probe_timeout_s`` bounds each request, ``deep_timeout_s`` the deep health.
             open_ollama: the HTTP edge (`open_ollama_client` by default).
-            watch_interval_s: float seconds between ownership checks of our loaded model.
+            watch_interval_s: float seconds between the ``/api/ps`` looks while the model is
+                resident (the probe period, `WATCH_INTERVAL_S`).
+            on_probe: `Edges.on_probe`: each look's `ProbeTimed` (called in the loop).
+            wall_clock: the calendar time now (aware), to read ``/api/ps``'s ``expires_at``.
 
         The load request's timeout is the instance's readiness deadline, else
         `LOAD_TIMEOUT_S`.
@@ -135,9 +147,10 @@ class OllamaActor:
             watch_interval_s=watch_interval_s,
             open_api=open_ollama,
             post=box.inbox,
+            wall_clock=wall_clock,
         )
         state = OllamaState(instance_id, runtime_id, tag)
-        return cls(instance_id, runtime_id, plan, instance_dir, box, work, state)
+        return cls(instance_id, runtime_id, plan, instance_dir, box, work, state, on_probe)
 
     @property
     def inbox(self) -> trio.MemorySendChannel[object]:
@@ -199,6 +212,8 @@ class OllamaActor:
                 if self._watch_scope is not None:
                     self._watch_scope.cancel()
                 self._watch_scope = None
+            case NoteProbeTime():
+                self._on_probe(ProbeTimed(self.instance_id, effect.latency_s, effect.at))
             case Unload():
                 failed = partial(Unloaded, False, effect.deadline_s)  # if the worker crashes
                 box.finish(work.unload, effect.deadline_s, fallback=failed)

@@ -69,6 +69,15 @@ class EndWatch:
 
 
 @attrs.frozen
+class NoteProbeTime:
+    """Tell the edges how long a probe (a watch's ``/api/ps`` look) took (`Edges.on_probe`),
+    ``latency_s`` float seconds, at trio time ``at``."""
+
+    latency_s: float
+    at: float
+
+
+@attrs.frozen
 class Unload:
     """Start the unload worker (`OllamaWork.unload`): the one unload we owe, then
     ``/api/ps`` polled for ``deadline_s`` float seconds; it posts `Unloaded`."""
@@ -120,6 +129,7 @@ Effect = (
     | EndLoad
     | StartWatch
     | EndWatch
+    | NoteProbeTime
     | Unload
     | SurveyFor
     | CheckHealth

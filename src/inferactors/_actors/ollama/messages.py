@@ -3,6 +3,8 @@ rules that apply them are ``step.py``), and `entry_for`, how a tag is found amon
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import attrs
 
 from ..._errors import InferactorsError
@@ -81,10 +83,20 @@ class Loaded:
 
 @attrs.frozen
 class Watched:
-    """The periodic ``/api/ps`` look of ``attempt``; ``resident`` is None when unreadable."""
+    """The periodic ``/api/ps`` look of ``attempt`` (the Ollama instance's probe).
+
+    Attributes:
+        attempt: the start it belongs to.
+        resident: the entries; None when unreadable.
+        latency_s: float seconds the request took (for `Edges.on_probe`); None: not timed.
+        wall: the calendar time (aware) the look was made, to tell a keep_alive that ran out
+            from an unload by another client; None: unknown.
+    """
 
     attempt: int
     resident: tuple[LoadedModel, ...] | None
+    latency_s: float | None = None
+    wall: datetime | None = None
 
 
 @attrs.frozen

@@ -8,7 +8,7 @@ How it reads as a status is ``status.py``.
 from __future__ import annotations
 
 import enum
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
@@ -75,6 +75,13 @@ class OllamaState:
     is resident; cleared by a start and a stop."""
     watch_from: float = 0.0
     """Trio time `watch` began."""
+    last_entry: LoadedModel | None = None
+    """The model's ``/api/ps`` entry at the last look that listed it: set by each such look;
+    cleared by a start."""
+    evicted: str | None = None
+    """Ollama unloaded the model while it was ready (its keep_alive ran out, or another
+    client unloaded it), in those words: set by the first look that misses it; cleared by
+    the next start."""
     lost: str | None = None
     """Ownership lost (another client changed the keep_alive): set by a look; cleared by
     the next start."""
@@ -119,6 +126,8 @@ class OllamaState:
             lost=None,
             stop_note=None,
             watch=None,
+            last_entry=None,
+            evicted=None,
         )
 
     def fail_check(self, error: InferactorsError | None, cloud: str | None) -> OllamaState:
@@ -148,14 +157,22 @@ class OllamaState:
             state = attrs.evolve(state, stop_note=_left_note(self.owner))
         return state, owed
 
-    def saw(self, resident: tuple[LoadedModel, ...], now: float) -> OllamaState:
-        """A fresh ``/api/ps`` at trio time ``now``: is our model there, and did its expiry
-        move?"""
+    def saw(
+        self, resident: tuple[LoadedModel, ...], now: float, wall: datetime | None = None
+    ) -> OllamaState:
+        """A fresh ``/api/ps`` at trio time ``now`` (calendar time ``wall`` when known): is
+        our model there, did its expiry move, and if it left while ready, why?"""
         entry = entry_for(resident, self.tag)
         state = attrs.evolve(self, resident=entry is not None)
         if entry is None:
             state = attrs.evolve(state, lingering=None)
+            if self.phase is Phase.READY and self.resident and self.evicted is None:
+                state = attrs.evolve(state, evicted=_eviction(self, wall))
+        else:
+            state = attrs.evolve(state, last_entry=entry)
         if state.watch is None or state.phase is not Phase.READY or state.lost is not None:
+            return state
+        if entry is None:
             return state
         watch, verdict = state.watch.observe(entry, now - state.watch_from)
         state = attrs.evolve(state, watch=watch)
@@ -167,6 +184,29 @@ class OllamaState:
             )
             state = attrs.evolve(state, lost=lost)
         return state
+
+
+EXPIRY_SLACK_S = 0.5
+"""Float seconds before ``expires_at`` within which a model found gone is taken to have been
+unloaded by its keep_alive (clocks and Ollama's own timer are not exact)."""
+
+
+def _eviction(state: OllamaState, wall: datetime | None) -> str:
+    """Why the model left ``/api/ps`` while ready, in Ollama's terms: its keep_alive ran out
+    (``expires_at`` passed by the look's calendar time ``wall``), or it was unloaded before
+    then (another client's keep_alive 0, or Ollama making room for another model)."""
+    who = "us" if state.owner is Owner.OURS else "someone else"
+    tail = f"(it was loaded by {who}); inferactors does not reload it"
+    expires = state.last_entry.expires_at if state.last_entry is not None else None
+    if not isinstance(expires, datetime) or wall is None:
+        return f"model {state.tag} is no longer resident in /api/ps {tail}"
+    shown = expires.isoformat()
+    if wall >= expires - timedelta(seconds=EXPIRY_SLACK_S):
+        return f"model {state.tag} unloaded by ollama: its keep_alive ran out at {shown} {tail}"
+    return (
+        f"model {state.tag} unloaded before its keep_alive ran out (expires_at {shown}): "
+        f"another client unloaded it or ollama made room for another model {tail}"
+    )
 
 
 def _left_note(owner: Owner | None) -> str:

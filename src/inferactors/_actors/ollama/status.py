@@ -47,6 +47,8 @@ def _status_without_notes(state: OllamaState) -> InstanceStatus:
 def _ready_status(state: OllamaState) -> InstanceStatus:
     if state.lost is not None:
         return InstanceStatus(InstanceState.DEGRADED, state.lost)
+    if state.evicted is not None:
+        return InstanceStatus(InstanceState.DEGRADED, state.evicted)
     if state.resident is False:
         who = "us" if state.owner is Owner.OURS else "someone else"
         detail = (

@@ -57,6 +57,7 @@ from .effects import (
     EndActor,
     EndLoad,
     EndWatch,
+    NoteProbeTime,
     Publish,
     Refuse,
     StartLoad,
@@ -190,8 +191,7 @@ def _apply(
         case Loaded():
             return _on_loaded(state, message, now, seen, out)
         case Watched():
-            if message.attempt == state.attempt and message.resident is not None:
-                return state.saw(message.resident, now)
+            return _on_watched(state, message, now, out)
         case Surveyed():
             # a survey our own lateness spoiled (no verdict) keeps the last one there is
             if not (message.survey.no_verdict and state.survey is not None):
@@ -209,6 +209,18 @@ def _apply(
     return state
 
 
+def _on_watched(state: OllamaState, message: Watched, now: float, out: Effects) -> OllamaState:
+    """The watch's look is the Ollama instance's probe: timed for the edges, and what it
+    found applied (a model gone while ready is reported in Ollama's terms, never reloaded)."""
+    if message.attempt != state.attempt:
+        return state
+    if message.latency_s is not None:
+        out.append(NoteProbeTime(message.latency_s, now))
+    if message.resident is None:
+        return state
+    return state.saw(message.resident, now, message.wall)
+
+
 def _on_checked(state: OllamaState, message: Checked, now: float, out: Effects) -> OllamaState:
     entry = message.entry
     if message.attempt != state.attempt:
@@ -219,7 +231,9 @@ def _on_checked(state: OllamaState, message: Checked, now: float, out: Effects) 
         failure = f"{state.tag} is still leaving ollama after our unload; start later"
         return attrs.evolve(state, phase=Phase.FAILED, failure=failure)
     if entry is not None and not state.unload_owed:  # someone else's: never ours to unload
-        state = attrs.evolve(state, owner=Owner.THEIRS, phase=Phase.READY, resident=True)
+        state = attrs.evolve(
+            state, owner=Owner.THEIRS, phase=Phase.READY, resident=True, last_entry=entry
+        )
         return _start_watch(state, out)
     if entry is not None:  # an earlier load of ours landed late: still ours
         return _now_resident(state, entry, now, out)
@@ -253,6 +267,7 @@ def _now_resident(state: OllamaState, entry: LoadedModel, now: float, out: Effec
         owner=Owner.OURS,
         phase=Phase.READY,
         resident=True,
+        last_entry=entry,
         watch=ExpiryWatch.after_load(entry),
         watch_from=now,
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 import attrs
@@ -135,6 +136,8 @@ class OllamaWork:
         watch_interval_s: float seconds between the ownership watch's ``/api/ps`` looks.
         open_api: the HTTP edge.
         post: the actor's inbox.
+        wall_clock: the calendar time now (aware), compared with ``/api/ps``'s
+            ``expires_at`` (the system's UTC clock by default).
     """
 
     base_url: str
@@ -146,6 +149,7 @@ class OllamaWork:
     watch_interval_s: float
     open_api: OllamaOpener
     post: trio.MemorySendChannel[object]
+    wall_clock: Callable[[], datetime] = attrs.field(default=lambda: datetime.now(UTC))
 
     def _client(self, timeout_s: float | None = None) -> AbstractAsyncContextManager[OllamaApi]:
         api = self.open_api(self.base_url, timeout_s or self.probe_timeout_s, self.load_timeout_s)
@@ -194,13 +198,16 @@ class OllamaWork:
             await self._post(Loaded(attempt, entry))
 
     async def watch(self, attempt: int, scope: trio.CancelScope) -> None:
-        """Every ``watch_interval_s``, read ``/api/ps`` and post it, until ``scope`` ends."""
+        """Every ``watch_interval_s``, read ``/api/ps`` and post it (timed, with the calendar
+        time of the look from ``wall_clock``), until ``scope`` ends."""
         with scope:
             while True:
                 await trio.sleep(self.watch_interval_s)
                 async with self._client() as api:
+                    started = trio.current_time()
                     resident = await _ps_or_none(api)
-                await self._post(Watched(attempt, resident))
+                    latency_s = trio.current_time() - started
+                await self._post(Watched(attempt, resident, latency_s, self.wall_clock()))
 
     # Stop and unload.
 
