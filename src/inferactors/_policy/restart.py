@@ -20,8 +20,9 @@ it again. The first such failure is restarted as usual (a port taken for a momen
 itself), and any other exit in between clears the memory. A fault seen while the server
 lived (`AT_ONCE`: listening on the wrong address family, refusing our requests for want of
 an API key) is a configuration error the first time: ``config-error: <our words>``.
-A start-up failure no rule classifies (a crash of a process never seen up) is one too when
-it comes twice in a row with the same exit status and the same last line of output:
+A start-up failure no rule classifies (a process never seen up that exited on its own, not
+killed by a signal) is one too when it comes twice in a row with the same exit status and
+the same last line of output:
 ``config-error: the same failure twice at start: exit status 1: <the server's last line>``.
 
 Every give-up says how the server last ended: ``"; last: <kind>: <line>"`` when its output
@@ -252,7 +253,8 @@ def _start_crash(
     reason: StopReason, diagnosis: Diagnosis | None, ended: LastExit, *, seen_up: bool
 ) -> LastExit | None:
     """``ended`` when it is a crash no rule classified, of a process never seen up, that
-    said something (a last line to compare); else None."""
-    if reason is not StopReason.CRASH or diagnosis is not None or seen_up or ended.line is None:
+    exited on its own (a signal comes from outside: the OOM killer, an operator) and said
+    something (a last line to compare); else None."""
+    if reason is not StopReason.CRASH or diagnosis is not None or seen_up:
         return None
-    return ended
+    return ended if ended.line is not None and ended.signal is None else None
