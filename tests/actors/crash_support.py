@@ -120,7 +120,7 @@ class _BuggyProber:
     inner: Prober
     port: int
 
-    async def report(self, flavor: InferFlavor) -> ServerReport:
+    async def report(self, flavor: InferFlavor, *, stretch_s: float = 0.0) -> ServerReport:
         await trio.lowlevel.checkpoint()
         self.switch.fire(self.port)
         return await self.inner.report(flavor)

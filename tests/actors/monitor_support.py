@@ -40,12 +40,17 @@ class Script:
     ``loaded``: ``/health`` says Up listing `MODEL` (else Loading); ``overloaded``: every
     report is a timeout that our own late loop caused (no verdict); ``hung``: every report
     is a timeout on time (the server hangs); ``calls`` names each ``report`` and
-    ``tiny_completion``, ``opened`` each prober opened.
+    ``tiny_completion``, ``opened`` each prober opened. ``fair_when_stretched``: while
+    ``overloaded`` and ``hung``, a stretched report (``stretch_s`` > 0) waits its stretched
+    deadline and is a timeout judged on a fair budget (else no verdict, as our lateness
+    still ate it); ``stretches`` records each report's ``stretch_s``.
     """
 
     loaded: bool = True
     overloaded: bool = False
     hung: bool = False
+    fair_when_stretched: bool = False
+    stretches: list[float] = attrs.Factory(list)
     calls: list[tuple[float, int, str]] = attrs.Factory(list)
     opened: int = 0
 
@@ -61,9 +66,14 @@ class ScriptedProber:
     script: Script
     port: int
 
-    async def report(self, flavor: InferFlavor) -> ServerReport:
+    async def report(self, flavor: InferFlavor, *, stretch_s: float = 0.0) -> ServerReport:
         await trio.lowlevel.checkpoint()
         self.script.calls.append((trio.current_time(), self.port, "report"))
+        self.script.stretches.append(stretch_s)
+        fair = self.script.fair_when_stretched and stretch_s > 0
+        if self.script.overloaded and self.script.hung and fair:
+            await trio.sleep(2.0 + stretch_s)  # the stretched deadline
+            return ServerReport(Unreachable("GET /health: no complete reply within 2 s"))
         if self.script.overloaded:  # our own loop ran late: no verdict
             return ServerReport(Unreachable("GET /health: no verdict", overloaded=True))
         if self.script.hung:

@@ -42,7 +42,7 @@ class SlowProbes:
 class _SlowProber:
     probes: SlowProbes
 
-    async def report(self, flavor: InferFlavor) -> ServerReport:
+    async def report(self, flavor: InferFlavor, *, stretch_s: float = 0.0) -> ServerReport:
         self.probes.running += 1
         self.probes.most = max(self.probes.most, self.probes.running)
         try:

@@ -79,7 +79,7 @@ class _Wrapped:
     inner: Prober
     faults: Faults
 
-    async def report(self, flavor: Flavor) -> ServerReport:
+    async def report(self, flavor: Flavor, *, stretch_s: float = 0.0) -> ServerReport:
         report = await self.inner.report(flavor)
         health = self.faults.health
         if health is None or trio.current_time() < self.faults.from_at:

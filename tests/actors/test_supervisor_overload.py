@@ -91,7 +91,9 @@ async def test_a_loop_late_for_many_probes_in_a_row_never_judges_the_server() ->
     """Before, the fourth late probe in a row was judged as the timeout it seemed: a
     healthy server read Exited (or Degraded) while only the supervisor was overloaded.
     Each probe takes 0.4 s (its reply trickles), longer than the loop's 0.2 s between
-    blocks, so each is in flight when a block eats its deadline."""
+    blocks, so each is in flight when a block eats its deadline. After 3 probe timeouts
+    without a verdict the probes are stretched (``_policy/lateness.py`` `VerdictBound`),
+    and the healthy server's reply comes within the stretched deadline: a verdict, Up."""
     slow_health = Reply(body=b'{"status": "ok"}', chunk=4, pause_s=0.1)
     replies = {"/health": slow_health, "/v1/models": Reply(body=MODELS)}
     config = InferConfig.adopted(InferFlavor.LLAMACPP, probe_timeout_s=0.6)
@@ -112,7 +114,7 @@ async def test_a_loop_late_for_many_probes_in_a_row_never_judges_the_server() ->
                 except trio.WouldBlock:
                     break
         lost = loop_lag().watch.no_verdicts_total - lost_before
-        assert lost >= 5, lost  # more late probes than the old rule let pass in a row
+        assert lost >= 3, lost  # as many late probes as the old rule let pass in a row
         changes = [e for e in seen if isinstance(e, StateChanged)]
         assert changes == [], changes
         assert (runtime.status(handle)).state is InstanceState.RUNNING

@@ -151,3 +151,47 @@ def test_a_second_sigterm_cuts_stalled_followers_at_once(inferactors_kit: Runtim
     finally:
         supervisor.finish()
     assert code == 0, supervisor.output()
+
+
+def stalled_tcp(port: int, token: str, target: str) -> socket.socket:
+    """A client of the TCP listener that asks for ``target`` and then never reads."""
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.connect(("127.0.0.1", port))
+    auth = f"Authorization: Bearer {token}\r\n"
+    client.sendall(f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}\r\n".encode())
+    return client
+
+
+@pytest.mark.exclusive
+def test_stalled_page_and_event_streams_on_tcp_do_not_hold_the_supervisor(
+    inferactors_kit: RuntimeKit,
+) -> None:
+    """The page's live stream and log stream, and a followed ``/v1/events`` replayed from
+    the start, each read by a TCP client that never reads: SIGTERM still ends the
+    supervisor within its stop and the grace."""
+    run = chatty_run(inferactors_kit)
+    token_file = run.path.parent / "token"
+    token = "a-token-of-some-length-0123456789"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    port = free_port()
+    flags = ("--control-port", str(port), "--control-token-file", str(token_file))
+    supervisor = RunProcess.start(run.path, *flags)
+    try:
+        supervisor.wait_for("supervising 1 of 1 instance(s)")
+        targets = ("/ui/api/stream", "/ui/api/instances/a/logs", "/v1/events?follow=1&since=0")
+        with ExitStack() as stack:
+            sockets = [stack.enter_context(stalled_tcp(port, token, t)) for t in targets]
+            deadline = time.monotonic() + 20.0
+            while queued(sockets[1].fileno()) < 2048 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(3.0)  # the supervisor's send buffers fill too
+            began = time.monotonic()
+            supervisor.process.send_signal(signal.SIGTERM)
+            code = supervisor.process.wait(timeout=30)
+            took = time.monotonic() - began
+    finally:
+        supervisor.finish()
+    assert code == 0, supervisor.output()
+    assert took < 8.0, f"{took:.1f} s"  # the server's stop, then the 1 s grace

@@ -40,6 +40,7 @@ NOT_RUN_HERE = {
     ".venv/bin/python examples/all_flavors.py": "tests/e2e/test_examples.py runs it",
     "inferactors ui": "tests/e2e/test_web_page.py runs it beside the Operate session",
     "inferactors run operate.toml": "tests/e2e/test_web_page.py runs it",
+    "umask 077": "the token file's recipe: tests/e2e/test_web_page.py runs it",
     "inferactors probe readyz --state-dir /var/lib/inferactors": "parsed: the Kubernetes probe",
 }
 """Commands not run here (a prefix of the command's words -> where it is checked)."""

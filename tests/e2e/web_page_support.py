@@ -73,11 +73,22 @@ def readme_section() -> str:
 def readme_commands(run_file: Path, token_file: Path) -> dict[str, list[str]]:
     """The section's ``inferactors`` commands by subcommand (``ui``, ``run``), made local:
     ``run_file`` for the README's, a free port (0) for its port, ``token_file`` for its."""
-    (block,) = readme_section().split("```sh\n")[1:]
     local = {README_RUN_FILE: str(run_file), README_PORT: "0", README_TOKEN_FILE: str(token_file)}
-    commands = shell_commands(block.split("```")[0])
-    assert all(argv[0] == "inferactors" for argv in commands), commands
+    commands = [argv for argv in shell_commands(readme_block()) if argv[0] == "inferactors"]
     return {argv[1]: [local.get(word, word) for word in argv] for argv in commands}
+
+
+def readme_block() -> str:
+    """The section's one ``sh`` block."""
+    (block,) = readme_section().split("```sh\n")[1:]
+    return block.split("```")[0]
+
+
+def readme_token_recipe() -> list[str]:
+    """The block's lines that are not ``inferactors`` commands (nor comments): the
+    token file's recipe, as written."""
+    lines = [line.split("#")[0].strip() for line in readme_block().splitlines()]
+    return [line for line in lines if line and not line.startswith("inferactors ")]
 
 
 def free_port() -> int:

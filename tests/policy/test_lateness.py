@@ -6,17 +6,25 @@ from __future__ import annotations
 import pytest
 
 from inferactors._policy.lateness import (
+    HARD_BOUND_TIMEOUTS,
+    JUDGE_AFTER_TIMEOUTS,
     LATE_S,
+    MAX_STRETCH,
     CaughtUp,
     ConnectResult,
     Lateness,
     Overload,
     OverloadWatch,
     Reach,
+    VerdictBound,
     connect_reach,
+    deferred_delay_s,
     gives_no_verdict,
+    judged_anyway,
+    judges_timeout,
     no_verdict_why,
 )
+from inferactors._policy.probe_parse import ServerReport, Unreachable
 
 
 @pytest.mark.parametrize(
@@ -80,3 +88,78 @@ def test_an_overload_starts_once_and_ends_after_a_calm_period() -> None:
     assert watch.calm(9.0) == CaughtUp(9.0, 7.0, 2, 0.9)
     assert (watch.current, watch.calm_at(), watch.no_verdicts_total) == (None, None, 2)
     assert watch.stalled(10.0, 1.0) == Overload(10.0, "event loop stalled 1000 ms")
+
+
+# The bound on going without a verdict (issue 16's breaker: a hung server read Running
+# for 90 s+ under a lasting overload, since every late probe was thrown away whole).
+
+
+@pytest.mark.parametrize(
+    ("elapsed_s", "lateness", "budget_s", "judges"),
+    [
+        (2.0, Lateness(), 2.0, True),  # on time: a timeout
+        (2.1, Lateness(fired_late_s=0.1), 2.0, True),  # within LATE_S
+        (2.5, Lateness(fired_late_s=0.5, stalled_s=0.4), 2.0, False),  # lost 0.9 of 2 s
+        (6.0, Lateness(stalled_s=3.5), 2.0, True),  # stretched: 2.5 s left to the server
+        (6.0, Lateness(stalled_s=4.5), 2.0, False),  # stretched, but only 1.5 s fair
+        (6.0, Lateness(fired_late_s=0.5, stalled_s=3.5), 2.0, False),  # 2.0 s: no margin
+        (6.0, Lateness(fired_late_s=0.5, stalled_s=3.25), 2.0, True),  # 2.25 s fair
+        (2.9, Lateness(fired_late_s=0.9), 2.0, False),  # unstretched: never by this test
+    ],
+)
+def test_a_late_timeout_judges_when_its_time_less_our_lateness_reaches_the_budget(
+    elapsed_s: float, lateness: Lateness, budget_s: float, judges: bool
+) -> None:
+    assert judges_timeout(elapsed_s, lateness, budget_s) is judges
+
+
+@pytest.mark.parametrize(
+    ("lost_at", "lost_s", "now", "stretch_s", "anyway"),
+    [
+        (None, 0.0, 100.0, 0.0, False),  # the last probe judged: nothing to bound
+        (100.0, 0.9, 100.0 + JUDGE_AFTER_TIMEOUTS * 2.0 - 0.1, 0.0, False),  # too soon
+        (100.0, 0.9, 100.0 + JUDGE_AFTER_TIMEOUTS * 2.0, 2.0, False),  # at least timeout_s
+        (100.0, 5.0, 110.0, 5.0, False),  # the lateness measured
+        (100.0, 60.0, 110.0, MAX_STRETCH * 2.0, False),  # at most MAX_STRETCH timeouts
+        (100.0, 60.0, 100.0 + HARD_BOUND_TIMEOUTS * 2.0, MAX_STRETCH * 2.0, True),
+    ],
+)
+def test_the_verdict_bound_stretches_then_judges_anyway(
+    lost_at: float | None, lost_s: float, now: float, stretch_s: float, anyway: bool
+) -> None:
+    bound = VerdictBound(timeout_s=2.0)
+    if lost_at is not None:
+        bound.lost(lost_at, lost_s)
+        bound.lost(lost_at + 1.0, lost_s / 2)  # the worst lateness stands; since stays
+    assert bound.stretch_s(now) == stretch_s
+    assert bound.judge_anyway(now) is anyway
+    bound.judged()
+    assert bound.stretch_s(now) == 0.0
+    assert not bound.judge_anyway(now)
+
+
+def test_a_report_judged_at_the_bound_is_unreachable_with_its_words() -> None:
+    late = ServerReport(Unreachable("GET /health: no verdict: ran 900 ms late", overloaded=True))
+    judged = judged_anyway(late, 24.2)
+    assert not judged.no_verdict
+    assert judged.health == Unreachable(
+        "GET /health: no verdict: ran 900 ms late; judged: no verdict for 24 s (the bound)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("tries", "phase", "delay_s"),
+    [
+        (0, 0.0, 1.0),
+        (1, 0.0, 2.0),
+        (3, 0.0, 8.0),
+        (4, 0.0, 16.0),
+        (40, 0.0, 16.0),
+        (0, 0.5, 1.25),
+        (4, 0.999, 16.0 * 1.4995),
+    ],
+)
+def test_an_admission_without_a_verdict_is_rechecked_paced_and_spread(
+    tries: int, phase: float, delay_s: float
+) -> None:
+    assert deferred_delay_s(tries, phase) == pytest.approx(delay_s)

@@ -4,10 +4,12 @@ its log following, and commands answered in the CLI's own words. Reads change no
 
 from __future__ import annotations
 
+import json
 import re
 from functools import partial
 from pathlib import Path
 
+import attrs
 import httpx
 import pytest
 import trio
@@ -20,7 +22,7 @@ from inferactors._service.control_server import control_socket_path, serve_contr
 from inferactors._service.ui_app import ASSETS, PAGE_HEADERS, WebPage
 from inferactors._service.ui_words import JsonWords, PageWords
 from inferactors._service.views import ReloadResult
-from service.control_support import crash
+from service.control_support import crash, running
 from service.ui_support import WALL_0, PageFleet, sse
 
 
@@ -169,17 +171,22 @@ async def test_the_stream_sends_rows_then_each_event_change_and_sample(
         )
         assert event["at"] == pytest.approx(WALL_0 + trio.current_time(), abs=1.0)
         assert "(reason: crash)" in event["words"]
-        fleet.instances["chat"] = fleet.instances["embed"]  # any change of a view
+        chat = fleet.instances["chat"]
+        fleet.instances["chat"] = attrs.evolve(chat, status=attrs.evolve(chat.status, restarts=3))
         fleet.changed()
-        assert [row["name"] for row in (await stream.next_named("rows"))["rows"]] == [
-            "embed",
-            "embed",
-        ]
+        changes = await stream.next_named("changes")  # only the row that changed
+        assert [(row["name"], row["restarts"]) for row in changes["rows"]] == [("chat", 3)]
+        assert changes["order"] is None  # the same names, in the same order
         fleet.history.on_usage({"embed": (102, TreeUsage(rss_bytes=5_000_000, cpu_s=1.0))})
         sample = await stream.next_named("sample")
         assert sample["embed"]["memory"][1] == 5_000_000
-        rows = await stream.next_named("rows")
-        assert rows["rows"][1]["rss_bytes"] == 5_000_000
+        changes = await stream.next_named("changes")
+        assert [(row["name"], row["rss_bytes"]) for row in changes["rows"]] == [
+            ("embed", 5_000_000)
+        ]
+        del fleet.instances["chat"]
+        fleet.changed()
+        assert (await stream.next_named("changes"))["order"] == ["embed"]
     await wait_for_follows(fleet, 0)  # the client left: its subscription is closed
 
 
@@ -213,3 +220,30 @@ async def test_the_log_view_gets_the_tail_then_each_new_line(
             seen += [line["text"] for line in await stream.next_named("lines")]
         assert seen == ["after", "and more"]
     await wait_for_follows(fleet, 0)
+
+
+async def test_a_change_at_200_instances_sends_its_row_not_the_table(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    """The first table is whole; after that, one instance's change is its row alone
+    (before, every change re-sent every row: about 100 kB a time at 200 instances)."""
+    fleet = PageFleet(instances={f"i{n:03}": running(f"i{n:03}", 1000 + n) for n in range(200)})
+    socket_path = await served(fleet, nursery, tmp_path)
+    async with sse(socket_path, "/ui/api/stream") as stream:
+        first = await stream.next_named("rows")
+        table = len(json.dumps(first))
+        await wait_for_follows(fleet, 1)
+        sizes = []
+        for n in range(10):
+            name = f"i{n * 7:03}"
+            view = fleet.instances[name]
+            restarted = attrs.evolve(view.status, restarts=n + 1, uptime_s=0.0)
+            fleet.instances[name] = attrs.evolve(view, status=restarted)
+            await trio.sleep(0.01)  # the uptimes of the others move: not a change
+            fleet.changed()
+            changes = await stream.next_named("changes")
+            assert [row["name"] for row in changes["rows"]] == [name]
+            sizes.append(len(json.dumps(changes)))
+    assert len(first["rows"]) == 200
+    assert table > 100_000
+    assert max(sizes) < 2_000, sizes

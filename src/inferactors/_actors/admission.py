@@ -38,7 +38,7 @@ from .._edges.containment import resolve_run_as
 from .._edges.probe import ProberFactory, probe_once
 from .._edges.probe_auth import with_api_key
 from .._edges.serve_help import CACHE_DIR, ServeHelp
-from .._errors import AdmissionRefused, ModelError
+from .._errors import AdmissionRefused, ModelError, NoVerdict
 from .._flavor import InferFlavor
 from .._models.manifest import ResolvedModel
 from .._models.registry import ModelRegistry
@@ -85,6 +85,8 @@ async def make_plan(
         InvalidConfig: the spec is malformed, or names an ``extra_args`` flag the serve
             program's ``--help`` does not list (or that help cannot be read).
         AdmissionRefused: the spec cannot run here; the message says why.
+        NoVerdict: the probe of an adopted server or of the Ollama daemon gave no verdict
+            (our own loop ran late, even on re-checks): nothing is known; ask again later.
     """
     spec = checked_spec(spec)
     spec.validate()
@@ -158,8 +160,8 @@ async def probe_for_verdict(
     """One probe of ``base`` (`probe_once`), made again up to `ADMISSION_RECHECKS` times,
     each later than the one before, while it gives no verdict (`ServerReport.no_verdict`).
     The last report is returned
-    whatever it says; callers refuse a no-verdict one as "cannot tell now", never as a
-    server that is not there."""
+    whatever it says; callers raise `NoVerdict` for a no-verdict one ("cannot tell now"),
+    never refuse it as a server that is not there."""
     report = await probe_once(open_prober, base, timeout_s, flavor)
     for attempt in range(1, ADMISSION_RECHECKS + 1):
         if not report.no_verdict:
@@ -169,9 +171,10 @@ async def probe_for_verdict(
     return report
 
 
-def _no_verdict_refusal(base: str, report: ServerReport) -> AdmissionRefused:
+def _no_verdict_refusal(base: str, report: ServerReport) -> NoVerdict:
+    """Not a refusal: `NoVerdict` (nothing is known about the server; ask again later)."""
     why = getattr(report.health, "why", "")
-    return AdmissionRefused(f"cannot tell whether {base} answers now: {why}; try again")
+    return NoVerdict(f"cannot tell whether {base} answers now: {why}; try again")
 
 
 async def _plan_adopted(

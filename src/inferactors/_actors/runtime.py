@@ -147,6 +147,8 @@ class InferRuntime(RuntimeLogs, RuntimeStatus, RuntimeRunning):
         Raises:
             InvalidConfig: the spec is malformed.
             AdmissionRefused: it cannot run here; the message says why.
+            NoVerdict: an adopted server (or the Ollama daemon) could not be judged now:
+                our own loop ran late (nothing is known; load again later).
         """
         spec = checked_spec(spec)
         config = self._config_for(spec, mode)

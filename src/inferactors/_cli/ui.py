@@ -47,9 +47,20 @@ def add_ui_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     add_target_arguments(parser)
     add_timeout_argument(parser, DEFAULT_TIMEOUT_S)
     parser.add_argument(
-        "--port", type=int, default=0, metavar="PORT", help="the port (default: a free one)"
+        "--port", type=_port, default=0, metavar="PORT", help="the port (default: a free one)"
     )
     parser.set_defaults(func=serve_ui)
+
+
+def _port(text: str) -> int:
+    """A TCP port number, 0 to 65535 (0: a free one); anything else is a bad argument."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (0 to 65535)")
+    return port
 
 
 def serve_ui(args: argparse.Namespace) -> int:
@@ -64,7 +75,7 @@ def serve_ui(args: argparse.Namespace) -> int:
         trio.run(_serve, socket_path, token, args.port)
     except KeyboardInterrupt:  # before it listened for signals
         return 0
-    except InferactorsError as error:
+    except InferactorsError as error:  # the port is taken, the supervisor went away
         print(one_line(f"inferactors ui: {error}"), file=sys.stderr)
         return EXIT_ERROR
     return 0
@@ -87,15 +98,32 @@ def _page_socket(path: Path, timeout_s: float) -> Path:
 
 
 async def _serve(socket_path: Path, token: str, port: int) -> None:
-    """Serve the door until SIGINT or SIGTERM."""
+    """Serve the door until SIGINT or SIGTERM.
+
+    Raises:
+        InferactorsError: the door could not be served (the port is taken): the error
+            itself, not a group of one.
+    """
     from .._service.ui_door import serve_ui_door
 
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-            address = await nursery.start(partial(serve_ui_door, socket_path, token, port=port))
-            print(f"the web page of the supervisor at {socket_path}:", flush=True)
-            print(f"  {address}#token={token}", flush=True)
-            print("open it in a browser; Ctrl-C stops serving it", flush=True)
-            async for _ in signals:
-                break
-            nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                door = partial(serve_ui_door, socket_path, token, port=port)
+                address = await nursery.start(door)
+                print(f"the web page of the supervisor at {socket_path}:", flush=True)
+                print(f"  {address}#token={token}", flush=True)
+                print("open it in a browser; Ctrl-C stops serving it", flush=True)
+                async for _ in signals:
+                    break
+                nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            raise _single(group) from None
+
+
+def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception inside (nested) single-member groups, else the group itself."""
+    inner: BaseException = group
+    while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
+        inner = inner.exceptions[0]
+    return inner

@@ -36,7 +36,7 @@ from .._policy.lateness import (
     Lateness,
     Overload,
     OverloadWatch,
-    gives_no_verdict,
+    judges_timeout,
     no_verdict_why,
 )
 
@@ -184,12 +184,17 @@ def lateness(started_at: float, deadline: float) -> Lateness:
     return Lateness(max(0.0, now - deadline), stalled)
 
 
-def no_verdict(request: str, started_at: float, deadline: float) -> str | None:
-    """None when a wait begun at ``started_at`` that hit ``deadline`` judges the server;
-    else why it gives no verdict (`_policy.lateness.no_verdict_why`), noted as a sign of
-    overload (`LoopLag.lost_verdict`)."""
+def no_verdict(
+    request: str, started_at: float, deadline: float, *, budget_s: float | None = None
+) -> str | None:
+    """None when a wait begun at ``started_at`` that hit ``deadline`` judges the server
+    (`_policy.lateness.judges_timeout`: ``budget_s``, default the whole window, is the
+    server's fair budget, less than the window when the deadline was stretched); else why
+    it gives no verdict (`_policy.lateness.no_verdict_why`), noted as a sign of overload
+    (`LoopLag.lost_verdict`)."""
     late = lateness(started_at, deadline)
-    if not gives_no_verdict(late):
+    budget = deadline - started_at if budget_s is None else budget_s
+    if judges_timeout(trio.current_time() - started_at, late, budget):
         return None
     why = no_verdict_why(request, late)
     loop_lag().lost_verdict(why)

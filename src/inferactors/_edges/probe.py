@@ -72,7 +72,7 @@ class Prober(Protocol):
     DeepHealthTimeout; ``props`` is None on any failure; ``aclose`` releases the connections.
     """
 
-    async def report(self, flavor: InferFlavor) -> ServerReport: ...
+    async def report(self, flavor: InferFlavor, *, stretch_s: float = 0.0) -> ServerReport: ...
     async def tiny_completion(self, model: str | None) -> CompletionResult: ...
     async def props(self) -> Mapping[str, object] | None: ...
     async def aclose(self) -> None: ...
@@ -169,7 +169,7 @@ class ProbeClient:
         """
         return await self._exchange("POST", path, body, deadline)
 
-    async def report(self, flavor: InferFlavor) -> ServerReport:
+    async def report(self, flavor: InferFlavor, *, stretch_s: float = 0.0) -> ServerReport:
         """Probe the server as ``flavor`` speaks.
 
         llama.cpp and mlx-lm: ``GET /health`` (404 or 501 falls back to ``GET /v1/models``), then,
@@ -184,8 +184,11 @@ class ProbeClient:
 
         One deadline, ``timeout_s`` from the call, bounds every request it makes: a server
         that trickles each reply just under the timeout still costs at most ``timeout_s``.
+        ``stretch_s`` (float seconds, for a server whose probes long gave no verdict:
+        ``_policy/lateness.py`` `VerdictBound`) moves that deadline later; a request that
+        reaches it is judged on ``timeout_s`` minus our own lateness (`judges_timeout`).
         """
-        deadline = trio.current_time() + self.timeout_s
+        deadline = trio.current_time() + self.timeout_s + max(0.0, stretch_s)
         match flavor:
             case InferFlavor.LLAMACPP | InferFlavor.MLX_LM:
                 return await self._report_openai(deadline)

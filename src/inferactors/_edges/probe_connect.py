@@ -35,16 +35,20 @@ class ConnectPacer:
     _tokens: float = RECONNECT_BURST
     _at: float = -math.inf
 
-    async def take(self) -> float:
-        """Wait for a token; the seconds waited (0 without a wait)."""
+    def reserve(self) -> float:
+        """Book a token; the seconds to wait before using it (0: at once)."""
         now = trio.current_time()
         self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
         self._at = now
         self._tokens -= 1.0
-        if self._tokens >= 0.0:
+        return 0.0 if self._tokens >= 0.0 else -self._tokens / self.rate
+
+    async def take(self) -> float:
+        """Wait for a token; the seconds waited (0 without a wait)."""
+        wait = self.reserve()
+        if wait <= 0.0:
             await trio.lowlevel.checkpoint()
             return 0.0
-        wait = -self._tokens / self.rate
         await trio.sleep(wait)
         return wait
 

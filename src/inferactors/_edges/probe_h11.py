@@ -30,10 +30,13 @@ trio stream 0.43 ms (``bench/bench_adopted.py`` measures both).
 - **Paced reconnection**: every new connection of a trio run takes a token from one
   `ConnectPacer` (`RECONNECTS_PER_S`, burst `RECONNECT_BURST`), so after a stall, when every
   kept connection has expired together, the probes reconnect spread out rather than as a
-  storm. Time spent waiting for a token is ours: a deadline that passes meanwhile gives no
-  verdict (``loop_lag``).
+  storm. Time spent waiting for a token is ours: the request's deadline moves by as much,
+  so a refused connect after the wait is a verdict at once and a server that answers has
+  its whole budget.
 - **Our lateness is no verdict** (``_policy/lateness.py``): a timeout whose budget our own
-  loop (or our pacer) ate is ``ProbeFailure`` kind ``"overloaded"``, not ``"timeout"``.
+  loop (or our pacer) ate is ``ProbeFailure`` kind ``"overloaded"``, not ``"timeout"``;
+  but a request given a deadline past its ``timeout_s`` (a stretched probe) whose time
+  run minus our lateness still reaches ``timeout_s`` is a timeout (`judges_timeout`).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ import attrs
 import h11
 import trio
 
-from .._policy.lateness import Lateness, gives_no_verdict, no_verdict_why
+from .._policy.lateness import judges_timeout, no_verdict_why
 from .loop_lag import lateness, loop_lag
 from .probe_connect import Connect, connect_pacer, split_base_url, tcp_connect
 from .probe_wire import (
@@ -154,14 +157,14 @@ class H11Wire:
         """
         request = f"{method} {path}"
         started = trio.current_time()
-        paced = [0.0]
         try:
-            with trio.fail_at(deadline):
-                return await self._send(method, path, body, paced)
+            with trio.fail_at(deadline) as scope:
+                return await self._send(method, path, body, scope)
         except trio.TooSlowError:
-            late = lateness(started, deadline)
-            late = Lateness(late.fired_late_s, late.stalled_s + paced[0])
-            if gives_no_verdict(late):
+            late = lateness(started, scope.deadline)
+            paced_s = scope.deadline - deadline  # our pacer's wait: moved the deadline
+            elapsed_s = trio.current_time() - started - paced_s
+            if not judges_timeout(elapsed_s, late, self.timeout_s):
                 why = no_verdict_why(request, late)
                 loop_lag().lost_verdict(why)
                 raise ProbeFailure(why, kind="overloaded") from None
@@ -175,10 +178,10 @@ class H11Wire:
             raise ProbeFailure(f"{request}: {_cause(exc.cause)}") from exc
 
     async def _send(
-        self, method: str, path: str, body: Mapping[str, object] | None, paced: list[float]
+        self, method: str, path: str, body: Mapping[str, object] | None, scope: trio.CancelScope
     ) -> tuple[int, bytes]:
         if method != "GET":
-            conn = await self._new(paced)
+            conn = await self._new(scope)
             try:
                 return await self._round_trip(conn, *self._request(method, path, body))
             finally:
@@ -186,27 +189,33 @@ class H11Wire:
         event = self._gets.get(path)
         if event is None:
             event = self._gets[path] = self._request("GET", path)[0]
-        conn = await self._take(paced)
+        conn = await self._take(scope)
         try:
             return await self._round_trip(conn, event, b"")
         except _Stale:
             if not conn.reused:
                 raise
-        return await self._round_trip(await self._new(paced), event, b"")
+        return await self._round_trip(await self._new(scope), event, b"")
 
-    async def _take(self, paced: list[float]) -> _Connection:
+    async def _take(self, scope: trio.CancelScope) -> _Connection:
         kept, self._kept = self._kept, None
         if kept is not None and kept.fresh_for_reuse(trio.current_time()):
             kept.reused = True
             return kept
         if kept is not None:
             await trio.aclose_forcefully(kept.stream)
-        return await self._new(paced)
+        return await self._new(scope)
 
-    async def _new(self, paced: list[float]) -> _Connection:
+    async def _new(self, scope: trio.CancelScope) -> _Connection:
+        """A new connection, once our pacer lets it go; the wait is ours, so the request's
+        deadline (``scope``) moves by as much: a refused connect after it is a verdict at
+        once, and a server that answers has its whole budget."""
         if self._closed:
             raise trio.ClosedResourceError("the probe client is closed")
-        paced[0] += await connect_pacer().take()
+        wait = connect_pacer().reserve()
+        if wait > 0.0:
+            scope.deadline += wait
+            await trio.sleep(wait)
         return _Connection(await self.connect())
 
     async def _round_trip(

@@ -135,7 +135,7 @@ async def exchange(
                     raise
             return await _attempt(client, method, path, body, _Trace())
     except (trio.TooSlowError, httpx.TimeoutException) as exc:
-        late = no_verdict(request, started, deadline)
+        late = no_verdict(request, started, deadline, budget_s=timeout_s)
         if late is not None:
             raise ProbeFailure(late, kind="overloaded") from exc
         why = f"{request}: no complete reply within {timeout_s:g} s"

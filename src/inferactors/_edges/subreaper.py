@@ -29,13 +29,20 @@ PR_SET_CHILD_SUBREAPER = 36
 PR_GET_CHILD_SUBREAPER = 37
 
 
+def _libc() -> ctypes.CDLL | None:
+    """The C library, for prctl(2); None off Linux or where it cannot be opened."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
 def become_subreaper() -> bool:
     """Make this process the subreaper of its descendants; whether it now is."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
+    libc = _libc()
+    if libc is None:
         return False
     zero = ctypes.c_ulong(0)
     return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, ctypes.c_ulong(1), zero, zero, zero) == 0)
@@ -43,11 +50,8 @@ def become_subreaper() -> bool:
 
 def is_subreaper() -> bool:
     """Whether this process is a child subreaper now (`become_subreaper`); False off Linux."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
+    libc = _libc()
+    if libc is None:
         return False
     flag = ctypes.c_int(0)
     zero = ctypes.c_ulong(0)

@@ -192,3 +192,109 @@ class OverloadWatch:
             return None
         self.current = Overload(at, why)
         return self.current
+
+
+# A bound on going without a verdict.
+
+JUDGE_AFTER_TIMEOUTS = 3.0
+"""After this many probe timeouts (``timeout_s`` each) of trio time in which every probe of
+a server gave no verdict, its probes are stretched (`VerdictBound.stretch_s`): a server
+that does not answer is then judged on a fair budget, not never."""
+
+MAX_STRETCH = 4.0
+"""A stretched probe waits at most this many probe timeouts beyond its own (float factor)."""
+
+HARD_BOUND_TIMEOUTS = 12.0
+"""The bound itself: a server none of whose probes gave a verdict for this many probe
+timeouts (24 s at the default 2 s) is judged on the last one whatever our lateness
+(`VerdictBound.judge_anyway`): three timeouts before stretching, then up to two stretched
+probes of at most ``(1 + MAX_STRETCH)`` timeouts each, with room for the probe interval."""
+
+
+def judges_timeout(
+    elapsed_s: float, lateness: Lateness, budget_s: float, *, limit_s: float = LATE_S
+) -> bool:
+    """Whether a request with no reply by its deadline judges the server (it timed out):
+    our loop lost at most ``limit_s`` of it (`gives_no_verdict`), or the time it ran
+    (``elapsed_s``, float seconds) minus what our loop lost meanwhile still reaches the
+    server's budget ``budget_s`` with ``limit_s`` to spare: the server had its whole
+    budget with our loop running. A late probe is never thrown away whole. Only a deadline
+    stretched past ``budget_s`` (`VerdictBound`) can pass the second test: on an
+    unstretched one, the time run less our lateness is the budget less the stalls."""
+    if not gives_no_verdict(lateness, limit_s=limit_s):
+        return True
+    return elapsed_s - lateness.ours_s >= budget_s + limit_s
+
+
+@attrs.define
+class VerdictBound:
+    """How long one server's probes have gone without a verdict, and what to do about it.
+
+    Without a bound, a server that really hangs while our loop runs late reads as it last
+    did for as long as the overload lasts (every timeout lost part of its budget). So:
+
+    - for `JUDGE_AFTER_TIMEOUTS` x ``timeout_s`` the no-verdicts are let be (a brief
+      overload delays a verdict, nothing more);
+    - then each probe's deadline is stretched by the lateness measured on the probes that
+      gave no verdict (at least ``timeout_s``, at most `MAX_STRETCH` x ``timeout_s``), and
+      judged by `judges_timeout` against the probe's own ``timeout_s``: a hung server times
+      out on a fair budget, a healthy one answers long before the stretched deadline;
+    - after `HARD_BOUND_TIMEOUTS` x ``timeout_s`` without any verdict, the last probe is
+      judged whatever our lateness (`judge_anyway`).
+
+    ``since`` is the trio time of the first no-verdict in a row (None: the last probe
+    judged); ``lost_s`` the most our loop lost on one of them (float seconds).
+    """
+
+    timeout_s: float
+    since: float | None = None
+    lost_s: float = 0.0
+
+    def judged(self) -> None:
+        """A probe gave a verdict: the run of no-verdicts is over."""
+        self.since, self.lost_s = None, 0.0
+
+    def lost(self, at: float, lost_s: float) -> None:
+        """A probe ending at ``at`` gave no verdict; our loop lost ``lost_s`` of it."""
+        if self.since is None:
+            self.since = at
+        self.lost_s = max(self.lost_s, lost_s)
+
+    def stretch_s(self, now: float) -> float:
+        """How far past its own timeout the next probe's deadline goes (0: not stretched)."""
+        if self.since is None or now - self.since < JUDGE_AFTER_TIMEOUTS * self.timeout_s:
+            return 0.0
+        return min(MAX_STRETCH * self.timeout_s, max(self.timeout_s, self.lost_s))
+
+    def judge_anyway(self, now: float) -> bool:
+        """Whether a no-verdict probe ending at ``now`` is judged all the same: none gave a
+        verdict for `HARD_BOUND_TIMEOUTS` x ``timeout_s``."""
+        return self.since is not None and now - self.since >= HARD_BOUND_TIMEOUTS * self.timeout_s
+
+
+def judged_anyway(report: ServerReport, lasted_s: float) -> ServerReport:
+    """A no-verdict ``report`` judged at the bound (`VerdictBound.judge_anyway`): Unreachable
+    with its words and how long no probe gave a verdict, no longer marked overloaded."""
+    why = getattr(report.health, "why", "no reply")
+    judged = f"{why}; judged: no verdict for {lasted_s:.0f} s (the bound)"
+    return attrs.evolve(report, health=Unreachable(judged))
+
+
+# Admission without a verdict.
+
+DEFERRED_FIRST_S = 1.0
+"""The first re-check of an admission (or an adopted start) that gave no verdict waits this
+long (float seconds), doubling with each further no-verdict up to `DEFERRED_MAX_S`."""
+
+DEFERRED_MAX_S = 16.0
+"""The longest wait between re-checks of an admission without a verdict (float seconds)."""
+
+
+def deferred_delay_s(tries: int, phase: float) -> float:
+    """Seconds before re-check ``tries`` (0-based) of an admission that gave no verdict:
+    `DEFERRED_FIRST_S` doubling to `DEFERRED_MAX_S`, spread by ``phase`` in [0, 1) (the
+    instance's own, ``probe_schedule.phase_of``) over up to half as much again, so a
+    thousand deferred admissions do not come back together. Never counted as a retry of
+    the server: no verdict says nothing about it, and it is re-checked until one comes."""
+    base = min(DEFERRED_MAX_S, DEFERRED_FIRST_S * 2.0 ** min(tries, 16))
+    return base * (1.0 + 0.5 * min(max(phase, 0.0), 1.0))

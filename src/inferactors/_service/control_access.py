@@ -16,14 +16,41 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import re
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 READS = ("GET", "HEAD")
 """The methods that never change anything."""
+
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f/\\%]")
+"""What no decoded segment may hold: control characters, separators, percent signs."""
+
+
+def plain_segments(raw: bytes) -> list[str] | None:
+    """The percent-decoded segments of the path ``raw`` (as the client sent it, after its
+    leading ``/``; a trailing ``/`` gives a last empty segment), or None when it could name
+    another path once normalised by someone: a ``\\`` anywhere, or a segment that is empty
+    (``//``), a dot segment (``.``, ``..``, ``%2e%2e``), holds a ``/``, ``\\`` or ``%`` once
+    decoded (``%2f``, ``%5c``, double encoding) or a control character, or is not UTF-8."""
+    if not raw.startswith(b"/") or b"\\" in raw:
+        return None
+    parts = raw[1:].split(b"/")
+    decoded: list[str] = []
+    for number, part in enumerate(parts):
+        last = number == len(parts) - 1
+        try:
+            text = unquote_to_bytes(part).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        if (text == "" and not last) or text in (".", "..") or _UNSAFE.search(text):
+            return None
+        decoded.append(text)
+    return decoded
 
 
 def error_body(code: str, message: str) -> dict[str, Any]:
@@ -91,6 +118,8 @@ class BearerOnTcp:
 class BrowserGuard:
     """ASGI middleware against other sites' pages, for requests over TCP:
 
+    - the path, as sent, must be plain (`plain_segments`), else ``404 not-found``: no
+      route is chosen on a path another layer would read differently;
     - the ``Host`` header must name a loopback address or ``localhost`` (with any port),
       else ``403 bad-host``: a site whose name was pointed at 127.0.0.1 cannot talk to the
       API as if it were its own origin;
@@ -105,6 +134,10 @@ class BrowserGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if _over_tcp(scope):
+            if plain_segments(scope.get("raw_path") or scope["path"].encode()) is None:
+                message = "the path is not plain (dot segments, encoded separators)"
+                await _refuse(scope, receive, send, 404, ("not-found", message))
+                return
             headers = dict(scope["headers"])
             host = headers.get(b"host", b"").decode("latin-1")
             if not loopback_host(host):

@@ -23,9 +23,10 @@ from .._config.runfile import Endpoint, RunConfig
 from .._config.state_dir import state_dir_of
 from .._edges.bundle import Edges, ProbeTimed
 from .._edges.log_ring import LogLine
+from .._edges.loop_lag import loop_lag
 from .._edges.memory_gauge import MemoryGauge
 from .._errors import InvalidState, UnknownInstance, Unsupported
-from .._events import Event, StopReason, instance_of
+from .._events import Event, StopReason, SupervisorCaughtUp, SupervisorOverloaded, instance_of
 from .._policy import fleet_exit, service_status
 from .._policy.reload_plan import Placement, placements
 from .drain import Drainer, NoDrain
@@ -95,6 +96,7 @@ class Fleet:
     """Every instance id the fleet had, to its name and whether it was adopted (kept after
     an unload: its events still name it)."""
     _fan: EventFan = attrs.Factory(EventFan)
+    _last_overload: SupervisorOverloaded | SupervisorCaughtUp | None = None
     _hooks: list[Callable[[LifecycleNote], None]] = attrs.Factory(list)
     _views_changed: trio.Event = attrs.Factory(trio.Event)
 
@@ -207,7 +209,9 @@ class Fleet:
     async def refresh_metrics(self) -> None:
         """Read what the servers report and cost (``metrics_engines.py``), all at once,
         within `fleet_figures.ENGINE_SCRAPE_S` (a late one is left out, a failed one said as
-        failed)."""
+        failed), and the deadlines our own lateness left without a verdict so far
+        (`FleetMetrics.lost_verdicts`: it moves while an overload lasts)."""
+        self.metrics.lost_verdicts(loop_lag().watch.no_verdicts_total)
         self.metrics.engines.update(*await read_figures(self.members.values()))
 
     async def alive(self, deadline_s: float) -> bool:
@@ -332,7 +336,13 @@ class Fleet:
                 self.given_up.set()
 
     def on_event(self, event: Event) -> None:
-        """One event of any runtime: kept, counted, passed on, and its member marked."""
+        """One event of any runtime: kept, counted, passed on, and its member marked. The
+        supervisor's own overload is one event loop's, which every runtime of the fleet
+        reports: a report the same as the last but for its time is passed on once."""
+        if isinstance(event, SupervisorOverloaded | SupervisorCaughtUp):
+            last, self._last_overload = self._last_overload, event
+            if last is not None and attrs.evolve(event, at=last.at) == last:
+                return
         self._fan.publish(event)
         self.metrics.observe(event)
         iid = instance_of(event)

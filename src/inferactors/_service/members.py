@@ -22,9 +22,11 @@ from .._actors.runtime import InferRuntime, InstanceHandle
 from .._config.config import ControlMode, RestartPolicy
 from .._config.runfile import RunInstance
 from .._config.spec import InferenceSpec
-from .._errors import AdmissionRefused, BackendError, InferactorsError, one_line
+from .._errors import AdmissionRefused, BackendError, InferactorsError, NoVerdict, one_line
 from .._events import Event, StateChanged
 from .._policy.fleet_exit import Place, Standing, adopted_retry_delay_s, down_kind, standing
+from .._policy.lateness import deferred_delay_s
+from .._policy.probe_schedule import phase_of
 from .._policy.readiness import Readiness
 from .._policy.reload_plan import Placement
 from .._policy.service_status import display_state
@@ -65,6 +67,8 @@ class Member:
     status: InstanceStatus = _STARTING
     refused: str | None = None
     retrying: bool = False
+    deferred: bool = False
+    """Its last load or start gave no verdict (`NoVerdict`): re-checked, never Exited."""
     scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
     dirty: trio.Event = attrs.Factory(trio.Event)
     heard: InstanceState | None = None
@@ -181,8 +185,15 @@ async def keep(member: Member, keeper: Keeper) -> None:
             up = await _attempt(member, keeper)
         finally:
             member.first_done.set()
-        attempt = 0
+        attempt = deferred = 0
         while not up and member.retrying:
+            if member.deferred:  # no verdict: not a try; checked again until one comes
+                wait_s = deferred_delay_s(deferred, _phase(member))
+                deferred += 1
+                member.update(_deferred(member.status, wait_s), keeper)
+                await trio.sleep(wait_s)
+                up = await _attempt(member, keeper)
+                continue
             delay = adopted_retry_delay_s(_policy(member), attempt)
             if delay is None:
                 member.retrying = False
@@ -212,6 +223,18 @@ def _policy(member: Member) -> RestartPolicy:
     return member.placement.entry.supervision.restart or RestartPolicy()
 
 
+def _phase(member: Member) -> float:
+    return phase_of(_endpoint(member.placement.entry.spec) or member.name)
+
+
+def _deferred(status: InstanceStatus, delay: float) -> InstanceStatus:
+    """Loaded, not Exited: an admission without a verdict says nothing about the server."""
+    why = status.detail or "admission deferred: the supervisor is overloaded"
+    return InstanceStatus(
+        InstanceState.LOADED, why, supervision=f"no verdict yet, checking again in {delay:.1f} s"
+    )
+
+
 def _waiting(status: InstanceStatus, delay: float) -> InstanceStatus:
     why = status.detail or "not reachable"
     return InstanceStatus(
@@ -232,7 +255,7 @@ async def _attempt(member: Member, keeper: Keeper) -> bool:
     except InferactorsError as error:
         await _refused(member, keeper, error)
         return False
-    member.refused, member.retrying = None, False
+    member.refused, member.retrying, member.deferred = None, False, False
     iid = member.handle.instance_id
     done = "loaded, started on demand" if member.on_demand else "started"
     keeper.say(f"{member.name}: {done} ({runtime.id})", instance=iid)
@@ -249,6 +272,10 @@ def signer_of(runtime: InferRuntime, model: str | None) -> str | None:
 
 
 async def _refused(member: Member, keeper: Keeper, error: InferactorsError) -> None:
+    if isinstance(error, NoVerdict):  # our own lateness: nothing known, never Exited
+        await _deferred_by(member, keeper, error)
+        return
+    member.deferred = False
     adopted = member.placement.entry.mode is ControlMode.ADOPTED
     retry = adopted and isinstance(error, AdmissionRefused | BackendError)
     why = one_line(f"{error.code}: {error}")
@@ -264,6 +291,22 @@ async def _refused(member: Member, keeper: Keeper, error: InferactorsError) -> N
         keeper.say(
             one_line(f"{member.name}: not started: {why}"), instance=member.name, level=level
         )
+
+
+async def _deferred_by(member: Member, keeper: Keeper, error: NoVerdict) -> None:
+    """A load or start that gave no verdict (`NoVerdict`): the member stays Loaded
+    ("admission deferred") and is checked again, paced (`deferred_delay_s`), until a
+    verdict comes; said once in the log."""
+    if member.handle is not None:
+        handle, member.handle = member.handle, None
+        await _unload_quietly(member.runtime, handle)
+    first = not member.deferred
+    member.retrying, member.deferred, member.refused = True, True, None
+    detail = one_line(f"admission deferred: {error}")
+    member.update(InstanceStatus(InstanceState.LOADED, detail), keeper)
+    if first:
+        say = f"{member.name}: admission deferred (no verdict; checking again): {error}"
+        keeper.say(one_line(say), instance=member.name, level=logging.WARNING)
 
 
 async def _unload_quietly(runtime: InferRuntime, handle: InstanceHandle) -> None:

@@ -6,8 +6,10 @@ synchronous and cheap, none of them I/O:
 
 - `FleetMetrics.observe` with every event (restarts, exits by reason, time to ready, time
   to first token, deep health, exposure and tamper events, and the supervisor's own
-  overload: ``inferactors_supervisor_overloaded`` 1 while it is, the overloads begun and
-  the deadlines that gave no verdict, counted when it catches up);
+  overload: ``inferactors_supervisor_overloaded`` 1 while it is, the overloads begun);
+- `FleetMetrics.lost_verdicts` with the run's count of deadlines that gave no verdict
+  (``_edges/loop_lag.py``), read live at each scrape, so the counter moves while the
+  overload lasts, not only when it ends;
 - `FleetMetrics.on_probe`, the runtimes' `Edges.on_probe` hook, with every probe report's
   latency (a measurement per instance per second: kept out of the event stream);
 - `FleetMetrics.render` with the fleet's cached views, for the state gauges, when scraped;
@@ -87,6 +89,7 @@ class FleetMetrics:
     _no_verdicts: Counter
     engines: EngineFigures = attrs.Factory(EngineFigures)
     _last_overload: SupervisorOverloaded | SupervisorCaughtUp | None = None
+    _no_verdicts_seen: int = 0
     _labels: dict[str, tuple[str, str, str]] = attrs.Factory(dict)
     _started_at: dict[str, float] = attrs.Factory(dict)
     door: DoorMetrics = attrs.field(init=False)
@@ -123,7 +126,7 @@ class FleetMetrics:
             counter("inferactors_supervisor_overloads", "Overloads of the supervisor begun"),
             counter(
                 "inferactors_supervisor_no_verdicts",
-                "Deadlines that gave no verdict for our own lateness (counted at catching up)",
+                "Deadlines that gave no verdict for our own lateness (counted as they happen)",
             ),
         )
         reg.register(metrics.engines)
@@ -187,7 +190,13 @@ class FleetMetrics:
             self._overloads.inc()
         else:
             self._overloaded.set(0)
-            self._no_verdicts.inc(event.no_verdicts)
+
+    def lost_verdicts(self, total: int) -> None:
+        """The run's count so far of deadlines that gave no verdict (`LoopLag`'s
+        ``watch.no_verdicts_total``): the counter follows it while the overload lasts."""
+        if total > self._no_verdicts_seen:
+            self._no_verdicts.inc(total - self._no_verdicts_seen)
+            self._no_verdicts_seen = total
 
     def on_probe(self, timed: ProbeTimed) -> None:
         """The `Edges.on_probe` hook: one probe's latency into the histogram."""

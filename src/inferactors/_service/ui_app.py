@@ -7,8 +7,10 @@ Routes::
     GET  /ui/                                the page (HTML; its script and style below)
     GET  /ui/static/{app.js,app.css}         the page's assets, shipped in the package
     GET  /ui/api/stream                      SSE: ``rows`` (every instance, and the front
-                                             door's residency) now and on every change,
-                                             ``event`` (each event, dated, in words),
+                                             door's residency) now, then ``changes`` (the
+                                             rows that changed, `ui_rows.RowsSent`) on
+                                             every change, ``event`` (each event, dated,
+                                             in words),
                                              ``sample`` (each usage reading)
     GET  /ui/api/instances/{name}            its row, dated timeline, series (plots), its
                                              last diagnosis and last lines
@@ -48,7 +50,7 @@ from .._events import Event, instance_of
 from .control_access import READS, error_body
 from .control_app import ERROR_STATUS
 from .ui_history import STEP_S, WINDOW_S, Dated, UiHistory, failure
-from .ui_rows import Facts, door_summary, fleet_facts, no_facts, row
+from .ui_rows import Facts, RowsSent, door_summary, fleet_facts, no_facts, row
 from .ui_stream import EventStream, SseSender
 from .ui_words import JsonWords, PageWords
 from .views import InstanceView, ReloadResult
@@ -62,6 +64,7 @@ ASSETS = {
     "app.css": "text/css; charset=utf-8",
 }
 """The page's assets (in ``ui_page/`` beside this module) and their media types."""
+_ASSET_PATHS = frozenset(f"/ui/static/{name}" for name in ASSETS)
 PAGE_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
@@ -97,8 +100,9 @@ class PageSource(Protocol):
 
 
 def open_to_all(method: str, path: str) -> bool:
-    """Whether a request holds nothing private: a read of the page or its assets."""
-    return method in READS and (path in ("/ui", "/ui/") or path.startswith("/ui/static/"))
+    """Whether a request holds nothing private: a read of the page or one of its assets,
+    named exactly (a path that only starts like an asset's is not open)."""
+    return method in READS and (path in ("/ui", "/ui/") or path in _ASSET_PATHS)
 
 
 def _no_budget() -> int | None:
@@ -172,8 +176,11 @@ class WebPage:
         return EventStream(self._produce_stream)
 
     async def _produce_stream(self, sse: SseSender) -> None:
+        sent = RowsSent()
         with self.source.follow_events() as events:
-            await sse.event("rows", self.rows())
+            first = self.rows()
+            sent.changes(first)
+            await sse.event("rows", first)
             send, receive = trio.open_memory_channel[tuple[str, Any]](64)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._pump_events, events, send.clone())
@@ -182,6 +189,10 @@ class WebPage:
                 async for name, data in receive:
                     if name == "end":
                         break
+                    if name == "rows":  # only what changed since the last table sent
+                        name, data = "changes", sent.changes(data)
+                        if data is None:
+                            continue
                     await sse.event(name, data)
                 nursery.cancel_scope.cancel()
 

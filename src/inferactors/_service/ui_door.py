@@ -1,14 +1,20 @@
 """``inferactors ui``'s server: the supervisor's web page on a loopback port of its own, for
 the user who runs it (`serve_ui_door`).
 
-The page stays the supervisor's: every request under ``/ui`` that passes this door's own
-guards is forwarded to the supervisor's control socket (httpx over the Unix socket) and
-its answer streamed back as it comes (the page's server-sent events included). The guards
+The page stays the supervisor's: every request for one of the page's own paths
+(``ui_paths.forwarded_path``: an allow-list checked on the path as sent, dot segments and
+encoded separators refused) that passes this door's own guards is forwarded to the
+supervisor's control socket (httpx over the Unix socket) and its answer streamed back as
+it comes (the page's server-sent events included). The guards
 are the TCP listener's (``control_access.py``): a loopback ``Host``, a browser's commands
 from the same origin, and the bearer token, here one made for this door alone (random,
 printed by ``inferactors ui`` in the page's address, never stored). The browser's own
 headers (its token, cookies, ``Origin``) are not forwarded: on the socket, the supervisor
-knows the door as its own user. Any other path is ``404 not-found``.
+knows the door as its own user. Any other path is ``404 not-found``, and no query string
+is forwarded (the page sends none).
+
+The door is served like the control API (``asgi_worker.serve_asgi``): a client that stops
+reading cannot hold a write for ever, and Ctrl-C cuts every connection at once.
 """
 
 from __future__ import annotations
@@ -18,15 +24,15 @@ from pathlib import Path
 
 import httpx
 import trio
-from hypercorn.config import Sockets
-from hypercorn.trio.run import worker_serve
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .asgi_worker import serve_asgi
 from .control_access import BearerOnTcp, BrowserGuard, error_body
 from .control_server import _config, _tcp_socket, _wrapped
 from .ui_app import open_to_all
+from .ui_paths import forwarded_path
 
 PREFIX = "/ui"
 """The paths the door forwards: the page and its API."""
@@ -53,8 +59,8 @@ class _Forward:
         if scope["type"] != "http":
             return
         request = Request(scope, receive)
-        path = scope["path"]
-        if path != PREFIX and not path.startswith(f"{PREFIX}/"):
+        path = forwarded_path(scope.get("raw_path") or scope["path"].encode())
+        if path is None:
             refusal = error_body("not-found", "only the web page is served here")
             answer = JSONResponse(refusal, status_code=404)
             await answer(scope, receive, send)
@@ -62,7 +68,7 @@ class _Forward:
         headers = [(k, v) for k, v in scope["headers"] if k.lower() in _PASSED]
         outgoing = self.client.build_request(
             scope["method"],
-            scope["raw_path"].decode("latin-1") + _query(scope),
+            path,
             headers=headers,
             content=await request.body(),
         )
@@ -89,11 +95,6 @@ async def _lifespan(receive: Receive, send: Send) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
-
-
-def _query(scope: Scope) -> str:
-    query: bytes = scope.get("query_string", b"")
-    return f"?{query.decode('latin-1')}" if query else ""
 
 
 async def _relay(upstream: httpx.Response, receive: Receive, send: Send) -> None:
@@ -151,9 +152,9 @@ async def serve_ui_door(
             transport=transport, timeout=timeout, base_url="http://inferactors"
         ) as client:
             app = _wrapped(ui_door_app(client, socket_path, token))
-            sockets = Sockets(secure_sockets=[], insecure_sockets=[listener], quic_sockets=[])
+            serving = partial(serve_asgi, app, _config(), [listener], trio.sleep_forever)
             async with trio.open_nursery() as nursery:
-                await nursery.start(partial(worker_serve, app, _config(), sockets=sockets))
+                await nursery.start(serving)
                 task_status.started(address)
     finally:
         listener.close()

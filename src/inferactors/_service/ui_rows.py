@@ -7,8 +7,11 @@ last readings: no I/O.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
+
+import attrs
 
 from .._actors.front_door_seam import Residency
 from .._config.convert_api import api_data
@@ -151,3 +154,48 @@ def door_summary(
         "in_flight": sum(one.in_flight for one in scheduled),
         "queued": sum(one.queued for one in scheduled),
     }
+
+
+_MOVING = "uptime_s"
+"""The one field of a row (and of its status) that moves on its own: not a change."""
+
+
+def _key(data: dict[str, Any]) -> str:
+    """``data`` (a row) as compared between two tables: JSON without its uptimes."""
+    still = {k: v for k, v in data.items() if k != _MOVING}
+    status = still.get("status")
+    if isinstance(status, dict):
+        still["status"] = {k: v for k, v in status.items() if k != _MOVING}
+    return json.dumps(still, sort_keys=True, separators=(",", ":"))
+
+
+@attrs.define(eq=False)
+class RowsSent:
+    """What one live stream last sent of each row, so that a later table is sent as its
+    changes only (`changes`): the page's rows at 200 instances are about 100 kB, one
+    instance's change a few hundred bytes."""
+
+    _keys: dict[str, str] = attrs.Factory(dict)
+    _order: list[str] = attrs.Factory(list)
+    _door: Any = None
+
+    def changes(self, table: dict[str, Any]) -> dict[str, Any] | None:
+        """The ``changes`` of ``table`` (``{"rows", "door", "now"}``, as `WebPage.rows`)
+        since the last one: ``{"rows": [the rows that changed, whole], "order": [every
+        name, in order] or None when the names and their order stayed, "door", "now"}``;
+        None when nothing changed but uptimes (they move on their own: the page counts)."""
+        rows: list[dict[str, Any]] = table["rows"]
+        order = [each["name"] for each in rows]
+        keys = {each["name"]: _key(each) for each in rows}
+        changed = [each for each in rows if self._keys.get(each["name"]) != keys[each["name"]]]
+        moved = order != self._order
+        door_changed = table["door"] != self._door
+        self._keys, self._order, self._door = keys, order, table["door"]
+        if not changed and not moved and not door_changed:
+            return None
+        return {
+            "rows": changed,
+            "order": order if moved else None,
+            "door": table["door"],
+            "now": table["now"],
+        }

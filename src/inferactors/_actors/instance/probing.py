@@ -15,7 +15,7 @@ import trio
 
 from ..._config.config import InferConfig, Watchdog
 from ..._edges.bundle import Edges
-from ..._edges.loop_lag import no_verdict
+from ..._edges.loop_lag import lateness, no_verdict
 from ..._edges.netscan import NetScanner
 from ..._edges.probe import Prober, ProberFactory, probe_once
 from ..._edges.probe_auth import with_api_key
@@ -31,6 +31,7 @@ from ..._flavor import InferFlavor
 from ..._policy.admission import Plan
 from ..._policy.exposure import Exposure
 from ..._policy.health_truth import Confirmation, worth_confirming
+from ..._policy.lateness import LATE_S, VerdictBound, judged_anyway
 from ..._policy.matching import completion_model
 from ..._policy.probe_parse import CompletionResult, ServerReport, Unreachable, serving
 from ..._policy.probe_schedule import (
@@ -89,6 +90,9 @@ class ProbeLook:
     answered: bool = False
     exposure: Exposure | None = None
     exposure_at: float | None = None
+    stalled: bool = False
+    """The monitor's last pause ended more than ``LATE_S`` late (our loop stalled): a
+    managed server's exposure is checked again before its next probe is judged."""
 
     def note(self, report: ServerReport) -> None:
         """Remember a serving server's list; a serving ``/health`` ends any confirmation."""
@@ -195,20 +199,24 @@ class Probing:
         (`admission_report`).
 
         A probe that gives no verdict (`ServerReport.no_verdict`: one of its requests lost
-        its deadline to our own late loop, ``_policy/lateness.py``) is never judged, nor
-        posted, however many come in a row, and the schedule stays as it was: the next
-        probe made on time judges (a server that really hangs times out on time then). An
+        its deadline to our own late loop, ``_policy/lateness.py``) is not judged, nor
+        posted, and the schedule stays as it was: the next probe made on time judges. The
+        wait is bounded (`VerdictBound`): after 3 probe timeouts without a verdict the
+        probes' deadlines are stretched by the lateness measured, and judged on the
+        probe's own timeout minus our lateness; after 12 probe timeouts (24 s at the
+        default 2 s) without one, the last probe is judged whatever our lateness. An
         overload is the supervisor's own state (`SupervisorOverloaded`), never a server's.
         """
         look = ProbeLook(token_ok=process is None)  # adopted: no first token
         delay, phase = FIRST_PROBE_S, phase_of(self.plan.spec.base_url())
         prober = self.open_prober(self.plan.spec.base_url(), self.config.probe_timeout_s)
         fresh = self.admission_report() if process is None else None
+        bound = VerdictBound(self.config.probe_timeout_s)
         with scope:
             try:
                 while True:
                     lines_seen = 0 if process is None else process.lines.ready_count
-                    report = fresh or await prober.report(self._flavor)
+                    report = fresh or await _bounded_probe(prober, self._flavor, bound)
                     fresh = None
                     if not report.no_verdict:  # else our own loop was late: no verdict
                         await self._judge(process, report, look)
@@ -216,6 +224,7 @@ class Probing:
                     at = next_probe_at(trio.current_time(), delay, phase)
                     if await _pause(process, at, lines_seen):
                         delay = LINE_PROBE_S  # a line: probe now, then 2x, 4x ... this
+                    look.stalled = look.stalled or trio.current_time() - at > LATE_S
             finally:
                 with trio.move_on_after(1.0, shield=True):
                     await prober.aclose()
@@ -236,6 +245,9 @@ class Probing:
     ) -> Probed:
         """What one monitor probe found: identity, first token, exposure, address family."""
         owner_ok, owner_pid = await self._identity(process, report)
+        exposed = await self._exposure_first(process, report, look)
+        if exposed is not None:  # stopped before it is ever announced Running
+            return Probed(report, process, owner_ok, owner_pid, exposed)
         token: str | None = None
         ttft_s: float | None = None
         if not look.token_ok and owner_ok is not False and self._lists_our_model(report):
@@ -316,6 +328,20 @@ class Probing:
         """The instance's deep-health timeout (``Supervision.deep_timeout_s``), float
         seconds, or the runtime's ``InferConfig.deep_timeout_s`` when it has none."""
         return self.plan.supervision.deep_timeout_s or self.config.deep_timeout_s
+
+    async def _exposure_first(
+        self, process: ManagedProcess | None, report: ServerReport, look: ProbeLook
+    ) -> Exposure | None:
+        """A managed server that serves is scanned for listeners beyond loopback before it
+        can be announced Running (every probe until it is ready), and again first after our
+        loop stalled (`ProbeLook.stalled`): the exposure watch's tick may come later than
+        the probe that would say Running."""
+        if process is None or not serving(report.health):
+            return None
+        if look.ready and not look.stalled:
+            return None
+        look.stalled = False
+        return await self.net.scan(process.pid, self.plan.spec.port())
 
     async def _adopted_exposure(
         self, process: ManagedProcess | None, report: ServerReport, look: ProbeLook
@@ -480,6 +506,23 @@ def _words(report: ServerReport) -> str:
     health = report.health
     why = getattr(health, "why", None)
     return f"{type(health).__name__.lower()}: {why}" if why else type(health).__name__.lower()
+
+
+async def _bounded_probe(prober: Prober, flavor: InferFlavor, bound: VerdictBound) -> ServerReport:
+    """One monitor probe under ``bound`` (`VerdictBound`): stretched once the server's
+    probes long gave no verdict; a no-verdict one judged all the same at the bound."""
+    started = trio.current_time()
+    report = await prober.report(flavor, stretch_s=bound.stretch_s(started))
+    now = trio.current_time()
+    if not report.no_verdict:
+        bound.judged()
+        return report
+    bound.lost(now, lateness(started, now).ours_s)
+    if not bound.judge_anyway(now):
+        return report
+    judged = judged_anyway(report, now - (bound.since or now))
+    bound.judged()
+    return judged
 
 
 async def _pause(process: ManagedProcess | None, at: float, lines_seen: int) -> bool:

@@ -5,13 +5,15 @@
 
 const $ = (id) => document.getElementById(id);
 const TOKEN_KEY = "inferactors-token";
-const MAX_LOG_LINES = 5000;
+const MAX_LOG_LINES = 2000; // lines (not batches) the log view holds; older ones go
+const AT_BOTTOM_PX = 24; // how near the end counts as "at the bottom" (then it follows)
 const MAX_TIMELINE = 200;
+const RETRY_FIRST_MS = 500; // the first wait before connecting again; doubles to RETRY_MAX_MS
+const RETRY_MAX_MS = 10000;
 const SVG = "http://www.w3.org/2000/svg";
 
 const page = {
   rows: new Map(), // name -> row, as the last "rows" event gave it
-  received: 0, // performance.now() when those rows came
   order: [],
   selected: null,
   series: null, // the selected instance's series (plots)
@@ -77,11 +79,16 @@ async function readEvents(path, handlers, signal) {
 const sleep = (ms) => new Promise((done) => setTimeout(done, ms));
 
 async function live() {
-  let delay = 500;
+  let delay = RETRY_FIRST_MS;
   for (;;) {
     setConnection("connecting");
+    let connected = false;
+    const onRowsLive = (data) => {
+      connected = true;
+      onRows(data);
+    };
     try {
-      await readEvents("/ui/api/stream", { rows: onRows, event: onEvent, sample: onSample });
+      await readEvents("/ui/api/stream", { rows: onRowsLive, changes: onChanges, event: onEvent, sample: onSample });
       setConnection("ended", "the supervisor stopped; waiting for it");
     } catch (error) {
       if (error instanceof Refused) {
@@ -91,8 +98,10 @@ async function live() {
       }
       setConnection("lost", "not connected; retrying");
     }
+    if (connected) delay = RETRY_FIRST_MS; // a good connection: start the backoff again
+    page.retryMs = delay;
     await sleep(delay);
-    delay = Math.min(delay * 2, 10000);
+    delay = Math.min(delay * 2, RETRY_MAX_MS);
   }
 }
 
@@ -155,7 +164,8 @@ function element(tag, attributes = {}, text = null) {
 
 function onRows(data) {
   setConnection("live");
-  page.received = performance.now();
+  const now = performance.now();
+  for (const row of data.rows) row.at = now;
   page.rows = new Map(data.rows.map((row) => [row.name, row]));
   page.order = data.rows.map((row) => row.name);
   renderRows();
@@ -163,8 +173,32 @@ function onRows(data) {
   if (page.selected && page.rows.has(page.selected)) renderPanelHead(page.rows.get(page.selected));
 }
 
-function renderRows() {
+// The rows that changed since the last table (whole), and every name in order when the
+// names or their order changed (null otherwise).
+function onChanges(data) {
+  const now = performance.now();
+  for (const row of data.rows) {
+    row.at = now;
+    page.rows.set(row.name, row);
+  }
+  if (data.order) {
+    page.order = data.order;
+    const named = new Set(data.order);
+    for (const name of [...page.rows.keys()]) if (!named.has(name)) page.rows.delete(name);
+    renderRows();
+  } else {
+    renderRows(new Set(data.rows.map((row) => row.name)));
+  }
+  renderDoor(data.door);
+  if (page.selected && page.rows.has(page.selected)) renderPanelHead(page.rows.get(page.selected));
+}
+
+function renderRows(only) {
   const body = $("instances").tBodies[0];
+  if (only) {
+    for (const tr of body.rows) if (only.has(tr.dataset.name)) fillRow(tr, page.rows.get(tr.dataset.name));
+    return;
+  }
   const kept = new Map([...body.rows].map((tr) => [tr.dataset.name, tr]));
   page.order.forEach((name, index) => {
     let tr = kept.get(name);
@@ -220,7 +254,7 @@ function fillRow(tr, row) {
 
 function uptimeOf(row) {
   if (row.uptime_s === null || row.pid === null) return null;
-  return row.uptime_s + (performance.now() - page.received) / 1000;
+  return row.uptime_s + (performance.now() - row.at) / 1000;
 }
 
 function tickUptimes() {
@@ -345,18 +379,69 @@ function addTimeline(item, newestFirst) {
   while (list.children.length > MAX_TIMELINE) list.lastElementChild.remove();
 }
 
+// The log view: lines wait in `pending` and are drawn once per animation frame, as one
+// text node per frame; the view holds at most MAX_LOG_LINES lines (the oldest nodes go,
+// or the oldest lines of the first one), so a chatty server costs a bounded view; it
+// scrolls to the end only when "follow" is on and the reader was already at the end.
+function newLogView(log) {
+  const nodes = []; // [text node, its line count], oldest first
+  let held = 0; // lines in the nodes
+  let pending = [];
+  let drawing = false;
+  let stopped = false;
+  const draw = () => {
+    drawing = false;
+    if (stopped || !pending.length) return;
+    const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight <= AT_BOTTOM_PX;
+    const node = document.createTextNode(pending.join("\n") + "\n");
+    nodes.push([node, pending.length]);
+    held += pending.length;
+    pending = [];
+    log.append(node);
+    while (held > MAX_LOG_LINES) {
+      const [first, count] = nodes[0];
+      const excess = held - MAX_LOG_LINES;
+      if (count <= excess) {
+        first.remove();
+        nodes.shift();
+        held -= count;
+      } else {
+        let cut = 0;
+        for (let left = excess; left > 0; left--) cut = first.data.indexOf("\n", cut) + 1;
+        first.deleteData(0, cut);
+        nodes[0][1] = count - excess;
+        held -= excess;
+      }
+    }
+    if ($("follow").checked && atBottom) log.scrollTop = log.scrollHeight;
+  };
+  return {
+    stop() {
+      stopped = true;
+      pending = [];
+    },
+    add(texts) {
+      pending.push(...texts);
+      if (pending.length > MAX_LOG_LINES) pending = pending.slice(-MAX_LOG_LINES);
+      if (!drawing) {
+        drawing = true;
+        requestAnimationFrame(draw);
+      }
+    },
+  };
+}
+
 async function followLog(name) {
   if (page.logAbort) page.logAbort.abort();
   const abort = new AbortController();
   page.logAbort = abort;
   const log = $("log");
+  const view = newLogView(log);
+  abort.signal.addEventListener("abort", () => view.stop());
   const onLines = (lines) => {
     if (!lines.length) return;
-    const text = lines.map((line) =>
-      `${clock(line.at)} ${line.pid}  ${line.text}${line.continued ? " [continues]" : ""}`);
-    log.append(document.createTextNode(text.join("\n") + "\n"));
-    while (log.childNodes.length > MAX_LOG_LINES) log.firstChild.remove();
-    if ($("follow").checked) log.scrollTop = log.scrollHeight;
+    view.add(lines.map((line) =>
+      `${clock(line.at)} ${line.pid}  ${line.text}${line.continued ? " [continues]" : ""}`));
   };
   const onNote = (words) => {
     $("log-note").hidden = false;
@@ -519,6 +604,9 @@ function wire() {
   });
   $("reload").addEventListener("click", () => command("reload", null));
   $("panel-close").addEventListener("click", closePanel);
+  $("follow").addEventListener("change", () => {
+    if ($("follow").checked) $("log").scrollTop = $("log").scrollHeight;
+  });
   $("result-close").addEventListener("click", () => { $("result").hidden = true; });
   const use = (submit) => {
     submit.preventDefault(); // nothing is sent anywhere: the token stays in this tab
