@@ -57,6 +57,11 @@ def main() -> int:
     """The ``inferactors`` console script: `EARLY` for ``run``, then the real command."""
     if sys.argv[1:2] == ["run"]:
         EARLY.install()
+    if sys.argv[1:] == ["--version"]:  # the version alone: no parser, no HTTP client
+        from inferactors._version import package_version
+
+        print(f"inferactors {package_version()}")
+        return 0
     from inferactors._cli.main import main as cli_main
 
     return cli_main()

@@ -6,6 +6,7 @@ A status is a snapshot: it never raises and it is never stale by more than one p
 from __future__ import annotations
 
 import enum
+import warnings
 from collections.abc import Generator
 from typing import Any
 
@@ -61,6 +62,10 @@ class InstanceStatus:
         since: trio time (float seconds, the runtime's clock) from which ``state`` holds:
             set when the instance's state last changed; None before its first report.
             Two statuses that differ only in ``since`` compare equal.
+        endpoint: the server's base URL (``http://127.0.0.1:8090``); None on a status
+            not made by an instance actor. Not compared (it names, it does not report).
+        model: the model it serves (the registry name when managed, the spec's model when
+            adopted), else None. Not compared.
     """
 
     state: InstanceState
@@ -79,11 +84,20 @@ class InstanceStatus:
     signal: int | None = None
     stop_deadline: float | None = None
     since: float | None = attrs.field(default=None, eq=False)  # a date: not what it says
+    endpoint: str | None = attrs.field(default=None, eq=False)  # who it is, not what it says
+    model: str | None = attrs.field(default=None, eq=False)
 
     def __await__(self) -> Generator[Any, None, InstanceStatus]:
-        """``await runtime.status(handle)``, the spelling from when `status` was a
+        """``runtime.status(handle)``, the spelling from when `status` was a
         coroutine: deprecated, kept for one release; it gives this status at once (no
-        checkpoint). Call ``runtime.status(handle)`` without ``await``."""
+        checkpoint) and warns (`DeprecationWarning`). Call ``runtime.status(handle)``
+        without ``await``."""
+        warnings.warn(
+            "awaiting runtime.status(handle) is deprecated: it is a plain function now; "
+            "call it without await",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return _at_once(self).__await__()
 
 

@@ -32,7 +32,7 @@ async def test_a_start_right_after_admission_probes_nothing_more(
         await runtime.start(handle)
         await trio.lowlevel.checkpoint()  # the monitor begins: its first probe is the admission's
         assert healths(server) == 1
-        assert (await runtime.status(handle)).state is InstanceState.RUNNING
+        assert (runtime.status(handle)).state is InstanceState.RUNNING
         await trio.sleep(10.0)
         assert healths(server) == 1 + 10  # then every second on its phase
 

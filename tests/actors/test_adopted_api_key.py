@@ -49,7 +49,7 @@ async def test_an_adopted_servers_probes_carry_its_api_key(tmp_path: Path) -> No
     ):
         handle = await runtime.load(spec(server.port, key_file(tmp_path)))
         await runtime.start(handle)
-        assert (await runtime.status(handle)).state is InstanceState.RUNNING
+        assert (runtime.status(handle)).state is InstanceState.RUNNING
         await runtime.health(handle)
         assert server.seen, "no request reached the server"
         assert {seen.get("authorization") for seen in server.seen} == {f"Bearer {KEY}"}

@@ -57,8 +57,8 @@ async def test_an_unreadable_model_list_is_degraded_not_running(case: str) -> No
         sibling = await runtime.load(spec("sibling", healthy.port))
         await runtime.start(target)
         await runtime.start(sibling)
-        status = await runtime.status(target)
+        status = runtime.status(target)
         assert (status.state, status.detail) == (InstanceState.DEGRADED, why)
         report = await runtime.health(target)
         assert (report.models, report.models_problem) == ((), why)
-        assert (await runtime.status(sibling)).state is InstanceState.RUNNING
+        assert (runtime.status(sibling)).state is InstanceState.RUNNING

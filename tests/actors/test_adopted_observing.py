@@ -49,7 +49,7 @@ async def test_an_adopted_server_only_ever_receives_get_requests(
         handle = await runtime.load(chat())
         await runtime.start(handle)
         await trio.sleep(5.0)  # the monitor probes meanwhile
-        await runtime.status(handle)
+        runtime.status(handle)
         await runtime.health(handle)
         await runtime.unload(handle)
         seen = len(server.requests)
@@ -123,7 +123,7 @@ async def test_unload_only_forgets_a_real_server_which_keeps_running(
         with trio.fail_after(30):
             await runtime.wait_state(handle, InstanceState.RUNNING)
         await runtime.unload(handle)
-        assert (await runtime.status(handle)).state is InstanceState.UNKNOWN
+        assert (runtime.status(handle)).state is InstanceState.UNKNOWN
         for command in (runtime.start, runtime.stop, runtime.health, runtime.unload):
             with pytest.raises(UnknownInstance):
                 await command(handle)
@@ -147,7 +147,7 @@ async def test_status_is_running_on_200_and_degraded_loading_on_503(
     server = FakeLlama()
     async with adopted(server, quiet_net=True) as runtime:
         handle = await runtime.load(chat())
-        running = await runtime.status(handle)  # what the load's probe found
+        running = runtime.status(handle)  # what the load's probe found
         assert (running.state, running.detail) == (InstanceState.RUNNING, "server up")
         await runtime.start(handle)  # watched from now on
         server.health = 503
@@ -163,7 +163,7 @@ async def test_an_unlisted_model_is_degraded_and_a_gone_server_is_exited_until_b
     server = FakeLlama(models=("other-model.gguf",))
     async with adopted(server, quiet_net=True) as runtime:
         handle = await runtime.load(chat())
-        unlisted = await runtime.status(handle)  # what the load's probe found
+        unlisted = runtime.status(handle)  # what the load's probe found
         assert unlisted.state is InstanceState.DEGRADED
         assert unlisted.detail == "model tiny is not listed by the server"
         await runtime.start(handle)  # watched from now on
@@ -212,7 +212,7 @@ async def test_a_404_health_falls_back_to_the_model_list(
     async with adopted(server) as runtime:
         handle = await runtime.load(chat())  # one probe; the status shows what it found
         assert server.paths == ["/health", "/v1/models"]
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.detail) == (state, detail)
 
 
@@ -222,7 +222,7 @@ async def test_a_302_is_not_followed_and_is_degraded(
     server = FakeLlama(health=302)
     async with adopted(server) as runtime:
         handle = await runtime.load(chat())
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert status.state is InstanceState.DEGRADED
         assert status.detail == "/health returned HTTP 302"
     assert set(server.paths) == {"/health"}
@@ -233,7 +233,7 @@ async def test_the_status_of_an_unknown_handle_is_unknown_and_does_not_raise(
 ) -> None:
     async with adopted(FakeLlama()) as runtime:
         ghost = InstanceHandle("infer.llamacpp.adopted", "ghost-00000000-node1", "ghost")
-        status = await runtime.status(ghost)
+        status = runtime.status(ghost)
         assert status.state is InstanceState.UNKNOWN
         with pytest.raises(UnknownInstance):
             await runtime.start(ghost)

@@ -51,7 +51,7 @@ async def test_a_spec_that_is_not_one_is_refused_in_words() -> None:
 async def test_a_handle_that_is_not_one_gets_a_typed_answer(handle: Any) -> None:
     words = f"handle: expected an InstanceHandle, got {type(handle).__name__}"
     async with open_runtime(InferConfig.adopted(InferFlavor.LLAMACPP)) as runtime:
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.detail) == (InstanceState.UNKNOWN, words)
         for call in (runtime.start, runtime.stop, runtime.unload, runtime.health):
             with pytest.raises(InvalidConfig, match=words):

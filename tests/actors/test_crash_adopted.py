@@ -72,7 +72,7 @@ async def assert_untouched(
     runtime: InferRuntime, recorder: Recorder, sibling: InstanceHandle
 ) -> None:
     """The sibling is Running, changed state only on its way up, and never crashed."""
-    status = await runtime.status(sibling)
+    status = runtime.status(sibling)
     assert status.state is InstanceState.RUNNING, status
     events = recorder.of(sibling.instance_id)
     assert not [e for e in events if isinstance(e, InstanceCrashed | RestartScheduled)], events
@@ -101,7 +101,7 @@ async def test_a_worker_bug_crashes_only_its_adopted_instance_which_is_watched_a
         assert (scheduled.instance_id, scheduled.attempt) == (target.instance_id, 1)
         asked = len(server.requests)
         await recorder.until(_running_again(target.instance_id, crash.at))
-        status = await runtime.status(target)
+        status = runtime.status(target)
         assert (status.state, status.restarts) == (InstanceState.RUNNING, 1)
         assert len(server.requests) > asked, "the adopted server is not watched again"
         await assert_untouched(runtime, recorder, sibling)
@@ -157,7 +157,7 @@ async def test_a_parser_that_raises_crashes_only_the_instance_it_parses_for(
             await runtime.start(target)
         crash = await recorder.crash_of(target.instance_id)
         assert (crash.error_type, crash.where) == ("TypeError", "worker confirm_adopted")
-        status = await runtime.status(target)  # the view says so
+        status = runtime.status(target)  # the view says so
         assert status.state is InstanceState.DEGRADED
         assert status.detail == "crashed (TypeError: the parser met poison)"
         with pytest.raises(BackendError, match=r"TypeError: the parser met poison"):
@@ -176,7 +176,7 @@ async def test_a_nesting_bomb_in_a_probe_reply_never_ends_the_runtime(path: str)
             started = crashed
         assert started is None or "RecursionError" in str(started)
         with trio.fail_after(WAIT_S):  # and so does the monitor (or the crash says so)
-            while (await runtime.status(target)).state is InstanceState.RUNNING:  # noqa: ASYNC110
+            while (runtime.status(target)).state is InstanceState.RUNNING:  # noqa: ASYNC110
                 await trio.sleep(0.05)
         assert f"GET {path}" in server.requests
         _only_recursion_errors(recorder, target)
@@ -191,7 +191,7 @@ async def test_a_nesting_bomb_in_a_completion_never_ends_the_runtime() -> None:
         with pytest.raises(BackendError):
             await runtime.deep_health(target)
         assert "POST /v1/chat/completions" in server.requests
-        assert (await runtime.status(target)).state is not InstanceState.UNKNOWN
+        assert (runtime.status(target)).state is not InstanceState.UNKNOWN
         _only_recursion_errors(recorder, target)
         await assert_untouched(runtime, recorder, sibling)
         assert await runtime.deep_health(sibling)

@@ -63,7 +63,7 @@ async def test_a_worker_bug_crashes_only_its_managed_instance_which_restarts(
         for handle in (target, sibling):
             await runtime.start(handle)
             await ready(runtime, handle)
-        old, sibling_pid = (await runtime.status(target)).pid, (await runtime.status(sibling)).pid
+        old, sibling_pid = (runtime.status(target)).pid, (runtime.status(sibling)).pid
         assert old is not None
         assert sibling_pid is not None
 
@@ -87,11 +87,11 @@ async def test_a_worker_bug_crashes_only_its_managed_instance_which_restarts(
             )
         )
         await ready(runtime, target)
-        status = await runtime.status(target)
+        status = runtime.status(target)
         assert status.pid not in (None, old)
         assert status.restarts == 1, "the crash was not counted in the restart budget"
 
-        still = await runtime.status(sibling)
+        still = runtime.status(sibling)
         assert (still.state, still.pid) == (InstanceState.RUNNING, sibling_pid)
         touched = [e for e in recorder.of(sibling.instance_id) if not _startup(e)]
         assert touched == [], f"the sibling was disturbed: {touched}"
@@ -111,7 +111,7 @@ async def test_a_caller_of_a_crashed_managed_worker_is_answered_with_the_crash(
         handle = await runtime.load(chat(free_port), RESTARTING)
         await runtime.start(handle)
         await ready(runtime, handle)
-        old = (await runtime.status(handle)).pid
+        old = (runtime.status(handle)).pid
         assert old is not None
         bugs.arm(free_port, lambda: KeyError("missing"))
         with pytest.raises(BackendError) as answered:
@@ -121,7 +121,7 @@ async def test_a_caller_of_a_crashed_managed_worker_is_answered_with_the_crash(
         )
         await recorder.until(exit_of(handle.instance_id, old))
         await ready(runtime, handle)  # restarted
-        assert (await runtime.status(handle)).pid != old
+        assert (runtime.status(handle)).pid != old
 
 
 @pytest.mark.parametrize("path", ["/health", "/v1/models", "/v1/chat/completions"])
@@ -135,12 +135,12 @@ async def test_a_nesting_bomb_from_a_managed_server_never_ends_the_runtime(
         sibling = await runtime.load(chat(another_port(), role="embed"))
         await runtime.start(sibling)
         await ready(runtime, sibling)
-        sibling_pid = (await runtime.status(sibling)).pid
+        sibling_pid = (runtime.status(sibling)).pid
         target = await runtime.load(chat(free_port), RESTARTING)
         await runtime.start(target)
         await _after_a_bomb(lab.data_root / target.instance_id / "requests")
 
-        status = await runtime.status(target)
+        status = runtime.status(target)
         assert status.state is not InstanceState.RUNNING, status
         crashes = [e for e in recorder.of(target.instance_id) if isinstance(e, InstanceCrashed)]
         assert all(crash.error_type == "RecursionError" for crash in crashes), crashes
@@ -150,7 +150,7 @@ async def test_a_nesting_bomb_from_a_managed_server_never_ends_the_runtime(
             )
             assert isinstance(stopped, ProcessExited)
             assert stopped.reason is StopReason.ERROR
-        still = await runtime.status(sibling)
+        still = runtime.status(sibling)
         assert (still.state, still.pid) == (InstanceState.RUNNING, sibling_pid)
         assert set(await runtime.instances()) == {sibling, target}
 

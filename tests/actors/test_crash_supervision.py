@@ -185,7 +185,7 @@ async def test_a_crash_during_an_operator_stop_keeps_the_stop_and_restarts_nothi
     assert exited.reason is StopReason.REQUESTED
     assert rig.events(RestartScheduled) == []
     assert len(rig.fleet.children) == 1
-    status = await rig.runtime.status(handle)
+    status = rig.runtime.status(handle)
     assert (status.state, status.stop_reason) == (InstanceState.EXITED, "requested")
 
 
@@ -201,7 +201,7 @@ async def test_a_crash_of_an_idle_managed_instance_restarts_nothing(
     await trio.sleep(60)
     assert rig.events(RestartScheduled) == []
     assert rig.fleet.children == []
-    assert (await rig.runtime.status(handle)).state is InstanceState.LOADED
+    assert (rig.runtime.status(handle)).state is InstanceState.LOADED
     await rig.runtime.start(handle)  # the reset instance works as before
     await rig.running(handle)
 
@@ -222,7 +222,7 @@ async def test_repeated_crashes_follow_the_backoff_and_spend_the_budget(
     await trio.sleep(60)
     assert len(rig.fleet.children) == 3
     assert rig.fleet.live == []
-    status = await rig.runtime.status(handle)
+    status = rig.runtime.status(handle)
     assert (status.state, status.stop_reason) == (InstanceState.EXITED, "error")
     assert (status.supervision or "").startswith("gave up")
 
@@ -251,5 +251,5 @@ async def test_a_bug_in_the_actor_loop_crashes_its_instance_alone(
     assert (crash.error_type, crash.message) == ("AttributeError", "a bug in the loop")
     assert not victim.alive
     await rig.running(handle)  # restarted; the new process is not the victim
-    status = await rig.runtime.status(sibling)
+    status = rig.runtime.status(sibling)
     assert (status.state, status.pid) == (InstanceState.RUNNING, pid)

@@ -55,8 +55,10 @@ async def test_status_and_statuses_are_plain_calls_and_the_awaited_spelling_stil
     assert now.state is InstanceState.LOADED
     assert every == {handle: now}
     assert [h.role for h in every] == ["planner"]
-    assert await runtime.status(handle) == now  # deprecated, kept for a release
-    assert await runtime.statuses() == every
+    with pytest.warns(DeprecationWarning, match=r"awaiting runtime\.status\(handle\)"):
+        assert await runtime.status(handle) == now  # deprecated, kept for a release
+    with pytest.warns(DeprecationWarning, match=r"awaiting runtime\.statuses\(\)"):
+        assert await runtime.statuses() == every
 
 
 async def test_a_wait_for_running_raises_at_once_when_the_supervisor_gives_up(
@@ -181,3 +183,12 @@ def _drain(events: trio.MemoryReceiveChannel[Event]) -> list[Event]:
             seen.append(events.receive_nowait())
         except trio.WouldBlock:
             return seen
+
+
+async def test_a_status_names_its_endpoint_and_model(
+    runtime: InferRuntime, autojump_clock: trio.testing.MockClock
+) -> None:
+    handle = await runtime.load(chat(8205))
+    status = runtime.status(handle)
+    assert (status.endpoint, status.model) == ("http://127.0.0.1:8205", "tiny")
+    assert runtime.statuses()[handle].endpoint == await runtime.endpoint(handle)

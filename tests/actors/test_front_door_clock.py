@@ -42,7 +42,7 @@ async def test_the_first_request_starts_the_model_and_waits_for_running(
         assert trio.current_time() - began >= 3.0  # not before its first token
         assert grant.upstream.base_url == f"http://127.0.0.1:{FIRST_PORT}"
         assert grant.upstream.served_model == ""  # llama-server serves the one model it has
-        status = await rig.runtime.status(rig.handles["a"])
+        status = rig.runtime.status(rig.handles["a"])
         assert status.state is InstanceState.RUNNING
         assert rig.door.residency()["a"].in_flight == 1
         grant.done()
@@ -375,7 +375,7 @@ async def _stopped_for(rig: Rig, role: str) -> tuple[StopReason, str | None, str
     """The reason of ``role``'s last `ProcessExited`, and its status' reason and words."""
     await trio.sleep(0.1)  # the rig's collector has heard the exit
     exited = rig.of(ProcessExited, role)[-1]
-    status = await rig.runtime.status(rig.handles[role])
+    status = rig.runtime.status(rig.handles[role])
     assert status.state is InstanceState.EXITED
     return exited.reason, status.stop_reason, status.detail
 

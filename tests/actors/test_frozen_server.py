@@ -28,12 +28,12 @@ async def test_a_frozen_running_server_says_it_is_stopped_then_runs_again(
         handle = await runtime.load(chat(free_port))
         await runtime.start(handle)
         await ready(runtime, handle)
-        pid = (await runtime.status(handle)).pid
+        pid = (runtime.status(handle)).pid
         assert pid is not None
         os.kill(pid, signal.SIGSTOP)
         try:
             with trio.fail_after(10):  # the monitor probes every second
-                while not ((frozen := await runtime.status(handle)).detail or "").startswith(  # noqa: ASYNC110
+                while not ((frozen := runtime.status(handle)).detail or "").startswith(  # noqa: ASYNC110
                     FROZEN
                 ):
                     await trio.sleep(0.05)
@@ -57,7 +57,7 @@ async def test_a_stop_of_a_frozen_server_ends_it_by_sigterm_within_the_grace(
         handle = await runtime.load(chat(free_port))
         await runtime.start(handle)
         await ready(runtime, handle)
-        pid = (await runtime.status(handle)).pid
+        pid = (runtime.status(handle)).pid
         assert pid is not None
         os.kill(pid, signal.SIGSTOP)
         began = trio.current_time()

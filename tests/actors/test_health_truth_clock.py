@@ -184,7 +184,7 @@ async def test_a_failing_health_with_working_completions_is_degraded_not_killed(
     harness.faults.health, harness.faults.from_at = BROKEN, bad_at
     await trio.sleep(5.0 + 25.0)
     assert harness.of(ProcessExited) == []  # far past the 3 s health-kill window
-    status = await harness.runtime.status(handle)
+    status = harness.runtime.status(handle)
     assert (status.state, status.detail) == (
         InstanceState.DEGRADED,
         "health endpoint failing (/health returned HTTP 500); completions work",
@@ -219,7 +219,7 @@ async def test_busy_is_running_and_never_killed(
     harness.faults.health = Busy("no slot available")
     harness.faults.from_at = trio.current_time()
     await trio.sleep(20.0)
-    status = await harness.runtime.status(handle)
+    status = harness.runtime.status(handle)
     assert (status.state, status.detail, status.last_probe) == (
         InstanceState.RUNNING,
         "busy: no slot available",
@@ -239,7 +239,7 @@ async def test_a_slow_first_token_is_degraded_slow_with_its_exact_ttft(
     await trio.sleep(5.0)  # the watch goes on: ready, not restarted, still slow
     assert harness.of(ProcessExited) == []
     assert len(harness.of(DeepHealthPassed)) == 1
-    status = await harness.runtime.status(handle)
+    status = harness.runtime.status(handle)
     assert (status.state, status.detail, status.ttft_s) == (
         InstanceState.DEGRADED,
         "slow: first token in 12.2 s (threshold 10.0 s)",
@@ -254,7 +254,7 @@ async def test_the_first_token_waits_the_instances_deep_timeout_not_the_runtimes
     handle = await harness.runtime.load(SPEC, Supervision(deep_timeout_s=2.0))
     await harness.runtime.start(handle)
     await trio.sleep(20.0)
-    status = await harness.runtime.status(handle)
+    status = harness.runtime.status(handle)
     assert status.state is InstanceState.DEGRADED
     assert "the first token failed" in (status.detail or "")
     assert "2 s" in (status.detail or "")
@@ -285,7 +285,7 @@ async def test_a_slow_but_serving_degraded_server_refills_the_restart_budget(
     await harness.next(DeepHealthPassed)
     await _crash_and_restart(harness)  # the one restart of the budget is spent
     await harness.next(DeepHealthPassed)
-    status = await harness.runtime.status(handle)
+    status = harness.runtime.status(handle)
     assert (status.state, status.serving) == (InstanceState.DEGRADED, True)
     assert (status.detail or "").startswith("slow: ")
     await trio.sleep(70.0)
@@ -305,7 +305,7 @@ async def test_a_health_confirmed_degraded_server_refills_the_restart_budget(
     await harness.runtime.wait_state(handle, InstanceState.RUNNING)
     harness.faults.health, harness.faults.from_at = BROKEN, trio.current_time() + 1.0
     await trio.sleep(75.0)
-    status = await harness.runtime.status(handle)
+    status = harness.runtime.status(handle)
     assert (status.state, status.serving) == (InstanceState.DEGRADED, True)
     assert (status.detail or "").endswith("; completions work")
     await _crash_and_restart(harness)
@@ -324,14 +324,14 @@ async def test_a_degraded_server_whose_completions_are_not_confirmed_does_not_re
     await harness.runtime.wait_state(handle, InstanceState.RUNNING)
     harness.faults.health, harness.faults.from_at = Loading(), trio.current_time()
     await trio.sleep(70.0)
-    status = await harness.runtime.status(handle)
+    status = harness.runtime.status(handle)
     assert (status.state, status.detail, status.serving) == (
         InstanceState.DEGRADED,
         "loading model",
         False,
     )
     harness.fleet.last.crash(exit_code=1)
-    assert (await harness.next(GaveUp)).why == "restart budget spent (1 of 1)"
+    assert (await harness.next(GaveUp)).why == "restart budget spent (1 of 1); last: exit status 1"
 
 
 async def test_a_first_token_refused_for_want_of_a_key_is_a_config_error_at_once(
@@ -362,7 +362,7 @@ async def test_a_first_token_without_a_verdict_is_asked_again_never_a_failure(
     handle = await harness.load_running()
     assert len(harness.faults.completions) == 4
     assert not any("first token failed" in d for d in details(harness))
-    assert (await harness.runtime.status(handle)).state is InstanceState.RUNNING
+    assert (harness.runtime.status(handle)).state is InstanceState.RUNNING
 
 
 async def test_a_confirmation_without_a_verdict_is_no_failure_of_the_completions(
@@ -375,7 +375,7 @@ async def test_a_confirmation_without_a_verdict_is_no_failure_of_the_completions
     harness.faults.completions_no_verdict = 1000
     await trio.sleep(30.0)
     assert harness.of(ProcessExited) == []
-    status = await harness.runtime.status(handle)
+    status = harness.runtime.status(handle)
     assert (status.state, status.detail) == (
         InstanceState.DEGRADED,
         "health endpoint failing (/health returned HTTP 500); checking with one completion",
@@ -392,7 +392,7 @@ async def test_a_watchdog_check_without_a_verdict_never_kills(
     harness.faults.completions_no_verdict = 1000
     await trio.sleep(30.0)
     assert harness.of(ProcessExited) == []
-    assert (await harness.runtime.status(handle)).state is InstanceState.RUNNING
+    assert (harness.runtime.status(handle)).state is InstanceState.RUNNING
     harness.faults.completions_no_verdict, harness.faults.completions_fail = 0, True
     exited = await harness.next(ProcessExited)  # one on-time failure is enough
     assert exited.reason is StopReason.HEALTH_KILL

@@ -59,7 +59,7 @@ async def test_after_our_server_died_an_impostor_on_its_port_receives_nothing(
         handle = await runtime.load(chat(free_port))
         await runtime.start(handle)
         await ready(runtime, handle)
-        pid = (await runtime.status(handle)).pid
+        pid = (runtime.status(handle)).pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         await next_exit(events)
@@ -67,7 +67,7 @@ async def test_after_our_server_died_an_impostor_on_its_port_receives_nothing(
             with pytest.raises(BackendError) as refused:
                 await runtime.deep_health(handle)
             report = await runtime.health(handle)
-            status = await runtime.status(handle)
+            status = runtime.status(handle)
             await trio.sleep(0.3)  # anything sent late would arrive by now
     assert str(refused.value) == (
         f"deep health: the server is not running; nothing sent to http://127.0.0.1:{free_port}"
@@ -89,7 +89,7 @@ async def test_an_impostor_on_a_live_servers_port_is_refused_by_name(
             with pytest.raises(BackendError) as refused:
                 await runtime.deep_health(handle)
             await trio.sleep(0.3)
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
     assert str(refused.value) == (
         f"deep health refused: an impostor (process {os.getpid()}) holds "
         f"http://127.0.0.1:{free_port}, not our server (process group {status.pid}); "

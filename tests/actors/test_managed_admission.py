@@ -108,7 +108,7 @@ async def test_an_occupied_port_is_refused_at_admit_by_a_bind_that_sends_nothing
             await trio.sleep(0.2)
             nursery.cancel_scope.cancel()
     assert str(refused.value) == (
-        f"something already holds port {free_port} on 127.0.0.1; "
+        f"serve.port: something already holds port {free_port} on 127.0.0.1; "
         "adopt it instead of managing over it"
     )
     assert received == [], "the port check binds: no connection, not even an empty one"

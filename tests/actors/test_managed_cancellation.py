@@ -69,7 +69,7 @@ async def test_a_stop_whose_caller_gave_up_still_stops_and_breaks_nothing(
         ended = await next_exit(events)
         assert ended.reason is StopReason.REQUESTED
         await trio.sleep(0.2)
-        assert (await runtime.status(handle)).state is InstanceState.EXITED
+        assert (runtime.status(handle)).state is InstanceState.EXITED
         nursery.cancel_scope.cancel()
 
 

@@ -48,7 +48,7 @@ async def test_a_real_llama_server_through_the_whole_contract(
         digest = blake3.blake3(material.encode()).hexdigest()[:8]
         assert handle.instance_id == f"chat-{digest}-node1"
         assert (lab.data_root / handle.instance_id).is_dir()
-        assert (await runtime.status(handle)).state is InstanceState.LOADED
+        assert (runtime.status(handle)).state is InstanceState.LOADED
         assert await runtime.served_model(handle) == "tiny"
         with pytest.raises(Unsupported, match=r"cannot re-adopt .*not recoverable"):
             await runtime.adopt(handle, chat(free_port))
@@ -73,7 +73,7 @@ async def test_a_real_llama_server_through_the_whole_contract(
         await wait_gone(evidence.pid)
         with pytest.raises(InvalidState, match="not running"):
             await runtime.stop(handle)
-        stopped = await runtime.status(handle)
+        stopped = runtime.status(handle)
         assert (stopped.state, stopped.stop_reason, stopped.pid) == (
             InstanceState.EXITED,
             "requested",
@@ -81,7 +81,7 @@ async def test_a_real_llama_server_through_the_whole_contract(
         )
         await runtime.unload(handle)
         assert not (lab.data_root / handle.instance_id).exists()
-        assert (await runtime.status(handle)).state is InstanceState.UNKNOWN
+        assert (runtime.status(handle)).state is InstanceState.UNKNOWN
     seen = drain(events)
     assert [event.pid for event in started(seen)] == [evidence.pid]
     assert [event.reason for event in exits(seen)] == [StopReason.REQUESTED]
@@ -146,7 +146,7 @@ async def test_a_stop_sent_during_a_start_aborts_it_and_stops_the_new_server(
         assert evidence.instance_id == handle.instance_id
         assert evidence.signal == signal.SIGTERM
         await wait_gone(evidence.pid)
-        assert (await runtime.status(handle)).state is InstanceState.EXITED
+        assert (runtime.status(handle)).state is InstanceState.EXITED
         await trio.testing.wait_all_tasks_blocked()  # status() no longer flushes the relay
         seen = drain(events)
         assert [event.pid for event in started(seen)] == [evidence.pid]

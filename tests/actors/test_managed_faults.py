@@ -46,7 +46,7 @@ async def test_a_server_not_listening_yet_is_degraded_starting(lab: Lab, free_po
         handle = await runtime.load(chat(free_port))
         await runtime.start(handle)
         pid = await read_pid(lab.data_root / handle.instance_id / "pid")
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert status.state is InstanceState.DEGRADED
         assert status.detail is not None
         assert status.detail.startswith("starting: not listening yet")
@@ -66,7 +66,7 @@ async def test_a_port_taken_between_load_and_start_spawns_nothing(lab: Lab, free
             f"http://127.0.0.1:{free_port} is already taken by something else; not starting over it"
         )
         assert not (lab.data_root / handle.instance_id / "pid").exists()
-        assert (await runtime.status(handle)).state is InstanceState.LOADED
+        assert (runtime.status(handle)).state is InstanceState.LOADED
         with pytest.raises(InvalidState, match="not running"):
             await runtime.stop(handle)
         assert started(drain(events)) == []
@@ -90,7 +90,7 @@ async def test_stop_kills_a_group_that_ignores_sigterm_once_the_grace_is_over(
         assert took_s >= 0.5
         await wait_gone(evidence.pid)
         await wait_gone(child)
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.exit_code, status.stop_reason) == (
             InstanceState.EXITED,
             None,
@@ -115,13 +115,13 @@ async def test_a_server_that_exits_on_its_own_is_exited_as_a_crash(
             StopReason.CRASH,
         )
         assert (crash.exit_code, crash.signal) == (3, None)
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.detail) == (InstanceState.EXITED, "server process exited")
         assert (status.exit_code, status.stop_reason, status.pid) == (3, "crash", None)
         await wait_gone(child)  # the whole group is reaped, not just the leader
         stopped = await runtime.stop(handle)  # given up (no restarts): answered, view kept
         assert (stopped.pid, stopped.exit_code) == (pid, 3)
-        assert (await runtime.status(handle)).stop_reason == "crash"
+        assert runtime.status(handle).stop_reason == "crash"
         with pytest.raises(InvalidState, match="not running"):
             await runtime.stop(handle)
         (lab.data_root / handle.instance_id / "pid").unlink()
@@ -138,13 +138,13 @@ async def test_unload_stops_a_running_server_and_deletes_its_directory(
         handle = await runtime.load(chat(free_port))
         await runtime.start(handle)
         await ready(runtime, handle)
-        pid = (await runtime.status(handle)).pid
+        pid = (runtime.status(handle)).pid
         assert pid is not None
         child = await read_pid(lab.data_root / handle.instance_id / "child")
         await runtime.unload(handle)
         assert gone(pid), "unload returned while the server still ran"
         assert not (lab.data_root / handle.instance_id).exists()
-        assert (await runtime.status(handle)).state is InstanceState.UNKNOWN
+        assert (runtime.status(handle)).state is InstanceState.UNKNOWN
         await wait_gone(child)
         assert [event.reason for event in exits(drain(events))] == [StopReason.UNLOAD]
 
@@ -162,5 +162,5 @@ async def test_a_serve_program_gone_before_start_is_refused_and_spawns_nothing(
         # reachability check refuses first with AdmissionRefused "... does not exist".
         with pytest.raises((BackendError, AdmissionRefused), match=re.escape(str(lab.program))):
             await runtime.start(handle)
-        assert (await runtime.status(handle)).state is InstanceState.LOADED
+        assert (runtime.status(handle)).state is InstanceState.LOADED
         assert started(drain(events)) == []

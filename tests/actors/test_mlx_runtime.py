@@ -202,7 +202,7 @@ async def test_managed_mlx_runs_after_one_token_answers_deep_health_and_stops_cl
         (pid,) = started(seen)
         instance_dir = server_dir / "state" / handle.instance_id
         assert_offline_and_private(pid, instance_dir, run_as)
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.pid, status.last_probe) == (InstanceState.RUNNING, pid, "up")
 
         result = await runtime.deep_health(handle)
@@ -210,7 +210,7 @@ async def test_managed_mlx_runs_after_one_token_answers_deep_health_and_stops_cl
         assert result.finish_reason == "length"
 
         evidence = await runtime.stop(handle, 5.0)
-        stopped = await runtime.status(handle)
+        stopped = runtime.status(handle)
     port = str(free_port)  # the verified root directory's descriptor is served
     assert evidence.args[0] == "--model"
     assert evidence.args[1].startswith("/proc/self/fd/")
@@ -267,7 +267,7 @@ async def test_health_200_and_model_listed_are_not_running_without_a_token(
         await runtime.start(handle)
         seen = await events_until(events, detail_has("first token failed"))
         assert InstanceState.RUNNING not in states(seen)
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.last_probe) == (InstanceState.DEGRADED, "up")
         assert "this model does not chat" in (status.detail or "")
         with pytest.raises(BackendError, match="this model does not chat"):
@@ -293,7 +293,7 @@ async def test_a_generator_dead_at_start_is_never_running(
         await runtime.start(handle)
         seen = await events_until(events, detail_has("generation thread died"))
         assert InstanceState.RUNNING not in states(seen)
-        assert (await runtime.status(handle)).state is InstanceState.DEGRADED
+        assert (runtime.status(handle)).state is InstanceState.DEGRADED
         with pytest.raises(BackendError, match="not up"):
             await runtime.deep_health(handle)
         evidence = await runtime.stop(handle, 5.0)
@@ -318,7 +318,7 @@ async def test_a_generator_killed_after_ready_is_health_killed_and_restarted(
         poisoned = trio.current_time()
         await send_poison(f"http://127.0.0.1:{free_port}")
         seen = await events_until(events, becomes(InstanceState.RUNNING))
-        final = await runtime.status(handle)
+        final = runtime.status(handle)
         await runtime.stop(handle, 5.0)
     exits = [e for e in seen if isinstance(e, ProcessExited)]
     assert [(e.pid, e.reason) for e in exits] == [(pid, StopReason.HEALTH_KILL)]
@@ -379,7 +379,7 @@ async def test_adopted_mlx_gets_only_gets_until_deep_health_and_unload_only_forg
                 assert proxy.methods == {"GET"}, proxy.requests
                 result = await runtime.deep_health(handle)
                 await runtime.unload(handle)
-                assert (await runtime.status(handle)).state is InstanceState.UNKNOWN
+                assert (runtime.status(handle)).state is InstanceState.UNKNOWN
                 heard = len(proxy.requests)
                 await trio.sleep(1.2)  # longer than the monitor's 1 s: nothing may follow
             assert len(proxy.requests) == heard, proxy.requests[heard:]

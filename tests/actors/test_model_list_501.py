@@ -48,7 +48,7 @@ def fake(flavor: Flavor, faults: FakeServerFaults, port: int) -> Iterator[None]:
 
 async def until_state(runtime: InferRuntime, handle: InstanceHandle, state: InstanceState) -> None:
     with trio.fail_after(15):
-        while (await runtime.status(handle)).state is not state:  # noqa: ASYNC110
+        while (runtime.status(handle)).state is not state:  # noqa: ASYNC110
             await trio.sleep(0.05)
 
 
@@ -90,7 +90,7 @@ async def test_a_managed_server_whose_model_list_is_501_is_running_after_its_tok
         handle = await runtime.load(inferactors_kit.spec("old", free_port()))
         await runtime.start(handle)
         await until_state(runtime, handle, InstanceState.RUNNING)
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert status.detail == "server up"
 
 
@@ -104,5 +104,5 @@ async def test_a_model_list_answering_500_is_still_degraded() -> None:
             handle = await load_when_listening(runtime, spec)
             await runtime.start(handle)
             await until_state(runtime, handle, InstanceState.DEGRADED)
-            status = await runtime.status(handle)
+            status = runtime.status(handle)
             assert status.detail == "model list unreadable: /v1/models returned HTTP 500"

@@ -55,8 +55,8 @@ async def test_adopted_ollama_is_only_probed_and_mapped_as_ollama() -> None:
         with trio.fail_after(30):
             status = await runtime.wait_state(resident, InstanceState.RUNNING)
         assert status.detail == "model resident"
-        assert (await runtime.status(idle)).detail == "server up; model not resident"
-        assert await runtime.status(missing) == InstanceStatus(
+        assert (runtime.status(idle)).detail == "server up; model not resident"
+        assert runtime.status(missing) == InstanceStatus(
             InstanceState.DEGRADED, "model gone is not pulled", last_probe="up"
         )
         with pytest.raises(Unsupported, match="never stops it"):

@@ -52,7 +52,7 @@ async def test_adopted_ollama_names_match_exactly_as_ollama_reads_them() -> None
             assert (model, status.detail) == (model, detail)
         missing = await runtime.load(attrs.evolve(spec_at(fake.port, "model"), role="missing"))
         await runtime.start(missing)
-        assert await runtime.status(missing) == InstanceStatus(  # model is not user/model
+        assert runtime.status(missing) == InstanceStatus(  # model is not user/model
             InstanceState.DEGRADED, "model model is not pulled", last_probe="up"
         )
     assert {r.method for r in fake.requests} == {"GET"}

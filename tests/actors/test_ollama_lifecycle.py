@@ -99,7 +99,7 @@ async def test_managed_ollama_through_the_runtime(tmp_path: Path, registry_file:
     ):
         events = await rt.subscribe()
         handle = await rt.load(spec_at(fake.port))
-        assert (await rt.status(handle)).state is InstanceState.LOADED
+        assert (rt.status(handle)).state is InstanceState.LOADED
         await rt.start(handle)
         with trio.fail_after(30):
             await rt.wait_state(handle, InstanceState.RUNNING)
@@ -112,7 +112,7 @@ async def test_managed_ollama_through_the_runtime(tmp_path: Path, registry_file:
         )
         assert fake.resident() == ()
         await rt.unload(handle)
-        assert (await rt.status(handle)).state is InstanceState.UNKNOWN
+        assert (rt.status(handle)).state is InstanceState.UNKNOWN
         assert not (data_root / handle.instance_id).exists()
         stopped = (InstanceState.LOADED, "stopped on request; model unloaded")
         changes: list[tuple[InstanceState, str | None]] = []

@@ -64,7 +64,7 @@ async def assert_held(
     assert (error.model, error.shard) == ("tiny", "tiny.gguf")
     assert error.why.startswith("shard tiny.gguf: ")
     assert found in error.why
-    status = await runtime.status(handle)
+    status = runtime.status(handle)
     assert (status.state, status.stop_reason, status.pid) == (
         InstanceState.EXITED,
         "tampered",
@@ -132,7 +132,7 @@ async def test_a_start_after_a_stop_is_checked_and_re_registering_lifts_the_hold
         await runtime.start(handle)
         await running(runtime, handle)
         assert len(log.of(ProcessStarted)) == 2
-        assert (await runtime.status(handle)).stop_reason is None
+        assert (runtime.status(handle)).stop_reason is None
 
 
 async def test_a_supervised_restart_after_a_crash_is_refused_held_and_not_counted(
@@ -161,7 +161,7 @@ async def test_a_supervised_restart_after_a_crash_is_refused_held_and_not_counte
         assert log.of(RestartFailed) == []
         assert log.of(GaveUp) == []
         assert len(log.of(ProcessStarted)) == 1
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.stop_reason, status.restarts) == (
             InstanceState.EXITED,
             "tampered",
@@ -204,7 +204,7 @@ async def test_a_rehash_does_not_hold_the_event_loop_or_the_actor(
             while not done.is_set():
                 asked = trio.current_time()
                 asked_at.append(asked)
-                await runtime.status(handle)
+                runtime.status(handle)
                 answers.append(trio.current_time() - asked)
                 await trio.sleep(0.005)
         await running(runtime, handle)
@@ -269,5 +269,5 @@ async def test_the_real_llama_server_killed_after_tampering_is_not_restarted(
         assert len(log.of(ProcessStarted)) == 1
         assert len(log.of(RestartScheduled)) == 1
         assert log.of(RestartFailed) == []
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.stop_reason) == (InstanceState.EXITED, "tampered")

@@ -56,7 +56,7 @@ async def test_an_in_place_write_stops_the_running_llama_server_and_holds_it(
             await runtime.wait_state(handle, InstanceState.RUNNING)
         assert (await runtime.deep_health(handle)).finish_reason == "length"
         (started,) = log.of(ProcessStarted)
-        restarts = (await runtime.status(handle)).restarts
+        restarts = (runtime.status(handle)).restarts
 
         written_at = trio.current_time()
         rename_the_model_in_place(pin_lab.model)  # r+b, same inode and size, mtime restored
@@ -77,7 +77,7 @@ async def test_an_in_place_write_stops_the_running_llama_server_and_holds_it(
         await trio.sleep(1.0)  # ten restart delays: nothing restarts it
         assert log.of(RestartScheduled) == []
         assert len(log.of(ProcessStarted)) == 1
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.stop_reason, status.pid, status.restarts) == (
             InstanceState.EXITED,
             "tampered",
@@ -139,5 +139,5 @@ async def test_the_tick_catches_an_in_place_write_within_one_refresh(
         await trio.sleep(10.0)
         assert log.of(RestartScheduled) == []
         assert fleet.live == []
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.stop_reason) == (InstanceState.EXITED, "tampered")

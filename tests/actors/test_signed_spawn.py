@@ -108,7 +108,7 @@ async def test_an_entry_swapped_for_an_unsigned_model_after_load_is_held_as_tamp
         await log.next(ModelTampered)
         (event,) = log.of(ModelTampered)
         assert (event.model, event.why) == ("tiny", why)
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.stop_reason) == (InstanceState.EXITED, "tampered")
 
 
@@ -125,5 +125,5 @@ async def test_a_replaced_signature_holds_the_instance_down(
 
         assert refused.value.shard == "model.sig"
         assert refused.value.why.startswith("signature model.sig: ")
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert status.stop_reason == "tampered"

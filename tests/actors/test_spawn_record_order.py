@@ -109,4 +109,4 @@ async def test_a_server_gone_before_its_record_is_written_leaves_no_record(
             while containment.calls != ["record", "forget"]:  # noqa: ASYNC110
                 await trio.sleep(0.01)
         assert not (instance_dir / RECORD_NAME).exists()
-        assert (await runtime.status(handle)).state is InstanceState.EXITED
+        assert (runtime.status(handle)).state is InstanceState.EXITED

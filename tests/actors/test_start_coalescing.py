@@ -161,7 +161,7 @@ async def test_a_cancelled_sole_caller_aborts_the_start(lab: Lab, free_port: int
         assert [event.reason for event in exits(seen)] == [StopReason.REQUESTED]
         await wait_gone(spawned.pid)  # no process left
         await trio.sleep(1.0)
-        assert (await runtime.status(handle)).state is InstanceState.EXITED  # not restarted
+        assert (runtime.status(handle)).state is InstanceState.EXITED  # not restarted
 
 
 async def test_with_two_callers_one_cancelled_the_other_gets_the_outcome(

@@ -71,7 +71,7 @@ async def test_a_caller_that_gives_up_on_a_stop_does_not_kill_the_runtime(
         with trio.move_on_after(1.0):
             await runtime.stop(handle, 5.0)  # the caller gives up after 1 s of 5
         await trio.sleep(10.0)
-        seen.append(await runtime.status(handle))
+        seen.append(runtime.status(handle))
 
     died = await runtime_death(make_config(), fleet.edges(), scenario)
     assert died is None, f"the runtime died: {died!r}"

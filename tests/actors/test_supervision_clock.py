@@ -103,7 +103,7 @@ async def test_reference_schedule_backoff_restarts_then_gives_up(
     assert isinstance(scheduled, RestartScheduled)
     assert scheduled.attempt == 1
     assert scheduled.delay_s == pytest.approx(0.3)
-    assert (await h.runtime.status(handle)).state is InstanceState.EXITED
+    assert (h.runtime.status(handle)).state is InstanceState.EXITED
     await h.next(ProcessStarted)
     assert trio.current_time() - t0 == pytest.approx(0.3)  # "after 350 ms: Restarted 1"
     await h.running(handle)
@@ -124,7 +124,7 @@ async def test_reference_schedule_backoff_restarts_then_gives_up(
     assert gave_up.attempts == 2
     await trio.sleep(10)
     assert len(h.fleet.children) == 3  # nothing more was spawned
-    status = await h.runtime.status(handle)
+    status = h.runtime.status(handle)
     assert status.state is InstanceState.EXITED
     assert status.supervision is not None
     assert status.supervision.startswith("gave up")
@@ -140,7 +140,7 @@ async def test_an_operator_stop_is_not_a_fault(
     await trio.sleep(100)
     assert not any(isinstance(e, RestartScheduled) for e in harness.seen)
     assert len(harness.fleet.children) == 1
-    status = await harness.runtime.status(handle)
+    status = harness.runtime.status(handle)
     assert (status.state, status.stop_reason) == (InstanceState.EXITED, "requested")
 
 
@@ -156,12 +156,12 @@ async def test_a_stop_during_backoff_cancels_the_pending_restart(
     await harness.next(RestartScheduled)
     evidence = await harness.runtime.stop(handle)
     assert (evidence.pid, evidence.exit_code) == (crashed.pid, 1)
-    status = await harness.runtime.status(handle)
+    status = harness.runtime.status(handle)
     assert (status.state, status.stop_reason) == (InstanceState.EXITED, "requested")
     assert status.supervision is None
     await trio.sleep(5)
     assert len(harness.fleet.children) == 1
-    assert (await harness.runtime.status(handle)).stop_reason == "requested"
+    assert (harness.runtime.status(handle)).stop_reason == "requested"
     with pytest.raises(InvalidState, match="not running"):  # stopped already
         await harness.runtime.stop(handle)
 
@@ -346,7 +346,7 @@ async def test_status_shows_loading_progress(
     handle = await h.runtime.load(SPEC)
     await h.runtime.start(handle)
     await trio.sleep(5)
-    status = await h.runtime.status(handle)
+    status = h.runtime.status(handle)
     assert (status.state, status.detail) == (InstanceState.DEGRADED, "loading model")
     assert status.last_probe == "loading"
     assert status.uptime_s == pytest.approx(5.0, abs=0.2)
@@ -381,7 +381,7 @@ async def test_a_server_whose_completions_hang_from_the_start_is_never_ready(
     handle = await h.runtime.load(SPEC, Supervision(readiness_timeout_s=20.0))
     await h.runtime.start(handle)
     await trio.sleep(10)
-    status = await h.runtime.status(handle)
+    status = h.runtime.status(handle)
     assert status.state is InstanceState.DEGRADED
     assert status.detail is not None
     assert status.detail.startswith("starting:")

@@ -99,7 +99,7 @@ async def test_the_same_start_up_failure_twice_gives_up_at_once(
     await run.settle()
     assert run.count(ProcessStarted) == 2
     assert len(run.fleet.children) == 2
-    status = await run.runtime.status(handle)
+    status = run.runtime.status(handle)
     assert (status.state, status.stop_reason) == (InstanceState.EXITED, "config-error")
     assert status.supervision == f"gave up: {gave.why}"
     assert status.diagnosis == "invalid flag: error: invalid argument: --no-such-flag"
@@ -122,12 +122,12 @@ async def test_two_different_start_up_failures_are_restarted(
     assert run.count(GaveUp) == 0
 
 
-async def test_an_undiagnosed_start_up_crash_follows_the_restart_policy(
+async def test_undiagnosed_start_up_crashes_in_other_words_follow_the_restart_policy(
     run: Run, autojump_clock: trio.testing.MockClock
 ) -> None:
     handle = await started(run)
-    for _ in range(POLICY.max_restarts + 1):
-        run.fleet.last.crash(stderr=b"something happened\n")
+    for attempt in range(POLICY.max_restarts + 1):
+        run.fleet.last.crash(stderr=f"something happened ({attempt})\n".encode())
         await run.next(ProcessExited)
         if run.count(ProcessStarted) <= POLICY.max_restarts:
             await run.next(ProcessStarted)
@@ -135,8 +135,25 @@ async def test_an_undiagnosed_start_up_crash_follows_the_restart_policy(
     assert isinstance(gave, GaveUp)
     exits = [e for e in run.seen if isinstance(e, ProcessExited)]
     assert {(e.reason, e.diagnosis) for e in exits} == {(StopReason.CRASH, None)}
-    assert gave.why == "restart budget spent (3 of 3)"
-    assert (await run.runtime.status(handle)).stop_reason == "crash"
+    assert gave.why == "restart budget spent (3 of 3); last: exit status 1: something happened (3)"
+    assert run.runtime.status(handle).stop_reason == "crash"
+
+
+async def test_the_same_undiagnosed_start_up_crash_twice_gives_up_at_once_in_its_words(
+    run: Run, autojump_clock: trio.testing.MockClock
+) -> None:
+    handle = await started(run)
+    run.fleet.last.crash(exit_code=3, stderr=b"starting\nerror: something is wrong\n")
+    await run.next(ProcessStarted)
+    run.fleet.last.crash(exit_code=3, stderr=b"starting\nerror: something is wrong\n")
+    gave = await run.next(GaveUp)
+    assert isinstance(gave, GaveUp)
+    assert gave.why == (
+        "config-error: the same failure twice at start: exit status 3: error: something is wrong"
+    )
+    await run.settle()
+    assert run.count(ProcessStarted) == 2, "no third spawn"
+    assert "exit status 3" in (run.runtime.status(handle).supervision or "")
 
 
 async def test_an_out_of_memory_after_running_is_a_crash_and_restarted(

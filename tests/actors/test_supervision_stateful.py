@@ -232,7 +232,7 @@ class OneInstance(RuleBasedStateMachine):
     @rule()
     def status(self) -> None:
         async def look() -> tuple[InstanceStatus, list[int]]:
-            status = await self.runtime.status(self.handle)
+            status = self.runtime.status(self.handle)
             return status, [child.pid for child in self.fleet.children]
 
         status, pids = self.side.run(look)

@@ -76,7 +76,7 @@ async def test_a_stalled_loop_is_one_overload_of_the_supervisor_then_one_catchin
         assert await runtime.supervisor_status() == SupervisorStatus()
         changes = [e for e in seen if isinstance(e, StateChanged)]
         assert changes == [], changes  # the server was never judged on our lateness
-        assert (await runtime.status(handle)).state is InstanceState.RUNNING
+        assert (runtime.status(handle)).state is InstanceState.RUNNING
 
 
 async def _starve_most_of_each_second(seconds: float) -> None:
@@ -117,7 +117,7 @@ async def test_a_loop_late_for_many_probes_in_a_row_never_judges_the_server() ->
         assert lost >= 3, lost  # as many late probes as the old rule let pass in a row
         changes = [e for e in seen if isinstance(e, StateChanged)]
         assert changes == [], changes
-        assert (await runtime.status(handle)).state is InstanceState.RUNNING
+        assert (runtime.status(handle)).state is InstanceState.RUNNING
 
 
 async def test_an_admission_probe_made_late_by_a_stall_is_made_again() -> None:

@@ -5,7 +5,9 @@ print, what they send, and their exit statuses."""
 from __future__ import annotations
 
 import datetime
+import fcntl
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -230,3 +232,24 @@ async def test_a_follow_the_supervisor_ends_prints_what_came_and_exits_0(
     assert process.returncode == 0
     assert process.stderr == f"inferactors {command[0]}: the supervisor stopped\n".encode()
     assert (b"last words" if command[0] == "logs" else b'"reason": "requested"') in process.stdout
+
+
+async def test_a_missing_state_dir_may_be_a_supervisor_just_started(tmp_path: Path) -> None:
+    done = await cli("status", "--state-dir", str(tmp_path / "not-yet"))
+    assert done.returncode == 3
+    assert "does not exist (yet): a supervisor just started makes it" in done.stderr.decode()
+
+
+async def test_a_held_state_dir_without_a_socket_is_said_to_be_starting(tmp_path: Path) -> None:
+    """A supervisor that holds the lock but has not made its socket yet (it is importing,
+    on a busy machine, for seconds) is not called gone."""
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        done = await cli("status", "--state-dir", str(tmp_path), "--timeout", "0.5")
+    finally:
+        os.close(fd)
+    said = done.stderr.decode()
+    assert done.returncode == 1, said
+    assert "holds the state directory" in said
+    assert "did not appear within 0.5 s: it is still starting (try again in a moment)" in said

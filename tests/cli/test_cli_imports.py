@@ -87,3 +87,18 @@ def test_the_whole_cli_still_loads_the_rest_for_other_commands(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     for command in ("demo", "run", "status", "models", "probe", "llama-server", "events"):
         assert command in done.stdout
+
+
+def test_version_loads_no_http_client_nor_the_control_commands(tmp_path: Path) -> None:
+    out = tmp_path / "modules.json"
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(out), "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("inferactors "), done.stdout
+    loaded = set(json.loads(out.read_text()))
+    assert {"http.client", "ssl", "inferactors._cli.control"} & loaded == set()

@@ -58,7 +58,9 @@ def test_every_instance_refused_at_start_exits_78(inferactors_kit: RuntimeKit) -
 
 
 def test_a_required_instance_given_up_after_crashes_exits_1(inferactors_kit: RuntimeKit) -> None:
-    run = RunFile.create(inferactors_kit, Timeline.of(CrashAt(after_s=0.1, exit_code=3)))
+    """Crashes after the server served (3 s in): a crash loop, spent by the budget. (The
+    same crash twice before it ever served would be a config error: exit 78.)"""
+    run = RunFile.create(inferactors_kit, Timeline.of(CrashAt(after_s=3.0, exit_code=3)))
     run.write(Entry("a", free_port()), Entry("b", free_port()))
     done = run_once(run.path)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -124,7 +126,8 @@ def test_an_adopted_server_down_at_start_is_retried_until_it_answers(tmp_path: P
     path.write_text(
         '[[instances]]\nmode = "adopted"\nrole = "late"\nruntime = "infer.llamacpp"\n'
         f"serve = {{ port = {port} }}\n"
-        "supervision = { restart = { base_s = 0.2, cap_s = 0.5, max_restarts = 100 } }\n"
+        "supervision = { restart = { base_s = 0.2, cap_s = 0.5, max_restarts = 100 },"
+        " watchdog = { interval_s = 600 } }\n"  # asks for deep health: proved once up
     )
     process = RunProcess.start(path)
     try:

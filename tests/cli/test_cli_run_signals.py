@@ -118,7 +118,7 @@ def test_a_reload_that_leaves_nothing_exits_78_saying_why(inferactors_kit: Runti
             assert process.finish() == 78, process.output()
         finally:
             process.process.kill()
-    refusal = f"admission-refused: something already holds port {held}"
+    refusal = f"admission-refused: serve.port: something already holds port {held}"
     [reloaded] = [line for line in process.lines if "reloaded:" in line]
     assert f"ERROR    reloaded: changed a; 0 unchanged; refused a: {refusal}" in reloaded
     [last] = [line for line in process.lines if "nothing left to supervise" in line]

@@ -1,8 +1,8 @@
 """Words that match the world (issue 19 item 3), from the client commands run as separate
 processes against a real control server over a fake fleet: display states, endpoint and
 model in ``status``; ``start``/``restart`` wait for the instance to settle (``--wait``,
-``--no-wait``) and exit 1 when it did not end running; a stop of a stopped instance exits 0
-and says so."""
+``--no-wait``) and exit 1 when it did not end running (4 when the wait ran out first); a
+stop of a stopped instance exits 0 and says so."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ async def test_a_start_asks_the_supervisor_to_wait_and_no_wait_does_not(
     assert fleet.waits == [30.0, 0.0]
 
 
-async def test_a_start_that_ends_anywhere_but_running_exits_1(
+async def test_a_start_that_ends_anywhere_but_running_exits_1_or_4_when_the_wait_ran_out(
     fleet: FakeFleet, tmp_path: Path
 ) -> None:
     put(fleet, "chat", InstanceStatus(InstanceState.EXITED, stop_reason="requested"))
@@ -103,8 +103,9 @@ async def test_a_start_that_ends_anywhere_but_running_exits_1(
     spawned = await cli("restart", "chat", "--no-wait", "--state-dir", str(tmp_path))
     assert failed.returncode == 1
     assert failed.stdout.decode().startswith("chat: fatal (failed to start: bad model file;")
-    assert late.returncode == 1  # still starting when the wait ran out
+    assert late.returncode == 4  # still starting when the wait ran out: not a failure yet
     assert late.stdout.decode().startswith("chat: starting, pid 7")
+    assert b"restart: timed out: chat is still starting after --wait 1 s" in late.stderr
     assert spawned.returncode == 0  # not waited for: starting is as expected
 
 

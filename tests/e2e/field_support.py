@@ -207,7 +207,7 @@ async def status_when(
 ) -> InstanceStatus:
     """Poll the status until its last probe says ``last_probe``."""
     with trio.fail_after(WAIT_S):
-        while (status := await runtime.status(handle)).last_probe != last_probe:  # noqa: ASYNC110
+        while (status := runtime.status(handle)).last_probe != last_probe:  # noqa: ASYNC110
             await trio.sleep(POLL_S)  # (a status call probes; no event says what it found)
     return status
 

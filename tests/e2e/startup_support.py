@@ -64,7 +64,7 @@ async def run_until_gave_up(
         async for event in events:
             seen.append(event)
     mine = tuple(e for e in seen if instance_of(e) == handle.instance_id)
-    return Outcome(mine, await runtime.status(handle), handle)
+    return Outcome(mine, runtime.status(handle), handle)
 
 
 def assert_config_error(outcome: Outcome, kind: str, words: str) -> None:

@@ -57,7 +57,7 @@ async def test_a_managed_server_that_wants_a_key_is_a_config_error_at_once(
         assert (gave_up.attempts, gave_up.why) == (0, f"config-error: {NEEDS_KEY}")
         await trio.sleep(0.5)
         assert len(rec.of(ProcessStarted)) == 1
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.stop_reason) == (InstanceState.EXITED, "config-error")
         assert (status.detail, status.diagnosis) == (f"failed to start: {NEEDS_KEY}", NEEDS_KEY)
         assert status.supervision == f"gave up: config-error: {NEEDS_KEY}"
@@ -104,7 +104,7 @@ async def test_an_adopted_llama_server_that_wants_a_key_says_so_and_is_never_sig
                 said = await _change_to(events, NEEDS_KEY)
             assert (said.new, said.serving) == (InstanceState.DEGRADED, False)
             await trio.sleep(1.5)  # probes go on: reported, never acted on
-            status = await runtime.status(handle)
+            status = runtime.status(handle)
             assert (status.state, status.detail) == (InstanceState.DEGRADED, NEEDS_KEY)
         assert server.poll() is None  # never signalled
 
@@ -133,7 +133,7 @@ async def test_an_adopted_llama_server_given_its_key_file_is_running(
             )
             handle = await runtime.load(spec)
             await runtime.start(handle)
-            status = await runtime.status(handle)
+            status = runtime.status(handle)
             assert status.state is InstanceState.RUNNING, status
             assert "api_key_file" not in (status.detail or "")
             assert (await runtime.deep_health(handle)).text is not None

@@ -47,7 +47,7 @@ async def test_deep_health_sends_its_completion_when_health_fails_and_publishes_
         assert result.latency_s > 0
         assert took < DEEP_S / 4 + SLACK_S  # at most the probe's share, then the token
         await _published(rec, result.latency_s)
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert status.ttft_s == result.latency_s
 
 
@@ -65,7 +65,7 @@ async def test_deep_health_of_a_quiet_server_is_published_too(bench: Bench, free
         result = await runtime.deep_health(handle)
         assert result.latency_s != first.ttft_s
         await _published(rec, result.latency_s)
-        assert (await runtime.status(handle)).ttft_s == result.latency_s
+        assert (runtime.status(handle)).ttft_s == result.latency_s
 
 
 async def test_deep_health_of_a_loading_server_says_loading(bench: Bench, free_port: int) -> None:
@@ -75,7 +75,7 @@ async def test_deep_health_of_a_loading_server_says_loading(bench: Bench, free_p
         await runtime.start(handle)
         await rec.next(ProcessStarted)
         with trio.fail_after(20):
-            while (await runtime.status(handle)).last_probe != "loading":  # noqa: ASYNC110
+            while (runtime.status(handle)).last_probe != "loading":  # noqa: ASYNC110
                 await trio.sleep(0.05)
         with pytest.raises(BackendError) as refused:
             await runtime.deep_health(handle)

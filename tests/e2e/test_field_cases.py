@@ -59,7 +59,7 @@ async def test_fc01_slow_load_fails_then_a_longer_deadline_starts_clean(
         assert (await rec.next(RestartScheduled)).attempt == 1
         assert (await rec.next(ProcessExited)).reason is StopReason.READINESS_TIMEOUT
         assert (await rec.next(GaveUp)).attempts == 1
-        failed = await runtime.status(handle)
+        failed = runtime.status(handle)
         assert (failed.state, failed.stop_reason) == (InstanceState.EXITED, "readiness timeout")
         assert failed.detail == "killed: not ready before the readiness deadline"
         assert failed.supervision is not None
@@ -76,7 +76,7 @@ async def test_fc01_slow_load_fails_then_a_longer_deadline_starts_clean(
         assert loading.uptime_s > 0
         running = await rec.state(InstanceState.RUNNING)
         assert running.at - started.at >= 1.5  # it waited out the whole load
-        assert (await runtime.status(handle)).state is InstanceState.RUNNING
+        assert (runtime.status(handle)).state is InstanceState.RUNNING
 
 
 async def test_fc02_readiness_kills_count_toward_the_limit_and_end_in_give_up(
@@ -105,7 +105,7 @@ async def test_fc02_readiness_kills_count_toward_the_limit_and_end_in_give_up(
             assert within(later.at - exit.at, delay)
         await trio.sleep(0.5)  # nothing more is spawned after the give-up
         assert len(rec.of(ProcessStarted)) == 3
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.stop_reason, status.restarts) == (
             InstanceState.EXITED,
             "readiness timeout",
@@ -126,6 +126,6 @@ async def test_fc06_health_503_forever_is_killed_and_counted(bench: Bench, free_
             assert killed_at_once(exited)
             await assert_group_gone(started.pid)  # the whole group, the child too
             assert (await rec.next(RestartScheduled)).attempt == attempt
-            status = await runtime.status(handle)
+            status = runtime.status(handle)
             assert status.restarts == attempt
             assert status.stop_reason == "readiness timeout"

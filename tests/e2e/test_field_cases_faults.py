@@ -120,7 +120,7 @@ async def test_fc04_hung_completions_fail_the_watchdog_and_the_server_is_restart
         assert (await rec.next(RestartScheduled)).attempt == 1
         second = await rec.next(ProcessStarted)
         await rec.state(InstanceState.RUNNING)  # the restarted server answers again
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.pid, status.restarts) == (
             InstanceState.RUNNING,
             second.pid,
@@ -155,7 +155,7 @@ async def test_fc05_a_hung_server_that_ignores_sigterm_is_killed_after_the_grace
         assert hung.at is not None
         assert isinstance(hung.error, BackendError)
         assert hung.at - returned < SLACK_S  # the connection died: no deep-health timeout
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.stop_reason) == (InstanceState.EXITED, "requested")
         assert not rec.of(RestartScheduled)  # an operator's stop is not a fault
 
@@ -192,7 +192,7 @@ async def test_fc08_a_server_killed_on_its_first_request_is_counted_and_given_up
         assert max(detection) < 1.0, detection  # a crash is seen in well under 1 s
         assert [e.attempt for e in rec.of(RestartScheduled)] == [1, 2]
         assert not [c for c in rec.of(StateChanged) if c.new is InstanceState.RUNNING]
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.stop_reason, status.restarts) == (
             InstanceState.EXITED,
             "crash",
@@ -234,7 +234,7 @@ async def test_fc10_a_crash_mid_stream_is_restarted_after_the_backoff_unasked(
         assert within(second.at - crashed.at, 0.2)
         await rec.state(InstanceState.RUNNING)
         await assert_group_gone(first.pid)
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.pid, status.restarts) == (
             InstanceState.RUNNING,
             second.pid,
@@ -265,7 +265,7 @@ async def test_fc11_sigterm_ignored_stop_returns_after_the_grace_and_start_works
             True,
         )
         await assert_group_gone(first.pid, within_s=0.1)
-        stopped = await runtime.status(handle)
+        stopped = runtime.status(handle)
         assert (stopped.state, stopped.stop_reason) == (InstanceState.EXITED, "requested")
         assert (await rec.next(ProcessExited)).reason is StopReason.REQUESTED
 
@@ -274,7 +274,7 @@ async def test_fc11_sigterm_ignored_stop_returns_after_the_grace_and_start_works
         await rec.state(InstanceState.RUNNING)
         assert second.pid != first.pid
         assert not rec.of(RestartScheduled)
-        assert (await runtime.status(handle)).restarts == 0
+        assert (runtime.status(handle)).restarts == 0
         await runtime.stop(handle, 0.1)  # not the runtime's longer grace on the way out
 
 
@@ -305,7 +305,7 @@ async def test_fc12_a_forking_wrapper_is_stopped_with_its_whole_tree(
         await _group_reaped(leader)  # ESRCH once init has reaped the orphaned zombies
         assert evidence.output_eof  # no survivor kept the pipes open
         assert b"inferactors fake server (llamacpp) listening" in evidence.stdout
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.stop_reason) == (InstanceState.EXITED, "requested")
 
 
@@ -374,7 +374,7 @@ async def _end_one(bench: Bench, reason: StopReason, found: dict[StopReason, End
             evidence = await runtime.stop(handle, 2.0)
             assert (evidence.exit_code, evidence.signal) == (0, None)
         exited = await rec.next(ProcessExited)
-        found[reason] = Ended(exited, await runtime.status(handle))
+        found[reason] = Ended(exited, runtime.status(handle))
 
 
 async def test_fc22_the_stop_reason_is_recorded_apart_from_the_exit_status(

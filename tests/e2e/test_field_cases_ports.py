@@ -223,7 +223,7 @@ async def test_fc14_an_occupied_port_is_refused_fast_at_admit_load_and_start(
             assert trio.current_time() - before < 3 * FAST_S
             assert foreign.returncode is None  # never signalled
         assert not rec.of(ProcessStarted)
-        assert (await runtime.status(handle)).state is InstanceState.LOADED
+        assert (runtime.status(handle)).state is InstanceState.LOADED
 
 
 async def test_fc14_an_impostor_on_our_port_is_reported_and_never_taken_for_ours(
@@ -241,7 +241,7 @@ async def test_fc14_an_impostor_on_our_port_is_reported_and_never_taken_for_ours
             )
             impostor = await rec.next(ImpostorDetected)
             assert impostor.pid == foreign.pid
-            status = await runtime.status(handle)
+            status = runtime.status(handle)
             assert status.state is InstanceState.DEGRADED
             assert status.detail is not None
             assert status.detail.startswith("impostor")
@@ -272,7 +272,7 @@ async def test_fc14_an_impostors_token_never_makes_our_server_ready(
         assert await trio.to_thread.run_sync(port_owner, "127.0.0.1", free_port) == ours
         with trio.move_on_after(1.5):
             await runtime.wait_state(handle, InstanceState.RUNNING)
-        assert (await runtime.status(handle)).state is not InstanceState.RUNNING
+        assert (runtime.status(handle)).state is not InstanceState.RUNNING
         assert _posts(log) == []
 
 
@@ -295,7 +295,7 @@ async def test_fc15_an_extra_port_on_all_interfaces_is_stopped_and_held_until_re
         assert exited.reason is StopReason.EXPOSURE
         await assert_group_gone(started.pid)
         assert not await port_in_use("127.0.0.1", extra)
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.stop_reason) == (InstanceState.EXITED, "exposure")
         assert status.detail == f"stopped: {exposed.detail}"
         with pytest.raises(InvalidState, match=r"beyond loopback.*reload"):
@@ -327,7 +327,7 @@ async def test_fc15_a_server_bound_to_all_interfaces_is_stopped(
         assert f"reachable on {LAN_ADDRESS}:{free_port}" in exposed.detail  # the connect check
         assert (await rec.next(ProcessExited)).reason is StopReason.EXPOSURE
         await assert_group_gone(started.pid)
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.stop_reason) == (InstanceState.EXITED, "exposure")
         with pytest.raises(InvalidState, match="reload"):
             await runtime.start(handle)
@@ -347,7 +347,7 @@ async def test_fc15_an_adopted_server_on_all_interfaces_is_reported_never_signal
             assert f"0.0.0.0:{free_port} (pid {server.pid})" in exposed.detail
             assert "never signals" in exposed.detail
             for _ in range(4):  # longer than the managed exposure watch's 250 ms period
-                status = await runtime.status(handle)
+                status = runtime.status(handle)
                 assert status.state is InstanceState.RUNNING
                 assert status.detail is not None
                 assert "beyond loopback" in status.detail

@@ -177,7 +177,7 @@ async def test_two_models_share_a_budget_that_holds_one(two_models: InferConfig)
             if isinstance(e, ProcessExited) and e.instance_id == rig.iid("alpha")
         ]
         assert alpha_exit.reason is StopReason.EVICTED  # the process's own exit says so
-        alpha_status = await rig.runtime.status(rig.handles["alpha"])
+        alpha_status = rig.runtime.status(rig.handles["alpha"])
         assert alpha_status.stop_reason == "evicted"
         assert not psutil.pid_exists(alpha_pid) or psutil.Process(alpha_pid).status() == "zombie"
 

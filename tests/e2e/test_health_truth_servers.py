@@ -61,7 +61,7 @@ async def test_a_failing_health_with_working_completions_is_degraded_and_never_k
         assert (confirmed.detail or "").startswith(said)
         await trio.sleep(3 * UNHEALTHY_KILL_AFTER_S)  # well past the health-kill window
         assert rec.of(ProcessExited) == []
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.pid) == (InstanceState.DEGRADED, started.pid)
         assert "completions work" in (status.detail or "")
         assert [e.ttft_s >= 0 for e in rec.of(DeepHealthPassed)][:2] == [True, True]
@@ -86,7 +86,7 @@ async def test_a_503_no_slot_available_is_busy_running_never_loading(
         running = await rec.state(InstanceState.RUNNING)
         assert running.detail == "busy: no slot available"
         for _ in range(4):
-            status = await runtime.status(handle)
+            status = runtime.status(handle)
             assert (status.state, status.last_probe) == (InstanceState.RUNNING, "busy")
             await trio.sleep(0.3)
         details = [change.detail or "" for change in rec.of(StateChanged)]
@@ -107,7 +107,7 @@ async def test_a_slow_first_token_is_degraded_slow_and_its_ttft_is_published(
         while not (slow.detail or "").startswith("slow"):
             slow = await rec.state(InstanceState.DEGRADED)
         assert slow.detail == f"slow: first token in {passed.ttft_s:.1f} s (threshold 0.3 s)"
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.ttft_s) == (InstanceState.DEGRADED, passed.ttft_s)
 
 
@@ -117,7 +117,7 @@ async def test_a_quick_first_token_is_running_with_its_ttft(bench: Bench, free_p
         await runtime.start(handle)
         passed = await rec.next(DeepHealthPassed)
         await rec.state(InstanceState.RUNNING)
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert status.ttft_s == passed.ttft_s
         assert 0 < passed.ttft_s < 10.0
 
@@ -204,7 +204,7 @@ async def test_a_managed_server_on_ipv6_loopback_only_is_a_config_error_long_bef
         assert (gave_up.attempts, gave_up.why) == (0, f"config-error: {said}")
         await trio.sleep(0.5)
         assert len(rec.of(ProcessStarted)) == 1  # never restarted onto the same mistake
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert (status.state, status.detail) == (InstanceState.EXITED, f"failed to start: {said}")
         assert (status.stop_reason, status.diagnosis) == ("config-error", said)
         assert status.supervision == f"gave up: config-error: {said}"

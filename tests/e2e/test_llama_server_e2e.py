@@ -46,14 +46,14 @@ async def test_managed_llama_server_runs_answers_one_token_and_stops_clean(
     async with open_runtime(managed_config, node_id="test") as runtime:
         events = await runtime.subscribe()
         handle = await runtime.load(spec)
-        assert (await runtime.status(handle)).state is InstanceState.LOADED
+        assert (runtime.status(handle)).state is InstanceState.LOADED
         instance_dir = managed_config.managed.data_root / handle.instance_id  # type: ignore[union-attr]
         assert instance_dir.is_dir()
         await runtime.start(handle)
         with pytest.raises(InvalidState, match="already running"):
             await runtime.start(handle)
         await wait_for_state(runtime, handle, InstanceState.RUNNING)
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert status.pid is not None
         pid = status.pid
 
@@ -71,7 +71,7 @@ async def test_managed_llama_server_runs_answers_one_token_and_stops_clean(
         assert evidence.args[3].endswith("tiny.gguf")  # it lists the model as before
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
         assert not group_alive(pid)
-        stopped = await runtime.status(handle)
+        stopped = runtime.status(handle)
         assert stopped.state is InstanceState.EXITED
         assert stopped.stop_reason == "requested"
         with pytest.raises(InvalidState, match="not running"):
@@ -147,7 +147,7 @@ async def test_adopted_llama_server_gets_only_gets_and_unload_only_forgets(
             with pytest.raises(Unsupported, match="never stops"):
                 await runtime.stop(handle)
             await runtime.unload(handle)
-            status = await runtime.status(handle)
+            status = runtime.status(handle)
             assert status.state is InstanceState.UNKNOWN
             await trio.sleep(0.2)  # nothing more may arrive after unload
         assert proxy.requests, "the proxy saw no request at all"
@@ -191,7 +191,7 @@ async def test_fc15_adopted_exposure_is_reported_and_never_acted_on(
                     break
         assert "0.0.0.0" in detail
         assert "never signals" in detail
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert status.state is InstanceState.RUNNING
         assert status.detail is not None
         assert "beyond loopback" in status.detail

@@ -103,7 +103,7 @@ async def test_a_server_with_an_api_key_runs_and_the_key_stays_hidden(
         async with httpx.AsyncClient(trust_env=False) as client:
             body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
             assert (await client.post(f"{base}/v1/chat/completions", json=body)).status_code == 401
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert status.pid is not None
         cmdline = psutil.Process(status.pid).cmdline()
         assert "--api-key-file" in cmdline

@@ -138,7 +138,10 @@ def test_evidence_repr_is_a_summary_and_the_bytes_stay_available() -> None:
     assert "stdout_bytes=3145728" in shown
     assert "stderr_tail=...'srv operator(): cleaning up before exit...'" in shown
     assert "loading" not in shown
-    assert str(evidence) == shown
+    assert str(evidence) == (
+        "pid 42 exited with status 0 after 1.50 s; wrote 3145728 + 5543 bytes "
+        "(stdout + stderr); last: 'srv operator(): cleaning up before exit...'"
+    )
     assert len(evidence.stdout) == 1 << 20  # the attributes keep what was kept
     assert evidence.stderr.endswith(b"cleaning up before exit...\n")
     assert evidence.stderr_tail.endswith("cleaning up before exit...\n")

@@ -125,7 +125,7 @@ async def test_a_runtime_stop_leaves_no_real_llama_server_listening(
             status = await runtime.wait_state(handle, InstanceState.RUNNING)
         assert status.pid is not None
         server = int(await wait_for_file(server_dir / "state" / handle.instance_id / "server.pid"))
-        status = await runtime.status(handle)
+        status = runtime.status(handle)
         assert f"server left its process group; inferactors tracks it by pid ({server})" in (
             status.detail or ""
         )
@@ -134,7 +134,7 @@ async def test_a_runtime_stop_leaves_no_real_llama_server_listening(
         assert not await port_in_use("127.0.0.1", free_port)
         assert evidence.escaped == (server,)
         assert evidence.survivors == ()
-        assert (await runtime.status(handle)).detail == "stopped on request"
+        assert (runtime.status(handle)).detail == "stopped on request"
 
 
 def wait_escaped(data_root: Path, timeout_s: float = 60.0) -> tuple[OrphanRecord, int]:

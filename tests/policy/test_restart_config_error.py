@@ -81,3 +81,45 @@ def test_a_start_up_failure_is_abnormal_and_reset_forgets_it() -> None:
     assert budget.last_fault == FLAG
     _, again = decide(budget.reset(), START_FAILED, FLAG, 1.0)
     assert isinstance(again, Restart)
+
+
+def test_an_unclassified_start_up_crash_twice_alike_is_a_config_error_in_its_words() -> None:
+    said = ("loading", "error: something is wrong with this model")
+    budget, first = RestartBudget(POLICY).decide(
+        reason=StopReason.CRASH, exit_code=1, signal=None, now=0.0, last_lines=said
+    )
+    assert first == Restart(1, 1.0)
+    _, second = budget.decide(
+        reason=StopReason.CRASH, exit_code=1, signal=None, now=1.0, last_lines=said
+    )
+    assert second == GiveUp(
+        1,
+        "config-error: the same failure twice at start: exit status 1: "
+        "error: something is wrong with this model",
+    )
+
+
+def test_unclassified_crashes_unlike_or_after_being_up_follow_the_budget() -> None:
+    said = ("error: something is wrong",)
+    budget, _ = RestartBudget(POLICY).decide(
+        reason=StopReason.CRASH, exit_code=1, signal=None, now=0.0, last_lines=said
+    )
+    budget, other_status = budget.decide(
+        reason=StopReason.CRASH, exit_code=2, signal=None, now=1.0, last_lines=said
+    )
+    assert other_status == Restart(2, 2.0)
+    budget = budget.note_running(2.0)  # it served a while: a crash, not a start failure
+    budget, after_up = budget.decide(
+        reason=StopReason.CRASH, exit_code=2, signal=None, now=3.0, last_lines=said
+    )
+    assert after_up == Restart(3, 4.0)
+    budget, _ = budget.decide(
+        reason=StopReason.CRASH, exit_code=2, signal=None, now=9.0, last_lines=("other",)
+    )
+    budget, _ = budget.decide(
+        reason=StopReason.CRASH, exit_code=2, signal=None, now=20.0, last_lines=("third",)
+    )
+    _, spent = budget.decide(
+        reason=StopReason.CRASH, exit_code=2, signal=None, now=40.0, last_lines=("fourth",)
+    )
+    assert spent == GiveUp(5, "restart budget spent (5 of 5); last: exit status 2: fourth")

@@ -37,3 +37,18 @@ def test_every_field_of_a_recorded_request_is_named() -> None:
     for cl in (LoggedRequest, RecordedRequest):
         for field in attrs.fields(cl):
             assert f"`{field.name}`" in DOC, (cl.__name__, field.name)
+
+
+def test_the_trio_marker_is_said_before_the_first_async_example() -> None:
+    first_async = DOC.index("async with open_fake_server")
+    assert "pytest.mark.trio" in DOC[:first_async]
+    assert "trio_mode = true" in DOC[:first_async]
+
+
+def test_no_kit_install_line_names_an_unpublished_package() -> None:
+    """inferactors is not on PyPI: the kit is installed from a clone (``-e PATH[testing]``)."""
+    root = Path(__file__).parents[2]
+    places = [*root.glob("examples/**/*.py"), *root.glob("src/inferactors/testing/*.py")]
+    places += [*root.glob("docs/*.md"), root / "README.md"]
+    wrong = [str(p) for p in places if "pip install 'inferactors[testing" in p.read_text()]
+    assert wrong == []

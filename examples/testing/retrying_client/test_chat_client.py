@@ -1,6 +1,6 @@
 """The retrying client against inferactors' fake llama-server: a real process on a free port
 that plays the faults of the test's ``inferactors_faults`` marker. No runtime, no conftest:
-``pip install 'inferactors[testing]'`` brings the fixtures."""
+``pip install -e '/path/to/clone[testing]'`` brings the fixtures (inferactors is not on PyPI)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,10 @@
 
 Planning only ever sends GET requests and TCP connects, so ``admit`` may run
 before any permission is granted. Every refusal is `AdmissionRefused` unless the spec itself
-is malformed (`InvalidConfig`). A probe that gives no verdict because our own loop ran late
-is made again at once (`probe_for_verdict`), never read as a server that is not there.
+is malformed (`InvalidConfig`). A managed instance's checks all run, and every problem they
+find is reported at once, each naming its field (`Problems`). A probe that gives no verdict
+because our own loop ran late is made again at once (`probe_for_verdict`), never read as a
+server that is not there.
 
 Besides the model, a managed process plan checks:
 
@@ -48,6 +50,7 @@ from .._policy.ollama_parse import same_tag
 from .._policy.privilege import RunAs, require_unprivileged
 from .._policy.probe_parse import ServerReport, Unhealthy, Unreachable, Up
 from .._untrusted_file import read_secret_line
+from .admission_problems import Problems
 from .capabilities import managed_version
 from .identity import wrong_family
 
@@ -101,13 +104,26 @@ async def make_plan(
             model = await _registered_model(spec, registry)
             return Plan(spec=spec, mode=ControlMode.MANAGED, notes=(), model=model)
         return await _plan_ollama(spec, config, registry, edges.open_prober)
+    problems = Problems()
     euid = edges.containment.euid()
-    run_as = _run_as(config.managed, euid)
+    run_as = problems.call("run_as", partial(_run_as, config.managed, euid))
     plan = await _plan_process(
-        spec, config.managed, registry, instance_dir, edges, run_as, check_port=not dry
+        spec,
+        config.managed,
+        registry,
+        instance_dir,
+        edges,
+        run_as,
+        problems,
+        check_port=not dry,
     )
-    if spec.serve.api_key_file is not None:
-        key = await read_api_key(spec.serve.api_key_file, run_as=run_as, euid=euid)
+    key = None
+    if spec.serve.api_key_file is not None and not problems.has("run_as"):
+        read = read_api_key(spec.serve.api_key_file, run_as=run_as, euid=euid)
+        key = await problems.wait("serve.api_key_file", read)
+    problems.raise_any()
+    assert plan is not None  # every check passed
+    if key is not None:
         plan = attrs.evolve(plan, api_key=key, notes=(*plan.notes, "API key read"))
     if run_as is None:
         return plan
@@ -236,26 +252,30 @@ async def _plan_process(
     instance_dir: Path,
     edges: Edges,
     run_as: RunAs | None,
+    problems: Problems,
     *,
     check_port: bool = True,
-) -> Plan:
-    model = await _registered_model(spec, registry)
+) -> Plan | None:
+    """The plan of a managed process; None when a check refused (recorded in ``problems``:
+    every check runs, whatever an earlier one found, except the flags' check, which runs
+    the program and so needs it and ``run_as`` sound)."""
+    model = await problems.wait("model", _registered_model(spec, registry))
     draft = None
     if spec.serve.draft_model is not None:
-        draft = await _resolve(registry, spec.serve.draft_model, spec.signed_by)
-        check_format(spec.runtime, draft)
-    mmproj, lora = await resolve_extras(spec, registry)
-    program = _serve_program(managed)
+        draft = await problems.wait("serve.draft_model", _draft(spec, registry))
+    extras = await problems.wait("serve", resolve_extras(spec, registry))
+    program = problems.call("serve_programs", partial(_serve_program, managed))
     euid = edges.containment.euid()
-    help_cache = edges.serve_help
-    await check_binary_flags(
-        spec, managed, program, serve_help=help_cache, run_as=run_as, euid=euid
-    )
-    if check_port and await edges.port_in_use(spec_host(spec), spec.port()):
-        raise AdmissionRefused(
-            f"something already holds port {spec.port()} on {spec_host(spec)}; "
-            "adopt it instead of managing over it"
+    if program is not None and not problems.has("run_as"):
+        check = check_binary_flags(
+            spec, managed, program, serve_help=edges.serve_help, run_as=run_as, euid=euid
         )
+        await problems.wait("serve.extra_args", check)
+    if check_port and await edges.port_in_use(spec_host(spec), spec.port()):
+        problems.call("serve.port", partial(_port_taken, spec))
+    if model is None or program is None or extras is None or problems.any():
+        return None
+    mmproj, lora = extras
     launch = build_launch(
         spec,
         model,
@@ -283,6 +303,20 @@ async def _plan_process(
         draft=draft,
         mmproj=mmproj,
         lora=lora,
+    )
+
+
+async def _draft(spec: InferenceSpec, registry: ModelRegistry) -> ResolvedModel:
+    assert spec.serve.draft_model is not None
+    draft = await _resolve(registry, spec.serve.draft_model, spec.signed_by)
+    check_format(spec.runtime, draft)
+    return draft
+
+
+def _port_taken(spec: InferenceSpec) -> None:
+    raise AdmissionRefused(
+        f"something already holds port {spec.port()} on {spec_host(spec)}; "
+        "adopt it instead of managing over it"
     )
 
 

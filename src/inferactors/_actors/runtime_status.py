@@ -12,6 +12,7 @@ is read. A probe made now is `InferRuntime.health` (or ``deep_health``).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Generator
 from functools import partial
 from typing import Any
@@ -51,9 +52,16 @@ class InstanceHandle:
 class Statuses(dict[InstanceHandle, InstanceStatus]):
     """What `RuntimeStatus.statuses` answers: a plain dict of every loaded instance's
     status by handle, in load order. Awaiting it (the spelling from when `statuses` was
-    a coroutine) is deprecated, kept for one release, and gives the dict itself at once."""
+    a coroutine) is deprecated, kept for one release, gives the dict itself at once and
+    warns (`DeprecationWarning`)."""
 
     def __await__(self) -> Generator[Any, None, Statuses]:
+        warnings.warn(
+            "awaiting runtime.statuses() is deprecated: it is a plain function now; "
+            "call it without await",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return _at_once(self).__await__()
 
 
@@ -78,7 +86,7 @@ class RuntimeStatus:
         when it last handled anything, at most one probe interval old (1 s while running).
         For what a probe finds now, use `InferRuntime.health`.
 
-        A plain function: ``await runtime.status(handle)``, from when it was a coroutine,
+        A plain function: ``runtime.status(handle)``, from when it was a coroutine,
         still works (`InstanceStatus` is awaitable) but is deprecated and goes in the next
         release."""
         try:

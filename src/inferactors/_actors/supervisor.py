@@ -282,7 +282,9 @@ class Supervisor:
             self._budgets[iid] = budget
         elif isinstance(event, ProcessExited):
             exit_code, signal, diagnosis = event.exit_code, event.signal, event.diagnosis
-            self._decide(event.instance_id, event.reason, exit_code, signal, diagnosis)
+            self._decide(
+                event.instance_id, event.reason, exit_code, signal, diagnosis, event.last_lines
+            )
         elif isinstance(event, InstanceCrashed) and self._adopted(event.instance_id):
             self._decide(event.instance_id, StopReason.ERROR, None, None)  # watch it again
 
@@ -293,9 +295,11 @@ class Supervisor:
         exit_code: int | None,
         signal: int | None,
         diagnosis: Diagnosis | None = None,
+        last_lines: tuple[str, ...] = (),
     ) -> None:
-        """Apply the restart policy to an exit; the same diagnosed start-up failure twice in
-        a row gives up at once (``config-error``, `RestartBudget.decide`)."""
+        """Apply the restart policy to an exit; the same start-up failure twice in a row
+        (the same diagnosis, or the same status and last line) gives up at once
+        (``config-error``, `RestartBudget.decide`)."""
         now, jitter = trio.current_time(), self._random()
         budget, decision = self._budgets[iid].decide(
             reason=reason,
@@ -304,6 +308,7 @@ class Supervisor:
             now=now,
             random=jitter,
             diagnosis=diagnosis,
+            last_lines=last_lines,
         )
         self._budgets[iid] = budget
         match decision:

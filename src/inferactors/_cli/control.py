@@ -40,7 +40,13 @@ EXIT_STATUSES = """exit status:
   1  the supervisor answered with an error (unknown instance, refused, failed; reload:
      an instance was refused), or did not answer within --timeout (busy or frozen)
   2  bad arguments or run file (reload: the run file is invalid; nothing changed)
-  3  no supervisor is running (no control socket, or the connection is refused)"""
+  3  no supervisor is running (no control socket, or the connection is refused)
+  4  start/restart: --wait ran out while the instance was still starting or waiting to
+     restart (it may still get there; said on stderr)"""
+
+EXIT_WAIT_RAN_OUT = 4
+"""``start``/``restart``: the wait ran out before the instance settled (still starting or in
+backoff): not a failure yet, not a success."""
 
 Command = Callable[[ControlClient, argparse.Namespace], int]
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -193,6 +199,13 @@ def _outcome(verb: str, view: dict[str, Any], args: argparse.Namespace) -> int:
     serving = shown == "running" or (shown == "degraded" and view["status"].get("serving"))
     if serving or (args.no_wait and shown in ("starting", "backoff")):
         return 0
+    if shown in ("starting", "backoff"):
+        print(
+            f"inferactors {verb}: timed out: {view['name']} is still {shown} after --wait "
+            f"{args.wait:g} s",
+            file=sys.stderr,
+        )
+        return EXIT_WAIT_RAN_OUT
     return EXIT_ERROR
 
 

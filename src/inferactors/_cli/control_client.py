@@ -315,7 +315,8 @@ def _await_socket(path: Path, timeout_s: float) -> None:
         said = f"no supervisor is running (no socket at {path})"
         if not path.parent.exists():  # most often a data_root edited under a running one
             said += (
-                f"; {path.parent} does not exist: a supervisor whose run file's data_root "
+                f"; {path.parent} does not exist (yet): a supervisor just started makes it "
+                "within seconds (try again); one whose run file's data_root "
                 "was changed while it runs still uses the old one (pass it as --state-dir, "
                 "or restart the supervisor to move)"
             )
@@ -327,8 +328,9 @@ def _await_socket(path: Path, timeout_s: float) -> None:
             return
     raise ControlError(
         f"a supervisor ({holder}) holds the state directory {path.parent}, but its control "
-        f"socket {path} is gone and did not come back within {float(timeout_s)} s: it "
-        "cannot be reached; stop it (kill -TERM) and start it again",
+        f"socket {path} did not appear within {float(timeout_s)} s: it is still starting "
+        "(try again in a moment), or its socket is gone and it cannot be reached (if it "
+        "stays so: stop it with kill -TERM and start it again)",
         EXIT_ERROR,
     )
 

@@ -230,7 +230,7 @@ class InferConfig:
         cls,
         managed: ManagedConfig | None = None,
         *,
-        serve_programs: Mapping[InferFlavor, Path | None] | None = None,
+        serve_programs: Mapping[InferFlavor, Path | str | None] | None = None,
         probe_timeout_s: float = 2.0,
         deep_timeout_s: float = 300.0,
         allowed_ports: tuple[int, int] | None = None,
@@ -243,13 +243,15 @@ class InferConfig:
         environment, restart policy, ...) and no ``serve_program``; ``serve_programs``
         names each flavor's executable (``{InferFlavor.LLAMACPP: locate_llama_server()}``;
         a None value is left out: a managed spec of that flavor is then refused at load,
-        saying it has no serve program). Without ``managed`` every instance is adopted.
+        saying it has no serve program; a `str` is taken as a path). Without ``managed``
+        every instance is adopted.
 
         Raises:
-            InvalidConfig: as `validate`.
+            InvalidConfig: as `validate`; a program that is neither a path nor a `str`,
+                naming ``serve_programs[<flavor>]``.
         """
         programs = tuple(
-            (flavor, program)
+            (flavor, _program_path(flavor, program))
             for flavor, program in (serve_programs or {}).items()
             if program is not None
         )
@@ -349,10 +351,26 @@ class InferConfig:
         if self.serve_programs and self.managed is None:
             raise InvalidConfig("serve_programs: without managed settings nothing is started")
         seen: set[InferFlavor] = set()
-        for index, (flavor, _program) in enumerate(self.serve_programs):
+        for index, (flavor, program) in enumerate(self.serve_programs):
             if flavor in seen:
                 raise InvalidConfig(f"serve_programs[{index}]: {flavor.id} is named twice")
+            if not isinstance(program, Path):
+                raise InvalidConfig(
+                    f"serve_programs[{index}]: expected a pathlib.Path, got "
+                    f"{type(program).__name__}"
+                )
             seen.add(flavor)
+
+
+def _program_path(flavor: object, program: object) -> Path:
+    """``program`` as a `Path` (a `str` converted); anything else refused naming the field."""
+    if isinstance(program, str | Path):
+        return Path(program)
+    name = getattr(flavor, "id", flavor)
+    raise InvalidConfig(
+        f"serve_programs[{name}]: expected a path (pathlib.Path or str), got "
+        f"{type(program).__name__}"
+    )
 
 
 MIN_WATCHDOG_INTERVAL_S = 0.1

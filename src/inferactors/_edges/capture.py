@@ -141,7 +141,9 @@ class RunEvidence:
 
     Its repr is a summary, a line long whatever the process wrote: the kept output shows
     as its size (``stderr=<2488 bytes kept>``) and each tail as its last line, cut to
-    `REPR_LINE_CHARS`; the attributes hold every byte kept.
+    `REPR_LINE_CHARS`; the attributes hold every byte kept. Its `str` is shorter still,
+    for a person: ``pid 42 exited with status 0 after 1.50 s; wrote 3145728 + 5543 bytes
+    (stdout + stderr); last: 'srv operator(): cleaning up before exit...'``.
 
     Attributes:
         args: The arguments the program ran with, without the program itself (the reference's
@@ -189,6 +191,19 @@ class RunEvidence:
     escaped: tuple[int, ...] = ()
     killed: tuple[int, ...] = ()
     survivors: tuple[int, ...] = ()
+
+    def __str__(self) -> str:
+        if self.pid == 0:
+            return "no process"
+        if self.signal is not None:
+            ended = f"was killed by signal {self.signal}"
+        elif self.exit_code is not None:
+            ended = f"exited with status {self.exit_code}"
+        else:
+            ended = "ended"
+        said = f"{self.stdout_bytes} + {self.stderr_bytes} bytes (stdout + stderr)"
+        last = _tail_repr(self.stderr_tail or self.stdout_tail).lstrip(".")
+        return f"pid {self.pid} {ended} after {self.elapsed_s:.2f} s; wrote {said}; last: {last}"
 
     @classmethod
     def empty(cls, *, runtime: str = "", instance_id: str = "") -> RunEvidence:

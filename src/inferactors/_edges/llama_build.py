@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .._errors import BackendError
+from .safe_tar import extract_data
 
 PINNED_SDIST = "llama-cpp-python==0.3.36"
 _SDIST_DIR = "llama_cpp_python-0.3.36"
@@ -215,7 +216,7 @@ def _fetch_source(root: Path, log: TextIO, say: _Progress) -> Path:
     prefix = f"{_SDIST_DIR}/vendor/llama.cpp/"
     with tarfile.open(archive) as tar:
         members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
-        tar.extractall(root / "src", members=members, filter="data")
+        extract_data(tar, root / "src", members)
     return source
 
 

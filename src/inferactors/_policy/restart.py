@@ -20,6 +20,14 @@ it again. The first such failure is restarted as usual (a port taken for a momen
 itself), and any other exit in between clears the memory. A fault seen while the server
 lived (`AT_ONCE`: listening on the wrong address family, refusing our requests for want of
 an API key) is a configuration error the first time: ``config-error: <our words>``.
+A start-up failure no rule classifies (a process never seen up that exited on its own, not
+killed by a signal) is one too when it comes twice in a row with the same exit status and
+the same last line of output:
+``config-error: the same failure twice at start: exit status 1: <the server's last line>``.
+
+Every give-up says how the server last ended: ``"; last: <kind>: <line>"`` when its output
+was diagnosed, else ``"; last: exit status 1: <its last line>"`` (`LastExit`), when
+anything is known of it (an adopted server that stopped answering has no exit status).
 
 Jitter takes a random fraction (at most ``jitter``) off each delay; the random source is
 the caller's, so tests pass a constant.
@@ -58,6 +66,27 @@ CONFIG_ERROR = "config-error"
 AT_ONCE = frozenset({FaultKind.WRONG_ADDRESS_FAMILY, FaultKind.REFUSES_REQUESTS})
 """Start-up faults that give up the first time: seen in what the living server does, they
 are its configuration, and a restart would only meet them again."""
+
+
+@attrs.frozen
+class LastExit:
+    """How a process ended, in its own words: its exit status or signal and its last
+    non-empty output line (None when it printed nothing)."""
+
+    exit_code: int | None
+    signal: int | None
+    line: str | None
+
+    def describe(self) -> str:
+        """``"exit status 1: error: something is wrong"``, ``"signal 9"``, ...; the line
+        left out when there was none."""
+        if self.signal is not None:
+            status = f"signal {self.signal}"
+        elif self.exit_code is not None:
+            status = f"exit status {self.exit_code}"
+        else:
+            status = "no exit status"
+        return status if self.line is None else f"{status}: {self.line}"
 
 
 @attrs.frozen
@@ -103,6 +132,9 @@ class RestartBudget:
         window: times (trio seconds) of the restarts still inside the intensity window.
         running_since: when the current process was last seen up, else None.
         last_fault: the diagnosis of the last exit when it was a start-up failure, else None.
+        last_start_crash: the last exit when it was an unclassified crash of a process
+            never seen up, else None.
+        seen_up: whether the current process was seen up (since the last exit).
     """
 
     policy: RestartPolicy
@@ -110,6 +142,8 @@ class RestartBudget:
     window: tuple[float, ...] = ()
     running_since: float | None = None
     last_fault: Diagnosis | None = None
+    last_start_crash: LastExit | None = None
+    seen_up: bool = False
 
     def decide(
         self,
@@ -120,6 +154,7 @@ class RestartBudget:
         now: float,
         random: float = 0.0,
         diagnosis: Diagnosis | None = None,
+        last_lines: tuple[str, ...] = (),
     ) -> tuple[RestartBudget, Decision]:
         """Decide what to do about an exit observed at ``now``.
 
@@ -127,16 +162,25 @@ class RestartBudget:
         ``diagnosis`` is what the server's output said (`ProcessExited.diagnosis`): with
         reason ``start-up failure`` and the same kind as the previous exit's, or a kind in
         `AT_ONCE`, the answer is `GiveUp` with ``why`` ``"config-error: <kind>: <line>"``
-        (`Diagnosis.describe`); on any other give-up ``why`` ends with ``"; last: <kind>:
-        <line>"``.
+        (`Diagnosis.describe`). ``last_lines`` are the server's last output lines
+        (`ProcessExited.last_lines`): an undiagnosed crash of a process never seen up, with
+        the same status and last line as the exit before it, gives up at once too
+        (``"config-error: the same failure twice at start: <LastExit>"``). On any other
+        give-up ``why`` ends with ``"; last: <kind>: <line>"``, or ``"; last: <LastExit>"``
+        when the output was not diagnosed.
         """
+        ended = LastExit(exit_code, signal, last_lines[-1] if last_lines else None)
         budget = self._refilled_if_stable(now)._without_running()
-        previous = budget.last_fault
+        previous, previous_crash = budget.last_fault, budget.last_start_crash
         fault = diagnosis if reason is StopReason.STARTUP_FAILURE else None
-        budget = attrs.evolve(budget, last_fault=fault)
+        start_crash = _start_crash(reason, diagnosis, ended, seen_up=budget.seen_up)
+        budget = attrs.evolve(budget, last_fault=fault, last_start_crash=start_crash, seen_up=False)
         again = previous is not None and fault is not None and previous.kind is fault.kind
         if fault is not None and (again or fault.kind in AT_ONCE):
             return budget, GiveUp(budget.attempts, f"{CONFIG_ERROR}: {fault.describe()}")
+        if start_crash is not None and start_crash == previous_crash:
+            why = f"{CONFIG_ERROR}: the same failure twice at start: {start_crash.describe()}"
+            return budget, GiveUp(budget.attempts, why)
         skip = budget._skip_reason(reason, exit_code, signal)
         if skip is not None:
             return budget, NoRestart(skip)
@@ -145,8 +189,9 @@ class RestartBudget:
         budget = attrs.evolve(budget, window=window)
         limit = budget._limit_reached()
         if limit is not None:
-            last = f"; last: {diagnosis.describe()}" if diagnosis is not None else ""
-            return budget, GiveUp(budget.attempts, limit + last)
+            last = diagnosis.describe() if diagnosis is not None else ended.describe()
+            known = diagnosis is not None or ended != LastExit(None, None, None)
+            return budget, GiveUp(budget.attempts, f"{limit}; last: {last}" if known else limit)
         delay = self.policy.delay_s(budget.attempts) * (1.0 - self.policy.jitter * random)
         after = attrs.evolve(budget, attempts=budget.attempts + 1, window=(*window, now))
         return after, Restart(after.attempts, delay)
@@ -156,7 +201,7 @@ class RestartBudget:
         while its completions work (`InstanceStatus.serving`)."""
         if self.running_since is not None:
             return self
-        return attrs.evolve(self, running_since=now)
+        return attrs.evolve(self, running_since=now, seen_up=True)
 
     def note_not_running(self) -> RestartBudget:
         """The server is no longer up."""
@@ -169,7 +214,7 @@ class RestartBudget:
     def reset(self) -> RestartBudget:
         """Refill the budget, clear the window and forget the last start-up failure
         (``reset_restarts``; item 56)."""
-        return attrs.evolve(self, attempts=0, window=(), last_fault=None)
+        return attrs.evolve(self, attempts=0, window=(), last_fault=None, last_start_crash=None)
 
     def _refilled_if_stable(self, now: float) -> RestartBudget:
         since = self.running_since
@@ -202,3 +247,14 @@ class RestartBudget:
                 f"{policy.period_s:g} s)"
             )
         return None
+
+
+def _start_crash(
+    reason: StopReason, diagnosis: Diagnosis | None, ended: LastExit, *, seen_up: bool
+) -> LastExit | None:
+    """``ended`` when it is a crash no rule classified, of a process never seen up, that
+    exited on its own (a signal comes from outside: the OOM killer, an operator) and said
+    something (a last line to compare); else None."""
+    if reason is not StopReason.CRASH or diagnosis is not None or seen_up:
+        return None
+    return ended if ended.line is not None and ended.signal is None else None

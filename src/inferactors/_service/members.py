@@ -20,6 +20,7 @@ from .._actors.front_door_msgs import ResidencyView
 from .._actors.front_door_seam import Residency
 from .._actors.runtime import InferRuntime, InstanceHandle
 from .._config.config import ControlMode, RestartPolicy
+from .._config.runfile import RunInstance
 from .._config.spec import InferenceSpec
 from .._errors import AdmissionRefused, BackendError, InferactorsError, NoVerdict, one_line
 from .._events import Event, StateChanged
@@ -206,7 +207,8 @@ async def keep(member: Member, keeper: Keeper) -> None:
         if up:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_refresh, member, keeper)
-                nursery.start_soon(_first_deep_health, member, keeper)
+                if asks_first_deep_health(member.placement.entry):
+                    nursery.start_soon(_first_deep_health, member, keeper)
 
 
 def _endpoint(spec: InferenceSpec) -> str | None:
@@ -331,6 +333,14 @@ async def _refresh(member: Member, keeper: Keeper) -> None:
             await dirty.wait()
             await trio.sleep(SETTLE_S)
         timed_out = timer.cancelled_caught
+
+
+def asks_first_deep_health(entry: RunInstance) -> bool:
+    """Whether the run proves ``entry`` with one token once it first serves: always for a
+    managed instance (ours to run); for an adopted one only when its spec asks for deep
+    health (``supervision.watchdog``), since an adopted server is somebody else's and
+    receives only GET requests otherwise (a completion makes it generate)."""
+    return entry.mode is not ControlMode.ADOPTED or entry.supervision.watchdog is not None
 
 
 async def _first_deep_health(member: Member, keeper: Keeper) -> None:

@@ -1,6 +1,6 @@
 """inferactors' pytest plugin: fake servers with faults, tiny models, a managed runtime.
 
-Installed with ``pip install 'inferactors[testing]'`` and loaded by pytest through the
+Installed with ``pip install -e '/path/to/clone[testing]'`` and loaded by pytest through the
 ``pytest11`` entry point (nothing to import or list in a conftest). Loading it imports
 nothing but pytest: each fixture imports what it needs when a test first asks for it, so a
 run that uses none of them starts as fast as without the plugin. ``pytest --fixtures``

@@ -59,6 +59,10 @@ class Setup:
     """A deep health slower than this (float seconds) leaves the server Degraded (slow)."""
     watchdog_failures: int | None = None
     """Failed watchdog checks in a row that kill the server; None: no watchdog."""
+    endpoint: str | None = None
+    """The server's base URL (``http://127.0.0.1:8090``), shown in its status."""
+    model: str | None = None
+    """The model it serves (`Plan.served_model`), shown in its status."""
 
     @classmethod
     def of(cls, instance_id: str, runtime_id: str, plan: Plan) -> Setup:
@@ -77,6 +81,8 @@ class Setup:
             key_sent=plan.api_key is not None,
             slow_after_s=supervision.slow_threshold_s,
             watchdog_failures=watchdog.failures if watchdog is not None else None,
+            endpoint=spec.base_url(),
+            model=plan.served_model,
         )
 
 

@@ -81,6 +81,8 @@ def status_of(state: State, now: float, escaped: tuple[int, ...] = ()) -> Instan
         supervision=state.supervision,
         ttft_s=found.ttft_s,
         serving=_serving(state, base),
+        endpoint=state.setup.endpoint,
+        model=state.setup.model,
     )
 
 
