@@ -9,10 +9,11 @@ page change the process as the CLI would, and so does restart, each confirmed an
 answered in the CLI's words (reload through ``inferactors ui``); reading changes nothing;
 a command without the token, or from another origin, is refused and changes nothing;
 ``inferactors ui`` serves the page for its user; and the main page's console stays free of
-errors. The page's script under a chatty log and a failing stream is tested against a fake
-fleet in ``test_web_page_script.py``. The README's section is run here (its ``inferactors run`` flags start the
-supervisor, its ``inferactors ui`` command serves the page) and its screenshot
-(``docs/ui.png``) taken here: with ``INFERACTORS_SCREENSHOT=1`` the test writes it there.
+errors. The page's script under a chatty log and a failing stream is tested against a
+fake fleet in ``test_web_page_script.py``. The README's section is run here (its
+``inferactors run`` flags start the supervisor, its ``inferactors ui`` command serves the
+page) and its screenshot (``docs/ui.png``) taken here: with ``INFERACTORS_SCREENSHOT=1``
+the test writes it there.
 """
 
 from __future__ import annotations
