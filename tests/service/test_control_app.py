@@ -89,6 +89,7 @@ async def test_reload_answers_what_changed_or_400_with_the_config_error() -> Non
         "revived": [],
         "refused": {},
         "tampered": {},
+        "applied": [],
     }
     assert refused.status_code == 400
     assert refused.json()["error"] == {

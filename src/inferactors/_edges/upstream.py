@@ -8,7 +8,11 @@ settings (a loopback server is never reached through a proxy), ask for no compre
 bytes are passed on as they come), load no CA bundle (the servers speak plain HTTP on
 loopback; loading one costs about 0.15 s on the first request to each server), and keep
 an idle connection `KEEPALIVE_EXPIRY_S`, less than llama-server's own keep-alive (5 s), so
-a connection the server is about to close is not reused.
+a connection the server is about to close is not reused. A stalled event loop can still
+send on a connection the server closed meanwhile: a server that closes the connection
+without sending one byte of an answer (`is_closed_unanswered`) never produced one, so the
+request is sent once more on a new connection (`open`); a second such close is the
+caller's error.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ import httpx
 
 KEEPALIVE_EXPIRY_S = 4.0
 """How long an idle connection to a server is kept for reuse, float seconds."""
+
+UNANSWERED = "Server disconnected without sending a response"
+"""httpcore's words for a connection closed before any byte of the answer."""
 
 MAX_CONNECTIONS = 256
 """The most connections open to one server at once (a request beyond waits for one)."""
@@ -89,16 +96,30 @@ class UpstreamClients:
             body: the request body.
             headers: request headers (``Content-Type``, ``Authorization``, ...).
 
+        A connection closed before one byte of the answer (module docstring) is tried
+        once more on a new connection.
+
         Raises:
             httpx.TransportError: the server cannot be reached, or did not answer within
-                the read timeout.
+                the read timeout, or closed the connection unanswered twice.
         """
         client = self.client(base_url)
         request = client.build_request(method, target, content=body, headers=headers)
-        return await client.send(request, stream=True)
+        try:
+            return await client.send(request, stream=True)
+        except httpx.RemoteProtocolError as error:
+            if not is_closed_unanswered(error):
+                raise
+        again = client.build_request(method, target, content=body, headers=headers)
+        return await client.send(again, stream=True)
 
     async def aclose(self) -> None:
         """Close every client and its connections."""
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.aclose()
+
+
+def is_closed_unanswered(error: httpx.RemoteProtocolError) -> bool:
+    """Whether ``error`` is a connection the server closed before one byte of its answer."""
+    return UNANSWERED in str(error)
