@@ -29,8 +29,9 @@ def adopt_run_file(tmp_path: Path, port: int) -> Path:
     return path
 
 
-def lines_until(run: subprocess.Popen[bytes], needle: str, within_s: float = 30.0) -> list[str]:
-    """Lines read from the pipe, up to the first containing ``needle``, while it runs."""
+def lines_until(run: subprocess.Popen[bytes], *needles: str, within_s: float = 30.0) -> list[str]:
+    """Lines read from the pipe while it runs, up to the first line by which each of
+    ``needles`` was in some line (in whatever order they came)."""
     assert run.stdout is not None
     os.set_blocking(run.stdout.fileno(), False)
     buffer, lines = b"", []
@@ -42,9 +43,12 @@ def lines_until(run: subprocess.Popen[bytes], needle: str, within_s: float = 30.
             buffer += run.stdout.read() or b""
             *done, buffer = buffer.split(b"\n")
             lines += [line.decode() for line in done]
-            if any(needle in line for line in lines):
-                return lines
-    raise AssertionError(f"no line with {needle!r} within {within_s} s: {lines}")
+            left = set(needles)
+            for at, line in enumerate(lines):
+                left -= {needle for needle in left if needle in line}
+                if not left:  # what came in the same read after it is not asked for
+                    return lines[: at + 1]
+    raise AssertionError(f"not every one of {needles!r} within {within_s} s: {lines}")
 
 
 def run_adopting(tmp_path: Path, port: int, *flags: str) -> subprocess.Popen[bytes]:
@@ -68,7 +72,7 @@ def test_json_lines_parse_one_object_each_and_arrive_while_it_runs(tmp_path: Pat
     try:
         run = run_adopting(tmp_path, fake.port, "--log-format", "json")
         try:
-            lines = lines_until(run, "supervising")  # an adopted server: Running at load
+            lines = lines_until(run, "supervising", "-> running")  # in either order
             assert run.poll() is None  # read from the pipe before it stopped: flushed
         finally:
             stop(run)
