@@ -34,7 +34,7 @@ from .._edges.descendants import claim_orphans
 from .._edges.sd_notify import open_notifier, watchdog_interval_s
 from .._edges.subreaper import Reaper, become_subreaper
 from .._errors import BackendError, InferactorsError, InvalidConfig, InvalidState, one_line
-from .._events import Event, instance_of
+from .._events import Event, StateChanged, instance_of
 from .._policy.fleet_exit import (
     EXIT_BAD_CONFIG,
     EXIT_CONFIG,
@@ -307,6 +307,10 @@ async def _until_done(fleet: Fleet, signals: AsyncIterator[int], flush: Callable
             with trio.move_on_after(FINAL_WORDS_S):  # its last state change comes first
                 while not _exits_heard(fleet):
                     await fleet.until_changed()
+                flush()
+                while not _exits_printed(fleet):  # on its way through the event stream
+                    await trio.sleep(0.01)
+                    flush()
             flush()
             say(stop_words(fleet, code), level=logging.ERROR)
             nursery.cancel_scope.cancel()
@@ -342,6 +346,19 @@ def _exits_heard(fleet: Fleet) -> bool:
         if view.refused is None and (view.status.supervision or "").startswith("gave up")
     )
     return all(view.status.state is InstanceState.EXITED for view in gave_up)
+
+
+EXITS_PRINTED: set[str] = set()
+"""The instances (ids) whose change to Exited this run's log has printed (`_log`)."""
+
+
+def _exits_printed(fleet: Fleet) -> bool:
+    """Whether the log has printed the change to Exited of every instance that gave up."""
+    return all(
+        view.instance_id in EXITS_PRINTED
+        for view in fleet.views()
+        if view.refused is None and (view.status.supervision or "").startswith("gave up")
+    )
 
 
 def stop_words(fleet: Fleet, code: int) -> str:
@@ -410,5 +427,10 @@ def _log(event: Event, fleet: Fleet) -> None:
     iid = instance_of(event)
     if iid is None:
         log_event(event)
-    else:
-        log_event(event, fleet.name_of(iid), fleet.adopted(iid))
+        return
+    log_event(event, fleet.name_of(iid), fleet.adopted(iid))
+    if isinstance(event, StateChanged):
+        if event.new is InstanceState.EXITED:
+            EXITS_PRINTED.add(iid)
+        else:
+            EXITS_PRINTED.discard(iid)
