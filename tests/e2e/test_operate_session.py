@@ -11,12 +11,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.operate_session_support import Step, normalized, prepare, run_session, shown_session
 from support import Unprivileged
 
 
+# The transcript is compared line for line, restarts included: on a suite that loads both
+# cores the real chat server was seen to exit once mid-session (3 of 4 loaded runs, never
+# alone), which adds restart lines; it runs with the machine to itself until that is
+# understood (the closing note of this change lists it as open).
+@pytest.mark.exclusive
 def test_the_operate_session_runs_as_the_readme_shows(
     server_dir: Path, llama_server: Path, tiny_gguf: Path, unprivileged: Unprivileged
 ) -> None:
