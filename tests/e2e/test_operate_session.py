@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.operate_session_support import Step, normalized, prepare, run_session, shown_session
