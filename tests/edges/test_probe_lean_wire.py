@@ -6,6 +6,7 @@ reused; new connections are paced per trio run (under MockClock)."""
 
 from __future__ import annotations
 
+import os
 import socket
 
 import pytest
@@ -15,6 +16,7 @@ import trio.testing
 from edges.hostile_server_support import Reply, bomb, hostile_server
 from edges.http_server_support import Version, http_server
 from edges.keepalive_support import keepalive_server
+from inferactors._edges import probe_h11
 from inferactors._edges.probe import MAX_BODY_BYTES, ProbeClient, ProbeFailure
 from inferactors._edges.probe_connect import (
     RECONNECT_BURST,
@@ -42,10 +44,19 @@ async def test_an_http_server_fake_is_probed_in_both_versions(
         assert server.connections == connections  # HTTP/1.0 closes after each reply
 
 
-async def test_each_request_leaves_in_one_write_on_a_nodelay_socket() -> None:
+async def test_each_request_leaves_in_one_write_on_a_nodelay_socket(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     writes: list[bytes] = []
     nodelay: list[int] = []
+    sockets: list[int] = []
 
+    def recorded(fd: int, data: bytes | memoryview) -> int:
+        if fd in sockets:
+            writes.append(bytes(data))
+        return os.write(fd, data)
+
+    monkeypatch.setattr(probe_h11, "_write", recorded)
     async with keepalive_server() as server:
         connect = tcp_connect("127.0.0.1", server.port)
 
@@ -53,13 +64,7 @@ async def test_each_request_leaves_in_one_write_on_a_nodelay_socket() -> None:
             stream = await connect()
             assert isinstance(stream, trio.SocketStream)
             nodelay.append(stream.socket.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
-            send_all = stream.send_all
-
-            async def recorded(data: bytes | bytearray | memoryview) -> None:
-                writes.append(bytes(data))
-                await send_all(data)
-
-            stream.send_all = recorded  # type: ignore[method-assign]
+            sockets.append(stream.socket.fileno())
             return stream
 
         async with ProbeClient.open(server.base_url, timeout_s=2.0, connect=spying) as probe:
@@ -73,6 +78,31 @@ async def test_each_request_leaves_in_one_write_on_a_nodelay_socket() -> None:
     assert writes[2].endswith(b'\r\n\r\n{"max_tokens":1}')  # the body in the same write
     assert nodelay
     assert all(nodelay)
+
+
+async def test_a_stream_that_is_no_socket_is_spoken_to_through_its_own_methods() -> None:
+    """The lean path (writes and reads on the descriptor) is for trio sockets only: any
+    other stream (here an in-memory pair, as tests inject) is sent and read as a stream."""
+    ours, theirs = trio.testing.memory_stream_pair()
+    reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"
+
+    async def serve() -> None:
+        asked = b""
+        while not asked.endswith(b"\r\n\r\n"):
+            asked += await theirs.receive_some()
+        await theirs.send_all(reply)
+
+    async def connect() -> trio.abc.Stream:
+        return ours
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        wire = H11Wire.open("http://127.0.0.1:9", timeout_s=2.0, connect=connect)
+        try:
+            deadline = trio.current_time() + 2.0
+            assert await wire.exchange("GET", "/health", None, deadline) == (200, b"{}")
+        finally:
+            await wire.aclose()
 
 
 async def test_a_reset_on_a_kept_connection_is_retried_once_for_a_get() -> None:
@@ -176,12 +206,19 @@ async def test_new_connections_are_paced_per_run(autojump_clock: trio.testing.Mo
 
 
 @pytest.mark.skipif(not hasattr(socket, "TCP_QUICKACK"), reason="TCP_QUICKACK: Linux only")
-async def test_every_read_asks_for_a_quick_ack() -> None:
+async def test_every_read_asks_for_a_quick_ack(monkeypatch: pytest.MonkeyPatch) -> None:
     """An ``http.server`` writes a reply's head and body apart with Nagle on: our delayed ACK
     of the head would hold the body 40 ms, so each read first asks for a quick ACK."""
     reads: list[int] = []
     quickacks: list[int] = []
+    sockets: list[int] = []
 
+    def counted(fd: int, size: int) -> bytes:
+        if fd in sockets:
+            reads.append(len(quickacks))
+        return os.read(fd, size)
+
+    monkeypatch.setattr(probe_h11, "_read", counted)
     with http_server("HTTP/1.1") as server:
         port = server.server_address[1]
         connect = tcp_connect("127.0.0.1", port)
@@ -189,19 +226,15 @@ async def test_every_read_asks_for_a_quick_ack() -> None:
         async def spying() -> trio.abc.Stream:
             stream = await connect()
             assert isinstance(stream, trio.SocketStream)
-            setsockopt, receive_some = stream.socket.setsockopt, stream.receive_some
+            setsockopt = stream.socket.setsockopt
 
             def recorded(level: int, option: int, value: int) -> None:
                 if (level, option, value) == (socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1):
                     quickacks.append(len(reads))
                 setsockopt(level, option, value)
 
-            async def counted(max_bytes: int | None = None) -> bytes:
-                reads.append(len(quickacks))
-                return await receive_some(max_bytes)
-
             stream.socket.setsockopt = recorded  # type: ignore[method-assign,assignment]
-            stream.receive_some = counted  # type: ignore[method-assign]
+            sockets.append(stream.socket.fileno())
             return stream
 
         base = f"http://127.0.0.1:{port}"

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 from collections.abc import Mapping
 
@@ -66,7 +67,18 @@ RECEIVE_BYTES = 64 * 1024
 
 USER_AGENT = "inferactors-probe"
 
+UNLOOKED_IDLE_S = 0.05
+"""A kept connection idle for less than this (float seconds) is reused without first
+checking that the server has not closed it (one ``poll`` per request saved: a probe's
+second GET follows its first at once)."""
+
 _QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)  # Linux only
+
+_write = os.write
+"""Writes to a socket's descriptor (tests spy on it)."""
+
+_read = os.read
+"""Reads from a socket's descriptor (tests spy on it)."""
 
 
 class _Stale(Exception):
@@ -79,29 +91,69 @@ class _Stale(Exception):
 
 @attrs.define(eq=False)
 class _Connection:
+    """One connection to the server: its stream, h11's state of it, and, on a trio socket,
+    the socket and its descriptor for the lean path (`send`, `receive`)."""
+
     stream: trio.abc.Stream
     h11: h11.Connection = attrs.Factory(lambda: h11.Connection(h11.CLIENT))
     idle_since: float = 0.0
     reused: bool = False
+    sock: trio.socket.SocketType | None = None
+    fd: int = -1
+    """The socket's descriptor (-1: not a socket, the stream's own methods are used)."""
+
+    @classmethod
+    def of(cls, stream: trio.abc.Stream) -> _Connection:
+        """A new connection on ``stream``; a `trio.SocketStream` takes the lean path."""
+        if isinstance(stream, trio.SocketStream):
+            return cls(stream, sock=stream.socket, fd=stream.socket.fileno())
+        return cls(stream)
+
+    async def send(self, payload: bytes) -> None:
+        """Send all of ``payload``. On a socket, straight ``write`` calls on its non-blocking
+        descriptor, waiting only while the kernel's buffer is full: a probe's request
+        leaves in one call with no pass through the scheduler (the read that follows is
+        the checkpoint). trio's stream takes one pass and a failed attempt per call."""
+        if self.fd < 0:
+            await self.stream.send_all(payload)
+            return
+        view = memoryview(payload)
+        while view:
+            try:
+                view = view[_write(self.fd, view) :]
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(self.fd)
 
     async def receive(self) -> bytes:
-        """One read; on a socket, our ACK of what it brings goes out at once (``TCP_QUICKACK``,
-        which the kernel clears again, so it is set before each read): a server that writes
-        a reply's head and body apart with Nagle on (Python's ``http.server``) would
-        otherwise hold the body until our delayed ACK, 40 ms later."""
-        sock = getattr(self.stream, "socket", None)
-        if _QUICKACK is not None and sock is not None:
+        """One read (``b""``: the server closed); on a socket, our ACK of what it brings
+        goes out at once (``TCP_QUICKACK``, which the kernel clears again, so it is set
+        before each read): a server that writes a reply's head and body apart with Nagle on
+        (Python's ``http.server``) would otherwise hold the body until our delayed ACK, 40
+        ms later. On a socket, the read waits for the descriptor to be readable first (a
+        reply is never there the moment its request left) and reads it with one ``read``."""
+        if _QUICKACK is not None and self.sock is not None:
             with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
-        return bytes(await self.stream.receive_some(RECEIVE_BYTES))
+                self.sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+        if self.fd < 0:
+            return bytes(await self.stream.receive_some(RECEIVE_BYTES))
+        while True:
+            await trio.lowlevel.wait_readable(self.fd)
+            try:
+                return _read(self.fd, RECEIVE_BYTES)
+            except BlockingIOError:
+                continue
 
     def fresh_for_reuse(self, now: float) -> bool:
         """Whether it may carry another request: idle under the expiry, and the server has
-        not closed it (a kept socket is readable while idle only when it has)."""
-        if now - self.idle_since >= KEEPALIVE_EXPIRY_S:
+        not closed it (a kept socket is readable while idle only when it has). One idle for
+        under `UNLOOKED_IDLE_S` (a probe's second GET) is taken without that look: a close
+        in so short a window is the keep-alive race the stale-connection rule covers."""
+        idle_s = now - self.idle_since
+        if idle_s >= KEEPALIVE_EXPIRY_S:
             return False
-        sock = getattr(self.stream, "socket", None)
-        return sock is None or not sock.is_readable()
+        if idle_s < UNLOOKED_IDLE_S:
+            return True
+        return self.sock is None or not self.sock.is_readable()
 
 
 @attrs.define(eq=False)
@@ -155,27 +207,34 @@ class H11Wire:
             ProbeFailure: transport error, timeout (kind ``"overloaded"`` when our own
                 lateness ate the budget), a body over 1 MiB or encoded.
         """
-        request = f"{method} {path}"
         started = trio.current_time()
+        scope = trio.CancelScope(deadline=deadline)  # a bare scope: no generator per request
         try:
-            with trio.fail_at(deadline) as scope:
+            with scope:
                 return await self._send(method, path, body, scope)
-        except trio.TooSlowError:
-            late = lateness(started, scope.deadline)
-            paced_s = scope.deadline - deadline  # our pacer's wait: moved the deadline
-            elapsed_s = trio.current_time() - started - paced_s
-            if not judges_timeout(elapsed_s, late, self.timeout_s):
-                why = no_verdict_why(request, late)
-                loop_lag().lost_verdict(why)
-                raise ProbeFailure(why, kind="overloaded") from None
-            why = f"{request}: no complete reply within {self.timeout_s:g} s"
-            raise ProbeFailure(why, kind="timeout") from None
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            raise ProbeFailure(f"{request}: {_cause(exc)}") from exc
+            raise ProbeFailure(f"{method} {path}: {_cause(exc)}") from exc
         except h11.ProtocolError as exc:
-            raise ProbeFailure(f"{request}: {describe(exc)}") from exc
+            raise ProbeFailure(f"{method} {path}: {describe(exc)}") from exc
         except _Stale as exc:
-            raise ProbeFailure(f"{request}: {_cause(exc.cause)}") from exc
+            raise ProbeFailure(f"{method} {path}: {_cause(exc.cause)}") from exc
+        raise self._timed_out(f"{method} {path}", started, deadline, scope.deadline)
+
+    def _timed_out(
+        self, request: str, started: float, deadline: float, moved: float
+    ) -> ProbeFailure:
+        """The failure of a request begun at ``started`` whose deadline fired: ``deadline``
+        as asked, ``moved`` as our pacer's wait moved it (`_new`)."""
+        late = lateness(started, moved)
+        paced_s = moved - deadline  # our pacer's wait: moved the deadline
+        elapsed_s = trio.current_time() - started - paced_s
+        if not judges_timeout(elapsed_s, late, self.timeout_s):
+            why = no_verdict_why(request, late)
+            loop_lag().lost_verdict(why)
+            return ProbeFailure(why, kind="overloaded")
+        return ProbeFailure(
+            f"{request}: no complete reply within {self.timeout_s:g} s", kind="timeout"
+        )
 
     async def _send(
         self, method: str, path: str, body: Mapping[str, object] | None, scope: trio.CancelScope
@@ -216,7 +275,7 @@ class H11Wire:
         if wait > 0.0:
             scope.deadline += wait
             await trio.sleep(wait)
-        return _Connection(await self.connect())
+        return _Connection.of(await self.connect())
 
     async def _round_trip(
         self, conn: _Connection, event: h11.Request, body: bytes
@@ -265,12 +324,11 @@ async def _exchange_on(
     if body:
         payload += wire.send(h11.Data(data=body)) or b""
     payload += wire.send(h11.EndOfMessage()) or b""
-    request = f"{event.method.decode()} {event.target.decode()}"
     got_bytes = False
     try:
-        await conn.stream.send_all(payload)  # ONE write: no Nagle / delayed-ACK stall
-        status, got_bytes = await _head(conn, request)
-        data = await _body(conn, request)
+        await conn.send(payload)  # ONE write: no Nagle / delayed-ACK stall
+        status, got_bytes = await _head(conn, event)
+        data = await _body(conn, event)
     except (OSError, trio.BrokenResourceError, h11.RemoteProtocolError) as exc:
         if conn.reused and not got_bytes:
             raise _Stale(exc) from exc
@@ -279,7 +337,12 @@ async def _exchange_on(
     return status, data, keep
 
 
-async def _head(conn: _Connection, request: str) -> tuple[int, bool]:
+def _named(request: h11.Request) -> str:
+    """``"GET /health"``: how a failure names its request (made only when one fails)."""
+    return f"{request.method.decode()} {request.target.decode()}"
+
+
+async def _head(conn: _Connection, request: h11.Request) -> tuple[int, bool]:
     """The reply's status once its head is in, refused when encoded or declared too large."""
     wire = conn.h11
     got_bytes = False
@@ -300,7 +363,7 @@ async def _head(conn: _Connection, request: str) -> tuple[int, bool]:
         raise h11.RemoteProtocolError(f"unexpected {type(event).__name__} before a reply")
 
 
-async def _body(conn: _Connection, request: str) -> bytes:
+async def _body(conn: _Connection, request: h11.Request) -> bytes:
     wire = conn.h11
     chunks: list[bytes] = []
     size = 0
@@ -319,7 +382,7 @@ async def _body(conn: _Connection, request: str) -> bytes:
             raise h11.RemoteProtocolError(f"unexpected {type(event).__name__} in a reply body")
 
 
-def _check_head(response: h11.Response, request: str) -> None:
+def _check_head(response: h11.Response, request: h11.Request) -> None:
     encoding = b""
     declared = b""
     for name, value in response.headers:
@@ -329,14 +392,14 @@ def _check_head(response: h11.Response, request: str) -> None:
             declared = value.strip()
     if encoding not in (b"", b"identity"):
         shown = encoding.decode("latin-1")[:40]
-        why = f"{request}: reply is {shown}-encoded; we asked for identity (refused unread)"
+        why = f"{_named(request)}: reply is {shown}-encoded; we asked for identity (refused unread)"
         raise ProbeFailure(why, kind="encoded")
     if declared.isdigit() and (len(declared) > 9 or int(declared) > MAX_BODY_BYTES):
         raise _too_large(request)
 
 
-def _too_large(request: str) -> ProbeFailure:
-    return ProbeFailure(f"{request}: response too large (over 1 MiB)", kind="too-large")
+def _too_large(request: h11.Request) -> ProbeFailure:
+    return ProbeFailure(f"{_named(request)}: response too large (over 1 MiB)", kind="too-large")
 
 
 def _cause(exc: BaseException) -> str:
