@@ -269,3 +269,31 @@ async def test_a_refused_connect_after_our_pacer_waited_is_a_verdict_at_once(
     assert not health.overloaded
     assert "refused" in health.why.lower()
     assert trio.current_time() - started == pytest.approx(3.0, abs=0.01)  # the pacer only
+
+
+async def test_a_connection_idle_a_moment_is_reused_unlooked_and_a_closed_one_still_retried() -> (
+    None
+):
+    """A probe's second GET follows its first at once: the kept connection is taken without
+    a look at whether the server closed it (`UNLOOKED_IDLE_S`); one that sat longer is
+    looked at first. Either way a GET that meets a closed connection is sent once more on
+    a fresh one, so the server's answer is what the caller gets."""
+    left, right = trio.socket.socketpair()
+    conn = probe_h11._Connection.of(trio.SocketStream(left))
+    right.close()  # the server closed it while it sat idle: readable (EOF)
+    now = trio.current_time()
+    conn.idle_since = now - probe_h11.UNLOOKED_IDLE_S / 2
+    assert conn.fresh_for_reuse(now)  # not looked at
+    conn.idle_since = now - probe_h11.UNLOOKED_IDLE_S * 2
+    assert not conn.fresh_for_reuse(now)  # looked at: closed
+    await conn.stream.aclose()
+
+    async with keepalive_server(close_after=1) as server:  # closes after each answer
+        async with ProbeClient.open(server.base_url, timeout_s=2.0) as probe:
+            report = await probe.report(InferFlavor.LLAMACPP)  # /v1/models meets it closed
+            assert (report.health, report.models) == (Up(), ("tiny.gguf",))
+    assert [path for _, _, path, answered in server.requests if answered] == [
+        "/health",
+        "/v1/models",
+    ]
+    assert server.connections == 2

@@ -3,9 +3,9 @@ that checks a failed ``/health``, health and deep health on demand, and the watc
 
 They only ask the server (HTTP GETs, one-token completions) and the socket tables, and post
 what they found to the actor's inbox (``messages.py``) or answer their caller directly; they
-change no state (the actor's rules, ``step.py``, apply their results). `ProbeLook` is what
-the monitor of one process remembers between its probes (read with the runtime's clock; the
-schedule's arithmetic is ``_policy.probe_schedule``).
+change no state (the actor's rules, ``step.py``, apply their results). `ProbeLook`
+(``probe_look.py``) is what the monitor of one process remembers between its probes (read
+with the runtime's clock; the schedule's arithmetic is ``_policy.probe_schedule``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from ..._policy.probe_schedule import (
     RUNNING_PROBE_S,
     next_probe_at,
     phase_of,
-    startup_delay,
 )
 from ..._policy.status import map_report
 from ..._status import InstanceState
@@ -50,95 +49,18 @@ from ..mailbox import post
 from ..messages import ReplyTo, answer, refuse
 from ..ollama.adopted import guard_adopted_ollama
 from .messages import Confirmed, DeepHealthDone, Internal, Probed, WatchdogResult
+from .probe_look import ProbeLook
 
 PRE_PROBE_SHARE = 0.25
 """Share of a one-token check's deadline that its probe (to name our model) may take; a
 ``/health`` that hangs gives up the rest to the completion."""
 
 
-CONFIRM_EVERY_S = 10.0
-"""While ``/health`` keeps failing on a server that was Running, the completion that
-checks it is sent again at most this often (float seconds)."""
-
-MISBOUND_SCAN_S = 0.5
-"""While probes are refused, the socket table is read for a listener on the other address
-family at most this often (float seconds): one per-port kernel query, under 1 ms."""
-
 ADMISSION_REUSE_S = RUNNING_PROBE_S
 """An adopted server's admission report stands for the start's check and the monitor's
 first probe while it is at most this old (float seconds): as old as a running server's
 status may be anyway. At 1,000 adopted servers this is two probes of three saved at each
 admission, when the CPU is shortest."""
-
-ADOPTED_EXPOSURE_S = 30.0
-"""An adopted server's port is checked for listeners beyond loopback at its first serving
-probe and then at most this often (float seconds). The finding is only reported, never
-acted on (the server is not ours to stop), so half a minute of lag costs nothing; each
-check is a per-port kernel query and a connect on every local address, and at 5 s a
-thousand adopted servers spent 14% of the supervisor's CPU on them (200 checks a second),
-at 30 s about 2%."""
-
-
-@attrs.define
-class ProbeLook:
-    """What the monitor remembers between probes of one process."""
-
-    token_ok: bool
-    ready: bool = False
-    models: tuple[str, ...] = ()
-    confirmation: Confirmation | None = None
-    misbound: str | None = None
-    scanned_at: float | None = None
-    answered: bool = False
-    exposure: Exposure | None = None
-    exposure_at: float | None = None
-    stalled: bool = False
-    """The monitor's last pause ended more than ``LATE_S`` late (our loop stalled): a
-    managed server's exposure is checked again before its next probe is judged."""
-
-    def note(self, report: ServerReport) -> None:
-        """Remember a serving server's list; a serving ``/health`` ends any confirmation."""
-        if serving(report.health):
-            self.models, self.confirmation = report.models, None
-            self.ready = self.ready or self.token_ok
-
-    def confirm_due(self, process: ManagedProcess | None, report: ServerReport) -> bool:
-        """Whether this probe's failed ``/health`` calls for a confirming completion: the
-        managed server was Running and the last check is `CONFIRM_EVERY_S` old."""
-        if process is None or not self.ready or not worth_confirming(report.health):
-            return False
-        last = self.confirmation
-        return last is None or trio.current_time() - last.at >= CONFIRM_EVERY_S
-
-    def scan_due(self, report: ServerReport) -> bool:
-        """Whether a refused probe should read the socket table now (`MISBOUND_SCAN_S`)."""
-        if not isinstance(report.health, Unreachable):
-            self.scanned_at, self.misbound, self.answered = None, None, True
-            return False
-        if self.answered:
-            return False
-        now = trio.current_time()
-        if self.scanned_at is not None and now - self.scanned_at < MISBOUND_SCAN_S:
-            return False
-        self.scanned_at = now
-        return True
-
-    def exposure_due(self) -> bool:
-        """Whether an adopted server's port is due for its exposure check
-        (`ADOPTED_EXPOSURE_S`); if so, the check is booked now."""
-        now = trio.current_time()
-        if self.exposure_at is not None and now - self.exposure_at < ADOPTED_EXPOSURE_S:
-            return False
-        self.exposure_at = now
-        return True
-
-    def next_delay(self, report: ServerReport, previous: float) -> float:
-        """Every second once up (or while completions work around a failed ``/health``),
-        else doubling from ``previous`` up to the start-up cap (`startup_delay`)."""
-        confirmed = self.confirmation is not None and self.confirmation.works
-        if (serving(report.health) and self.token_ok) or confirmed:
-            return RUNNING_PROBE_S
-        return startup_delay(previous)
 
 
 @attrs.frozen
@@ -175,7 +97,15 @@ class Probing:
         return self.plan.spec.runtime
 
     async def _post(self, message: Internal) -> None:
-        await post(self.post, message)
+        """Post ``message`` to the actor: at once when its inbox has room (the actor's loop
+        never waits, so it nearly always has: no pass through the scheduler per probe),
+        else waiting for room; nothing when the actor is gone."""
+        try:
+            self.post.send_nowait(message)
+        except trio.WouldBlock:
+            await post(self.post, message)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass  # the actor is gone: its teardown answered everyone
 
     # Probing, identity and exposure.
 
@@ -209,8 +139,8 @@ class Probing:
         default 2 s) without one, the last probe is judged whatever our lateness. An
         overload is the supervisor's own state (`SupervisorOverloaded`), never a server's.
         """
-        look = ProbeLook(token_ok=process is None)  # adopted: no first token
         delay, phase = FIRST_PROBE_S, phase_of(self.plan.spec.base_url())
+        look = ProbeLook(token_ok=process is None, exposure_phase=phase)  # adopted: no token
         prober = self.open_prober(self.plan.spec.base_url(), self.config.probe_timeout_s)
         fresh = self.admission_report() if process is None else None
         bound = VerdictBound(self.config.probe_timeout_s)
