@@ -1,5 +1,6 @@
 """How the monitor posts what it found to its actor: at once while the inbox has room,
-waiting (never dropping a report) while it is full, and nothing once the actor is gone. MockClock; a scripted prober (``actors.monitor_support``)."""
+waiting (never dropping a report) while it is full, and nothing once the actor is gone.
+MockClock; a scripted prober (``actors.monitor_support``)."""
 
 from __future__ import annotations
 

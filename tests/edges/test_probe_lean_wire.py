@@ -288,10 +288,12 @@ async def test_a_connection_idle_a_moment_is_reused_unlooked_and_a_closed_one_st
     assert not conn.fresh_for_reuse(now)  # looked at: closed
     await conn.stream.aclose()
 
-    async with keepalive_server(close_after=1) as server:  # closes after each answer
-        async with ProbeClient.open(server.base_url, timeout_s=2.0) as probe:
-            report = await probe.report(InferFlavor.LLAMACPP)  # /v1/models meets it closed
-            assert (report.health, report.models) == (Up(), ("tiny.gguf",))
+    async with (
+        keepalive_server(close_after=1) as server,  # closes after each answer
+        ProbeClient.open(server.base_url, timeout_s=2.0) as probe,
+    ):
+        report = await probe.report(InferFlavor.LLAMACPP)  # /v1/models meets it closed
+        assert (report.health, report.models) == (Up(), ("tiny.gguf",))
     assert [path for _, _, path, answered in server.requests if answered] == [
         "/health",
         "/v1/models",
