@@ -40,7 +40,7 @@ from inferactors import (
     Watchdog,
     open_runtime,
 )
-from inferactors._actors.instance.probing import CONFIRM_EVERY_S
+from inferactors._actors.instance.probe_look import CONFIRM_EVERY_S
 from inferactors._actors.instance.step import UNHEALTHY_KILL_AFTER_S
 from inferactors._edges.probe import Prober, ProberFactory
 from inferactors._errors import BackendError, NoVerdict, RequestRefused

@@ -154,20 +154,44 @@ re-check waits n x ``LATE_S`` first, so an overloaded loop catches up rather tha
 more probes to run."""
 
 
+ADMISSION_PROBES = 32
+"""Admission probes (`probe_for_verdict`: a load's, an adopted start's that could not reuse
+the load's report) of one trio run in flight at once; more wait their turn. A thousand
+at once would time out on their own CPU. Only the probes are bounded: the rest of a load
+or a start (the supervisor's and the actor's round trips) never holds a turn."""
+
+_ADMISSION_LIMIT: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar(
+    "inferactors_admission_probes"
+)
+
+
+def admission_limiter() -> trio.CapacityLimiter:
+    """This trio run's bound on admission probes (`ADMISSION_PROBES`)."""
+    try:
+        return _ADMISSION_LIMIT.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(ADMISSION_PROBES)
+        _ADMISSION_LIMIT.set(limiter)
+        return limiter
+
+
 async def probe_for_verdict(
     open_prober: ProberFactory, base: str, timeout_s: float, flavor: InferFlavor
 ) -> ServerReport:
     """One probe of ``base`` (`probe_once`), made again up to `ADMISSION_RECHECKS` times,
     each later than the one before, while it gives no verdict (`ServerReport.no_verdict`).
-    The last report is returned
-    whatever it says; callers raise `NoVerdict` for a no-verdict one ("cannot tell now"),
-    never refuse it as a server that is not there."""
-    report = await probe_once(open_prober, base, timeout_s, flavor)
+    Each probe waits for a turn (`admission_limiter`); the waits between them hold none.
+    The last report is returned whatever it says; callers raise `NoVerdict` for a
+    no-verdict one ("cannot tell now"), never refuse it as a server that is not there."""
+    limiter = admission_limiter()
+    async with limiter:
+        report = await probe_once(open_prober, base, timeout_s, flavor)
     for attempt in range(1, ADMISSION_RECHECKS + 1):
         if not report.no_verdict:
             break
         await trio.sleep(attempt * LATE_S)
-        report = await probe_once(open_prober, base, timeout_s, flavor)
+        async with limiter:
+            report = await probe_once(open_prober, base, timeout_s, flavor)
     return report
 
 

@@ -229,11 +229,7 @@ class InferRuntime(RuntimeLogs, RuntimeStatus, RuntimeRunning):
             BackendError: port taken, program failed to start, adopted server not answering.
             UnknownInstance: no such instance.
         """
-        if self.mode_of(handle) is ControlMode.MANAGED:
-            await self._route(handle, Start)
-            return
-        async with self._probing:  # one probe: as for loads, at most PROBING at once
-            await self._route(handle, Start)
+        await self._route(handle, Start)  # an adopted start's probe: `admission_limiter`
 
     async def stop(
         self,
