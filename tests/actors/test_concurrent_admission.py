@@ -95,7 +95,7 @@ class OneShotProbes:
     def open(
         self, base_url: str, timeout_s: float, /, *, headers: Mapping[str, str] | None = None
     ) -> Prober:
-        return _OneShot(self)
+        return _OneShot(SlowProbes(), shots=self)
 
     def most_at_once(self) -> int:
         edges = sorted([(at, 1) for at, _ in self.spans] + [(at, -1) for _, at in self.spans])
@@ -131,13 +131,7 @@ async def test_adopted_starts_that_must_probe_share_the_bound_and_others_wait_fo
     waits for no turn, however many probes hold the bound meanwhile."""
     assert ADMISSION_PROBES == PROBING
     shots = OneShotProbes()
-
-    def open_prober(
-        base_url: str, timeout_s: float, /, *, headers: Mapping[str, str] | None = None
-    ) -> Prober:
-        return _OneShot(SlowProbes(), shots=shots)
-
-    edges = Edges(open_prober=open_prober, net=QuietNet())
+    edges = Edges(open_prober=shots.open, net=QuietNet())
     config = InferConfig.adopted(InferFlavor.LLAMACPP)
     specs = [
         InferenceSpec(
