@@ -140,14 +140,38 @@ class Supervisor:
                 task_status.started()
                 async for command in self._inbox_recv:
                     self._dispatch(command)  # type: ignore[arg-type]  # only commands arrive
+                    self._dispatch_queued()
         finally:
             self._inbox_recv.close()
             self.board.close()
             self._subscribers.close()
 
+    def _dispatch_queued(self) -> None:
+        """Handle every command already queued, in order, in the same pass through the
+        scheduler: one command per pass made the supervisor the bottleneck of a loaded
+        loop (a thousand adopted servers admitted at once: their loads, starts and events
+        came through at one per loop iteration, a few a second while the loop lagged)."""
+        for _ in range(INBOX_SIZE):
+            try:
+                command = self._inbox_recv.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel):
+                return
+            self._dispatch(command)  # type: ignore[arg-type]  # only commands arrive
+
     async def _relay_events(self) -> None:
+        """Forward the actors' events to the inbox, every one already queued at each pass
+        (as `_dispatch_queued`), waiting only while the inbox is full."""
         async for event in self._events_recv:
             await self._inbox_send.send(Notify(event))
+            while True:
+                try:
+                    more = self._events_recv.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+                try:
+                    self._inbox_send.send_nowait(Notify(more))
+                except trio.WouldBlock:
+                    await self._inbox_send.send(Notify(more))
 
     def _dispatch(self, command: SupervisorCommand) -> None:
         match command:
