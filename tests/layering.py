@@ -69,6 +69,7 @@ POLICY_IO_CALLS = frozenset(
 PURE_ACTOR_MODULES = frozenset(
     {f"_actors.{actor}.{module}" for actor in ("instance", "ollama")
      for module in ("effects", "messages", "state", "status", "step")}
+    | {"_actors.instance.stopping", "_actors.instance.verdicts"}
 )  # fmt: skip
 """Modules of the actors layer that hold pure rules and values (the instance and Ollama
 actors' state machines, design/actors.md): like ``_policy``, none imports an I/O library

@@ -41,7 +41,7 @@ from inferactors import (
     open_runtime,
 )
 from inferactors._actors.instance.probing import CONFIRM_EVERY_S
-from inferactors._actors.instance.step import UNHEALTHY_KILL_AFTER_S
+from inferactors._actors.instance.verdicts import UNHEALTHY_KILL_AFTER_S
 from inferactors._edges.probe import Prober, ProberFactory
 from inferactors._errors import BackendError, NoVerdict, RequestRefused
 from inferactors._flavor import InferFlavor as Flavor

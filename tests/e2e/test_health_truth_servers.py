@@ -30,7 +30,7 @@ from inferactors import (
     Supervision,
     open_runtime,
 )
-from inferactors._actors.instance.step import MISBOUND_SETTLE_S, UNHEALTHY_KILL_AFTER_S
+from inferactors._actors.instance.verdicts import MISBOUND_SETTLE_S, UNHEALTHY_KILL_AFTER_S
 from inferactors._events import Diagnosis, FaultKind
 from inferactors.testing._fake_faults import FakeServerFaults
 

@@ -57,14 +57,14 @@ from .effects import (
     WatchProcess,
 )
 from .exposure import ExposureWatch
-from .messages import Probed, ShutdownDone, SpawnFailed
+from .messages import NOTHING_SEEN, Probed, Seen, ShutdownDone, SpawnFailed
 from .probing import Probing
 from .process_life import ProcessLife
 from .progress import report_loading
 from .state import Setup, State
 from .status import status_of
-from .step import CRASH_GRACE_S as CRASH_GRACE_S
-from .step import NOTHING_SEEN, Message, Seen, step
+from .step import Message, step
+from .stopping import CRASH_GRACE_S as CRASH_GRACE_S
 
 EMERGENCY_GRACE_S = 5.0
 """Grace for a server still running when the actor is torn down without an unload."""

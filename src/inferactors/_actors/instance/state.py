@@ -15,7 +15,7 @@ Three parts:
 
 Live facts that only trio objects know (whether a process still runs, which callers gave
 up) are not read here: the actor reads them as it takes a message and hands them to
-`step` (`step.Seen`).
+`step` (`messages.Seen`).
 """
 
 from __future__ import annotations
