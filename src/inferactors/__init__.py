@@ -30,10 +30,6 @@ if typing.TYPE_CHECKING:
     from ._config.config import ControlMode as ControlMode
     from ._config.config import InferConfig as InferConfig
     from ._config.config import ManagedConfig as ManagedConfig
-    from ._config.config import RestartPolicy as RestartPolicy
-    from ._config.config import RestartType as RestartType
-    from ._config.config import Supervision as Supervision
-    from ._config.config import Watchdog as Watchdog
     from ._config.convert import load_run_config as load_run_config
     from ._config.convert import spec_from_json as spec_from_json
     from ._config.convert import spec_from_toml as spec_from_toml
@@ -50,6 +46,10 @@ if typing.TYPE_CHECKING:
     from ._config.spec import LatencyClass as LatencyClass
     from ._config.spec import MemoryFootprint as MemoryFootprint
     from ._config.spec import ServeArgs as ServeArgs
+    from ._config.supervision import RestartPolicy as RestartPolicy
+    from ._config.supervision import RestartType as RestartType
+    from ._config.supervision import Supervision as Supervision
+    from ._config.supervision import Watchdog as Watchdog
     from ._config.trust import TrustAnchorEntry as TrustAnchorEntry
     from ._edges.bundle import Edges as Edges
     from ._edges.bundle import ProbeTimed as ProbeTimed
@@ -222,9 +222,9 @@ _LAZY: dict[str, str] = {
     "ResidencyView": "._actors.front_door_msgs",
     "ResolvedModel": "._models.manifest",
     "RestartFailed": "._events",
-    "RestartPolicy": "._config.config",
+    "RestartPolicy": "._config.supervision",
     "RestartScheduled": "._events",
-    "RestartType": "._config.config",
+    "RestartType": "._config.supervision",
     "RunConfig": "._config.runfile",
     "RunEvidence": "._edges.capture",
     "RunInstance": "._config.runfile",
@@ -235,7 +235,7 @@ _LAZY: dict[str, str] = {
     "StartTimeout": "._errors",
     "StateChanged": "._events",
     "StopReason": "._events",
-    "Supervision": "._config.config",
+    "Supervision": "._config.supervision",
     "SupervisorCaughtUp": "._events",
     "SupervisorOverloaded": "._events",
     "SupervisorStatus": "._status",
@@ -248,7 +248,7 @@ _LAZY: dict[str, str] = {
     "Unsupported": "._errors",
     "Up": "._policy.probe_parse",
     "Upstream": "._actors.front_door_seam",
-    "Watchdog": "._config.config",
+    "Watchdog": "._config.supervision",
     "WorkProgress": "._events",
     "door_members": "._actors.front_door_members",
     "door_settings": "._actors.front_door_members",

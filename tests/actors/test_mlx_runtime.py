@@ -34,8 +34,9 @@ import trio
 from inferactors import BackendError, InferFlavor, ModelFormat, Unsupported
 from inferactors._actors.runtime import InferRuntime, InstanceHandle
 from inferactors._actors.serving import open_runtime
-from inferactors._config.config import InferConfig, ManagedConfig, RestartPolicy, Supervision
+from inferactors._config.config import InferConfig, ManagedConfig
 from inferactors._config.spec import InferenceSpec, ServeArgs
+from inferactors._config.supervision import RestartPolicy, Supervision
 from inferactors._edges.probe import ProbeClient
 from inferactors._events import (
     Event,

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from inferactors import InstanceState, InvalidConfig, Supervision
-from inferactors._config.config import SLOW_AFTER_S
+from inferactors._config.supervision import SLOW_AFTER_S
 from inferactors._policy.exposure import Listener
 from inferactors._policy.health_truth import (
     Confirmation,

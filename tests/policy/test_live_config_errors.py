@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferactors._config.config import RestartPolicy
+from inferactors._config.supervision import RestartPolicy
 from inferactors._errors import RequestRefused
 from inferactors._events import Diagnosis, FaultKind, StopReason
 from inferactors._policy.health_truth import refused_detail

@@ -30,10 +30,11 @@ from typing import NoReturn, TypeVar
 import attrs
 import trio
 
-from .._config.config import ControlMode, InferConfig, Supervision
+from .._config.config import ControlMode, InferConfig
 from .._config.convert import checked_spec
 from .._config.ids import instance_id
 from .._config.spec import InferenceSpec
+from .._config.supervision import Supervision
 from .._edges.bundle import Edges
 from .._edges.capture import RunEvidence
 from .._edges.orphan_record import ReapedOrphan

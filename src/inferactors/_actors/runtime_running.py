@@ -12,8 +12,10 @@ from collections.abc import AsyncIterator
 
 import trio
 
-from .._config.config import ControlMode, Supervision, check_positive
+from .._config.config import ControlMode
+from .._config.field_checks import check_positive
 from .._config.spec import InferenceSpec
+from .._config.supervision import Supervision
 from .._edges.capture import RunEvidence
 from .._errors import InferactorsError, StartTimeout
 from .._events import StopReason

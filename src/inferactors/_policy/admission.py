@@ -11,8 +11,9 @@ from pathlib import Path
 
 import attrs
 
-from .._config.config import ControlMode, InferConfig, RestartPolicy, Supervision
+from .._config.config import ControlMode, InferConfig
 from .._config.spec import InferenceSpec
+from .._config.supervision import RestartPolicy, Supervision
 from .._errors import AdmissionRefused
 from .._flavor import InferFlavor
 from .._models.manifest import ResolvedModel

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import attrs
 
-from .._config.config import RestartPolicy, RestartType
+from .._config.supervision import RestartPolicy, RestartType
 from .._events import Diagnosis, FaultKind, StopReason
 
 _NEVER_RESTARTED = frozenset(
