@@ -82,11 +82,9 @@ if typing.TYPE_CHECKING:
     from ._errors import Unsupported as Unsupported
     from ._events import DeepHealthFailed as DeepHealthFailed
     from ._events import DeepHealthPassed as DeepHealthPassed
-    from ._events import Diagnosis as Diagnosis
     from ._events import Event as Event
     from ._events import EventsLost as EventsLost
     from ._events import ExposureDetected as ExposureDetected
-    from ._events import FaultKind as FaultKind
     from ._events import FootprintDrift as FootprintDrift
     from ._events import GaveUp as GaveUp
     from ._events import ImpostorDetected as ImpostorDetected
@@ -100,7 +98,6 @@ if typing.TYPE_CHECKING:
     from ._events import RestartFailed as RestartFailed
     from ._events import RestartScheduled as RestartScheduled
     from ._events import StateChanged as StateChanged
-    from ._events import StopReason as StopReason
     from ._events import SupervisorCaughtUp as SupervisorCaughtUp
     from ._events import SupervisorOverloaded as SupervisorOverloaded
     from ._events import WorkProgress as WorkProgress
@@ -135,6 +132,9 @@ if typing.TYPE_CHECKING:
     from ._status import InstanceState as InstanceState
     from ._status import InstanceStatus as InstanceStatus
     from ._status import SupervisorStatus as SupervisorStatus
+    from ._stop_reasons import Diagnosis as Diagnosis
+    from ._stop_reasons import FaultKind as FaultKind
+    from ._stop_reasons import StopReason as StopReason
 
 _LAZY: dict[str, str] = {
     "Admission": "._policy.admission",
@@ -148,7 +148,7 @@ _LAZY: dict[str, str] = {
     "DeepHealthFailed": "._events",
     "DeepHealthPassed": "._events",
     "DeepHealthTimeout": "._errors",
-    "Diagnosis": "._events",
+    "Diagnosis": "._stop_reasons",
     "DoorMember": "._actors.front_door_msgs",
     "DoorSettings": "._actors.front_door_msgs",
     "Edges": "._edges.bundle",
@@ -156,7 +156,7 @@ _LAZY: dict[str, str] = {
     "EventsLost": "._events",
     "Exposure": "._policy.exposure",
     "ExposureDetected": "._events",
-    "FaultKind": "._events",
+    "FaultKind": "._stop_reasons",
     "FootprintDrift": "._events",
     "FrontDoor": "._service.front_door_server",
     "FrontDoorConfig": "._config.front_door",
@@ -234,7 +234,7 @@ _LAZY: dict[str, str] = {
     "ServerReport": "._policy.probe_parse",
     "StartTimeout": "._errors",
     "StateChanged": "._events",
-    "StopReason": "._events",
+    "StopReason": "._stop_reasons",
     "Supervision": "._config.supervision",
     "SupervisorCaughtUp": "._events",
     "SupervisorOverloaded": "._events",

@@ -45,11 +45,12 @@ from .._errors import (
     InvalidState,
     Unsupported,
 )
-from .._events import Event, StopReason
+from .._events import Event
 from .._flavor import InferFlavor
 from .._models.registry import ModelRegistry
 from .._policy.admission import Admission, Plan, resolve_supervision
 from .._policy.probe_parse import CompletionResult, ServerReport
+from .._stop_reasons import StopReason
 from .admission import make_plan
 from .capabilities import Capability, probe_capabilities
 from .instance import InstanceActor

@@ -18,8 +18,8 @@ from .._config.spec import InferenceSpec
 from .._config.supervision import Supervision
 from .._edges.capture import RunEvidence
 from .._errors import InferactorsError, StartTimeout
-from .._events import StopReason
 from .._status import InstanceState, InstanceStatus
+from .._stop_reasons import StopReason
 from .runtime_status import InstanceHandle
 
 DEFAULT_GRACE_S = 10.0

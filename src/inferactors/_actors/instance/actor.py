@@ -28,10 +28,11 @@ import trio
 from ..._config.config import InferConfig
 from ..._edges.bundle import Edges, ProbeTimed
 from ..._errors import UnknownInstance
-from ..._events import Event, ProcessExited, StopReason
+from ..._events import Event, ProcessExited
 from ..._models.registry import ModelRegistry
 from ..._policy.admission import Plan
 from ..._status import InstanceStatus
+from ..._stop_reasons import StopReason
 from ..mailbox import Crash, Crashed, Mailbox, ScopeGroup, StatusSlot, scoped
 from ..messages import ReplyTo, answer, refuse
 from .effects import (

@@ -9,10 +9,10 @@ import attrs
 from ..._edges.capture import RunEvidence
 from ..._edges.process import ManagedProcess
 from ..._errors import InferactorsError
-from ..._events import Diagnosis
 from ..._policy.exposure import Exposure
 from ..._policy.health_truth import Confirmation
 from ..._policy.probe_parse import ServerReport
+from ..._stop_reasons import Diagnosis
 from ..messages import ReplyTo
 from .pins import PinHold, PinnedLaunch
 

@@ -45,9 +45,10 @@ import attrs
 from ..._edges.capture import RunEvidence
 from ..._edges.process import ManagedProcess
 from ..._errors import InvalidState, UnknownInstance, Unsupported
-from ..._events import ModelTampered, ProcessExited, ProcessStarted, StopReason
+from ..._events import ModelTampered, ProcessExited, ProcessStarted
 from ..._policy.startup_fault import read_exit
 from ..._status import InstanceState, InstanceStatus
+from ..._stop_reasons import StopReason
 from ..mailbox import Crash, Crashed
 from ..messages import (
     Annotate,

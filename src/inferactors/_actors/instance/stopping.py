@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import attrs
 
-from ..._events import StopReason
+from ..._stop_reasons import StopReason
 from .effects import Effects, Terminate
 from .state import State
 

@@ -23,12 +23,9 @@ from ..._edges.process import ManagedProcess
 from ..._events import (
     DeepHealthFailed,
     DeepHealthPassed,
-    Diagnosis,
     ExposureDetected,
-    FaultKind,
     ImpostorDetected,
     ModelTampered,
-    StopReason,
 )
 from ..._policy.health_truth import (
     confirmed_status,
@@ -40,6 +37,7 @@ from ..._policy.lateness import Lateness, gives_no_verdict
 from ..._policy.probe_parse import Loading, Unhealthy, Unreachable, serving
 from ..._policy.status import map_ollama_report, map_report
 from ..._status import InstanceState, InstanceStatus
+from ..._stop_reasons import Diagnosis, FaultKind, StopReason
 from . import status
 from .effects import (
     Effects,
