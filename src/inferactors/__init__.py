@@ -115,13 +115,13 @@ if typing.TYPE_CHECKING:
     from ._policy.admission import Admission as Admission
     from ._policy.exposure import Exposure as Exposure
     from ._policy.launch import Launch as Launch
-    from ._policy.probe_parse import CompletionResult as CompletionResult
-    from ._policy.probe_parse import Health as Health
-    from ._policy.probe_parse import Loading as Loading
-    from ._policy.probe_parse import ServerReport as ServerReport
-    from ._policy.probe_parse import Unhealthy as Unhealthy
-    from ._policy.probe_parse import Unreachable as Unreachable
-    from ._policy.probe_parse import Up as Up
+    from ._policy.probe_report import CompletionResult as CompletionResult
+    from ._policy.probe_report import Health as Health
+    from ._policy.probe_report import Loading as Loading
+    from ._policy.probe_report import ServerReport as ServerReport
+    from ._policy.probe_report import Unhealthy as Unhealthy
+    from ._policy.probe_report import Unreachable as Unreachable
+    from ._policy.probe_report import Up as Up
     from ._service.front_door_server import FrontDoor as FrontDoor
     from ._service.front_door_server import open_front_door as open_front_door
     from ._service.front_door_server import serve_front_door as serve_front_door
@@ -143,7 +143,7 @@ _LAZY: dict[str, str] = {
     "BackendError": "._errors",
     "BadRequest": "._errors",
     "Capability": "._actors.capabilities",
-    "CompletionResult": "._policy.probe_parse",
+    "CompletionResult": "._policy.probe_report",
     "ControlMode": "._config.config",
     "DeepHealthFailed": "._events",
     "DeepHealthPassed": "._events",
@@ -164,7 +164,7 @@ _LAZY: dict[str, str] = {
     "FrontDoorScheduler": "._actors.front_door_scheduler",
     "GaveUp": "._events",
     "Grant": "._actors.front_door_seam",
-    "Health": "._policy.probe_parse",
+    "Health": "._policy.probe_report",
     "ImpostorDetected": "._events",
     "InferConfig": "._config.config",
     "InferFlavor": "._flavor",
@@ -184,7 +184,7 @@ _LAZY: dict[str, str] = {
     "Launch": "._policy.launch",
     "Lifecycle": "._service.views",
     "LifecycleNote": "._service.views",
-    "Loading": "._policy.probe_parse",
+    "Loading": "._policy.probe_report",
     "LogLine": "._edges.log_ring",
     "ManagedConfig": "._config.config",
     "ManagedSection": "._config.runfile",
@@ -231,7 +231,7 @@ _LAZY: dict[str, str] = {
     "Scheduler": "._actors.front_door_seam",
     "ServeArgs": "._config.spec",
     "ServerLogs": "._config.server_logs",
-    "ServerReport": "._policy.probe_parse",
+    "ServerReport": "._policy.probe_report",
     "StartTimeout": "._errors",
     "StateChanged": "._events",
     "StopReason": "._stop_reasons",
@@ -241,12 +241,12 @@ _LAZY: dict[str, str] = {
     "SupervisorStatus": "._status",
     "TrustAnchorEntry": "._config.trust",
     "TrustAnchors": "._models.anchors",
-    "Unhealthy": "._policy.probe_parse",
+    "Unhealthy": "._policy.probe_report",
     "UnknownInstance": "._errors",
     "UnknownModel": "._errors",
-    "Unreachable": "._policy.probe_parse",
+    "Unreachable": "._policy.probe_report",
     "Unsupported": "._errors",
-    "Up": "._policy.probe_parse",
+    "Up": "._policy.probe_report",
     "Upstream": "._actors.front_door_seam",
     "Watchdog": "._config.supervision",
     "WorkProgress": "._events",

@@ -62,7 +62,7 @@ from inferactors._edges.process import ManagedProcess
 from inferactors._models.manifest import ModelManifest
 from inferactors._policy.exposure import Exposure, Listener
 from inferactors._policy.lateness import no_verdict_report
-from inferactors._policy.probe_parse import ServerReport, Unhealthy, Unreachable, Up
+from inferactors._policy.probe_report import ServerReport, Unhealthy, Unreachable, Up
 
 E = TypeVar("E")
 PORT = 8090

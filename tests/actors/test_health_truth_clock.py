@@ -46,8 +46,8 @@ from inferactors._edges.probe import Prober, ProberFactory
 from inferactors._errors import BackendError, NoVerdict, RequestRefused
 from inferactors._flavor import InferFlavor as Flavor
 from inferactors._models.registry import ModelRegistry
-from inferactors._policy.probe_parse import Busy, CompletionResult, Health, Loading, ServerReport
-from inferactors._policy.probe_parse import Unhealthy as UnhealthyHealth
+from inferactors._policy.probe_report import Busy, CompletionResult, Health, Loading, ServerReport
+from inferactors._policy.probe_report import Unhealthy as UnhealthyHealth
 from inferactors.testing import FakeFleet
 
 E = TypeVar("E")

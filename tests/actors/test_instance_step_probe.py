@@ -56,7 +56,7 @@ from inferactors._actors.instance.stopping import STARTUP_FAULT_GRACE_S
 from inferactors._actors.instance.verdicts import MISBOUND_SETTLE_S, UNHEALTHY_KILL_AFTER_S
 from inferactors._policy.health_truth import Confirmation
 from inferactors._policy.lateness import LATE_S, no_verdict_report
-from inferactors._policy.probe_parse import ServerReport, Up
+from inferactors._policy.probe_report import ServerReport, Up
 
 MISBOUND = 'listening on [::1]:8090, not 127.0.0.1:8090: set serve.host = "::1"'
 

@@ -22,16 +22,8 @@ from inferactors._policy.health_truth import (
     slow_detail,
     worth_confirming,
 )
-from inferactors._policy.probe_parse import (
-    Busy,
-    Loading,
-    ServerReport,
-    Unhealthy,
-    Unreachable,
-    Up,
-    classify_health,
-    read_model_list,
-)
+from inferactors._policy.probe_parse import classify_health, read_model_list
+from inferactors._policy.probe_report import Busy, Loading, ServerReport, Unhealthy, Unreachable, Up
 from inferactors._policy.router_models import RouterModel
 from inferactors._policy.status import map_report
 

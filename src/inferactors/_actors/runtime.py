@@ -49,7 +49,7 @@ from .._events import Event
 from .._flavor import InferFlavor
 from .._models.registry import ModelRegistry
 from .._policy.admission import Admission, Plan, resolve_supervision
-from .._policy.probe_parse import CompletionResult, ServerReport
+from .._policy.probe_report import CompletionResult, ServerReport
 from .._stop_reasons import StopReason
 from .admission import make_plan
 from .capabilities import Capability, probe_capabilities

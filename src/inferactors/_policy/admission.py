@@ -20,7 +20,7 @@ from .._models.manifest import ResolvedModel
 from .launch import Launch
 from .pin_launch import view_path
 from .privilege import RunAs
-from .probe_parse import ServerReport
+from .probe_report import ServerReport
 
 
 @attrs.frozen

@@ -11,7 +11,7 @@ from ..._edges.process import ManagedProcess
 from ..._errors import InferactorsError
 from ..._policy.exposure import Exposure
 from ..._policy.health_truth import Confirmation
-from ..._policy.probe_parse import ServerReport
+from ..._policy.probe_report import ServerReport
 from ..._stop_reasons import Diagnosis
 from ..messages import ReplyTo
 from .pins import PinHold, PinnedLaunch

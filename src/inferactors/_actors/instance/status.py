@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import attrs
 
-from ..._policy.probe_parse import Busy, Loading, ServerReport, Unhealthy, Unreachable, Up
+from ..._policy.probe_report import Busy, Loading, ServerReport, Unhealthy, Unreachable, Up
 from ..._policy.restart import CONFIG_ERROR
 from ..._status import InstanceState, InstanceStatus
 from ..._stop_reasons import StopReason

@@ -34,7 +34,7 @@ from ..._policy.health_truth import (
     worth_confirming,
 )
 from ..._policy.lateness import Lateness, gives_no_verdict
-from ..._policy.probe_parse import Loading, Unhealthy, Unreachable, serving
+from ..._policy.probe_report import Loading, Unhealthy, Unreachable, serving
 from ..._policy.status import map_ollama_report, map_report
 from ..._status import InstanceState, InstanceStatus
 from ..._stop_reasons import Diagnosis, FaultKind, StopReason
