@@ -182,12 +182,14 @@ def test_without_the_signing_extra_the_refusal_names_it(
             gguf_copy, name="tiny", signature=signature
         )
     assert (
-        "needs the signing extra (OpenSSF Model Signing): pip install 'inferactors[signing]'"
+        "needs the signing extra (OpenSSF Model Signing): pip install -e '.[signing]' in the"
         in (str(caught.value))
     )
 
     monkeypatch.setitem(sys.modules, "cryptography", None)
-    with pytest.raises(Unsupported, match=r"pip install 'inferactors\[signing\]'"):
+    with pytest.raises(
+        Unsupported, match=r"pip install -e '\.\[signing\]' in the inferactors clone"
+    ):
         key_anchors(ops=ops.public)
     assert not registry_path.exists()
 

@@ -22,7 +22,7 @@ import attrs
 from .._errors import InvalidConfig, Unsupported, shown
 from .._untrusted_file import read_capped
 
-SIGNING_EXTRA = "pip install 'inferactors[signing]'"
+SIGNING_EXTRA = "pip install -e '.[signing]' in the inferactors clone (it is not on PyPI)"
 """How to install what signatures need."""
 
 MAX_ANCHOR_BYTES = 256 * 1024
