@@ -38,13 +38,7 @@ from .._errors import BackendError, DeepHealthTimeout, NoVerdict
 from .._flavor import InferFlavor
 from .._policy.lateness import no_verdict_report
 from .._policy.probe_parse import (
-    CompletionResult,
-    Health,
     ListRead,
-    ServerReport,
-    Unhealthy,
-    Unreachable,
-    Up,
     classify_health,
     classify_models_status,
     classify_ollama_version,
@@ -54,6 +48,14 @@ from .._policy.probe_parse import (
     parse_ollama_version,
     read_model_list,
     refusal,
+)
+from .._policy.probe_report import (
+    CompletionResult,
+    Health,
+    ServerReport,
+    Unhealthy,
+    Unreachable,
+    Up,
     serving,
 )
 from .probe_connect import Connect

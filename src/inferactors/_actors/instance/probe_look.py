@@ -12,7 +12,7 @@ import trio
 from ..._edges.process import ManagedProcess
 from ..._policy.exposure import Exposure
 from ..._policy.health_truth import Confirmation, worth_confirming
-from ..._policy.probe_parse import ServerReport, Unreachable, serving
+from ..._policy.probe_report import ServerReport, Unreachable, serving
 from ..._policy.probe_schedule import RUNNING_PROBE_S, startup_delay
 
 CONFIRM_EVERY_S = 10.0

@@ -13,7 +13,8 @@ from __future__ import annotations
 import attrs
 import trio
 
-from ..._config.config import InferConfig, Watchdog
+from ..._config.config import InferConfig
+from ..._config.supervision import Watchdog
 from ..._edges.bundle import Edges
 from ..._edges.loop_lag import lateness, no_verdict
 from ..._edges.netscan import NetScanner
@@ -33,7 +34,7 @@ from ..._policy.exposure import Exposure
 from ..._policy.health_truth import Confirmation, worth_confirming
 from ..._policy.lateness import LATE_S, VerdictBound, judged_anyway
 from ..._policy.matching import completion_model
-from ..._policy.probe_parse import CompletionResult, ServerReport, Unreachable, serving
+from ..._policy.probe_report import CompletionResult, ServerReport, Unreachable, serving
 from ..._policy.probe_schedule import (
     FIRST_PROBE_S,
     LINE_PROBE_S,
