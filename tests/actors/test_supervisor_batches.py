@@ -67,7 +67,7 @@ async def test_commands_queued_together_are_answered_in_a_few_passes(
     supervisor = Supervisor.create()
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.serve)
-        answered: list[object] = []
+        answered: list[tuple[str, ...]] = []
         done = trio.Event()
 
         async def ask() -> None:
