@@ -10,6 +10,7 @@ ends early) and `FakeOllamaConfig(cut_stream_after=N)` (Ollama's NDJSON, chunked
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 import httpx
 import ollama
@@ -42,7 +43,7 @@ WORDS = {"llamacpp": "broke off", "mlx": "ended before its last event"}
 """The words the error names: llama-server's chunked stream breaks; mlx_lm.server's ends."""
 
 
-async def _raw_from(base_url: str, target: str, body: dict[str, object]) -> bytes:
+async def _raw_from(base_url: str, target: str, body: Mapping[str, object]) -> bytes:
     """What the server itself sends (no door), up to the cut."""
     got = b""
     async with httpx.AsyncClient() as client:
@@ -155,7 +156,7 @@ async def test_a_partial_frame_longer_than_the_reply_limit_ends_the_stream() -> 
         scheduler = ResidentScheduler([entry_for("m", server)])
         clients = UpstreamClients()
         app = front_door_app(scheduler, clients=clients, limits=limits)
-        transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
+        transport = httpx.ASGITransport(app=app)
         try:
             async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
                 answer = await c.post("/v1/chat/completions", json={"model": "m", **CHAT})

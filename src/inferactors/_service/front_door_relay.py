@@ -22,8 +22,10 @@ stream cut short closes its connection, which tells the server to stop generatin
   cut body. An error answer whose body is not in the dialect's shape (mlx_lm.server's
   ``{"error": "..."}``) is put in it, with the server's own words.
 
-A server that cannot be reached, or says nothing within the read timeout, is a 502 or a
-504 in the dialect, naming the instance.
+A server that cannot be reached, or ends the connection without an answer, is a 502 in
+the dialect, and one that says nothing within the read timeout a 504, naming the instance
+and the cause. (A request is sent twice only when a kept connection ended before the
+server could read it: `inferactors._edges.upstream`.)
 """
 
 from __future__ import annotations
@@ -395,5 +397,9 @@ def _words(error: httpx.TransportError) -> str:
 
 
 def _unreachable(upstream: Upstream, error: httpx.TransportError) -> str:
+    """Why the request got no answer: the server could not be reached, or it was sent (once:
+    `UpstreamClients.open`) and the server ended the connection without an answer."""
     where = f"its server at {upstream.base_url}"
-    return f"model {upstream.role!r}: {where} cannot be reached ({_words(error)})"
+    if isinstance(error, httpx.ConnectError):
+        return f"model {upstream.role!r}: {where} cannot be reached ({_words(error)})"
+    return f"model {upstream.role!r}: {where} did not answer the request ({_words(error)})"
