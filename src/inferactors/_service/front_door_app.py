@@ -24,7 +24,7 @@ Errors come in the dialect of the route (`inferactors._policy.dialects`): an unk
 route or method too, and anything unforeseen (500, naming only the exception's type).
 With an API key, every request must carry ``Authorization: Bearer <key>`` (401 in the
 dialect otherwise; compared in constant time). A request a web page sent is refused
-with 403 before anything starts (``_service/browser_guard.py``): another site's ``Origin``
+with 403 before anything starts (``_policy/browser_guard.py``): another site's ``Origin``
 or ``Sec-Fetch-Site``, and on loopback a ``Host`` that is not loopback (DNS rebinding).
 """
 
