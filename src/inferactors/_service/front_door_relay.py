@@ -50,6 +50,7 @@ from .._policy.ollama_replies import error_message
 from .._policy.stream_end import StreamEnd, ended_whole
 from .._policy.stream_frames import NDJSON_ENDS, SSE_ENDS, StreamFrames
 from .._safe_json import parse_json
+from .client_gone import cancelled_when_gone
 
 MiB = 1024 * 1024
 STREAM_TYPES = ("text/event-stream", "application/x-ndjson")
@@ -177,10 +178,8 @@ class GrantedAnswer(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_cancel_when_gone, receive, nursery.cancel_scope)
+            async with cancelled_when_gone(receive):
                 await self.answer(send)
-                nursery.cancel_scope.cancel()
         finally:
             await self._close_upstream()
             self.grant.done()
@@ -347,15 +346,6 @@ async def send_json(send: Send, status: int, document: object) -> None:
 async def _end_with(send: Send, frame: bytes) -> None:
     await send({"type": "http.response.body", "body": frame, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-async def _cancel_when_gone(receive: Receive, scope: trio.CancelScope) -> None:
-    """Cancel ``scope`` once the client disconnects (ASGI ``http.disconnect``)."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            scope.cancel()
-            return
 
 
 def _passed_headers(answer: httpx.Response) -> list[tuple[bytes, bytes]]:
