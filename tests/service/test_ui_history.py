@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferactors._edges.engine_metrics import TreeUsage
+from inferactors._edges.tree_usage import TreeUsage
 from inferactors._events import (
     DeepHealthPassed,
     ProcessExited,
