@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from edges.process_support import _set_subreaper, linux_only, no_leaked_descendants
-from inferactors._edges import group_members
 from inferactors._edges.group_members import group_alive
+from inferactors._edges.proctable import SystemProcessTable
 
 pytestmark = linux_only
 
@@ -44,13 +44,13 @@ def _exited_unreaped(leader: subprocess.Popen[bytes]) -> None:
 def no_host_walk(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the walks of every process on the host (each still done)."""
     walks: list[int] = []
-    real = group_members.SystemProcessTable.live_members
+    real = SystemProcessTable.live_members
 
     def counted(table: object, pgid: int) -> tuple[int, ...]:
         walks.append(pgid)
         return real(table, pgid)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(group_members.SystemProcessTable, "live_members", counted)
+    monkeypatch.setattr(SystemProcessTable, "live_members", counted)
     return walks
 
 

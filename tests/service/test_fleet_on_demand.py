@@ -102,7 +102,7 @@ def _views_read_residency_once(fleet: Fleet) -> None:
         reads.append(1)
         return every(scheduler)
 
-    FrontDoorScheduler.residency = counted  # type: ignore[method-assign]  # (slots)
+    FrontDoorScheduler.residency = counted  # type: ignore[method-assign,assignment]  # (slots)
     try:
         views = fleet.views()
     finally:

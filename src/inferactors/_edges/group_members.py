@@ -38,7 +38,7 @@ def group_alive(leader: int, cgroup_members: Callable[[], list[int]] | None) -> 
     (module docstring); ``cgroup_members`` reads the server's cgroup, None without one."""
     if cgroup_members is not None:
         return _any_member(leader, cgroup_members())
-    if not _exited(leader):
+    if not _leader_exited(leader):
         return _any_member(leader, tree_pids(leader))
     if is_subreaper():
         return _any_member(leader, _orphans_of(leader))
@@ -65,6 +65,15 @@ def _any_member(pgid: int, candidates: Iterable[int]) -> bool:
         except ProcessLookupError:
             continue
     return False
+
+
+def _leader_exited(leader: int) -> bool:
+    """Whether ``leader`` exited: one ``waitid`` that reaps nothing when it is our child
+    (as a server's leader is), else `_exited`."""
+    try:
+        return os.waitid(os.P_PID, leader, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return _exited(leader)
 
 
 def _exited(pid: int) -> bool:

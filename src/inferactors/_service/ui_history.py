@@ -136,8 +136,8 @@ class InstanceHistory:
         percent = None
         last = self.last_cpu
         if last is not None and last[0] == pid and last[1] < at <= last[1] + CPU_SPAN_S:
-            spent = used.cpu_s - self.last_cpu[2]
-            percent = max(spent, 0.0) / (at - self.last_cpu[1]) * 100.0
+            spent = used.cpu_s - last[2]
+            percent = max(spent, 0.0) / (at - last[1]) * 100.0
         self.last_cpu = (pid, at, used.cpu_s)
         self.last_usage = (pid, used.rss_bytes, percent)
         self.usage.append((at, used.rss_bytes, percent))
