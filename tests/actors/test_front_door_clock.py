@@ -443,3 +443,19 @@ async def test_a_server_is_measured_as_soon_as_it_is_resident(
         await trio.sleep(0.01)
         assert rig.door.residency()["a"].measured_bytes == 300 * MiB
         grant.done()
+
+
+async def test_each_server_is_measured_as_soon_as_it_is_resident_beside_another(
+    make_config: Config, autojump_clock: trio.testing.MockClock
+) -> None:
+    fleet = FakeFleet(footprint_mib=300, load_s=0.5)
+    async with door_rig(make_config(), fleet, footprint_mib=300) as rig:
+        first = await rig.door.acquire("a")  # resident at 0.5 s, measured then
+        second = await rig.door.acquire("b")  # resident at 1.0 s; the next interval at 2.5 s
+        await trio.sleep(0.01)
+        assert trio.current_time() < 2.0
+        assert rig.door.residency()["b"].measured_bytes == 300 * MiB
+        assert rig.door.residency_of("b") == rig.door.residency()["b"]
+        assert rig.door.residency_of("nope") is None
+        first.done()
+        second.done()

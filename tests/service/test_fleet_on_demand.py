@@ -9,6 +9,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from inferactors import ProcessExited, ResidencyStop, StopReason
+from inferactors._actors.front_door_msgs import ResidencyView
 from inferactors._actors.front_door_scheduler import FrontDoorScheduler
 from inferactors._actors.front_door_seam import Residency, Scheduler
 from inferactors._service.fleet import Fleet, open_fleet
@@ -79,6 +80,7 @@ async def test_an_on_demand_instance_waits_for_its_first_request(
         residency = fleet.view("lazy").residency
         assert residency is not None
         assert residency.in_flight == 1
+        _views_read_residency_once(fleet)
         grant.done()
         text = fleet.metrics_text().decode()
         assert 'inferactors_on_demand_starts_total{flavor="infer.llamacpp",instance="lazy"' in text
@@ -88,6 +90,26 @@ async def test_an_on_demand_instance_waits_for_its_first_request(
         assert stop.instance_id == fleet.view("lazy").instance_id
         assert 'reason="requested"' in fleet.metrics_text().decode()
     assert len(_stops(fleet, StopReason.SHUTDOWN)) == 1  # "always": drained, then stopped
+
+
+def _views_read_residency_once(fleet: Fleet) -> None:
+    """Every view with its scheduler's figures, the residency of every slot read once for
+    them all (not once per instance: that made `Fleet.views` quadratic)."""
+    reads: list[int] = []
+    every = FrontDoorScheduler.residency
+
+    def counted(scheduler: FrontDoorScheduler) -> dict[str, ResidencyView]:
+        reads.append(1)
+        return every(scheduler)
+
+    FrontDoorScheduler.residency = counted  # type: ignore[method-assign,assignment]  # (slots)
+    try:
+        views = fleet.views()
+    finally:
+        FrontDoorScheduler.residency = every  # type: ignore[method-assign]
+    assert len(reads) == 1
+    assert views == tuple(fleet.view(view.name) for view in views)
+    assert [view.residency is not None for view in views] == [True, True]
 
 
 async def test_a_reload_drains_what_it_unloads_and_rebinds_the_scheduler(

@@ -11,7 +11,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from inferactors import InstanceState, InstanceStatus
-from inferactors._edges.engine_metrics import EngineScrape, TreeUsage
+from inferactors._edges.engine_metrics import EngineScrape
+from inferactors._edges.tree_usage import TreeUsage
 from inferactors._service.front_door_metrics import FrontDoorMetrics
 from inferactors._service.metrics import FleetMetrics
 from inferactors._service.views import InstanceView

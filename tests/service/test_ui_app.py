@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from inferactors._cli.ui_words import CliWords
-from inferactors._edges.engine_metrics import TreeUsage
+from inferactors._edges.tree_usage import TreeUsage
 from inferactors._errors import InvalidConfig
 from inferactors._service.control_app import control_app
 from inferactors._service.control_server import control_socket_path, serve_control
@@ -239,7 +239,9 @@ async def test_a_change_at_200_instances_sends_its_row_not_the_table(
             view = fleet.instances[name]
             restarted = attrs.evolve(view.status, restarts=n + 1, uptime_s=0.0)
             fleet.instances[name] = attrs.evolve(view, status=restarted)
+            before = fleet.view("i199").status.uptime_s
             await trio.sleep(0.01)  # the uptimes of the others move: not a change
+            assert fleet.view("i199").status.uptime_s != before
             fleet.changed()
             changes = await stream.next_named("changes")
             assert [row["name"] for row in changes["rows"]] == [name]

@@ -3,13 +3,33 @@ clock, the last failure kept, CPU from readings a step apart."""
 
 from __future__ import annotations
 
-import pytest
+import os
 
-from inferactors._edges.engine_metrics import TreeUsage
-from inferactors._events import DeepHealthPassed, ProcessExited, RestartScheduled, StateChanged
-from inferactors._service.ui_history import POINTS, STEP_S, TIMELINE, WINDOW_S, UiHistory
-from inferactors._status import InstanceState
+import pytest
+import trio
+import trio.testing
+
+from inferactors._edges.tree_usage import TreeUsage
+from inferactors._events import (
+    DeepHealthPassed,
+    ProcessExited,
+    RestartScheduled,
+    StateChanged,
+)
+from inferactors._service.ui_history import (
+    CPU_SPAN_S,
+    POINTS,
+    STEP_S,
+    TIMELINE,
+    WINDOW_S,
+    UiHistory,
+    sample_usage,
+)
+from inferactors._service.views import InstanceView
+from inferactors._status import InstanceState, InstanceStatus
 from inferactors._stop_reasons import StopReason
+
+RUNNING = InstanceState.RUNNING
 
 
 class Clocks:
@@ -119,3 +139,41 @@ def test_instances_gone_from_the_run_file_are_dropped() -> None:
     assert kept.timeline("old") == ()
     assert kept.series("old")["probe"] == []
     assert kept.series("chat")["probe"] != []
+
+
+def test_a_reading_after_a_pause_starts_the_cpu_anew() -> None:
+    kept, clocks = history()
+    kept.on_usage({"chat": (42, TreeUsage(rss_bytes=1000, cpu_s=1.0))})
+    clocks.now += CPU_SPAN_S + 1.0  # no page watched meanwhile: no reading
+    kept.on_usage({"chat": (42, TreeUsage(rss_bytes=1000, cpu_s=9.0))})
+    assert kept.usage_now("chat", 42) == (1000, None)  # not a pause's mean as a step's
+
+
+async def test_the_trees_are_read_only_while_a_page_watches(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    kept = UiHistory(wall=lambda: 1_800_000_000.0 + trio.current_time())
+    pid = os.getpid()
+    asked: list[float] = []
+
+    def views() -> list[InstanceView]:
+        asked.append(trio.current_time())
+        return [
+            InstanceView(
+                "chat", "infer.llamacpp", "managed", "id", InstanceStatus(RUNNING, pid=pid)
+            )
+        ]
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sample_usage, views, kept)
+        await trio.sleep(60.0)
+        assert (asked, kept.readings) == ([], 0)  # no page: nothing read
+        with kept.watching():
+            await kept.until_sampled()
+            assert asked == [60.0]  # at once when a page comes
+            await trio.sleep(2 * STEP_S + 0.1)
+            assert kept.readings == 3
+            assert kept.usage_now("chat", pid)[0]  # this process's resident memory
+        await trio.sleep(60.0)
+        assert kept.readings == 3  # the page left: nothing read since
+        nursery.cancel_scope.cancel()

@@ -3,11 +3,12 @@ one place; the front door's residency against its budget."""
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from inferactors._actors.front_door_msgs import ResidencyView
 from inferactors._actors.front_door_seam import Residency
-from inferactors._edges.engine_metrics import TreeUsage
+from inferactors._edges.tree_usage import TreeUsage
 from inferactors._service.ui_history import UiHistory
 from inferactors._service.ui_rows import DISPLAY_STATES, display_state, door_summary, row
 from inferactors._service.views import InstanceView
@@ -67,11 +68,8 @@ def test_a_row_has_what_the_page_shows_and_the_usage_of_the_process_shown() -> N
     history = UiHistory(wall=lambda: 1_800_000_000.0, monotonic=lambda: 0.0)
     history.on_usage({"chat": (42, TreeUsage(rss_bytes=19_000_000, cpu_s=1.0))})
     status = InstanceStatus(R, "server up", pid=42, uptime_s=3.5, restarts=2, ttft_s=0.07)
-
-    def facts(name: str) -> tuple[str | None, str | None]:
-        return ("http://127.0.0.1:8090", "tiny") if name == "chat" else (None, None)
-
-    shown = row(view(status), facts, history)
+    served = attrs.evolve(view(status), endpoint="http://127.0.0.1:8090", model="tiny")
+    shown = row(served, history)
     assert {key: shown[key] for key in ("name", "state", "endpoint", "model", "pid")} == {
         "name": "chat",
         "state": "running",
@@ -89,13 +87,11 @@ def test_the_detail_says_a_refusal_or_why_it_stopped_and_what_is_done() -> None:
     crashed = InstanceStatus(E, "server process exited", stop_reason="crash",
                              supervision="restarting in 0.5 s")  # fmt: skip
     history = UiHistory()
-    assert row(view(crashed), lambda name: (None, None), history)["detail"] == (
+    assert row(view(crashed), history)["detail"] == (
         "server process exited; reason: crash; restarting in 0.5 s"
     )
     refused = view(InstanceStatus(L), refused="unknown model 'x'")
-    assert row(refused, lambda name: (None, None), history)["detail"] == (
-        "refused: unknown model 'x'"
-    )
+    assert row(refused, history)["detail"] == ("refused: unknown model 'x'")
 
 
 def test_the_front_door_counts_what_is_held_against_the_budget() -> None:

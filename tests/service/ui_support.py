@@ -16,6 +16,7 @@ import trio
 
 from inferactors._events import Event, instance_of
 from inferactors._service.ui_history import UiHistory
+from inferactors._service.views import InstanceView
 from service.control_support import FakeFleet, NdjsonStream
 
 WALL_0 = 1_800_000_000.0
@@ -25,17 +26,26 @@ WALL_0 = 1_800_000_000.0
 @attrs.define(eq=False)
 class PageFleet(FakeFleet):
     """`FakeFleet` as the page reads it: each event goes into its history, as `Fleet`
-    does, and `changed` wakes `until_changed`."""
+    does, `changed` counts a change and wakes `until_changed`, and a live server's uptime
+    moves with trio's clock, as a real one's does."""
 
     history: UiHistory = attrs.Factory(
         lambda: UiHistory(wall=lambda: WALL_0 + trio.current_time(), monotonic=trio.current_time)
     )
+    changes: int = 0
     _changed: trio.Event = attrs.Factory(trio.Event)
+
+    def views(self) -> tuple[InstanceView, ...]:
+        return tuple(_moving(view) for view in super().views())
+
+    def view(self, name: str) -> InstanceView:
+        return _moving(super().view(name))
 
     async def until_changed(self) -> None:
         await self._changed.wait()
 
     def changed(self) -> None:
+        self.changes += 1
         self._changed.set()
         self._changed = trio.Event()
 
@@ -45,6 +55,16 @@ class PageFleet(FakeFleet):
         if name is not None:
             self.history.on_event(name, event)
         super().add_event(event)
+
+
+def _moving(view: InstanceView) -> InstanceView:
+    """``view`` with its uptime counted on from trio's clock (the base as given)."""
+    uptime = view.status.uptime_s
+    if uptime is None:
+        return view
+    return attrs.evolve(
+        view, status=attrs.evolve(view.status, uptime_s=uptime + trio.current_time())
+    )
 
 
 @attrs.define(eq=False)

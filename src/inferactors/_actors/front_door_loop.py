@@ -127,8 +127,8 @@ class DoorLoop:
         self._take_returns(now)
         if isinstance(message, _RESULTS) and self.state.find(message.name) is None:
             return  # a worker's result about an instance a reload removed
-        watched = isinstance(message, StartDone | Observed)
-        before = self._resident() if watched else frozenset()
+        watched = message.name if isinstance(message, StartDone | Observed) else None
+        before = None if watched is None else self._phase(watched)
         match message:
             case Begin():
                 self._begin(now)
@@ -167,11 +167,16 @@ class DoorLoop:
         self._take_returns(now)
         self._answer_closers()
         self._rearm_ticker(isinstance(message, Tick))
-        if watched and not self._resident() <= before:
-            self._measuring.now()
+        became = watched is not None and self._phase(watched) is Phase.RESIDENT
+        if became and before is not Phase.RESIDENT:
+            self._measuring.now()  # it became resident: measure it now
 
-    def _resident(self) -> frozenset[str]:
-        return frozenset(s.name for s in self.state.slots if s.phase is Phase.RESIDENT)
+    def _phase(self, name: str) -> Phase | None:
+        """The phase of the slot of role ``name``; None when there is none (removed)."""
+        try:
+            return self.state.slot(name).phase
+        except KeyError:
+            return None
 
     def step(self, step: Step) -> None:
         """Take the new state and carry out its effects, in order."""

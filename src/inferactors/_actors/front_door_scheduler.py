@@ -163,6 +163,15 @@ class FrontDoorScheduler:
         now = trio.current_time()
         return {slot.name: self._view(slot, now) for slot in self._loop.state.slots}
 
+    def residency_of(self, name: str) -> ResidencyView | None:
+        """The residency figures of the role ``name``, None when it is not scheduled (no
+        I/O; the one slot's, not every slot's)."""
+        try:
+            slot = self._loop.state.slot(name)
+        except KeyError:
+            return None
+        return self._view(slot, trio.current_time())
+
     def _view(self, slot: Slot, now: float) -> ResidencyView:
         loop, footprint = self._loop, slot.footprint
         last = loop.last_stop.get(slot.name)

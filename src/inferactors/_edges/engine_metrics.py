@@ -1,7 +1,6 @@
 """A server's own metrics: `scrape_engine` reads ``GET /metrics`` of one inference server
 (llama-server started with ``--metrics``) in the Prometheus text format, parsed by
-prometheus-client's own parser; `tree_usage` reads what the server's process tree costs
-(psutil).
+prometheus-client's own parser (what its process tree costs is ``tree_usage.py``'s).
 
 A server that offers no metrics (llama-server without ``--metrics`` answers 501, others
 404) is `EngineScrape.offered` False, not a failure. Anything else that is not a parsed
@@ -13,7 +12,6 @@ from __future__ import annotations
 
 import attrs
 import httpx
-import psutil
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -114,32 +112,3 @@ async def _capped(reply: httpx.Response) -> bytes:
         if len(body) > MAX_BYTES:
             raise _TooLarge
     return bytes(body)
-
-
-@attrs.frozen
-class TreeUsage:
-    """What a server's process tree costs now: resident memory in bytes, and CPU time in
-    float seconds (user and system, of the processes alive now)."""
-
-    rss_bytes: int
-    cpu_s: float
-
-
-def tree_usage(pid: int) -> TreeUsage | None:
-    """`TreeUsage` of ``pid`` and every descendant, or None when ``pid`` is gone. Blocking
-    (reads ``/proc``): call it in a worker thread."""
-    try:
-        leader = psutil.Process(pid)
-        tree = [leader, *leader.children(recursive=True)]
-    except psutil.Error:
-        return None
-    rss, cpu = 0, 0.0
-    for process in tree:
-        try:
-            with process.oneshot():
-                rss += process.memory_info().rss
-                times = process.cpu_times()
-                cpu += times.user + times.system
-        except psutil.Error:
-            continue  # it ended meanwhile
-    return TreeUsage(rss, cpu)

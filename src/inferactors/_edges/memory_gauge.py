@@ -1,5 +1,6 @@
 """Measuring memory for the residency ledger: the machine's total and available memory,
-and a server's process tree RSS, read with psutil (never by parsing ``/proc`` ourselves).
+and a server's process tree RSS (``tree_usage.py``), read with psutil (never by parsing
+``/proc`` ourselves).
 
 `MemoryGauge` is the Protocol the front door measures through; `PsutilGauge` is the real
 one (each reading runs in a worker thread: a process tree's ``/proc`` reads take about a
@@ -15,6 +16,7 @@ import psutil
 import trio
 
 from .._policy.residency import Machine
+from .tree_usage import tree_usage
 
 
 class MemoryGauge(Protocol):
@@ -40,21 +42,10 @@ class PsutilGauge:
 
     async def tree_rss(self, pid: int) -> int | None:
         """Sum of ``memory_info().rss`` over the process and its descendants (a child
-        that ends while it is read is left out)."""
+        that ends while it is read is left out): `tree_usage.tree_usage`."""
         return await trio.to_thread.run_sync(_tree_rss, pid)
 
 
 def _tree_rss(pid: int) -> int | None:
-    try:
-        root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return None
-    total = 0
-    for process in processes:
-        try:
-            total += int(process.memory_info().rss)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            if process is root:
-                return None
-    return total
+    used = tree_usage(pid)
+    return None if used is None else used.rss_bytes

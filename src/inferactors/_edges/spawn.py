@@ -59,7 +59,7 @@ import trio
 from .._policy.privilege import RunAs
 from .cgroups import CgroupTree, ServerCgroup, server_tree
 from .forker import in_forker
-from .proctable import SystemProcessTable
+from .group_members import group_alive
 from .spawn_helper import CHILD_RLIMITS as CHILD_RLIMITS
 from .spawn_helper import HELPER as HELPER
 from .spawn_helper import ChildEnds as ChildEnds
@@ -181,8 +181,11 @@ class PosixChild:
         return True
 
     def group_alive(self) -> bool:
-        """Reads the process table (``/proc``, about 1 ms with 100 processes)."""
-        return bool(SystemProcessTable().live_members(self._pid))
+        """Reads only where the group's members can be (``group_members.py``): its cgroup,
+        the leader's tree, or the leader's orphans; every process on the host only in a
+        library's host without a subreaper once the leader exited."""
+        members = None if self.cgroup is None else self.cgroup.members
+        return group_alive(self._pid, members)
 
 
 async def open_child_process(

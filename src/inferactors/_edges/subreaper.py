@@ -18,6 +18,7 @@ is never taken from it. Linux only; elsewhere both do nothing.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 from collections.abc import Container
@@ -29,8 +30,9 @@ PR_SET_CHILD_SUBREAPER = 36
 PR_GET_CHILD_SUBREAPER = 37
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
-    """The C library, for prctl(2); None off Linux or where it cannot be opened."""
+    """The C library, for prctl(2), opened once; None off Linux or where it cannot be."""
     if not sys.platform.startswith("linux"):
         return None
     try:

@@ -99,18 +99,24 @@ class Fleet:
     _fan: EventFan = attrs.Factory(EventFan)
     _last_overload: SupervisorOverloaded | SupervisorCaughtUp | None = None
     _hooks: list[Callable[[LifecycleNote], None]] = attrs.Factory(list)
+    changes: int = 0
+    """How many times a member's view changed (`changed`): it grows with each; the web
+    page's table is refreshed once per change (``ui_table.py``)."""
     _views_changed: trio.Event = attrs.Factory(trio.Event)
 
     # Reading: cached, no I/O.
 
     def views(self) -> tuple[InstanceView, ...]:
-        """Every instance's view, in run-file order."""
-        return tuple(self.view(name) for name in self.members)
+        """Every instance's view, in run-file order (the scheduler's residency read once)."""
+        door = self.door.scheduler if self.door is not None else None
+        residency = {} if door is None else door.residency()
+        return tuple(member.view(residency.get(name)) for name, member in self.members.items())
 
     def view(self, name: str) -> InstanceView:
         """The view of the instance named ``name``. Raises `UnknownInstance`."""
+        member = self.member(name)
         door = self.door.scheduler if self.door is not None else None
-        return self.member(name).view(None if door is None else door.residency().get(name))
+        return member.view(None if door is None else door.residency_of(name))
 
     def member(self, name: str) -> Member:
         """The member named ``name``. Raises `UnknownInstance`."""
@@ -325,6 +331,7 @@ class Fleet:
     def changed(self, member: Member) -> None:
         """A member's view changed: settle, decide whether anything is left, and wake
         `until_changed` (`Keeper`)."""
+        self.changes += 1
         self._views_changed.set()
         self._views_changed = trio.Event()
         places = [m.place() for m in self.members.values()]

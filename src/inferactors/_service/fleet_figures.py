@@ -12,7 +12,8 @@ from collections.abc import Iterable
 
 import trio
 
-from .._edges.engine_metrics import EngineScrape, TreeUsage, scrape_engine, tree_usage
+from .._edges.engine_metrics import EngineScrape, scrape_engine
+from .._edges.tree_usage import TreeUsage, tree_usage
 from .._errors import InferactorsError
 from .._flavor import InferFlavor
 from .._status import InstanceState

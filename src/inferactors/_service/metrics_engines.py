@@ -25,7 +25,8 @@ from collections.abc import Iterable, Iterator, Mapping
 import attrs
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from .._edges.engine_metrics import EngineScrape, TreeUsage
+from .._edges.engine_metrics import EngineScrape
+from .._edges.tree_usage import TreeUsage
 
 LABELS = ("instance", "flavor", "mode")
 

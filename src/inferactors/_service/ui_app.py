@@ -8,10 +8,11 @@ Routes::
     GET  /ui/static/{app.js,app.css}         the page's assets, shipped in the package
     GET  /ui/api/stream                      SSE: ``rows`` (every instance, and the front
                                              door's residency) now, then ``changes`` (the
-                                             rows that changed, `ui_rows.RowsSent`) on
-                                             every change, ``event`` (each event, dated,
-                                             in words),
-                                             ``sample`` (each usage reading)
+                                             rows that changed, from the table every page
+                                             shares: ``ui_table.py``) on every change,
+                                             ``event`` (each event, dated, in words),
+                                             ``sample`` (each usage reading, taken while
+                                             a page watches)
     GET  /ui/api/instances/{name}            its row, dated timeline, series (plots), its
                                              last diagnosis and last lines
     GET  /ui/api/instances/{name}/logs       SSE: ``lines`` (its log's tail, then each
@@ -50,8 +51,9 @@ from .._events import Event, instance_of
 from .control_access import READS, error_body
 from .control_app import ERROR_STATUS
 from .ui_history import STEP_S, WINDOW_S, Dated, UiHistory, failure
-from .ui_rows import Facts, RowsSent, door_summary, fleet_facts, no_facts, row
+from .ui_rows import row
 from .ui_stream import EventStream, SseSender
+from .ui_table import RowTable, TableSource
 from .ui_words import JsonWords, PageWords
 from .views import InstanceView, ReloadResult
 
@@ -77,13 +79,14 @@ PAGE_HEADERS = {
 """Headers of the page and its assets: its own origin only, never framed, not cached."""
 
 
-class PageSource(Protocol):
+class PageSource(TableSource, Protocol):
     """What the page reads of a `Fleet` and asks of it."""
 
     @property
     def history(self) -> UiHistory: ...
 
     def views(self) -> tuple[InstanceView, ...]: ...
+    def name_of(self, instance_id: str) -> str | None: ...
     def view(self, name: str) -> InstanceView: ...
     async def start(self, name: str) -> InstanceView: ...
     async def stop(self, name: str) -> InstanceView: ...
@@ -116,28 +119,27 @@ class WebPage:
     Attributes:
         source: The fleet.
         words: How results and events are said (`PageWords`).
-        facts: Each instance's endpoint and model (`ui_rows.Facts`).
         budget: The front door's memory budget in bytes, None when none is known.
+        table: The rows every stream of this page shares (``ui_table.py``).
     """
 
     source: PageSource
     words: PageWords = JsonWords()  # noqa: RUF009  (frozen value)
-    facts: Facts = no_facts
     budget: Callable[[], int | None] = _no_budget
+    table: RowTable = attrs.field(
+        init=False,
+        default=attrs.Factory(lambda self: RowTable(self.source, self.budget), takes_self=True),
+    )
 
     @classmethod
     def of_fleet(cls, fleet: Any, words: PageWords | None = None) -> WebPage:
-        """The page of a `Fleet`: endpoints and models from its run file, the budget from
-        its front door's scheduler."""
-
-        def facts(name: str) -> tuple[str | None, str | None]:
-            return fleet_facts(fleet.members)(name)
+        """The page of a `Fleet`: the budget from its front door's scheduler."""
 
         def budget() -> int | None:
             scheduler = fleet.door.scheduler if fleet.door is not None else None
             return None if scheduler is None else scheduler.budget().memory
 
-        return cls(fleet, words or JsonWords(), facts, budget)
+        return cls(fleet, words or JsonWords(), budget)
 
     def open_to_all(self, method: str, path: str) -> bool:
         """`open_to_all`."""
@@ -163,23 +165,17 @@ class WebPage:
 
     def rows(self) -> dict[str, Any]:
         """Every instance's row, the front door's residency (None without one), and the
-        wall-clock time now."""
-        views = self.source.views()
-        history = self.source.history
-        return {
-            "rows": [row(view, self.facts, history) for view in views],
-            "door": door_summary(views, self.budget),
-            "now": history.wall(),
-        }
+        wall-clock time now (`RowTable.table`)."""
+        return self.table.table()
 
     async def _stream(self, request: Request) -> Response:
         return EventStream(self._produce_stream)
 
     async def _produce_stream(self, sse: SseSender) -> None:
-        sent = RowsSent()
-        with self.source.follow_events() as events:
-            first = self.rows()
-            sent.changes(first)
+        table = self.table
+        with self.source.follow_events() as events, self.source.history.watching():
+            first = table.table()
+            seen = table.version
             await sse.event("rows", first)
             send, receive = trio.open_memory_channel[tuple[str, Any]](64)
             async with trio.open_nursery() as nursery:
@@ -189,8 +185,12 @@ class WebPage:
                 async for name, data in receive:
                     if name == "end":
                         break
+                    if name in ("rows", "sample"):
+                        table.refresh()  # once per change, whichever page comes first
+                    if name == "sample":
+                        data = table.sample()
                     if name == "rows":  # only what changed since the last table sent
-                        name, data = "changes", sent.changes(data)
+                        name, data, seen = "changes", table.changes_since(seen), table.version
                         if data is None:
                             continue
                     await sse.event(name, data)
@@ -214,17 +214,13 @@ class WebPage:
             while True:
                 await wait()
                 if sampled:
-                    await out.send(("sample", self._sample()))
-                await out.send(("rows", self.rows()))
-
-    def _sample(self) -> dict[str, Any]:
-        history = self.source.history
-        return {view.name: history.latest(view.name) for view in self.source.views()}
+                    await out.send(("sample", None))
+                await out.send(("rows", None))
 
     def _event_item(self, event: Event) -> dict[str, Any]:
         iid = instance_of(event)
-        names = {view.instance_id: view.name for view in self.source.views()}
-        return self._dated(Dated(self.source.history.wall_of(event), event), names.get(iid))
+        name = None if iid is None else self.source.name_of(iid)
+        return self._dated(Dated(self.source.history.wall_of(event), event), name)
 
     def _dated(self, dated: Dated, name: str | None) -> dict[str, Any]:
         return {
@@ -243,7 +239,7 @@ class WebPage:
         failed = history.last_failure(name)
         return JSONResponse(
             {
-                "row": row(view, self.facts, history),
+                "row": row(view, history),
                 "timeline": [self._dated(dated, name) for dated in history.timeline(name)],
                 "series": history.series(name),
                 "window_s": WINDOW_S,

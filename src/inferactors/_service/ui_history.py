@@ -8,7 +8,8 @@ Per instance, by its name in the run file, over the last `WINDOW_S`:
 - time to first token: each deep health that passed;
 - restarts: the time of each restart scheduled;
 - resident memory and CPU of the server's process tree: one reading every `STEP_S`
-  (`sample_usage`), bytes and percent of one core (CPU seconds over the step);
+  while a page watches (`sample_usage`, `UiHistory.watching`), bytes and percent of one
+  core (CPU seconds over the step; none for the first reading after a pause);
 - its last `TIMELINE` events, dated.
 
 Times are wall-clock unix seconds. An event carries the supervisor's monotonic time
@@ -23,16 +24,17 @@ readings of `sample_usage`, taken in a worker thread.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
 import trio
 
-from .._edges.engine_metrics import TreeUsage, tree_usage
+from .._edges.tree_usage import TreeUsage, tree_usage
 from .._events import (
     DeepHealthFailed,
     DeepHealthPassed,
@@ -57,6 +59,9 @@ POINTS = math.ceil(WINDOW_S / STEP_S)
 """The most points one series keeps (a window's worth of steps)."""
 TIMELINE = 200
 """The most events one instance's timeline keeps."""
+CPU_SPAN_S = 2 * STEP_S
+"""The longest span one CPU percent is taken over, seconds: a reading after a longer
+pause (no page watched) starts anew rather than show a pause's mean as a step's."""
 
 
 _QUIET_STOPS = frozenset(
@@ -129,9 +134,10 @@ class InstanceHistory:
 
     def add_usage(self, at: float, pid: int, used: TreeUsage) -> None:
         percent = None
-        if self.last_cpu is not None and self.last_cpu[0] == pid and at > self.last_cpu[1]:
-            spent = used.cpu_s - self.last_cpu[2]
-            percent = max(spent, 0.0) / (at - self.last_cpu[1]) * 100.0
+        last = self.last_cpu
+        if last is not None and last[0] == pid and last[1] < at <= last[1] + CPU_SPAN_S:
+            spent = used.cpu_s - last[2]
+            percent = max(spent, 0.0) / (at - last[1]) * 100.0
         self.last_cpu = (pid, at, used.cpu_s)
         self.last_usage = (pid, used.rss_bytes, percent)
         self.usage.append((at, used.rss_bytes, percent))
@@ -158,7 +164,28 @@ class UiHistory:
     wall: Callable[[], float] = time.time
     monotonic: Callable[[], float] = trio.current_time
     _by_name: dict[str, InstanceHistory] = attrs.Factory(dict)
+    readings: int = 0
+    """How many usage readings were taken (`on_usage`): it grows with each."""
     _sampled: trio.Event = attrs.Factory(trio.Event)
+    _watchers: int = 0
+    _watched: trio.Event = attrs.Factory(trio.Event)
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """Say that a page reads the usage readings for the block: `sample_usage` reads
+        the process trees only while one does."""
+        self._watchers += 1
+        self._watched.set()
+        try:
+            yield
+        finally:
+            self._watchers -= 1
+            if self._watchers == 0:
+                self._watched = trio.Event()
+
+    async def until_watched(self) -> None:
+        """Wait until a page watches (`watching`); at once when one does."""
+        await self._watched.wait()
 
     def of(self, name: str) -> InstanceHistory:
         """The history of ``name`` (an empty one, kept, the first time)."""
@@ -191,6 +218,7 @@ class UiHistory:
         now = self.wall()
         for name, (pid, used) in readings.items():
             self.of(name).add_usage(now, pid, used)
+        self.readings += 1
         self._sampled.set()
         self._sampled = trio.Event()
 
@@ -240,16 +268,18 @@ class UiHistory:
 async def sample_usage(
     views: Callable[[], Iterable[InstanceView]], history: UiHistory, every_s: float = STEP_S
 ) -> None:
-    """Read the process tree of every instance that has a live process, every
-    ``every_s`` float seconds, into ``history`` (in a worker thread), until cancelled;
-    instances no longer in ``views`` are dropped from ``history``."""
+    """Read the process tree of every instance that has a live process into ``history``
+    (in a worker thread), every ``every_s`` float seconds while a page watches
+    (`UiHistory.watching`; at once when the first comes), until cancelled; instances no
+    longer in ``views`` are dropped from ``history``. Nothing is read while none watches."""
     while True:
-        await trio.sleep(every_s)
+        await history.until_watched()
         shown = list(views())
         live = {view.name: view.status.pid for view in shown if view.status.pid is not None}
         readings = await trio.to_thread.run_sync(_read_trees, live)
         history.keep_only(view.name for view in shown)
         history.on_usage(readings)
+        await trio.sleep(every_s)
 
 
 def _read_trees(pids: Mapping[str, int]) -> dict[str, tuple[int, TreeUsage]]:

@@ -7,15 +7,12 @@ last readings: no I/O.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
-
-import attrs
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .._actors.front_door_seam import Residency
 from .._config.convert_api import api_data
-from .._errors import InferactorsError, one_line
+from .._errors import one_line
 from .._policy.fleet_exit import Standing, standing
 from .._policy.service_status import condition
 from .._status import InstanceState
@@ -61,50 +58,20 @@ def display_state(view: InstanceView) -> str:
     return "stopped"
 
 
-class Facts(Protocol):
-    """What the page shows of an instance that its view lacks: its endpoint and model."""
-
-    def __call__(self, name: str) -> tuple[str | None, str | None]: ...
-
-
-def no_facts(name: str) -> tuple[str | None, str | None]:
-    """No endpoint, no model known."""
-    return (None, None)
-
-
-def fleet_facts(members: Mapping[str, Any]) -> Facts:
-    """The endpoint (``http://127.0.0.1:8090``) and model of each of a fleet's members,
-    read from its placement in the run file."""
-
-    def facts(name: str) -> tuple[str | None, str | None]:
-        member = members.get(name)
-        if member is None:
-            return (None, None)
-        spec = member.placement.entry.spec
-        try:
-            endpoint: str | None = spec.base_url()
-        except InferactorsError:
-            endpoint = None
-        return (endpoint, spec.model)
-
-    return facts
-
-
-def row(view: InstanceView, facts: Facts, history: UiHistory) -> dict[str, Any]:
+def row(view: InstanceView, history: UiHistory) -> dict[str, Any]:
     """The page's row of ``view``: its display state, endpoint, model, pid, uptime,
     restarts, time to first token, resident memory (bytes) and CPU (percent of one core)
     of its process tree at the last reading, a detail in words, its residency, and its
     whole status (for the instance's panel)."""
     status = view.status
-    endpoint, model = facts(view.name)
     rss, cpu = history.usage_now(view.name, status.pid)
     return {
         "name": view.name,
         "flavor": view.flavor,
         "mode": view.mode,
         "state": display_state(view),
-        "endpoint": endpoint,
-        "model": model,
+        "endpoint": view.endpoint,
+        "model": view.model,
         "pid": status.pid,
         "uptime_s": status.uptime_s,
         "restarts": status.restarts,
@@ -154,48 +121,3 @@ def door_summary(
         "in_flight": sum(one.in_flight for one in scheduled),
         "queued": sum(one.queued for one in scheduled),
     }
-
-
-_MOVING = "uptime_s"
-"""The one field of a row (and of its status) that moves on its own: not a change."""
-
-
-def _key(data: dict[str, Any]) -> str:
-    """``data`` (a row) as compared between two tables: JSON without its uptimes."""
-    still = {k: v for k, v in data.items() if k != _MOVING}
-    status = still.get("status")
-    if isinstance(status, dict):
-        still["status"] = {k: v for k, v in status.items() if k != _MOVING}
-    return json.dumps(still, sort_keys=True, separators=(",", ":"))
-
-
-@attrs.define(eq=False)
-class RowsSent:
-    """What one live stream last sent of each row, so that a later table is sent as its
-    changes only (`changes`): the page's rows at 200 instances are about 100 kB, one
-    instance's change a few hundred bytes."""
-
-    _keys: dict[str, str] = attrs.Factory(dict)
-    _order: list[str] = attrs.Factory(list)
-    _door: Any = None
-
-    def changes(self, table: dict[str, Any]) -> dict[str, Any] | None:
-        """The ``changes`` of ``table`` (``{"rows", "door", "now"}``, as `WebPage.rows`)
-        since the last one: ``{"rows": [the rows that changed, whole], "order": [every
-        name, in order] or None when the names and their order stayed, "door", "now"}``;
-        None when nothing changed but uptimes (they move on their own: the page counts)."""
-        rows: list[dict[str, Any]] = table["rows"]
-        order = [each["name"] for each in rows]
-        keys = {each["name"]: _key(each) for each in rows}
-        changed = [each for each in rows if self._keys.get(each["name"]) != keys[each["name"]]]
-        moved = order != self._order
-        door_changed = table["door"] != self._door
-        self._keys, self._order, self._door = keys, order, table["door"]
-        if not changed and not moved and not door_changed:
-            return None
-        return {
-            "rows": changed,
-            "order": order if moved else None,
-            "door": table["door"],
-            "now": table["now"],
-        }
