@@ -171,8 +171,10 @@ async def test_the_trees_are_read_only_while_a_page_watches(
         with kept.watching():
             await kept.until_sampled()
             assert asked == [60.0]  # at once when a page comes
-            await trio.sleep(2 * STEP_S + 0.1)
+            for _ in range(2):  # each reading runs in a thread: waited for, not slept past
+                await kept.until_sampled()
             assert kept.readings == 3
+            assert asked == [60.0, 60.0 + STEP_S, 60.0 + 2 * STEP_S]  # one per step
             assert kept.usage_now("chat", pid)[0]  # this process's resident memory
         await trio.sleep(60.0)
         assert kept.readings == 3  # the page left: nothing read since
