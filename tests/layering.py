@@ -30,7 +30,16 @@ from pathlib import Path
 import attrs
 
 VOCABULARY = frozenset(
-    {"_errors", "_events", "_flavor", "_safe_json", "_status", "_untrusted_file", "_version"}
+    {
+        "_errors",
+        "_events",
+        "_flavor",
+        "_safe_json",
+        "_status",
+        "_stop_reasons",
+        "_untrusted_file",
+        "_version",
+    }
 )
 """Top-level modules every layer may import: the shared vocabulary."""
 
@@ -69,6 +78,7 @@ POLICY_IO_CALLS = frozenset(
 PURE_ACTOR_MODULES = frozenset(
     {f"_actors.{actor}.{module}" for actor in ("instance", "ollama")
      for module in ("effects", "messages", "state", "status", "step")}
+    | {"_actors.instance.stopping", "_actors.instance.verdicts"}
 )  # fmt: skip
 """Modules of the actors layer that hold pure rules and values (the instance and Ollama
 actors' state machines, design/actors.md): like ``_policy``, none imports an I/O library

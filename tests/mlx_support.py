@@ -23,7 +23,7 @@ import trio
 
 from inferactors import InferFlavor
 from inferactors._edges.probe import ProbeClient
-from inferactors._policy.probe_parse import ServerReport, Unhealthy, Up
+from inferactors._policy.probe_report import ServerReport, Unhealthy, Up
 from inferactors.testing._tiny_mlx import write_tiny_mlx
 
 READY_S = 60.0

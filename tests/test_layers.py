@@ -34,11 +34,7 @@ LONG_MODULE_LINES = 600
 """A module this long is worth a look: it may hold two concepts. Split by concept, never to
 fit a count; a module that is one concept all the same is named in `LONG_MODULES`."""
 
-LONG_MODULES: dict[str, str] = {
-    "_actors/instance/step.py": "every rule of the instance actor's state machine, in the "
-    "order they win (as llama-swap keeps its scheduler's decision tree in fifo.go): split, "
-    "the order would be spread over modules again",
-}
+LONG_MODULES: dict[str, str] = {}
 """Modules over `LONG_MODULE_LINES` lines that were looked at, each with why it stays one."""
 
 

@@ -30,10 +30,6 @@ if typing.TYPE_CHECKING:
     from ._config.config import ControlMode as ControlMode
     from ._config.config import InferConfig as InferConfig
     from ._config.config import ManagedConfig as ManagedConfig
-    from ._config.config import RestartPolicy as RestartPolicy
-    from ._config.config import RestartType as RestartType
-    from ._config.config import Supervision as Supervision
-    from ._config.config import Watchdog as Watchdog
     from ._config.convert import load_run_config as load_run_config
     from ._config.convert import spec_from_json as spec_from_json
     from ._config.convert import spec_from_toml as spec_from_toml
@@ -50,6 +46,10 @@ if typing.TYPE_CHECKING:
     from ._config.spec import LatencyClass as LatencyClass
     from ._config.spec import MemoryFootprint as MemoryFootprint
     from ._config.spec import ServeArgs as ServeArgs
+    from ._config.supervision import RestartPolicy as RestartPolicy
+    from ._config.supervision import RestartType as RestartType
+    from ._config.supervision import Supervision as Supervision
+    from ._config.supervision import Watchdog as Watchdog
     from ._config.trust import TrustAnchorEntry as TrustAnchorEntry
     from ._edges.bundle import Edges as Edges
     from ._edges.bundle import ProbeTimed as ProbeTimed
@@ -82,11 +82,9 @@ if typing.TYPE_CHECKING:
     from ._errors import Unsupported as Unsupported
     from ._events import DeepHealthFailed as DeepHealthFailed
     from ._events import DeepHealthPassed as DeepHealthPassed
-    from ._events import Diagnosis as Diagnosis
     from ._events import Event as Event
     from ._events import EventsLost as EventsLost
     from ._events import ExposureDetected as ExposureDetected
-    from ._events import FaultKind as FaultKind
     from ._events import FootprintDrift as FootprintDrift
     from ._events import GaveUp as GaveUp
     from ._events import ImpostorDetected as ImpostorDetected
@@ -100,7 +98,6 @@ if typing.TYPE_CHECKING:
     from ._events import RestartFailed as RestartFailed
     from ._events import RestartScheduled as RestartScheduled
     from ._events import StateChanged as StateChanged
-    from ._events import StopReason as StopReason
     from ._events import SupervisorCaughtUp as SupervisorCaughtUp
     from ._events import SupervisorOverloaded as SupervisorOverloaded
     from ._events import WorkProgress as WorkProgress
@@ -118,13 +115,13 @@ if typing.TYPE_CHECKING:
     from ._policy.admission import Admission as Admission
     from ._policy.exposure import Exposure as Exposure
     from ._policy.launch import Launch as Launch
-    from ._policy.probe_parse import CompletionResult as CompletionResult
-    from ._policy.probe_parse import Health as Health
-    from ._policy.probe_parse import Loading as Loading
-    from ._policy.probe_parse import ServerReport as ServerReport
-    from ._policy.probe_parse import Unhealthy as Unhealthy
-    from ._policy.probe_parse import Unreachable as Unreachable
-    from ._policy.probe_parse import Up as Up
+    from ._policy.probe_report import CompletionResult as CompletionResult
+    from ._policy.probe_report import Health as Health
+    from ._policy.probe_report import Loading as Loading
+    from ._policy.probe_report import ServerReport as ServerReport
+    from ._policy.probe_report import Unhealthy as Unhealthy
+    from ._policy.probe_report import Unreachable as Unreachable
+    from ._policy.probe_report import Up as Up
     from ._service.front_door_server import FrontDoor as FrontDoor
     from ._service.front_door_server import open_front_door as open_front_door
     from ._service.front_door_server import serve_front_door as serve_front_door
@@ -135,6 +132,9 @@ if typing.TYPE_CHECKING:
     from ._status import InstanceState as InstanceState
     from ._status import InstanceStatus as InstanceStatus
     from ._status import SupervisorStatus as SupervisorStatus
+    from ._stop_reasons import Diagnosis as Diagnosis
+    from ._stop_reasons import FaultKind as FaultKind
+    from ._stop_reasons import StopReason as StopReason
 
 _LAZY: dict[str, str] = {
     "Admission": "._policy.admission",
@@ -143,12 +143,12 @@ _LAZY: dict[str, str] = {
     "BackendError": "._errors",
     "BadRequest": "._errors",
     "Capability": "._actors.capabilities",
-    "CompletionResult": "._policy.probe_parse",
+    "CompletionResult": "._policy.probe_report",
     "ControlMode": "._config.config",
     "DeepHealthFailed": "._events",
     "DeepHealthPassed": "._events",
     "DeepHealthTimeout": "._errors",
-    "Diagnosis": "._events",
+    "Diagnosis": "._stop_reasons",
     "DoorMember": "._actors.front_door_msgs",
     "DoorSettings": "._actors.front_door_msgs",
     "Edges": "._edges.bundle",
@@ -156,7 +156,7 @@ _LAZY: dict[str, str] = {
     "EventsLost": "._events",
     "Exposure": "._policy.exposure",
     "ExposureDetected": "._events",
-    "FaultKind": "._events",
+    "FaultKind": "._stop_reasons",
     "FootprintDrift": "._events",
     "FrontDoor": "._service.front_door_server",
     "FrontDoorConfig": "._config.front_door",
@@ -164,7 +164,7 @@ _LAZY: dict[str, str] = {
     "FrontDoorScheduler": "._actors.front_door_scheduler",
     "GaveUp": "._events",
     "Grant": "._actors.front_door_seam",
-    "Health": "._policy.probe_parse",
+    "Health": "._policy.probe_report",
     "ImpostorDetected": "._events",
     "InferConfig": "._config.config",
     "InferFlavor": "._flavor",
@@ -184,7 +184,7 @@ _LAZY: dict[str, str] = {
     "Launch": "._policy.launch",
     "Lifecycle": "._service.views",
     "LifecycleNote": "._service.views",
-    "Loading": "._policy.probe_parse",
+    "Loading": "._policy.probe_report",
     "LogLine": "._edges.log_ring",
     "ManagedConfig": "._config.config",
     "ManagedSection": "._config.runfile",
@@ -222,33 +222,33 @@ _LAZY: dict[str, str] = {
     "ResidencyView": "._actors.front_door_msgs",
     "ResolvedModel": "._models.manifest",
     "RestartFailed": "._events",
-    "RestartPolicy": "._config.config",
+    "RestartPolicy": "._config.supervision",
     "RestartScheduled": "._events",
-    "RestartType": "._config.config",
+    "RestartType": "._config.supervision",
     "RunConfig": "._config.runfile",
     "RunEvidence": "._edges.capture",
     "RunInstance": "._config.runfile",
     "Scheduler": "._actors.front_door_seam",
     "ServeArgs": "._config.spec",
     "ServerLogs": "._config.server_logs",
-    "ServerReport": "._policy.probe_parse",
+    "ServerReport": "._policy.probe_report",
     "StartTimeout": "._errors",
     "StateChanged": "._events",
-    "StopReason": "._events",
-    "Supervision": "._config.config",
+    "StopReason": "._stop_reasons",
+    "Supervision": "._config.supervision",
     "SupervisorCaughtUp": "._events",
     "SupervisorOverloaded": "._events",
     "SupervisorStatus": "._status",
     "TrustAnchorEntry": "._config.trust",
     "TrustAnchors": "._models.anchors",
-    "Unhealthy": "._policy.probe_parse",
+    "Unhealthy": "._policy.probe_report",
     "UnknownInstance": "._errors",
     "UnknownModel": "._errors",
-    "Unreachable": "._policy.probe_parse",
+    "Unreachable": "._policy.probe_report",
     "Unsupported": "._errors",
-    "Up": "._policy.probe_parse",
+    "Up": "._policy.probe_report",
     "Upstream": "._actors.front_door_seam",
-    "Watchdog": "._config.config",
+    "Watchdog": "._config.supervision",
     "WorkProgress": "._events",
     "door_members": "._actors.front_door_members",
     "door_settings": "._actors.front_door_members",

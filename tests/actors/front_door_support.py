@@ -22,7 +22,7 @@ from inferactors._actors.front_door_msgs import DoorSettings
 from inferactors._actors.front_door_scheduler import FrontDoorScheduler, open_scheduler
 from inferactors._actors.runtime import InferRuntime, InstanceHandle
 from inferactors._actors.serving import open_runtime
-from inferactors._config.config import RestartPolicy
+from inferactors._config.supervision import RestartPolicy
 from inferactors._events import Event, instance_of
 from inferactors._policy.residency import Bytes, Footprint
 from inferactors._policy.scheduler_state import Limits, SlotRules

@@ -21,7 +21,7 @@ from inferactors._edges.output_lines import LineWatch
 from inferactors._edges.probe import Prober
 from inferactors._edges.process import ManagedProcess
 from inferactors._policy.admission import Plan
-from inferactors._policy.probe_parse import (
+from inferactors._policy.probe_report import (
     CompletionResult,
     Loading,
     ServerReport,

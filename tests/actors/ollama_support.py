@@ -56,7 +56,7 @@ from inferactors._edges.bundle import Edges, ProbeTimed, http_prober_factory, ig
 from inferactors._edges.ollama_client import OllamaApi, OllamaClient
 from inferactors._events import Event
 from inferactors._policy.admission import Plan, resolve_supervision
-from inferactors._policy.probe_parse import CompletionResult, ServerReport
+from inferactors._policy.probe_report import CompletionResult, ServerReport
 from inferactors.testing._fake_ollama import FakeOllama, FakeRequest
 
 T = TypeVar("T")

@@ -26,6 +26,7 @@ from inferactors import (
 )
 from inferactors._actors.instance.effects import Effect, Emit
 from inferactors._actors.instance.messages import (
+    NOTHING_SEEN,
     Confirmed,
     DeepHealthDone,
     Exited,
@@ -33,6 +34,7 @@ from inferactors._actors.instance.messages import (
     PinChanged,
     Probed,
     ReadinessExpired,
+    Seen,
     ShutdownDone,
     Spawned,
     SpawnFailed,
@@ -43,7 +45,7 @@ from inferactors._actors.instance.messages import (
 from inferactors._actors.instance.pins import PinHold
 from inferactors._actors.instance.state import Setup, State
 from inferactors._actors.instance.status import status_of
-from inferactors._actors.instance.step import NOTHING_SEEN, Message, Seen, step
+from inferactors._actors.instance.step import Message, step
 from inferactors._actors.mailbox import Crash, Crashed
 from inferactors._actors.messages import (
     Annotate,
@@ -60,7 +62,7 @@ from inferactors._edges.process import ManagedProcess
 from inferactors._models.manifest import ModelManifest
 from inferactors._policy.exposure import Exposure, Listener
 from inferactors._policy.lateness import no_verdict_report
-from inferactors._policy.probe_parse import ServerReport, Unhealthy, Unreachable, Up
+from inferactors._policy.probe_report import ServerReport, Unhealthy, Unreachable, Up
 
 E = TypeVar("E")
 PORT = 8090

@@ -32,7 +32,7 @@ from inferactors import (
     open_runtime,
 )
 from inferactors._actors.instance.probing import ADMISSION_REUSE_S
-from inferactors._policy.probe_parse import Unreachable
+from inferactors._policy.probe_report import Unreachable
 
 HELPER = Path(__file__).parents[1] / "helpers" / "runtime_server.py"
 

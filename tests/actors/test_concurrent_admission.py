@@ -19,7 +19,7 @@ from inferactors import InferConfig, InferenceSpec, InferFlavor, ServeArgs, open
 from inferactors._actors.runtime import PROBING
 from inferactors._edges.bundle import Edges
 from inferactors._edges.probe import Prober
-from inferactors._policy.probe_parse import CompletionResult, ServerReport, Up
+from inferactors._policy.probe_report import CompletionResult, ServerReport, Up
 
 LOADS = 100
 PROBE_S = 1.0

@@ -45,7 +45,7 @@ from inferactors import (
     open_runtime,
 )
 from inferactors._actors.instance import status as instance_status
-from inferactors._actors.instance import step as instance_step
+from inferactors._actors.instance import verdicts as instance_verdicts
 from inferactors._actors.instance.state import State
 from inferactors._edges.process import ChildProcess
 from inferactors.testing import FakeFleet
@@ -237,7 +237,7 @@ async def test_a_bug_in_the_actor_loop_crashes_its_instance_alone(
     await rig.runtime.start(sibling)
     await rig.running(sibling)
     pid = rig.fleet.last.pid
-    real = instance_step.judge_report
+    real = instance_verdicts.judge_report
     victim = rig.fleet.children[0]
 
     def judge_report(state: State, *args: Any, **kwargs: Any) -> object:
@@ -245,7 +245,7 @@ async def test_a_bug_in_the_actor_loop_crashes_its_instance_alone(
             raise AttributeError("a bug in the loop")
         return real(state, *args, **kwargs)
 
-    monkeypatch.setattr(instance_step, "judge_report", judge_report)
+    monkeypatch.setattr(instance_verdicts, "judge_report", judge_report)
     crash = await rig.recorder.crash_of(handle.instance_id)
     assert crash.where == "its loop, handling Probed"
     assert (crash.error_type, crash.message) == ("AttributeError", "a bug in the loop")

@@ -13,7 +13,7 @@ import trio.testing
 from actors.front_door_support import door_rig
 from inferactors import InferConfig, StopReason, Supervision
 from inferactors._actors.front_door_seam import Residency
-from inferactors._config.config import RestartPolicy
+from inferactors._config.supervision import RestartPolicy
 from inferactors._events import ResidencyStop
 from inferactors.testing import FakeFleet
 

@@ -41,13 +41,13 @@ from inferactors import (
     open_runtime,
 )
 from inferactors._actors.instance.probing import CONFIRM_EVERY_S
-from inferactors._actors.instance.step import UNHEALTHY_KILL_AFTER_S
+from inferactors._actors.instance.verdicts import UNHEALTHY_KILL_AFTER_S
 from inferactors._edges.probe import Prober, ProberFactory
 from inferactors._errors import BackendError, NoVerdict, RequestRefused
 from inferactors._flavor import InferFlavor as Flavor
 from inferactors._models.registry import ModelRegistry
-from inferactors._policy.probe_parse import Busy, CompletionResult, Health, Loading, ServerReport
-from inferactors._policy.probe_parse import Unhealthy as UnhealthyHealth
+from inferactors._policy.probe_report import Busy, CompletionResult, Health, Loading, ServerReport
+from inferactors._policy.probe_report import Unhealthy as UnhealthyHealth
 from inferactors.testing import FakeFleet
 
 E = TypeVar("E")

@@ -19,7 +19,7 @@ import trio
 
 from actors.managed_support import Lab, chat, next_exit, ready
 from inferactors import BackendError, InstanceState, open_runtime
-from inferactors._policy.probe_parse import Unreachable
+from inferactors._policy.probe_report import Unreachable
 
 
 @asynccontextmanager

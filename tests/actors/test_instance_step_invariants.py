@@ -70,6 +70,7 @@ from inferactors._actors.instance.messages import (
     PinChanged,
     Probed,
     ReadinessExpired,
+    Seen,
     ShutdownDone,
     Spawned,
     SpawnFailed,
@@ -77,7 +78,7 @@ from inferactors._actors.instance.messages import (
     Stopped,
     WatchdogResult,
 )
-from inferactors._actors.instance.step import Message, Seen
+from inferactors._actors.instance.step import Message
 from inferactors._actors.mailbox import Crashed
 from inferactors._actors.messages import (
     Annotate,

@@ -1,4 +1,4 @@
-"""The probe's rules (``step.judge_report``) and the status they read as (``status.py``),
+"""The probe's rules (``verdicts.judge_report``) and the status they read as (``status.py``),
 one case each, synchronous: the order in which what we know wins, readiness, identity,
 the checks around a failed ``/health``, the configuration errors a starting server shows,
 the kills for health, slowness, and an adopted server's exposure (said, never acted on).
@@ -47,19 +47,16 @@ from inferactors._actors.instance.messages import (
     Exited,
     Probed,
     ReadinessExpired,
+    Seen,
     StartupFault,
     WatchdogResult,
 )
 from inferactors._actors.instance.status import status_of
-from inferactors._actors.instance.step import (
-    MISBOUND_SETTLE_S,
-    STARTUP_FAULT_GRACE_S,
-    UNHEALTHY_KILL_AFTER_S,
-    Seen,
-)
+from inferactors._actors.instance.stopping import STARTUP_FAULT_GRACE_S
+from inferactors._actors.instance.verdicts import MISBOUND_SETTLE_S, UNHEALTHY_KILL_AFTER_S
 from inferactors._policy.health_truth import Confirmation
 from inferactors._policy.lateness import LATE_S, no_verdict_report
-from inferactors._policy.probe_parse import ServerReport, Up
+from inferactors._policy.probe_report import ServerReport, Up
 
 MISBOUND = 'listening on [::1]:8090, not 127.0.0.1:8090: set serve.host = "::1"'
 

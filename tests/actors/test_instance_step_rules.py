@@ -48,12 +48,13 @@ from inferactors._actors.instance.messages import (
     Exited,
     ExposureFound,
     PinChanged,
+    Seen,
     ShutdownDone,
     Spawned,
     SpawnFailed,
     Stopped,
 )
-from inferactors._actors.instance.step import ABANDONED_GRACE_S, CRASH_GRACE_S, Seen
+from inferactors._actors.instance.stopping import ABANDONED_GRACE_S, CRASH_GRACE_S
 from inferactors._actors.mailbox import Crashed
 from inferactors._actors.messages import Annotate, Restart, Shutdown, Start, Stop
 from inferactors._edges.capture import RunEvidence

@@ -34,19 +34,14 @@ import trio
 from inferactors import BackendError, InferFlavor, ModelFormat, Unsupported
 from inferactors._actors.runtime import InferRuntime, InstanceHandle
 from inferactors._actors.serving import open_runtime
-from inferactors._config.config import InferConfig, ManagedConfig, RestartPolicy, Supervision
+from inferactors._config.config import InferConfig, ManagedConfig
 from inferactors._config.spec import InferenceSpec, ServeArgs
+from inferactors._config.supervision import RestartPolicy, Supervision
 from inferactors._edges.probe import ProbeClient
-from inferactors._events import (
-    Event,
-    ProcessExited,
-    ProcessStarted,
-    RestartScheduled,
-    StateChanged,
-    StopReason,
-)
+from inferactors._events import Event, ProcessExited, ProcessStarted, RestartScheduled, StateChanged
 from inferactors._models.registry import ModelRegistry
 from inferactors._status import InstanceState
+from inferactors._stop_reasons import StopReason
 from inferactors.testing import open_recording_proxy, write_python_program
 from inferactors.testing._tiny_mlx import TINY_WORDS
 from mlx_support import broken_copy, is_up, mlx_server, readable_tiny_mlx, wait_report

@@ -61,7 +61,7 @@ from inferactors._actors.ollama.state import OllamaState, Owner, Phase
 from inferactors._actors.ollama.status import ollama_status
 from inferactors._actors.ollama.step import Message, Seen, step
 from inferactors._policy.ollama_parse import LoadedModel
-from inferactors._policy.probe_parse import Up
+from inferactors._policy.probe_report import Up
 
 TAG = "qwen2.5:0.5b"
 EXPIRES = datetime(2030, 1, 1, tzinfo=UTC)

@@ -13,7 +13,7 @@ import trio.testing
 
 from actors.monitor_support import Script, drain, probing
 from inferactors._actors.instance.messages import Probed
-from inferactors._policy.probe_parse import Unreachable, Up
+from inferactors._policy.probe_report import Unreachable, Up
 from inferactors._policy.probe_schedule import RUNNING_PROBE_S
 
 PORT = 20100

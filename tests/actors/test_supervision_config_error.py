@@ -30,7 +30,8 @@ from inferactors import (
     open_runtime,
 )
 from inferactors._actors.runtime import InstanceHandle
-from inferactors._events import Event, FaultKind
+from inferactors._events import Event
+from inferactors._stop_reasons import FaultKind
 from inferactors.testing import FakeFleet
 
 PORT = 18510

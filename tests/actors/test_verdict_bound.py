@@ -16,7 +16,7 @@ import trio.testing
 from actors.monitor_support import Script, drain, probing
 from inferactors._actors.instance.messages import Probed
 from inferactors._policy.lateness import HARD_BOUND_TIMEOUTS, JUDGE_AFTER_TIMEOUTS
-from inferactors._policy.probe_parse import Unreachable, Up
+from inferactors._policy.probe_report import Unreachable, Up
 
 PORT = 20110
 TIMEOUT_S = 2.0  # InferConfig's probe_timeout_s

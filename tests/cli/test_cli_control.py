@@ -19,9 +19,10 @@ import pytest
 import trio
 
 from inferactors._errors import InvalidConfig
-from inferactors._events import ProcessExited, StopReason
+from inferactors._events import ProcessExited
 from inferactors._service.control_server import control_socket_path, serve_control
 from inferactors._service.views import ReloadResult
+from inferactors._stop_reasons import StopReason
 from service.control_support import FakeFleet
 
 

@@ -11,8 +11,9 @@ import logging
 import time
 
 from inferactors._cli.logging_setup import configure_logging, event_level, log_event
-from inferactors._events import GaveUp, ProcessExited, StateChanged, StopReason
+from inferactors._events import GaveUp, ProcessExited, StateChanged
 from inferactors._status import InstanceState
+from inferactors._stop_reasons import StopReason
 
 IID = "other-2296ddba-workstation"
 GONE = StateChanged(IID, InstanceState.RUNNING, InstanceState.EXITED, "unreachable", 8.0)

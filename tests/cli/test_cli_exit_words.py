@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from inferactors._cli.output import describe_event
-from inferactors._events import Diagnosis, FaultKind, GaveUp, ProcessExited, StopReason
+from inferactors._events import GaveUp, ProcessExited
+from inferactors._stop_reasons import Diagnosis, FaultKind, StopReason
 
 WORDS = ("loading model", "error: invalid argument: --no-such-flag")
 FLAG = Diagnosis(FaultKind.INVALID_FLAG, WORDS[-1], WORDS)

@@ -11,15 +11,10 @@ from inferactors._actors.front_door_seam import Residency
 from inferactors._cli.control import status_table
 from inferactors._cli.output import describe_event
 from inferactors._config.convert_api import api_data
-from inferactors._events import (
-    FootprintDrift,
-    OnDemandStart,
-    QueuedRequestRefused,
-    ResidencyStop,
-    StopReason,
-)
+from inferactors._events import FootprintDrift, OnDemandStart, QueuedRequestRefused, ResidencyStop
 from inferactors._service.views import InstanceView
 from inferactors._status import InstanceState, InstanceStatus
+from inferactors._stop_reasons import StopReason
 
 
 def _view(name: str, residency: ResidencyView | None) -> dict[str, Any]:

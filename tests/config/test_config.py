@@ -13,10 +13,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inferactors._config.config import ControlMode, InferConfig, ManagedConfig, RestartPolicy
+from inferactors._config.config import ControlMode, InferConfig, ManagedConfig
 from inferactors._config.convert import load_run_config, run_config_from_toml
 from inferactors._config.runfile import ManagedSection, RunConfig, RunInstance
 from inferactors._config.spec import InferenceSpec, ServeArgs
+from inferactors._config.supervision import RestartPolicy
 from inferactors._errors import InvalidConfig
 from inferactors._flavor import InferFlavor
 

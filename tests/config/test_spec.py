@@ -1,42 +1,30 @@
-"""InferenceSpec validation, the extra_args allowlist and spec (de)serialization.
+"""InferenceSpec validation: tokens, ports, hosts, ctx, kv, draft, memory, excludes, api,
+and the order in which `validate` reports its rules.
 
-Covers seed-behaviour.md section 1 and checklist items 2-13.
+Covers seed-behaviour.md section 1 and checklist items 2-7, 12-13.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import json
 import string
 from collections.abc import Callable
 
 import attrs
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from inferactors._config.allowlist import ALLOWED_FLAGS, check_extra_args, is_plain_value
-from inferactors._config.convert import spec_from_dict, spec_from_json, spec_from_toml, spec_to_json
-from inferactors._config.convert_hooks import converter
-from inferactors._config.flag_rules import rules_of
+from config.spec_support import LLAMA, MLX, OLLAMA, spec
 from inferactors._config.spec import (
     InferenceSpec,
-    LatencyClass,
     MemoryFootprint,
-    ServeArgs,
     valid_token,
 )
 from inferactors._errors import InvalidConfig
 from inferactors._flavor import InferFlavor
 
-LLAMA = InferFlavor.LLAMACPP
-MLX = InferFlavor.MLX_LM
-OLLAMA = InferFlavor.OLLAMA
 TOKEN_CHARS = set(string.ascii_letters + string.digits + "._+:-")
-
-
-def spec(runtime: InferFlavor = LLAMA, **serve: object) -> InferenceSpec:
-    return InferenceSpec(role="planner", runtime=runtime, model="qwen", serve=ServeArgs(**serve))  # type: ignore[arg-type]  # test helper forwards keyword fields
 
 
 def refused(s: InferenceSpec) -> str:
@@ -201,300 +189,3 @@ def test_validate_reports_the_first_broken_rule_in_reference_order(broken: set[i
     for index in sorted(broken):
         s = BREAKERS[index][1](s)
     assert refused(s).startswith(BREAKERS[min(broken)][0])
-
-
-# ---- extra_args (checklist 8-11) -----------------------------------------------------------
-
-
-def extra_refused(flavor: InferFlavor, *args: str) -> str:
-    with pytest.raises(InvalidConfig) as info:
-        check_extra_args(flavor, args)
-    return str(info.value)
-
-
-def test_llamacpp_allowlist_accepts_the_reference_example() -> None:
-    args = ("--threads", "4", "--flash-attn", "on", "-ngl", "99", "--temp", "-0.5")
-    check_extra_args(LLAMA, args)
-    spec(extra_args=args).validate()
-
-
-@pytest.mark.parametrize(
-    "args",
-    [
-        ["--threads"],
-        ["--flash-attn"],
-        ["--flash-attn", "yes"],
-        ["--threads", "--host"],
-        ["--threads=4"],
-        ["--hos"],
-        ["-md"],
-        ["--ctx-size"],
-        ["-c"],
-        ["--lora"],
-        ["--api-key"],
-        ["--path"],
-        ["--log-file"],
-        [""],
-        ["stray"],
-    ],
-)
-def test_checklist_9_entries_are_refused(args: list[str]) -> None:
-    assert extra_refused(LLAMA, *args).startswith("serve.extra_args")
-
-
-@pytest.mark.parametrize(
-    "flag",
-    [
-        "--host", "--port", "-m", "--model", "--model-draft", "-hf", "--hf-repo", "-mu",
-        "--model-url", "--api-key-file", "--models-dir", "--reuse-port", "--api-key", "--mmproj",
-        "--THREADS", "\u2014threads", "--threads\u200b", "-ngl=99", "--kv", "--draft", "--ctx",
-    ],
-)  # fmt: skip
-def test_owned_and_dangerous_flags_are_not_on_the_list(flag: str) -> None:
-    message = extra_refused(LLAMA, flag, "1")
-    assert "is not an allowed infer.llamacpp flag" in message
-
-
-@pytest.mark.parametrize(
-    "value", ["4 --host 0.0.0.0", "1\t2", "0.5\x00--host", "$(id)", "`id`", "99;rm", "a,b", "x|y"]
-)
-def test_smuggled_values_are_refused(value: str) -> None:
-    assert extra_refused(LLAMA, "--threads", value).startswith("serve.extra_args[1] ")
-
-
-def test_whitespace_entry_message_and_missing_value_message() -> None:
-    assert extra_refused(LLAMA, "--threads", "4 5") == (
-        'serve.extra_args[1] must be a single token without whitespace or NUL: "4 5"'
-    )
-    assert (
-        extra_refused(LLAMA, "--mlock", "--seed") == "serve.extra_args[1] --seed needs 1 value(s)"
-    )
-    assert extra_refused(LLAMA, "--bogus") == (
-        'serve.extra_args[0] "--bogus" is not an allowed infer.llamacpp flag '
-        "(exact spelling, value as a separate entry)"
-    )
-
-
-def test_more_than_32_entries_are_refused() -> None:
-    check_extra_args(LLAMA, ["--mlock"] * 32)
-    assert "at most 32" in extra_refused(LLAMA, *(["--mlock"] * 33))
-
-
-def test_value_length_limit_is_256() -> None:
-    check_extra_args(LLAMA, ["--temp", "1" * 256])
-    assert extra_refused(LLAMA, "--temp", "1" * 257).startswith("serve.extra_args[1] ")
-
-
-def test_mlx_and_ollama_lists() -> None:
-    check_extra_args(MLX, ["--max-tokens", "512", "--log-level", "DEBUG"])
-    assert "not an allowed infer.mlx-lm flag" in extra_refused(MLX, "--jinja")
-    for flag in ["--threads", "--temp", "-ngl", "--metrics"]:
-        assert "not an allowed infer.ollama flag" in extra_refused(OLLAMA, flag, "1")
-
-
-@given(st.text(max_size=20).filter(lambda f: f not in ALLOWED_FLAGS[LLAMA]))
-def test_any_unlisted_flag_is_refused(flag: str) -> None:
-    assert extra_refused(LLAMA, flag).startswith("serve.extra_args[0] ")
-
-
-@given(st.floats(max_value=-1e-300, allow_nan=False, allow_infinity=False))
-def test_negative_numbers_are_plain_values(number: float) -> None:
-    assert is_plain_value(repr(number))
-    check_extra_args(LLAMA, ["--temp", repr(number)])
-
-
-@given(
-    st.text(min_size=1, max_size=30).filter(
-        lambda v: (
-            not (v[0] != "-" and set(v) <= set(string.ascii_letters + string.digits + "._:+/-"))
-        )
-    )
-)
-def test_values_outside_the_plain_set_are_refused(value: str) -> None:
-    if value.startswith("-") and is_plain_value(value):
-        return  # a negative number is a legal value
-    with pytest.raises(InvalidConfig):
-        check_extra_args(LLAMA, ["--seed", value])
-
-
-@pytest.mark.parametrize("value", ["-inf", "-nan", "--5", "-1_0", "-", "-e5", "-x"])
-def test_dash_values_that_are_not_decimal_numbers_are_refused(value: str) -> None:
-    assert not is_plain_value(value)
-
-
-# ---- serialization (checklist 13) ----------------------------------------------------------
-
-TOKEN = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._+:-]{0,20}", fullmatch=True)
-
-
-@st.composite
-def extra_args(draw: st.DrawFn, flavor: InferFlavor) -> tuple[str, ...]:
-    rules = rules_of(flavor)
-    if not rules:
-        return ()
-    out: list[str] = []
-    for flag in draw(st.lists(st.sampled_from(sorted(rules)), max_size=8)):
-        example = rules[flag].example
-        out += [flag] if example is None else [flag, example]
-    return tuple(out)
-
-
-@st.composite
-def valid_specs(draw: st.DrawFn) -> InferenceSpec:
-    flavor = draw(st.sampled_from(InferFlavor))
-    serve = ServeArgs(
-        host=draw(st.sampled_from([None, "localhost", "127.0.0.1", "127.0.0.9", "::1"])),
-        port=draw(st.none() | st.integers(1, 65535)),
-        ctx=draw(st.none() | st.integers(1, 2**32 - 1)),
-        kv_quant=draw(st.none() | st.from_regex(r"[a-z0-9][a-z0-9_.-]{0,15}", fullmatch=True)),
-        draft_model=draw(st.none() | TOKEN) if flavor is LLAMA else None,
-        extra_args=draw(extra_args(flavor)),
-    )
-    return InferenceSpec(
-        role=draw(TOKEN),
-        runtime=flavor,
-        model=draw(st.none() | TOKEN),
-        serve=serve,
-        memory=MemoryFootprint(draw(st.integers(0, 1 << 42)), draw(st.integers(0, 1 << 42))),
-        excludes=tuple(draw(st.lists(TOKEN, max_size=3))),
-        latency_class=draw(st.sampled_from(LatencyClass)),
-        sticky=draw(st.booleans()),
-    )
-
-
-@settings(max_examples=150)
-@given(valid_specs())
-def test_valid_specs_round_trip_through_json(s: InferenceSpec) -> None:
-    s.validate()
-    text = spec_to_json(s)
-    assert spec_from_json(text) == s
-    assert "null" not in text
-    assert "[]" not in text
-
-
-def toml_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    return json.dumps(value)  # ints, and strings: JSON escapes are valid TOML escapes
-
-
-def to_toml(data: dict[str, object], prefix: str = "") -> str:
-    lines = [f"{k} = {toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
-    for key, table in data.items():
-        if isinstance(table, dict):
-            lines += [f"[{prefix}{key}]", to_toml(table, f"{prefix}{key}.")]
-    return "\n".join(lines) + "\n"
-
-
-@settings(max_examples=100)
-@given(valid_specs())
-def test_valid_specs_round_trip_through_toml(s: InferenceSpec) -> None:
-    assert spec_from_toml(to_toml(converter.unstructure(s))) == s
-
-
-def test_to_json_skips_none_empty_and_defaults() -> None:
-    s = InferenceSpec(role="chat", runtime=OLLAMA)
-    assert json.loads(spec_to_json(s)) == {"role": "chat", "runtime": "infer.ollama"}
-    s = spec(port=9000, extra_args=("--mlock",))
-    assert json.loads(spec_to_json(s)) == {
-        "role": "planner",
-        "runtime": "infer.llamacpp",
-        "model": "qwen",
-        "serve": {"port": 9000, "extra_args": ["--mlock"]},
-    }
-
-
-def test_spec_from_toml_reads_tables() -> None:
-    s = spec_from_toml(
-        """
-        role = "planner"
-        runtime = "infer.llamacpp"
-        model = "qwen"
-        latency_class = "interactive"
-        excludes = ["role:coder"]
-        [serve]
-        port = 9001
-        ctx = 4096
-        kv_quant = "q8_0"
-        extra_args = ["-ngl", "99"]
-        [memory]
-        weights_bytes = 5_000_000_000
-        """
-    )
-    assert s.serve == ServeArgs(port=9001, ctx=4096, kv_quant="q8_0", extra_args=("-ngl", "99"))
-    assert s.latency_class is LatencyClass.INTERACTIVE
-    assert s.memory == MemoryFootprint(weights_bytes=5_000_000_000)
-
-
-MLX_BASE = {"role": "a", "runtime": "infer.mlx-lm"}
-
-
-@pytest.mark.parametrize(
-    ("data", "message"),
-    [
-        ({"role": "a", "runtime": "infer.llamacpp", "gpu": 1}, "$.gpu: unknown key"),
-        (
-            {"role": "a", "runtime": "infer.llamacpp", "serve": {"gpu_layers": 9}},
-            "$.serve.gpu_layers: unknown key",
-        ),
-        ({"role": "a", "runtime": "infer.llamacpp", "memory": {"x y": 1}}, '$.memory["x y"]'),
-        ({"runtime": "infer.llamacpp"}, "$.role: required key missing"),
-        ({"role": "a", "runtime": "llama"}, '$.runtime: expected one of "infer.llamacpp"'),
-        ({**MLX_BASE, "serve": {"port": "80"}}, "$.serve.port: expected int"),
-        ({**MLX_BASE, "serve": {"port": 8.0}}, "$.serve.port: expected int"),
-        ({**MLX_BASE, "sticky": 1}, "$.sticky: expected bool"),
-        ({"role": 7, "runtime": "infer.mlx-lm"}, "$.role: expected string, got int"),
-        ({**MLX_BASE, "excludes": "ab"}, "$.excludes: expected a list"),
-        (
-            {**MLX_BASE, "serve": {"extra_args": ["--temp", 1]}},
-            "$.serve.extra_args[1]: expected string, got int",
-        ),
-        ({**MLX_BASE, "memory": 5}, "$.memory: expected a table"),
-        ({**MLX_BASE, "serve": {"port": 0}}, "$.serve.port must not be 0"),
-        ([], "$: expected a table, got list"),
-    ],
-)  # fmt: skip
-def test_bad_spec_data_names_the_path(data: object, message: str) -> None:
-    with pytest.raises(InvalidConfig) as info:
-        spec_from_dict(data)
-    assert message in str(info.value)
-
-
-def test_several_problems_are_all_reported() -> None:
-    with pytest.raises(InvalidConfig) as info:
-        spec_from_dict({"role": 1, "runtime": "infer.x", "zzz": 0})
-    message = str(info.value)
-    assert message.startswith("3 problems: ")
-    assert "$.role: expected string" in message
-    assert "$.runtime: expected one of" in message
-    assert "$.zzz: unknown key" in message
-
-
-def test_json_syntax_errors_and_duplicate_keys() -> None:
-    with pytest.raises(InvalidConfig, match="JSON syntax error at line 2, column"):
-        spec_from_json('{"role": "a",\n "runtime": }')
-    with pytest.raises(InvalidConfig, match='the key "role" twice'):
-        spec_from_json('{"role": "a", "runtime": "infer.ollama", "role": "b"}')
-
-
-def test_toml_syntax_error_names_the_line() -> None:
-    with pytest.raises(InvalidConfig, match=r"TOML syntax error: .*line 2, column"):
-        spec_from_toml('role = "a"\nruntime = infer.ollama\n')
-    with pytest.raises(InvalidConfig, match=r"TOML syntax error: .*end of document, after line 3"):
-        spec_from_toml('role = "a"\nruntime = "infer.ollama"\nserve = [\n')
-
-
-def test_json_round_trip_keeps_a_full_spec() -> None:
-    s = InferenceSpec(
-        role="planner",
-        runtime=LLAMA,
-        model="qwen",
-        serve=ServeArgs("::1", 9000, 8192, "q8_0", "tiny", ("--threads", "4")),
-        memory=MemoryFootprint(10, 20),
-        excludes=("role:coder",),
-        latency_class=LatencyClass.INTERACTIVE,
-        sticky=True,
-    )
-    assert spec_from_json(spec_to_json(s)) == s

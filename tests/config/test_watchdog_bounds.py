@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from inferactors._config.config import MIN_WATCHDOG_INTERVAL_S, MIN_WATCHDOG_TIMEOUT_S
 from inferactors._config.convert import run_config_from_toml
+from inferactors._config.supervision import MIN_WATCHDOG_INTERVAL_S, MIN_WATCHDOG_TIMEOUT_S
 from inferactors._errors import InvalidConfig
 
 RUN_FILE = """

@@ -7,8 +7,8 @@ import attrs
 import trio
 
 from inferactors._actors.runtime import InferRuntime, InstanceHandle
-from inferactors._config.config import RestartPolicy, Supervision
 from inferactors._config.spec import InferenceSpec
+from inferactors._config.supervision import RestartPolicy, Supervision
 from inferactors._events import Event, GaveUp, ProcessExited, ProcessStarted, instance_of
 from inferactors._status import InstanceStatus
 

@@ -32,7 +32,7 @@ from inferactors import (
     StopReason,
     open_runtime,
 )
-from inferactors._events import Diagnosis, FaultKind
+from inferactors._stop_reasons import Diagnosis, FaultKind
 from inferactors.testing._fake_faults import FakeServerFaults
 
 NEEDS_KEY = "the server refuses our requests (HTTP 401: Invalid API Key): set serve.api_key_file"

@@ -30,8 +30,8 @@ from inferactors import (
     Supervision,
     open_runtime,
 )
-from inferactors._actors.instance.step import MISBOUND_SETTLE_S, UNHEALTHY_KILL_AFTER_S
-from inferactors._events import Diagnosis, FaultKind
+from inferactors._actors.instance.verdicts import MISBOUND_SETTLE_S, UNHEALTHY_KILL_AFTER_S
+from inferactors._stop_reasons import Diagnosis, FaultKind
 from inferactors.testing._fake_faults import FakeServerFaults
 
 FAULT_AFTER_S = 3.0

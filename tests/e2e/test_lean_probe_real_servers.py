@@ -18,7 +18,7 @@ from inferactors import InferFlavor
 from inferactors._edges.probe import ProbeClient
 from inferactors._edges.probe_connect import tcp_connect
 from inferactors._edges.probe_h11 import H11Wire
-from inferactors._policy.probe_parse import Up
+from inferactors._policy.probe_report import Up
 from inferactors.testing._tiny_mlx import TINY_WORDS, write_tiny_mlx
 from mlx_support import READY_S, is_up, mlx_server, wait_report
 

@@ -21,9 +21,10 @@ from inferactors import InvalidState, Unsupported, open_runtime
 from inferactors._actors.runtime import InferRuntime, InstanceHandle
 from inferactors._config.config import InferConfig
 from inferactors._config.spec import InferenceSpec, ServeArgs
-from inferactors._events import ExposureDetected, ProcessExited, StateChanged, StopReason
+from inferactors._events import ExposureDetected, ProcessExited, StateChanged
 from inferactors._flavor import InferFlavor
 from inferactors._status import InstanceState
+from inferactors._stop_reasons import StopReason
 from inferactors.testing._recording_proxy import open_recording_proxy
 from proc_checks import group_alive
 

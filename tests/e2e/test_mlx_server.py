@@ -24,7 +24,8 @@ import trio
 
 from inferactors import BackendError, InferFlavor
 from inferactors._edges.probe import ProbeClient
-from inferactors._policy.probe_parse import Unhealthy, completion_body, parse_model_ids
+from inferactors._policy.probe_parse import completion_body, parse_model_ids
+from inferactors._policy.probe_report import Unhealthy
 from inferactors.testing._tiny_mlx import TINY_WORDS, write_tiny_mlx
 from mlx_support import READY_S, STOP_S, broken_copy, is_up, mlx_server, unhealthy, wait_report
 

@@ -14,8 +14,8 @@ import trio.testing
 from edges.process_support import python_launch
 from inferactors._edges.output_lines import LINE_LIMIT_BYTES, QUIET_S, LineWatch, read_stream
 from inferactors._edges.process import ManagedProcess
-from inferactors._events import FaultKind
 from inferactors._policy.output_pace import LinePace
+from inferactors._stop_reasons import FaultKind
 
 BIND = b"OSError: [Errno 98] Address already in use\n"
 

@@ -13,7 +13,7 @@ import pytest
 from edges.probe_support import Fake, reply
 from inferactors._edges.probe import MAX_BODY_BYTES, ProbeFailure
 from inferactors._flavor import InferFlavor
-from inferactors._policy.probe_parse import Unhealthy
+from inferactors._policy.probe_report import Unhealthy
 
 pytestmark = pytest.mark.usefixtures("wire")
 

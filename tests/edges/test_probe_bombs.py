@@ -26,7 +26,7 @@ from inferactors._edges.ollama_client import OllamaClient
 from inferactors._edges.probe import MAX_BODY_BYTES, ProbeClient, ProbeFailure
 from inferactors._errors import BackendError
 from inferactors._flavor import InferFlavor
-from inferactors._policy.probe_parse import Unhealthy, Up
+from inferactors._policy.probe_report import Unhealthy, Up
 
 ENCODINGS = ["gzip", "deflate", "br", "zstd"]
 

@@ -16,7 +16,7 @@ from edges.probe_support import Fake, hang, reply
 from inferactors._edges.probe import MAX_BODY_BYTES, ProbeClient
 from inferactors._errors import BackendError, DeepHealthTimeout
 from inferactors._flavor import InferFlavor
-from inferactors._policy.probe_parse import CompletionResult, Up
+from inferactors._policy.probe_report import CompletionResult, Up
 from policy.probe_replies_support import COMPLETION
 
 pytestmark = pytest.mark.usefixtures("wire")

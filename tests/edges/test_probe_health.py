@@ -21,7 +21,7 @@ from inferactors._edges.probe_wire import HttpxWire
 from inferactors._errors import BackendError
 from inferactors._flavor import InferFlavor
 from inferactors._policy import probe_parse
-from inferactors._policy.probe_parse import Loading, ServerReport, Unhealthy, Unreachable, Up
+from inferactors._policy.probe_report import Loading, ServerReport, Unhealthy, Unreachable, Up
 from inferactors._safe_json import parse_json
 from policy.probe_replies_support import LLAMA_LOADING, LLAMA_MODELS, OLLAMA_PS, OLLAMA_TAGS
 

@@ -11,7 +11,7 @@ import trio
 from edges.keepalive_support import keepalive_server
 from inferactors._edges.probe import ProbeClient, ProbeFailure
 from inferactors._flavor import InferFlavor
-from inferactors._policy.probe_parse import Unreachable, Up
+from inferactors._policy.probe_report import Unreachable, Up
 
 
 async def test_ten_probes_of_one_client_share_one_connection() -> None:

@@ -24,7 +24,7 @@ from inferactors._edges.probe_connect import (
 )
 from inferactors._edges.probe_h11 import H11Wire
 from inferactors._flavor import InferFlavor
-from inferactors._policy.probe_parse import Unreachable, Up
+from inferactors._policy.probe_report import Unreachable, Up
 
 
 @pytest.mark.parametrize(("version", "connections"), [("HTTP/1.0", 10), ("HTTP/1.1", 1)])

@@ -13,7 +13,7 @@ import trio
 from inferactors import InferFlavor
 from inferactors._edges.probe import ProbeClient
 from inferactors._edges.probe_wire import LATE_S
-from inferactors._policy.probe_parse import Unreachable
+from inferactors._policy.probe_report import Unreachable
 
 
 async def _silent(stream: trio.SocketStream) -> None:

@@ -27,7 +27,7 @@ from inferactors._edges.probe import ProbeClient
 from inferactors._errors import DeepHealthTimeout, NoVerdict
 from inferactors._flavor import InferFlavor
 from inferactors._policy.lateness import LATE_S, Reach
-from inferactors._policy.probe_parse import Unreachable, Up
+from inferactors._policy.probe_report import Unreachable, Up
 
 TIMEOUT_S = 0.3
 BLOCK_S = TIMEOUT_S + LATE_S + 0.3

@@ -27,7 +27,7 @@ from inferactors._actors.ollama.work import OllamaWork, open_ollama_client, surv
 from inferactors._edges.ollama_client import OllamaClient
 from inferactors._edges.probe import ProbeClient
 from inferactors._errors import DeepHealthTimeout
-from inferactors._policy.probe_parse import CompletionResult, Unreachable, Up
+from inferactors._policy.probe_report import CompletionResult, Unreachable, Up
 
 T = TypeVar("T")
 

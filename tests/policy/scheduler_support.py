@@ -10,7 +10,6 @@ from collections.abc import Sequence
 import attrs
 
 from inferactors._errors import RefusalKind
-from inferactors._events import StopReason
 from inferactors._policy import scheduler, scheduler_stops
 from inferactors._policy.residency import Bytes, Footprint
 from inferactors._policy.scheduler_state import (
@@ -28,6 +27,7 @@ from inferactors._policy.scheduler_state import (
     Step,
     StopInstance,
 )
+from inferactors._stop_reasons import StopReason
 
 MB = 1_000_000
 

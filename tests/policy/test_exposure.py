@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from inferactors._config.binding import is_loopback_name
 from inferactors._policy.exposure import (
     Exposure,
     Listener,
     covers,
     find_exposure,
-    is_loopback,
     is_wildcard,
     lan_addresses,
     owner_pid,
@@ -30,16 +30,24 @@ from inferactors._policy.exposure import (
     ["127.0.0.1", "127.0.0.2", "127.255.255.254", "::1", "::ffff:127.0.0.1", "::ffff:127.9.8.7"],
 )
 def test_loopback_addresses_are_loopback(address: str) -> None:
-    assert is_loopback(address)
+    assert is_loopback_name(address)
     assert not is_wildcard(address)
+
+
+@pytest.mark.parametrize(("name", "loopback"), [("localhost", True), ("LocalHost", True)])
+def test_localhost_is_the_one_loopback_name(name: str, loopback: bool) -> None:
+    assert is_loopback_name(name) is loopback
 
 
 @pytest.mark.parametrize(
     "address",
-    ["0.0.0.0", "::", "192.0.2.2", "fd00::2", "fe80::1%eth0", "128.0.0.1", "localhost", "", "x"],
+    [
+        *("0.0.0.0", "::", "192.0.2.2", "fd00::2", "fe80::1%eth0", "128.0.0.1", "", "x"),
+        *("a.localhost", "localhost.", "[::1]", "127.0.0.1:80", "::ffff:10.0.0.1"),
+    ],
 )
 def test_other_addresses_are_not_loopback(address: str) -> None:
-    assert not is_loopback(address)
+    assert not is_loopback_name(address)
 
 
 @pytest.mark.parametrize("address", ["0.0.0.0", "::", "::ffff:0.0.0.0"])
@@ -99,7 +107,7 @@ def test_lan_addresses_property(addresses: list[str]) -> None:
     assert len(set(result)) == len(result)
     for address in addresses:
         ip = parse_address(address)
-        kept = ip is not None and not (is_loopback(address) or is_wildcard(address))
+        kept = ip is not None and not (is_loopback_name(address) or is_wildcard(address))
         if kept and ip is not None and not (ip.version == 6 and ip.is_link_local):
             assert str(ip) in result
     assert lan_addresses(result) == result

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferactors._config.config import RestartPolicy, RestartType
+from inferactors._config.supervision import RestartPolicy, RestartType
 from inferactors._policy.fleet_exit import (
     EXIT_CONFIG,
     EXIT_NOTHING_LEFT,

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from inferactors import InstanceState, InvalidConfig, Supervision
-from inferactors._config.config import SLOW_AFTER_S
+from inferactors._config.supervision import SLOW_AFTER_S
 from inferactors._policy.exposure import Listener
 from inferactors._policy.health_truth import (
     Confirmation,
@@ -22,16 +22,8 @@ from inferactors._policy.health_truth import (
     slow_detail,
     worth_confirming,
 )
-from inferactors._policy.probe_parse import (
-    Busy,
-    Loading,
-    ServerReport,
-    Unhealthy,
-    Unreachable,
-    Up,
-    classify_health,
-    read_model_list,
-)
+from inferactors._policy.probe_parse import classify_health, read_model_list
+from inferactors._policy.probe_report import Busy, Loading, ServerReport, Unhealthy, Unreachable, Up
 from inferactors._policy.router_models import RouterModel
 from inferactors._policy.status import map_report
 

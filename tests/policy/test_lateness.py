@@ -24,7 +24,7 @@ from inferactors._policy.lateness import (
     judges_timeout,
     no_verdict_why,
 )
-from inferactors._policy.probe_parse import ServerReport, Unreachable
+from inferactors._policy.probe_report import ServerReport, Unreachable
 
 
 @pytest.mark.parametrize(

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from inferactors._config.config import RestartPolicy
+from inferactors._config.supervision import RestartPolicy
 from inferactors._errors import RequestRefused
-from inferactors._events import Diagnosis, FaultKind, StopReason
 from inferactors._policy.health_truth import refused_detail
 from inferactors._policy.probe_parse import parse_completion, refusal
 from inferactors._policy.restart import GiveUp, Restart, RestartBudget
+from inferactors._stop_reasons import Diagnosis, FaultKind, StopReason
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,6 @@ import pytest
 
 from inferactors._errors import BackendError
 from inferactors._policy.probe_parse import (
-    Loading,
-    Unhealthy,
-    Up,
     classify_health,
     classify_models_status,
     classify_ollama_version,
@@ -26,6 +23,7 @@ from inferactors._policy.probe_parse import (
     parse_model_ids,
     parse_ollama_version,
 )
+from inferactors._policy.probe_report import Loading, Unhealthy, Up
 from policy.probe_replies_support import COMPLETION, LLAMA_LOADING, LLAMA_MODELS, OLLAMA_TAGS
 
 

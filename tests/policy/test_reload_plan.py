@@ -6,10 +6,11 @@ from pathlib import Path
 
 import attrs
 
-from inferactors._config.config import ControlMode, RestartPolicy, Supervision
+from inferactors._config.config import ControlMode
 from inferactors._config.runfile import ManagedSection, RunConfig, RunInstance
 from inferactors._config.server_logs import ServerLogs
 from inferactors._config.spec import InferenceSpec, ServeArgs
+from inferactors._config.supervision import RestartPolicy, Supervision
 from inferactors._flavor import InferFlavor
 from inferactors._policy.reload_plan import ReloadPlan, placements, plan_reload
 

@@ -4,8 +4,8 @@ start-up failure twice in a row gives up at once; anything else follows the budg
 from __future__ import annotations
 
 from inferactors import RestartPolicy, RestartType, StopReason
-from inferactors._events import Diagnosis, FaultKind
 from inferactors._policy.restart import CONFIG_ERROR, GiveUp, NoRestart, Restart, RestartBudget
+from inferactors._stop_reasons import Diagnosis, FaultKind
 
 POLICY = RestartPolicy(max_restarts=5, base_s=1.0, cap_s=8.0, jitter=0.0)
 FLAG = Diagnosis(FaultKind.INVALID_FLAG, "error: invalid argument: --no-such-flag")

@@ -22,13 +22,13 @@ from inferactors._errors import BackendError, InvalidConfig
 from inferactors._policy.ollama_parse import json_object as ollama_object
 from inferactors._policy.ollama_parse import parse_ps, parse_tags
 from inferactors._policy.probe_parse import (
-    Loading,
     classify_health,
     json_object,
     parse_completion,
     parse_model_ids,
     parse_ollama_version,
 )
+from inferactors._policy.probe_report import Loading
 from inferactors._safe_json import MAX_DEPTH, NotJson, check_tree, json_path, parse_json
 
 BOMB = "[" * 100_000 + "]" * 100_000

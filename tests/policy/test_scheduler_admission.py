@@ -8,7 +8,6 @@ from __future__ import annotations
 import attrs
 
 from inferactors._errors import RefusalKind
-from inferactors._events import StopReason
 from inferactors._policy.residency import Bytes, Footprint
 from inferactors._policy.scheduler_state import (
     Drift,
@@ -18,6 +17,7 @@ from inferactors._policy.scheduler_state import (
     StartInstance,
     Trigger,
 )
+from inferactors._stop_reasons import StopReason
 from policy.scheduler_support import MB, Driver, slot, state
 
 

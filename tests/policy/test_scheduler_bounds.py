@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 
 from inferactors._errors import RefusalKind
-from inferactors._events import StopReason
 from inferactors._policy import scheduler, scheduler_stops
 from inferactors._policy.scheduler_state import Phase
+from inferactors._stop_reasons import StopReason
 from policy.scheduler_support import Driver, slot, state
 
 

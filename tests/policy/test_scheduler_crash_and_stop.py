@@ -7,10 +7,10 @@ from __future__ import annotations
 import attrs
 
 from inferactors._errors import RefusalKind
-from inferactors._events import StopReason
 from inferactors._policy import scheduler
 from inferactors._policy.residency import Bytes
 from inferactors._policy.scheduler_state import Phase
+from inferactors._stop_reasons import StopReason
 from policy.scheduler_support import MB, Driver, slot, state
 
 

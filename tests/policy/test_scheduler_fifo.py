@@ -5,8 +5,8 @@ swap while serving, a grant to a gone caller, shutdown and an operator's stop.""
 from __future__ import annotations
 
 from inferactors._errors import RefusalKind
-from inferactors._events import StopReason
 from inferactors._policy.scheduler_state import Phase, StartFailure
+from inferactors._stop_reasons import StopReason
 from policy.scheduler_support import Driver, slot, state
 
 

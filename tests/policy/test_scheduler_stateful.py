@@ -20,7 +20,6 @@ from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from inferactors._errors import RefusalKind
-from inferactors._events import StopReason
 from inferactors._policy import scheduler, scheduler_stops
 from inferactors._policy.scheduler_state import (
     CancelStart,
@@ -35,6 +34,7 @@ from inferactors._policy.scheduler_state import (
     Step,
     StopInstance,
 )
+from inferactors._stop_reasons import StopReason
 from policy.scheduler_support import MB, slot, state
 
 BUDGET_MB = 1000

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from inferactors._events import FaultKind, StopReason
 from inferactors._policy.startup_fault import (
     LAST_LINES,
     StartupWatch,
@@ -19,6 +18,7 @@ from inferactors._policy.startup_fault import (
     last_lines,
     read_exit,
 )
+from inferactors._stop_reasons import FaultKind, StopReason
 
 TEXTS = Path(__file__).parent / "startup_texts"
 

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from inferactors._policy.probe_parse import ServerReport, Up, model_list_problem, parse_model_ids
+from inferactors._policy.probe_parse import model_list_problem, parse_model_ids
+from inferactors._policy.probe_report import ServerReport, Up
 from inferactors._policy.status import map_ollama_report, map_report
 from inferactors._status import InstanceState
 

@@ -5,7 +5,7 @@ answering", never "starting: not listening yet"; a live process stopped by a sig
 
 from __future__ import annotations
 
-from inferactors._policy.probe_parse import ServerReport, Unreachable
+from inferactors._policy.probe_report import ServerReport, Unreachable
 from inferactors._policy.status import map_report
 from inferactors._status import InstanceState
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inferactors._events import FaultKind
 from inferactors._policy.startup_fault import StartupWatch, clean, diagnose, strip_escapes
+from inferactors._stop_reasons import FaultKind
 
 ERROR = "error: invalid argument: --lies"
 

@@ -15,12 +15,13 @@ import trio
 
 from inferactors._edges.log_ring import LogLine
 from inferactors._errors import InvalidConfig, InvalidState, UnknownInstance, Unsupported
-from inferactors._events import Event, ProcessExited, StopReason
+from inferactors._events import Event, ProcessExited
 from inferactors._policy.readiness import reason as why_not_ready
 from inferactors._policy.readiness import serves
 from inferactors._policy.service_status import DisplayState, display_state
 from inferactors._service.views import InstanceView, ReadyView, ReloadResult
 from inferactors._status import InstanceState, InstanceStatus
+from inferactors._stop_reasons import StopReason
 
 Item = TypeVar("Item")
 

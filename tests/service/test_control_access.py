@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from inferactors._service.control_access import loopback_host
+from inferactors._policy.browser_guard import loopback_host
 from inferactors._service.control_app import control_app
 from inferactors._service.ui_app import WebPage
 from service.ui_support import PageFleet

@@ -18,9 +18,10 @@ from inferactors import (
 )
 from inferactors._actors.serving import open_runtime
 from inferactors._edges.bundle import Edges, ProbeTimed
-from inferactors._events import ExposureDetected, ModelTampered, ProcessStarted, StopReason
+from inferactors._events import ExposureDetected, ModelTampered, ProcessStarted
 from inferactors._service.metrics import FleetMetrics
 from inferactors._service.views import InstanceView
+from inferactors._stop_reasons import StopReason
 from inferactors.testing import CrashAt, RuntimeKit, Timeline
 
 FLAVOR = "infer.llamacpp"

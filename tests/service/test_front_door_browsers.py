@@ -96,6 +96,16 @@ def _get(path: str, host: str, extra: str = "") -> bytes:
             lambda own: _get("/v1/models", "attacker.example:" + own.rsplit(":", 1)[1]),
             "not this loopback service's own address",
         ),
+        (  # a name under .localhost is not localhost (the control API's rule)
+            "/v1/models",
+            lambda own: _get("/v1/models", "app.localhost:" + own.rsplit(":", 1)[1]),
+            "Host 'app.localhost:",
+        ),
+        (  # the own origin, exactly (the control API's rule)
+            "/v1/models",
+            lambda own: _get("/v1/models", own, f"Origin: HTTP://{own}\r\n"),
+            "Origin 'HTTP://127.0.0.1:",
+        ),
     ],
 )
 async def test_a_web_pages_request_is_refused_before_any_model_is_asked(

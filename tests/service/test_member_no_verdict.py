@@ -22,7 +22,7 @@ from inferactors._actors.runtime_status import InstanceHandle
 from inferactors._config.convert import load_run_config
 from inferactors._errors import AdmissionRefused, NoVerdict
 from inferactors._policy.lateness import DEFERRED_FIRST_S
-from inferactors._policy.probe_parse import CompletionResult
+from inferactors._policy.probe_report import CompletionResult
 from inferactors._policy.reload_plan import placements
 from inferactors._service.hosts import RuntimeHost, Say
 from inferactors._service.members import Member, keep

@@ -6,15 +6,10 @@ from __future__ import annotations
 import pytest
 
 from inferactors._edges.engine_metrics import TreeUsage
-from inferactors._events import (
-    DeepHealthPassed,
-    ProcessExited,
-    RestartScheduled,
-    StateChanged,
-    StopReason,
-)
+from inferactors._events import DeepHealthPassed, ProcessExited, RestartScheduled, StateChanged
 from inferactors._service.ui_history import POINTS, STEP_S, TIMELINE, WINDOW_S, UiHistory
 from inferactors._status import InstanceState
+from inferactors._stop_reasons import StopReason
 
 
 class Clocks:

@@ -12,14 +12,12 @@ import httpx
 import pytest
 
 from inferactors._policy.probe_parse import (
-    Loading,
-    Unhealthy,
-    Up,
     classify_health,
     completion_body,
     parse_completion,
     parse_model_ids,
 )
+from inferactors._policy.probe_report import Loading, Unhealthy, Up
 from inferactors.testing._fake_faults import FakeServerFaults, Flavor
 from inferactors.testing._fake_server import read_request_log
 from testing.fake_server_support import CHAT, LOADING_BODY, Fakes, eventually

@@ -48,7 +48,7 @@ from .._policy.lateness import LATE_S
 from .._policy.launch import build_launch, check_format
 from .._policy.ollama_parse import same_tag
 from .._policy.privilege import RunAs, require_unprivileged
-from .._policy.probe_parse import ServerReport, Unhealthy, Unreachable, Up
+from .._policy.probe_report import ServerReport, Unhealthy, Unreachable, Up
 from .._untrusted_file import read_secret_line
 from .admission_problems import Problems
 from .capabilities import managed_version

@@ -28,7 +28,7 @@ from .._edges.probe import ProberFactory, probe_once
 from .._edges.version_probe import VERSION_PROBE_TIMEOUT_S, run_version_probe
 from .._errors import InvalidConfig
 from .._flavor import InferFlavor
-from .._policy.probe_parse import Busy, Loading, Up
+from .._policy.probe_report import Busy, Loading, Up
 
 MLX_PACKAGE = "mlx-lm"
 """The distribution whose version a managed mlx-lm runtime reports (``mlx-lm 0.32.2``)."""

@@ -12,10 +12,11 @@ import trio
 
 from .._edges.memory_gauge import MemoryGauge
 from .._errors import RefusalKind
-from .._events import Event, StopReason
+from .._events import Event
 from .._policy.residency import Footprint, Machine
 from .._policy.scheduler_state import Limits, SchedulerState, SlotRules, StartFailure, Step
 from .._status import InstanceStatus
+from .._stop_reasons import StopReason
 from .front_door_seam import Residency, Upstream
 from .mailbox import Mailbox
 from .messages import ReplyTo

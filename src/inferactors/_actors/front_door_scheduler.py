@@ -19,10 +19,11 @@ import trio
 
 from .._edges.memory_gauge import MemoryGauge, PsutilGauge
 from .._errors import BackendError, InvalidState, RefusalKind
-from .._events import Event, StopReason
+from .._events import Event
 from .._policy import scheduler_stops
 from .._policy.residency import Bytes
 from .._policy.scheduler_state import Phase, SchedulerState, Slot
+from .._stop_reasons import StopReason
 from .front_door_loop import DoorLoop
 from .front_door_msgs import (
     Acquire,

@@ -21,13 +21,14 @@ import trio
 
 from .._edges.memory_gauge import MemoryGauge
 from .._errors import InferactorsError, InvalidState, RefusalKind, Unsupported
-from .._events import Event, ProcessStarted, StateChanged, StopReason, instance_of
+from .._events import Event, ProcessStarted, StateChanged, instance_of
 from .._flavor import InferFlavor
 from .._policy.buffer_lines import EngineBuffers
 from .._policy.fleet_exit import HELD_DOWN
 from .._policy.residency import size_text
 from .._policy.scheduler_state import StartFailure
 from .._status import InstanceState, InstanceStatus
+from .._stop_reasons import StopReason
 from .front_door_msgs import (
     RECOVERY_POLL_S,
     DoorMember,

@@ -13,7 +13,7 @@ from .._edges.netscan import NetScanner
 from .._edges.process import ManagedProcess
 from .._errors import BackendError
 from .._policy.health_truth import misbound
-from .._policy.probe_parse import ServerReport, Unreachable
+from .._policy.probe_report import ServerReport, Unreachable
 
 
 async def listener_owner(

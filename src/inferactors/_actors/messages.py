@@ -15,10 +15,11 @@ import trio
 
 from .._edges.capture import RunEvidence
 from .._errors import BackendError, InferactorsError
-from .._events import Event, StopReason
+from .._events import Event
 from .._policy.admission import Plan
-from .._policy.probe_parse import CompletionResult, ServerReport
+from .._policy.probe_report import CompletionResult, ServerReport
 from .._status import InstanceStatus
+from .._stop_reasons import StopReason
 from .status_board import StatusSlot
 
 T = TypeVar("T")

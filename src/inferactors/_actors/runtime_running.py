@@ -12,12 +12,14 @@ from collections.abc import AsyncIterator
 
 import trio
 
-from .._config.config import ControlMode, Supervision, check_positive
+from .._config.config import ControlMode
+from .._config.field_checks import check_positive
 from .._config.spec import InferenceSpec
+from .._config.supervision import Supervision
 from .._edges.capture import RunEvidence
 from .._errors import InferactorsError, StartTimeout
-from .._events import StopReason
 from .._status import InstanceState, InstanceStatus
+from .._stop_reasons import StopReason
 from .runtime_status import InstanceHandle
 
 DEFAULT_GRACE_S = 10.0

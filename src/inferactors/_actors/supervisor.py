@@ -29,7 +29,6 @@ from .._config.binding import hosts_collide, spec_host
 from .._config.config import ControlMode
 from .._errors import BackendError, InferactorsError, InvalidState, PinMismatch, UnknownInstance
 from .._events import (
-    Diagnosis,
     Event,
     GaveUp,
     InstanceCrashed,
@@ -37,13 +36,13 @@ from .._events import (
     RestartFailed,
     RestartScheduled,
     StateChanged,
-    StopReason,
     instance_of,
 )
 from .._policy.admission import Plan
 from .._policy.restart import GiveUp, NoRestart, RestartBudget
 from .._policy.restart import Restart as RestartDecision
 from .._status import InstanceState
+from .._stop_reasons import Diagnosis, StopReason
 from .mailbox import Crash
 from .messages import (
     Annotate,

@@ -22,7 +22,6 @@ from .._events import (
     RestartFailed,
     RestartScheduled,
     StateChanged,
-    StopReason,
     SupervisorCaughtUp,
     SupervisorOverloaded,
     WorkProgress,
@@ -31,6 +30,7 @@ from .._events import (
 from .._policy.residency_words import describe_residency_event
 from .._policy.sizes import binary_size_text
 from .._status import InstanceState
+from .._stop_reasons import StopReason
 
 
 def _state_word(state: InstanceState, adopted: bool) -> str:

@@ -34,11 +34,11 @@ from .._events import (
     ModelTampered,
     ProcessExited,
     StateChanged,
-    StopReason,
     SupervisorOverloaded,
     instance_of,
 )
 from .._status import InstanceState
+from .._stop_reasons import StopReason
 from .output import describe_event
 
 LOGGER = "inferactors"

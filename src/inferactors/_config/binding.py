@@ -26,6 +26,23 @@ LOOPBACK_PAIR: tuple[IPAddress, IPAddress] = (
 """The two addresses ``localhost`` stands for."""
 
 
+def is_loopback_name(host: str) -> bool:
+    """Whether ``host`` (a name or an address literal, no port, no brackets) names this
+    machine's loopback: ``localhost`` (in any case), an address of 127.0.0.0/8, ``::1``, or an
+    IPv4-mapped ``::ffff:127.x.y.z``. Any other name is not, ``*.localhost`` included: this
+    is the one rule for the run file's hosts, the listeners found on the machine and the
+    ``Host`` header a browser sends (``_policy/browser_guard.py``)."""
+    name = host.strip()
+    if name.lower() == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return (mapped or ip).is_loopback
+
+
 def bind_footprint(host: str) -> tuple[IPAddress, ...]:
     """The addresses a server told to bind ``host`` must find free (see the module notes).
 

@@ -1,25 +1,36 @@
-"""Runtime configuration: restart policy, managed settings, per-runtime and per-instance configs.
+"""Runtime configuration: how one runtime runs its instances (`ControlMode`, the managed
+settings `ManagedConfig`, the runtime's `InferConfig`, one flavor or every flavor).
 
-Pure values with ``validate()`` methods, and the field checks they share; the run file's
-classes (`RunConfig`, `ManagedSection`, `RunInstance`) are in `runfile`, and loading them
-from TOML is `convert`'s job. All durations are float seconds.
+Pure values with ``validate()`` methods. The restart policy, the watchdog and the
+per-instance `Supervision` are in `supervision`, the field checks the classes share in
+`field_checks`; the run file's classes (`RunConfig`, `ManagedSection`, `RunInstance`) are
+in `runfile`, and loading them from TOML is `convert`'s job. All durations are float
+seconds.
 """
 
 from __future__ import annotations
 
 import enum
-import math
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
 
-from .._errors import AdmissionRefused, InvalidConfig, cut, shown
+from .._errors import AdmissionRefused, InvalidConfig
 from .._flavor import InferFlavor
+from .field_checks import (
+    check_env,
+    check_env_names,
+    check_port,
+    check_port_range,
+    check_positive,
+    check_run_as,
+)
 from .keep_alive import check_keep_alive as check_keep_alive
 from .keep_alive import check_managed_keep_alive
 from .server_logs import ServerLogs
+from .supervision import RestartPolicy
+from .supervision import Watchdog as Watchdog  # `_actors/instance/probing.py` imports it here
 from .trust import TrustAnchorEntry, check_trust_anchors
 
 DEFAULT_PASSTHROUGH: tuple[str, ...] = ()
@@ -27,82 +38,12 @@ DEFAULT_PASSTHROUGH: tuple[str, ...] = ()
 A server gets its own instance directory as HOME and a minimal PATH (``_policy/launch.py``),
 never the supervisor's (root's, perhaps); name them to pass them on."""
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_USER_NAME = re.compile(r"[a-z_][a-z0-9_.-]*\$?")
-_IDS = re.compile(r"([0-9]+)(?::([0-9]+))?")
-
 
 class ControlMode(enum.StrEnum):
     """Whether inferactors starts the server (managed) or watches one already running."""
 
     MANAGED = "managed"
     ADOPTED = "adopted"
-
-
-class RestartType(enum.StrEnum):
-    """OTP's child restart types: which exits of a managed server are restarted.
-
-    ``permanent`` restarts after any exit it did not ask for, ``transient`` only after an
-    abnormal one (a non-zero status, a signal, a readiness timeout or a health kill), and
-    ``temporary`` never. An operator's stop is never restarted.
-    """
-
-    PERMANENT = "permanent"
-    TRANSIENT = "transient"
-    TEMPORARY = "temporary"
-
-
-@attrs.frozen
-class RestartPolicy:
-    """How often and how fast a crashed managed server is restarted.
-
-    Attributes:
-        max_restarts: Restarts allowed before giving up (the budget), refilled once the
-            server stays up for ``stable_after_s``.
-        base_s: Delay before the first restart, seconds.
-        cap_s: Longest delay, seconds.
-        stable_after_s: Seconds a server must stay up before the budget is refilled.
-        restart_type: OTP's permanent, transient or temporary.
-        intensity: OTP's MaxR: at most this many restarts within ``period_s`` (a sliding
-            window on trio's clock), whatever the budget says.
-        period_s: OTP's MaxT, seconds.
-        jitter: Fraction of each delay that may be taken off at random (0 to 1), so many
-            servers that crash together do not restart in lockstep.
-    """
-
-    max_restarts: int = 5
-    base_s: float = 2.0
-    cap_s: float = 60.0
-    stable_after_s: float = 60.0
-    restart_type: RestartType = RestartType.PERMANENT
-    intensity: int = 10
-    period_s: float = 600.0
-    jitter: float = 0.1
-
-    def delay_s(self, n: int) -> float:
-        """Seconds to wait before restart number ``n`` (0-based).
-
-        ``min(base_s * 2**min(n, 16), cap_s)``; with base 2 s and cap 10 s that gives
-        2, 4, 8, 10, 10.
-        """
-        return min(self.base_s * (1 << min(max(n, 0), 16)), self.cap_s)
-
-    def validate(self, field: str = "restart") -> None:
-        """Raise `InvalidConfig` naming ``field.<name>`` for a negative budget, a
-        non-positive or non-finite base, a cap below the base or a negative stable time."""
-        if self.max_restarts < 0:
-            raise InvalidConfig(f"{field}.max_restarts must not be negative")
-        check_positive(f"{field}.base_s", self.base_s)
-        check_positive(f"{field}.cap_s", self.cap_s)
-        if self.cap_s < self.base_s:
-            raise InvalidConfig(f"{field}.cap_s must not be below {field}.base_s")
-        if not (math.isfinite(self.stable_after_s) and self.stable_after_s >= 0):
-            raise InvalidConfig(f"{field}.stable_after_s must be a finite number >= 0")
-        if self.intensity < 0:
-            raise InvalidConfig(f"{field}.intensity must not be negative")
-        check_positive(f"{field}.period_s", self.period_s)
-        if not 0.0 <= self.jitter <= 1.0:
-            raise InvalidConfig(f"{field}.jitter must be between 0 and 1")
 
 
 @attrs.frozen
@@ -133,7 +74,7 @@ class ManagedConfig:
     env: tuple[tuple[str, str], ...] = ()
     env_passthrough: tuple[str, ...] = DEFAULT_PASSTHROUGH
     run_as: str | None = None
-    restart: RestartPolicy = RestartPolicy()
+    restart: RestartPolicy = RestartPolicy()  # noqa: RUF009  (frozen value)
     keep_alive: str | int = "30m"
     readiness_timeout_s: float = 600.0
     logs: ServerLogs = ServerLogs()  # noqa: RUF009  (frozen value)
@@ -329,9 +270,9 @@ class InferConfig:
         check_positive("probe_timeout_s", self.probe_timeout_s)
         check_positive("deep_timeout_s", self.deep_timeout_s)
         if self.probe_port is not None:
-            _check_port("probe_port", self.probe_port)
+            check_port("probe_port", self.probe_port)
         if self.allowed_ports is not None:
-            _check_port_range("allowed_ports", self.allowed_ports)
+            check_port_range("allowed_ports", self.allowed_ports)
         if self.managed is not None:
             self.managed.validate()
         self._check_programs()
@@ -371,154 +312,3 @@ def _program_path(flavor: object, program: object) -> Path:
         f"serve_programs[{name}]: expected a path (pathlib.Path or str), got "
         f"{type(program).__name__}"
     )
-
-
-MIN_WATCHDOG_INTERVAL_S = 0.1
-"""The shortest `Watchdog.interval_s` accepted, float seconds: each check is a completion
-request, and a shorter interval would spend the server on our checks."""
-MIN_WATCHDOG_TIMEOUT_S = 0.25
-"""The shortest `Watchdog.timeout_s` accepted, float seconds: the lateness our own event
-loop is allowed around a deadline (``LATE_S`` in ``_policy/lateness.py``); a shorter one
-could be spent whole by our own loop and kill a healthy server in a loop."""
-
-
-@attrs.frozen
-class Watchdog:
-    """The deep-health watchdog of one instance.
-
-    Every ``interval_s`` seconds while the server is up, ask it for one token with a
-    ``timeout_s`` deadline; after ``failures`` failures in a row report it unhealthy and,
-    when managed, kill it (stop reason "health kill") so the restart policy takes over.
-    """
-
-    interval_s: float = 30.0
-    timeout_s: float = 30.0
-    failures: int = 3
-
-    def validate(self, field: str = "watchdog") -> None:
-        """Raise `InvalidConfig` naming the field for non-positive values and for an
-        interval or a deadline too short to honour (`MIN_WATCHDOG_INTERVAL_S`,
-        `MIN_WATCHDOG_TIMEOUT_S`)."""
-        check_positive(f"{field}.interval_s", self.interval_s)
-        check_positive(f"{field}.timeout_s", self.timeout_s)
-        for name, value, least in (
-            ("interval_s", self.interval_s, MIN_WATCHDOG_INTERVAL_S),
-            ("timeout_s", self.timeout_s, MIN_WATCHDOG_TIMEOUT_S),
-        ):
-            if value < least:
-                raise InvalidConfig(
-                    f"{field}.{name} = {value:g} is too short to honour: a deep-health check "
-                    f"cannot be judged in less than {least:g} s (a healthy server would be "
-                    "killed over and over); use at least that"
-                )
-        if self.failures < 1:
-            raise InvalidConfig(f"{field}.failures must be at least 1")
-
-
-SLOW_AFTER_S = 10.0
-"""Default `Supervision.slow_after_s`: a first token slower than 10 s is Degraded (slow)."""
-
-
-@attrs.frozen
-class Supervision:
-    """Per-instance supervision settings; None fields take the runtime's defaults.
-
-    Attributes:
-        restart: the restart policy (default: ``ManagedConfig.restart``).
-        readiness_timeout_s: seconds a started server may take to answer Up before it is
-            killed and counted as a failure (default: ``ManagedConfig.readiness_timeout_s``).
-        watchdog: the deep-health watchdog, off when None.
-        deep_timeout_s: seconds one deep health may take (the probe and the one-token
-            completion together): readiness's first token, a `deep_health` call, and the
-            completion that checks a server whose ``/health`` failed (default:
-            ``InferConfig.deep_timeout_s``). Separate from ``readiness_timeout_s``; the
-            watchdog's checks use ``watchdog.timeout_s``.
-        slow_after_s: a deep health whose first token takes longer than this many seconds
-            leaves the server Degraded "slow: ..." until one is quick again (default
-            `SLOW_AFTER_S`, 10 s).
-    """
-
-    restart: RestartPolicy | None = None
-    readiness_timeout_s: float | None = None
-    watchdog: Watchdog | None = None
-    deep_timeout_s: float | None = None
-    slow_after_s: float | None = None
-
-    @property
-    def slow_threshold_s(self) -> float:
-        """``slow_after_s``, or `SLOW_AFTER_S` when unset."""
-        return SLOW_AFTER_S if self.slow_after_s is None else self.slow_after_s
-
-    def validate(self, field: str = "supervision") -> None:
-        """Raise `InvalidConfig` naming the field for a bad value."""
-        if self.restart is not None:
-            self.restart.validate(f"{field}.restart")
-        if self.readiness_timeout_s is not None:
-            check_positive(f"{field}.readiness_timeout_s", self.readiness_timeout_s)
-        if self.watchdog is not None:
-            self.watchdog.validate(f"{field}.watchdog")
-        for name in ("deep_timeout_s", "slow_after_s"):
-            value = getattr(self, name)
-            if value is not None:
-                check_positive(f"{field}.{name}", value)
-
-
-def check_env(field: str, env: Sequence[tuple[str, str]]) -> None:
-    """Raise `InvalidConfig` (``field[i]``) for a bad name, a ``LLAMA_ARG_*`` name (llama-server
-    reads those as flags) or a value containing NUL."""
-    for index, (name, value) in enumerate(env):
-        _check_env_name(f"{field}[{index}]", name)
-        if "\x00" in value:
-            raise InvalidConfig(f"{field}[{index}] ({cut(name)}) must not contain NUL")
-
-
-def check_env_names(field: str, names: Sequence[str]) -> None:
-    """Raise `InvalidConfig` (``field[i]``) for a name that is not ``[A-Za-z_][A-Za-z0-9_]*``
-    or that starts with ``LLAMA_ARG_``."""
-    for index, name in enumerate(names):
-        _check_env_name(f"{field}[{index}]", name)
-
-
-def _check_env_name(field: str, name: str) -> None:
-    if not _ENV_NAME.fullmatch(name):
-        raise InvalidConfig(f"{field} {shown(name)} is not a valid environment variable name")
-    if name.startswith("LLAMA_ARG_"):
-        raise InvalidConfig(
-            f"{field} {cut(name)}: LLAMA_ARG_* variables are read by llama-server as flags; "
-            "use serve.extra_args instead"
-        )
-
-
-def check_run_as(field: str, run_as: str | None) -> None:
-    """Raise `InvalidConfig` unless ``run_as`` is None, a user name other than root, or
-    ``uid[:gid]`` with uid (and gid) not 0 (a managed server never runs as root)."""
-    if run_as is None:
-        return
-    ids = _IDS.fullmatch(run_as)
-    if ids is not None:
-        if int(ids.group(1)) == 0 or (ids.group(2) is not None and int(ids.group(2)) == 0):
-            raise InvalidConfig(f"{field} must not be root (uid or gid 0)")
-        return
-    if not _USER_NAME.fullmatch(run_as) or len(run_as) > 32:
-        raise InvalidConfig(f"{field} {shown(run_as)} is neither a user name nor uid[:gid]")
-    if run_as == "root":
-        raise InvalidConfig(f"{field} must not be root")
-
-
-def check_positive(field: str, value: float) -> None:
-    """Raise `InvalidConfig` naming ``field`` unless ``value`` is finite and above 0 (seconds)."""
-    if not (math.isfinite(value) and value > 0):
-        raise InvalidConfig(f"{field} must be a positive number of seconds, got {value}")
-
-
-def _check_port(field: str, port: int) -> None:
-    if not 0 < port <= 65535:
-        raise InvalidConfig(f"{field} {port} is outside 1..65535")
-
-
-def _check_port_range(field: str, ports: tuple[int, int]) -> None:
-    lo, hi = ports
-    _check_port(f"{field}[0]", lo)
-    _check_port(f"{field}[1]", hi)
-    if lo > hi:
-        raise InvalidConfig(f"{field} ({lo}, {hi}) is empty: lo must be <= hi")

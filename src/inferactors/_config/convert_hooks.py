@@ -32,10 +32,11 @@ from cattrs.preconf.tomllib import make_converter
 
 from .._errors import cut
 from .._flavor import InferFlavor
-from .config import ControlMode, Supervision
+from .config import ControlMode
 from .residency import InstanceResidency
 from .runfile import RunInstance
 from .spec import InferenceSpec
+from .supervision import Supervision
 
 Hook = Callable[[Any, Any], Any]
 

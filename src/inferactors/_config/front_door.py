@@ -29,6 +29,7 @@ from pathlib import Path
 import attrs
 
 from .._errors import InvalidConfig, shown
+from .binding import is_loopback_name
 
 MiB = 1024 * 1024
 MAX_BODY_BYTES = 32 * MiB
@@ -86,8 +87,8 @@ class FrontDoorConfig:
                 raise InvalidConfig(f"{field}.{name} must be a positive number of seconds")
 
     def loopback(self) -> bool:
-        """Whether ``host`` is a loopback address (``localhost`` counts)."""
-        return self.host == "localhost" or ipaddress.ip_address(self.host).is_loopback
+        """Whether ``host`` is a loopback address (``localhost`` counts: `is_loopback_name`)."""
+        return is_loopback_name(self.host)
 
     def listen_host(self) -> str:
         """The address to bind: ``host``, with ``localhost`` read as 127.0.0.1."""

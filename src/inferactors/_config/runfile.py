@@ -15,19 +15,13 @@ import attrs
 from .._errors import InvalidConfig, shown
 from .._flavor import InferFlavor
 from .binding import hosts_collide, spec_host
-from .config import (
-    DEFAULT_PASSTHROUGH,
-    ControlMode,
-    InferConfig,
-    ManagedConfig,
-    RestartPolicy,
-    Supervision,
-    check_positive,
-)
+from .config import DEFAULT_PASSTHROUGH, ControlMode, InferConfig, ManagedConfig
+from .field_checks import check_positive
 from .front_door import FrontDoorConfig
 from .residency import InstanceResidency, ResidencySection, check_residency
 from .server_logs import ServerLogs
 from .spec import InferenceSpec, valid_token
+from .supervision import RestartPolicy, Supervision
 from .trust import TrustAnchorEntry, check_signed_by
 
 

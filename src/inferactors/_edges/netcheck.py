@@ -21,7 +21,7 @@ import socket
 
 import trio
 
-from .._config.binding import bind_footprint
+from .._config.binding import bind_footprint, is_loopback_name
 from .._config.spec import IPAddress
 from .._policy import lateness as lateness_rule
 from .._policy.lateness import ConnectResult, Reach, gives_no_verdict
@@ -86,7 +86,7 @@ async def connect_reach(host: str, port: int, *, timeout_s: float = 0.3) -> Reac
     late = lateness(started, started + timeout_s)
     if gives_no_verdict(late):
         loop_lag().lost_verdict(lateness_rule.no_verdict_why(f"connect {host}:{port}", late))
-    return lateness_rule.connect_reach(ConnectResult.SILENT, late, loopback=_is_loopback(host))
+    return lateness_rule.connect_reach(ConnectResult.SILENT, late, loopback=is_loopback_name(host))
 
 
 async def _connect_once(host: str, port: int) -> None:
@@ -106,12 +106,3 @@ async def _connect_once(host: str, port: int) -> None:
 async def accepts_connections(host: str, port: int, *, timeout_s: float = 0.3) -> bool:
     """Whether `connect_reach` finds ``host:port`` reachable (silence never is)."""
     return await connect_reach(host, port, timeout_s=timeout_s) is Reach.REACHABLE
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

@@ -39,12 +39,12 @@ import attrs
 import psutil
 import trio
 
+from .._config.binding import is_loopback_name
 from .._policy.exposure import (
     Exposure,
     Listener,
     covers,
     find_exposure,
-    is_loopback,
     owner_pid,
     parse_address,
 )
@@ -265,7 +265,7 @@ class SystemNetScanner:
         loopback is looked up once, for the report) and the connect check, every call:
         the caller paces it (`probe_look.ADOPTED_EXPOSURE_S`)."""
         entries = await self.table.listeners(port)
-        beyond = [e for e in entries if e.port == port and not is_loopback(e.address)]
+        beyond = [e for e in entries if e.port == port and not is_loopback_name(e.address)]
         listeners = [await self._listener(entry) for entry in beyond]
         said = await self._reach(port, True)
         reachable = tuple(a for a, reach in said.items() if reach is Reach.REACHABLE)
@@ -285,7 +285,7 @@ class SystemNetScanner:
         once per socket inode (`SocketTable.holders_in_tree`). A quiet server reads no
         process at all: only a listener beyond loopback it has not seen is looked up."""
         entries = await self.table.listeners(None, fresh=fresh)
-        beyond = [e for e in entries if not is_loopback(e.address)]
+        beyond = [e for e in entries if not is_loopback_name(e.address)]
         holders = await self.table.holders_in_tree(pid, beyond)
         return [Listener(item.address, item.port, holders[item]) for item in holders]
 

@@ -51,7 +51,7 @@ from .._policy.ollama_parse import (
     snippet,
     unload_body,
 )
-from .._policy.probe_parse import CompletionResult
+from .._policy.probe_report import CompletionResult
 from .probe import ProbeClient, ProbeFailure
 
 

@@ -38,11 +38,11 @@ from typing import Protocol
 import attrs
 import trio
 
-from .._events import Diagnosis
 from .._policy.output_pace import LinePace
 from .._policy.probe_lines import is_probe_line
 from .._policy.ready_lines import ready_line
 from .._policy.startup_fault import LIVE_FATAL, StartupWatch
+from .._stop_reasons import Diagnosis
 from .capture import OutputCapture
 
 LINE_LIMIT_BYTES = 8192

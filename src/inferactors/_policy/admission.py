@@ -11,15 +11,16 @@ from pathlib import Path
 
 import attrs
 
-from .._config.config import ControlMode, InferConfig, RestartPolicy, Supervision
+from .._config.config import ControlMode, InferConfig
 from .._config.spec import InferenceSpec
+from .._config.supervision import RestartPolicy, Supervision
 from .._errors import AdmissionRefused
 from .._flavor import InferFlavor
 from .._models.manifest import ResolvedModel
 from .launch import Launch
 from .pin_launch import view_path
 from .privilege import RunAs
-from .probe_parse import ServerReport
+from .probe_report import ServerReport
 
 
 @attrs.frozen

@@ -16,7 +16,8 @@ The rules:
   `covers`).
 
 Addresses are strings as the OS reports them (``"127.0.0.1"``, ``"::"``, ``"fe80::1%eth0"``).
-A string that is not an IP address is neither loopback nor a wildcard.
+A string that is not an IP address is not a wildcard, and loopback only when it is
+``localhost`` (`inferactors._config.binding.is_loopback_name`, the one loopback rule).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from collections.abc import Iterable
 from typing import TypeAlias
 
 import attrs
+
+from .._config.binding import is_loopback_name
 
 IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -45,12 +48,6 @@ def parse_address(address: str) -> IPAddress | None:
     if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is not None:
         return parsed.ipv4_mapped
     return parsed
-
-
-def is_loopback(address: str) -> bool:
-    """Whether ``address`` is a loopback address: 127.0.0.0/8, ``::1`` or ``::ffff:127.x.y.z``."""
-    parsed = parse_address(address)
-    return parsed is not None and parsed.is_loopback
 
 
 def is_wildcard(address: str) -> bool:
@@ -159,7 +156,7 @@ def find_exposure(
             ``INFERACTORS_LAN_ADDRESSES`` override, which tests point at ``127.0.0.2``).
         port: the serving port, kept for `Exposure.describe`.
     """
-    beyond = {item for item in listeners if not is_loopback(item.address)}
+    beyond = {item for item in listeners if not is_loopback_name(item.address)}
     answered = sorted(set(reachable))
     if not beyond and not answered:
         return None

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from .._config.config import RestartPolicy
+from .._config.supervision import RestartPolicy
 from .._status import InstanceState, InstanceStatus
 from .restart import CONFIG_ERROR
 from .service_status import condition

@@ -25,7 +25,7 @@ import attrs
 
 from .._status import InstanceState, InstanceStatus
 from .exposure import Listener, covers, endpoint, parse_address
-from .probe_parse import Health, Unhealthy, Unreachable
+from .probe_report import Health, Unhealthy, Unreachable
 
 
 @attrs.frozen

@@ -29,7 +29,7 @@ import enum
 
 import attrs
 
-from .probe_parse import ServerReport, Unreachable
+from .probe_report import ServerReport, Unreachable
 
 LATE_S = 0.25
 """Our own lateness around a deadline beyond which the deadline gives no verdict (float

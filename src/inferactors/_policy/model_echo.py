@@ -6,16 +6,14 @@ as llama-swap's users would not. Every ``"model":"..."`` key of the answer's JSO
 rewritten, in a whole answer and in each event of a stream. A ``"model":`` key cannot occur
 inside a JSON string (its quotes would be escaped), so the bytes are rewritten as they are.
 
-A stream is rewritten line by line: `ModelEcho.feed` passes on every whole line at once and
-keeps a partial line (no client can use it before its end) until the next chunk.
+A stream is rewritten a whole frame at a time (`inferactors._policy.stream_frames`): a
+key is never split between two calls.
 """
 
 from __future__ import annotations
 
 import json
 import re
-
-import attrs
 
 _MODEL_KEY = re.compile(rb'"model"\s*:\s*"(?:[^"\\]|\\.)*"')
 
@@ -26,23 +24,3 @@ def echo_model(body: bytes, name: str) -> bytes:
         return body
     named = b'"model":' + json.dumps(name, ensure_ascii=False).encode()
     return _MODEL_KEY.sub(lambda _: named, body)
-
-
-@attrs.define
-class ModelEcho:
-    """`echo_model` over a stream's chunks, whole lines at a time."""
-
-    name: str
-    _partial: bytes = b""
-
-    def feed(self, chunk: bytes) -> bytes:
-        """The whole lines so far, rewritten; a partial last line waits for the next."""
-        data = self._partial + chunk
-        end = data.rfind(b"\n") + 1
-        self._partial = data[end:]
-        return echo_model(data[:end], self.name) if end else b""
-
-    def rest(self) -> bytes:
-        """What is left at the stream's end (a last line without a line break)."""
-        rest, self._partial = self._partial, b""
-        return echo_model(rest, self.name)

@@ -1,16 +1,15 @@
-"""What a probe reply means: health values, the probe report, and the pure parsing of replies.
+"""What a probe reply means: the pure parsing of the replies a probe gets.
 
-The pure layer of the probe: values (`Up`, `Loading`, `Unhealthy`,
-`Unreachable`, `ServerReport`, `CompletionResult`) and functions that turn a status code and
-a body into one (`classify_health`, `classify_models_status`, `classify_ollama_version`,
+Functions that turn a status code and a body into a health value or a reading
+(`classify_health`, `classify_models_status`, `classify_ollama_version`,
 `parse_model_ids`, `model_list_problem`, `parse_ollama_version`, `completion_body`,
-`parse_completion`). No I/O, tested without an event loop; the HTTP edge that uses them is
-`probe.ProbeClient`.
+`parse_completion`, `refusal`). The values they make (`Up`, `Loading`, `Unhealthy`,
+`Unreachable`, `ServerReport`, `CompletionResult`) are ``probe_report.py``'s. No I/O,
+tested without an event loop; the HTTP edge that uses them is `probe.ProbeClient`.
 
 Every body is read through `inferactors._safe_json.parse_json` (`reply_object`): a reply
 nested too deep, with a duplicate key or a huge integer is a bad reply (`BackendError`, or
 "nothing" for the lenient readers), never a RecursionError or ValueError.
-
 """
 
 from __future__ import annotations
@@ -18,124 +17,23 @@ from __future__ import annotations
 import re
 from typing import TypeAlias
 
-import attrs
-
 from .._errors import BackendError, InvalidConfig, RequestRefused
-from .._flavor import InferFlavor
 from .._safe_json import parse_json
-from .matching import lists
+from .probe_report import Busy, Loading
+
+# `_edges/probe.py` and `_actors/instance/probing.py` still import these values from here.
+from .probe_report import CompletionResult as CompletionResult
+from .probe_report import Health as Health
+from .probe_report import ServerReport as ServerReport
+from .probe_report import Unhealthy as Unhealthy
+from .probe_report import Unreachable as Unreachable
+from .probe_report import Up as Up
+from .probe_report import serving as serving
 from .router_models import RouterModel, router_models_of
 
 _SNIPPET_CHARS = 200
 NO_SUCH_ROUTE = frozenset({404, 501})
 """No such route, not unwell: 404, or 501 (``http.server`` without a handler for it)."""
-
-
-@attrs.frozen
-class Up:
-    """The server answers and is ready to serve."""
-
-
-@attrs.frozen
-class Loading:
-    """The server answers but is still loading its model (HTTP 503)."""
-
-
-@attrs.frozen
-class Busy:
-    """The server answers and serves, but every slot is taken (llama-server's HTTP 503 "no
-    slot available"); ``why`` is the server's words. Not loading, not unhealthy."""
-
-    why: str
-
-
-@attrs.frozen
-class Unhealthy:
-    """The server answers with a status that means neither ready nor loading; ``why`` says which.
-
-    ``dead`` is True when the server itself says it can never serve again (mlx_lm.server's
-    ``{"status": "unavailable"}``: its generation thread died), so no completion is sent
-    to check whether completions still work.
-    """
-
-    why: str
-    dead: bool = False
-
-
-@attrs.frozen
-class Unreachable:
-    """No HTTP answer at all (refused, reset, timed out); ``why`` is the transport's message.
-
-    ``overloaded``: the request (or a later one of the same probe, such as the model list)
-    timed out only because our own event loop ran late (``_policy/lateness.py``): no
-    verdict on the server (`ServerReport.no_verdict`).
-    """
-
-    why: str
-    overloaded: bool = False
-
-
-Health: TypeAlias = Up | Busy | Loading | Unhealthy | Unreachable
-
-
-def serving(health: Health) -> bool:
-    """Whether ``health`` says the server serves requests: `Up`, or `Busy` (all slots taken)."""
-    return isinstance(health, Up | Busy)
-
-
-@attrs.frozen
-class ServerReport:
-    """One probe of a server.
-
-    Attributes:
-        health: what the health request (and its fallback) said.
-        models: ids the server lists (``/v1/models`` ``data[].id`` or Ollama ``/api/tags``);
-            empty unless ``health`` is `Up`.
-        loaded: models resident in memory (Ollama ``/api/ps``); empty for other flavors.
-        version: the server's version (Ollama ``/api/version``); None for other flavors.
-        latency_s: seconds the health request (with its ``/v1/models`` fallback) took.
-        models_problem: why the model list could not be read (``"model list unreadable:
-            ..."``, see `model_list_problem`), or None: read, possibly empty, or no list
-            endpoint (404). A list nobody could read confirms no model.
-        router: the per-model status entries of a llama-server in router mode
-            (`router_models.RouterModel`); empty for a single-model server.
-        refused: ``"HTTP 401: Invalid API Key"`` when a request was refused for want of a
-            valid API key (401 or 403, with the server's words: `refusal`), else None.
-    """
-
-    health: Health
-    models: tuple[str, ...] = ()
-    loaded: tuple[str, ...] = ()
-    version: str | None = None
-    latency_s: float = 0.0
-    models_problem: str | None = None
-    router: tuple[RouterModel, ...] = ()
-    refused: str | None = None
-
-    @property
-    def no_verdict(self) -> bool:
-        """Whether this probe says nothing about the server: one of its requests lost its
-        deadline to our own late loop (``_policy/lateness.py`` `no_verdict_report`)."""
-        return isinstance(self.health, Unreachable) and self.health.overloaded
-
-    def lists(self, wanted: str, flavor: InferFlavor = InferFlavor.LLAMACPP) -> bool:
-        """Whether ``models`` names ``wanted`` as ``flavor`` names models (exactly: see
-        `inferactors._policy.matching.same_model`)."""
-        return lists(self.models, wanted, flavor)
-
-    def resident(self, wanted: str) -> bool:
-        """Whether ``loaded`` (Ollama's) names ``wanted`` as Ollama names models (see
-        `inferactors._policy.matching.same_model`)."""
-        return lists(self.loaded, wanted, InferFlavor.OLLAMA)
-
-
-@attrs.frozen
-class CompletionResult:
-    """A finished one-token completion: its ``text``, ``latency_s`` and ``finish_reason``."""
-
-    text: str
-    latency_s: float
-    finish_reason: str | None
 
 
 def classify_health(status: int, body: bytes = b"") -> Health | None:

@@ -31,10 +31,11 @@ from collections.abc import Mapping, Set
 
 import attrs
 
-from .._config.config import ControlMode, InferConfig, ManagedConfig, RestartPolicy, Supervision
+from .._config.config import ControlMode, InferConfig, ManagedConfig
 from .._config.runfile import RunConfig, RunInstance
 from .._config.server_logs import ServerLogs
 from .._config.spec import InferenceSpec
+from .._config.supervision import RestartPolicy, Supervision
 from .._flavor import InferFlavor
 from .admission import resolve_supervision
 

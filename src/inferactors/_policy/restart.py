@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import attrs
 
-from .._config.config import RestartPolicy, RestartType
-from .._events import Diagnosis, FaultKind, StopReason
+from .._config.supervision import RestartPolicy, RestartType
+from .._stop_reasons import Diagnosis, FaultKind, StopReason
 
 _NEVER_RESTARTED = frozenset(
     {

@@ -46,7 +46,7 @@ from __future__ import annotations
 import attrs
 
 from .._errors import RefusalKind
-from .._events import StopReason
+from .._stop_reasons import StopReason
 from .model_routes import unknown_words
 from .residency import Footprint
 from .scheduler_pass import pump, refusal, refuse_waiters, stop_now, without

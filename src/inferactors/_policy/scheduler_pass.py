@@ -7,7 +7,7 @@ from __future__ import annotations
 import attrs
 
 from .._errors import RefusalKind
-from .._events import StopReason
+from .._stop_reasons import StopReason
 from .eviction import FitsAfterEvicting, FitsNow, MustWait, NeverFits, admit, claim
 from .residency import Bytes
 from .scheduler_state import (

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import attrs
 
 from .._errors import RefusalKind
-from .._events import StopReason
+from .._stop_reasons import StopReason
 from .eviction import Hold, Holder, Pin, Target
 from .model_routes import route
 from .residency import Bytes, Footprint

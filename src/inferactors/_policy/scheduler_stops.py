@@ -10,7 +10,7 @@ import math
 import attrs
 
 from .._errors import RefusalKind
-from .._events import StopReason
+from .._stop_reasons import StopReason
 from .scheduler_pass import pump, refusal, refuse_waiters, stop_now, without
 from .scheduler_state import (
     CancelStart,

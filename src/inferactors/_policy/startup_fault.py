@@ -3,11 +3,11 @@
 A server that cannot start says why, last: llama-server ``gguf_init_from_reader: failed to
 read magic``, ``error: invalid argument: --no-such-flag``, ``couldn't bind HTTP server
 socket``; mlx_lm.server a Python traceback ending ``OSError: [Errno 98] Address already in
-use``. `diagnose` reads those lines and returns a `Diagnosis` (``_events``): the `FaultKind`, the
-server's own line that matched, and its last lines. The patterns are the real servers'
-(llama-server of llama-cpp-python 0.3.36 and mlx-lm 0.32.2, run on an empty, truncated and
-random model, an unknown flag, a port taken; and texts from the llama.cpp, Ollama and
-mlx-lm trackers); the transcripts are kept under ``tests/policy/startup_texts/``.
+use``. `diagnose` reads those lines and returns a `Diagnosis` (``_stop_reasons``): the
+`FaultKind`, the server's own line that matched, and its last lines. The patterns are the
+real servers' (llama-server of llama-cpp-python 0.3.36 and mlx-lm 0.32.2, run on an empty,
+truncated and random model, an unknown flag, a port taken; and texts from the llama.cpp,
+Ollama and mlx-lm trackers); the transcripts are kept under ``tests/policy/startup_texts/``.
 
 How a line is read:
 
@@ -37,7 +37,7 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from .._errors import cut
-from .._events import Diagnosis, FaultKind, StopReason
+from .._stop_reasons import Diagnosis, FaultKind, StopReason
 
 LINE_CHARS = 300
 """How much of the server's line a diagnosis quotes (characters)."""

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from .._flavor import InferFlavor
 from .._status import InstanceState, InstanceStatus
 from .matching import lists
-from .probe_parse import Busy, Loading, ServerReport, Unhealthy, Unreachable, Up
+from .probe_report import Busy, Loading, ServerReport, Unhealthy, Unreachable, Up
 
 
 def map_report(

@@ -20,6 +20,10 @@ by its own deadline):
 
 A cut connection is closed: its client sees its reply end early (a chunked body without
 its last chunk), never a complete one.
+
+``TCPServer``, ``WorkerContext`` and ``ConnectionState`` are hypercorn's internals, not its
+public API: ``pyproject.toml`` pins hypercorn's minor version (``0.18.*``) for that reason;
+a new minor version is taken only after this module is checked against it.
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ body (`error_body`).
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import re
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +22,8 @@ from urllib.parse import unquote_to_bytes
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .._policy.browser_guard import browser_refusal
 
 READS = ("GET", "HEAD")
 """The methods that never change anything."""
@@ -127,6 +128,9 @@ class BrowserGuard:
       ``http://<its Host>``, and one with ``Sec-Fetch-Site`` from the same origin (or
       typed by the user: ``none``), else ``403 cross-origin``. A client that is not a
       browser sends neither header and passes (it still needs the token).
+
+    The rule is the front door's (`inferactors._policy.browser_guard.browser_refusal`),
+    reads exempt from the origin checks.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -139,40 +143,22 @@ class BrowserGuard:
                 await _refuse(scope, receive, send, 404, ("not-found", message))
                 return
             headers = dict(scope["headers"])
-            host = headers.get(b"host", b"").decode("latin-1")
-            if not loopback_host(host):
-                message = f"the Host {host!r} is not a loopback address; use 127.0.0.1"
-                await _refuse(scope, receive, send, 403, ("bad-host", message))
-                return
-            if scope["method"] not in READS and not _same_origin(headers, host):
-                message = "a command must come from a page of this address (same origin)"
-                await _refuse(scope, receive, send, 403, ("cross-origin", message))
+            refusal = browser_refusal(
+                _text(headers.get(b"host")),
+                _text(headers.get(b"origin")),
+                _text(headers.get(b"sec-fetch-site")),
+                loopback_only=True,
+                check_origin=scope["method"] not in READS,
+            )
+            if refusal is not None:
+                code = "bad-host" if refusal.header == "Host" else "cross-origin"
+                await _refuse(scope, receive, send, 403, (code, refusal.message))
                 return
         await self.app(scope, receive, send)
 
 
-def loopback_host(host: str) -> bool:
-    """Whether a ``Host`` header value (``127.0.0.1:8765``, ``[::1]:8765``,
-    ``localhost``) names this machine's loopback."""
-    if host.startswith("["):
-        end = host.find("]")
-        name = host[1:end] if end > 0 else ""
-    else:
-        name = host.split(":", 1)[0] if host.count(":") <= 1 else host
-    if name.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
-def _same_origin(headers: dict[bytes, bytes], host: str) -> bool:
-    origin = headers.get(b"origin")
-    if origin is not None and origin.decode("latin-1") != f"http://{host}":
-        return False
-    site = headers.get(b"sec-fetch-site")
-    return site is None or site in (b"same-origin", b"none")
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode("latin-1")
 
 
 class ReadOnly:

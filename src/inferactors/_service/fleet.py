@@ -26,9 +26,10 @@ from .._edges.log_ring import LogLine
 from .._edges.loop_lag import loop_lag
 from .._edges.memory_gauge import MemoryGauge
 from .._errors import InvalidState, UnknownInstance, Unsupported
-from .._events import Event, StopReason, SupervisorCaughtUp, SupervisorOverloaded, instance_of
+from .._events import Event, SupervisorCaughtUp, SupervisorOverloaded, instance_of
 from .._policy import fleet_exit, service_status
 from .._policy.reload_plan import Placement, placements
+from .._stop_reasons import StopReason
 from .drain import Drainer, NoDrain
 from .event_fan import EventFan
 from .fleet_door import DoorDrainer, FleetDoor, open_fleet_door

@@ -33,9 +33,10 @@ from .._config.residency import ResidencySection
 from .._config.runfile import RunConfig
 from .._edges.memory_gauge import MemoryGauge, PsutilGauge
 from .._errors import FrontDoorRefused, InferactorsError, InvalidState, RefusalKind
-from .._events import Event, QueuedRequestRefused, StopReason
+from .._events import Event, QueuedRequestRefused
 from .._policy.residency_rules import slot_rules
 from .._status import InstanceState
+from .._stop_reasons import StopReason
 from .members import Member
 
 

@@ -24,7 +24,7 @@ Errors come in the dialect of the route (`inferactors._policy.dialects`): an unk
 route or method too, and anything unforeseen (500, naming only the exception's type).
 With an API key, every request must carry ``Authorization: Bearer <key>`` (401 in the
 dialect otherwise; compared in constant time). A request a web page sent is refused
-with 403 before anything starts (``_service/browser_guard.py``): another site's ``Origin``
+with 403 before anything starts (``_policy/browser_guard.py``): another site's ``Origin``
 or ``Sec-Fetch-Site``, and on loopback a ``Host`` that is not loopback (DNS rebinding).
 """
 
@@ -42,7 +42,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive
+from starlette.types import ASGIApp
 
 from .._actors.front_door_names import find_model, model_list, unknown_model
 from .._actors.front_door_seam import Grant, ModelEntry, Scheduler
@@ -54,6 +54,7 @@ from .._policy.dialects import Dialect
 from .._policy.ollama_replies import Kind, load_reply, ollama_time
 from .._policy.stream_end import StreamEnd
 from . import front_door_lists as lists
+from .client_gone import cancelled_when_gone
 from .front_door_body import (
     BodyLimits,
     json_content_type,
@@ -122,17 +123,14 @@ class _Door:
         that came as it left is ended at once)."""
         granted: Grant | None = None
         refused: FrontDoorRefused | None = None
-        gone = trio.Event()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_cancel_when_gone, request.receive, nursery.cancel_scope, gone)
+        async with cancelled_when_gone(request.receive) as client:
             try:
                 granted = await self.scheduler.acquire(entry.name)
             except FrontDoorRefused as error:
                 refused = error
-            nursery.cancel_scope.cancel()
         if refused is not None:
             raise refused
-        if granted is not None and gone.is_set():
+        if granted is not None and client.gone:
             granted.done()
             return None
         return granted
@@ -342,13 +340,6 @@ def _with_model(body: bytes, document: dict[str, Any], served_model: str) -> byt
     if served_model:
         changed = {"model": served_model, **changed}
     return json.dumps(changed, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-async def _cancel_when_gone(receive: Receive, scope: trio.CancelScope, gone: trio.Event) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    gone.set()
-    scope.cancel()
 
 
 def front_door_app(

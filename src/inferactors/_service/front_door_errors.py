@@ -9,7 +9,7 @@ answer in the dialect of the route (`inferactors._policy.dialects`).
 - `RequireKey`: with an API key, a request without ``Authorization: Bearer <key>`` is a 401;
 - `RefuseBrowsers`: a request a web page sent (a foreign ``Origin`` or ``Sec-Fetch-Site``,
   or on loopback a ``Host`` that is not loopback: DNS rebinding) is a 403
-  (``_service/browser_guard.py``).
+  (``_policy/browser_guard.py``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._errors import BadRequest, FrontDoorRefused
+from .._policy.browser_guard import browser_refusal
 from .._policy.dialects import Dialect, error_document
-from .browser_guard import browser_refusal
 from .control_app import bearer_token
 from .front_door_body import ClientGone
 from .front_door_relay import refusal_response
@@ -92,14 +92,14 @@ class RefuseBrowsers:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             headers = dict(scope["headers"])
-            why = browser_refusal(
+            refusal = browser_refusal(
                 _text(headers.get(b"host")),
                 _text(headers.get(b"origin")),
                 _text(headers.get(b"sec-fetch-site")),
                 loopback_only=self.loopback_only,
             )
-            if why is not None:
-                body = error_document(dialect_of(scope["path"]), 403, why)
+            if refusal is not None:
+                body = error_document(dialect_of(scope["path"]), 403, refusal.message)
                 await JSONResponse(body, status_code=403)(scope, receive, send)
                 return
         await self.app(scope, receive, send)

@@ -9,19 +9,23 @@ stream cut short closes its connection, which tells the server to stop generatin
 
 `PassThrough` sends the server's answer on as it is:
 
-- a stream (``text/event-stream``, ``application/x-ndjson``) chunk by chunk as each
-  arrives, never buffered, with ``X-Accel-Buffering: no`` so no reverse proxy in front
-  buffers it either. When the server's connection breaks, or ends cleanly without the
-  stream's last event (`inferactors._policy.stream_end`), the client gets one error frame
-  in its dialect (`inferactors._policy.dialects.error_frame`) and nothing after it: never a
-  made-up ``[DONE]``;
+- a stream (``text/event-stream``, ``application/x-ndjson``) frame by frame, each event
+  (or NDJSON line) sent as soon as it is whole (`inferactors._policy.stream_frames`), with
+  ``X-Accel-Buffering: no`` so no reverse proxy in front buffers it either. When the
+  server's connection breaks, or ends cleanly without the stream's last event
+  (`inferactors._policy.stream_end`), the half-received frame is dropped and the client gets
+  one error frame in its dialect (`inferactors._policy.dialects.error_frame`), starting on a
+  frame boundary, and nothing after it: never a made-up ``[DONE]``. A frame longer than
+  `ReplyLimits.max_bytes` ends the stream the same way;
 - any other answer read whole (at most `ReplyLimits.max_bytes`) and then sent with its
   length, so a server that fails halfway gives a clean 502 in the dialect rather than a
   cut body. An error answer whose body is not in the dialect's shape (mlx_lm.server's
   ``{"error": "..."}``) is put in it, with the server's own words.
 
-A server that cannot be reached, or says nothing within the read timeout, is a 502 or a
-504 in the dialect, naming the instance.
+A server that cannot be reached, or ends the connection without an answer, is a 502 in
+the dialect, and one that says nothing within the read timeout a 504, naming the instance
+and the cause. (A request is sent twice only when a kept connection ended before the
+server could read it: `inferactors._edges.upstream`.)
 """
 
 from __future__ import annotations
@@ -41,10 +45,12 @@ from .._actors.front_door_seam import Grant, Upstream
 from .._edges.upstream import UpstreamClients
 from .._errors import BadRequest, FrontDoorRefused, InvalidConfig, cut
 from .._policy.dialects import Dialect, error_document, error_frame
-from .._policy.model_echo import ModelEcho, echo_model
+from .._policy.model_echo import echo_model
 from .._policy.ollama_replies import error_message
 from .._policy.stream_end import StreamEnd, ended_whole
+from .._policy.stream_frames import NDJSON_ENDS, SSE_ENDS, StreamFrames
 from .._safe_json import parse_json
+from .client_gone import cancelled_when_gone
 
 MiB = 1024 * 1024
 STREAM_TYPES = ("text/event-stream", "application/x-ndjson")
@@ -172,10 +178,8 @@ class GrantedAnswer(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_cancel_when_gone, receive, nursery.cancel_scope)
+            async with cancelled_when_gone(receive):
                 await self.answer(send)
-                nursery.cancel_scope.cancel()
         finally:
             await self._close_upstream()
             self.grant.done()
@@ -283,29 +287,37 @@ class PassThrough(GrantedAnswer):
         )
         tail: deque[bytes] = deque(maxlen=TAIL_CHUNKS)
         frame_dialect = _frame_dialect(self.dialect, answer)
-        echo = None if self.model is None else ModelEcho(self.model)
+        frames = StreamFrames(SSE_ENDS if frame_dialect.streams_sse else NDJSON_ENDS)
+        role = self.grant.upstream.role
         try:
             async for chunk in answer.aiter_raw():
-                if chunk:
-                    tail.append(chunk)
-                    body = chunk if echo is None else echo.feed(chunk)
-                    if body:
-                        await send({"type": "http.response.body", "body": body, "more_body": True})
+                tail.append(chunk)
+                if whole := frames.feed(chunk):
+                    await self._pass_on(send, whole)
+                if frames.held > self.limits.max_bytes:
+                    words = f"an event of its stream is longer than {self.limits.max_bytes} bytes"
+                    await _end_with(send, error_frame(frame_dialect, f"model {role!r}: {words}"))
+                    return
         except httpx.TransportError as error:
-            role = self.grant.upstream.role
             words = f"model {role!r}: the server's stream broke off: {_words(error)}"
-            await _end_with(send, _rest(echo) + error_frame(frame_dialect, words))
+            await _end_with(send, error_frame(frame_dialect, words))  # the partial frame dropped
             return
-        if echo is not None and (rest := echo.rest()):
-            await send({"type": "http.response.body", "body": rest, "more_body": True})
+        rest = frames.rest()
         if not ended_whole(self.end, b"".join(tail)):
             words = (
-                f"model {self.grant.upstream.role!r}: the server's stream ended before its "
+                f"model {role!r}: the server's stream ended before its "
                 "last event (the server stopped or died mid-answer)"
             )
-            await _end_with(send, error_frame(frame_dialect, words))
+            await _end_with(send, error_frame(frame_dialect, words))  # the partial frame dropped
             return
+        if rest:
+            await self._pass_on(send, rest)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _pass_on(self, send: Send, frames: bytes) -> None:
+        """Send whole frames of the stream, naming the model the client asked for."""
+        body = frames if self.model is None else echo_model(frames, self.model)
+        await send({"type": "http.response.body", "body": body, "more_body": True})
 
     async def _whole(self, send: Send, answer: httpx.Response) -> None:
         body = await self.read_whole(answer, self.limits)
@@ -324,10 +336,6 @@ class PassThrough(GrantedAnswer):
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-def _rest(echo: ModelEcho | None) -> bytes:
-    return b"" if echo is None else echo.rest()
-
-
 async def send_json(send: Send, status: int, document: object) -> None:
     """Send a whole JSON answer."""
     response = JSONResponse(document, status_code=status)
@@ -338,15 +346,6 @@ async def send_json(send: Send, status: int, document: object) -> None:
 async def _end_with(send: Send, frame: bytes) -> None:
     await send({"type": "http.response.body", "body": frame, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-async def _cancel_when_gone(receive: Receive, scope: trio.CancelScope) -> None:
-    """Cancel ``scope`` once the client disconnects (ASGI ``http.disconnect``)."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            scope.cancel()
-            return
 
 
 def _passed_headers(answer: httpx.Response) -> list[tuple[bytes, bytes]]:
@@ -388,5 +387,9 @@ def _words(error: httpx.TransportError) -> str:
 
 
 def _unreachable(upstream: Upstream, error: httpx.TransportError) -> str:
+    """Why the request got no answer: the server could not be reached, or it was sent (once:
+    `UpstreamClients.open`) and the server ended the connection without an answer."""
     where = f"its server at {upstream.base_url}"
-    return f"model {upstream.role!r}: {where} cannot be reached ({_words(error)})"
+    if isinstance(error, httpx.ConnectError):
+        return f"model {upstream.role!r}: {where} cannot be reached ({_words(error)})"
+    return f"model {upstream.role!r}: {where} did not answer the request ({_words(error)})"

@@ -19,9 +19,10 @@ import trio
 from .._actors.front_door_msgs import ResidencyView
 from .._actors.front_door_seam import Residency
 from .._actors.runtime import InferRuntime, InstanceHandle
-from .._config.config import ControlMode, RestartPolicy
+from .._config.config import ControlMode
 from .._config.runfile import RunInstance
 from .._config.spec import InferenceSpec
+from .._config.supervision import RestartPolicy
 from .._errors import AdmissionRefused, BackendError, InferactorsError, NoVerdict, one_line
 from .._events import Event, StateChanged
 from .._policy.fleet_exit import Place, Standing, adopted_retry_delay_s, down_kind, standing

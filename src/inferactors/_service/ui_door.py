@@ -35,6 +35,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .asgi_worker import serve_asgi
+from .client_gone import cancelled_when_gone
 from .control_access import BearerOnTcp, BrowserGuard, error_body
 from .control_server import _config, _tcp_socket, _wrapped
 from .ui_app import open_to_all
@@ -141,24 +142,13 @@ async def _relay(upstream: httpx.Response, receive: Receive, send: Send) -> None
     """Send ``upstream``'s answer on as it comes; stop when the client leaves."""
     headers = [(k, v) for k, v in upstream.headers.raw if k.lower() not in _HOP]
     await send({"type": "http.response.start", "status": upstream.status_code, "headers": headers})
-    left = False
-    async with trio.open_nursery() as nursery:
-
-        async def until_left() -> None:
-            nonlocal left
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            left = True
-            nursery.cancel_scope.cancel()
-
-        nursery.start_soon(until_left)
+    async with cancelled_when_gone(receive) as client:
         try:
             async for chunk in upstream.aiter_raw():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except httpx.HTTPError:
             pass  # the supervisor went away mid-answer: the answer ends here
-        nursery.cancel_scope.cancel()
-    if not left:
+    if not client.gone:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 

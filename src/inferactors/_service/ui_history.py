@@ -45,8 +45,8 @@ from .._events import (
     ProcessExited,
     RestartFailed,
     RestartScheduled,
-    StopReason,
 )
+from .._stop_reasons import StopReason
 from .views import InstanceView
 
 STEP_S = 5.0

@@ -15,9 +15,10 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import trio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
+
+from .client_gone import cancelled_when_gone
 
 EVENT_STREAM = "text/event-stream"
 
@@ -53,18 +54,7 @@ class EventStream(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
         await send(start)
-        left = False
-        async with trio.open_nursery() as nursery:
-
-            async def until_left() -> None:
-                nonlocal left
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                left = True
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(until_left)
+        async with cancelled_when_gone(receive) as client:
             await self.produce(SseSender(send))
-            nursery.cancel_scope.cancel()
-        if not left:
+        if not client.gone:
             await send({"type": "http.response.body", "body": b"", "more_body": False})

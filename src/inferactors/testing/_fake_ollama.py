@@ -10,7 +10,8 @@ expiry, slow loads and lingering.
 
 Faults (`FakeOllamaConfig`, read at each use, so a test may replace ``fake.config``): a
 slow load, a load that fails with an error text (FC-19's runner timeout), a model that
-lingers in ``/api/ps`` after an unload (FC-21), models already loaded by "someone else".
+lingers in ``/api/ps`` after an unload (FC-21), models already loaded by "someone else", a
+stream cut after so many bytes (inside a line).
 A load whose client disconnects before it finishes is aborted and leaves nothing loaded
 (FC-18). Every request is recorded in ``fake.requests``.
 
@@ -32,7 +33,7 @@ from typing import Any
 import h11
 import trio
 
-from ._fake_ollama_api import FakeOllama, FakeOllamaConfig, FakeReply, FakeRequest
+from ._fake_ollama_api import NDJSON, FakeOllama, FakeOllamaConfig, FakeReply, FakeRequest
 
 __all__ = [
     "FakeOllama",
@@ -98,7 +99,8 @@ async def _exchange_all(
         reply = await _respond_unless_gone(fake, connection, stream, request, body)
         if reply is None:
             return  # the client disconnected first: nobody to answer
-        await _send(connection, stream, reply, head=request.method == b"HEAD")
+        cut = fake.config.cut_stream_after
+        await _send(connection, stream, reply, head=request.method == b"HEAD", cut_stream_after=cut)
         if connection.our_state is not h11.DONE or connection.their_state is not h11.DONE:
             return
         connection.start_next_cycle()
@@ -138,15 +140,30 @@ async def _cancel_on_eof(
 
 
 async def _send(
-    connection: h11.Connection, stream: trio.SocketStream, reply: FakeReply, *, head: bool
+    connection: h11.Connection,
+    stream: trio.SocketStream,
+    reply: FakeReply,
+    *,
+    head: bool,
+    cut_stream_after: int | None = None,
 ) -> None:
-    headers = [("content-type", reply.content_type), ("content-length", str(len(reply.body)))]
+    """Send ``reply``: a stream (NDJSON) in HTTP chunks as Ollama does, anything else with
+    its length; a stream cut after ``cut_stream_after`` bytes of its body ends there (no
+    last chunk), and the caller closes the connection."""
+    streamed = reply.content_type == NDJSON
+    length = [] if streamed else [("content-length", str(len(reply.body)))]
+    headers = [("content-type", reply.content_type), *length]
     reason = _REASONS.get(reply.status, "")
     response = h11.Response(status_code=reply.status, headers=headers, reason=reason)
     events: list[h11.Event] = [response]
-    if not head:
-        events.append(h11.Data(data=reply.body))
-    events.append(h11.EndOfMessage())
+    body = reply.body
+    cut = streamed and cut_stream_after is not None and cut_stream_after < len(body)
+    if cut:
+        body = body[:cut_stream_after]
+    if not head and body:
+        events.append(h11.Data(data=body))
+    if not cut:
+        events.append(h11.EndOfMessage())
     for event in events:
         await stream.send_all(connection.send(event) or b"")
 

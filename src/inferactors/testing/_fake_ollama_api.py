@@ -30,6 +30,8 @@ CLOUD_HOST = "https://ollama.com:443"
 
 _WORDS = ("Hello", " from", " the", " fake", " Ollama", ".")
 _JSON = "application/json; charset=utf-8"
+NDJSON = "application/x-ndjson"
+"""The content type of Ollama's streamed answers (one JSON document a line)."""
 
 
 @attrs.frozen
@@ -49,6 +51,8 @@ class FakeOllamaConfig:
         preloaded_keep_alive: their keep_alive (forever by default).
         cloud: cloud models (``"gpt-oss:120b-cloud"``): pulled, listed by ``/api/tags`` with
             `CLOUD_HOST` as ``remote_host`` and their name as ``remote_model``.
+        cut_stream_after: send only this many bytes of each streamed (NDJSON) answer's body,
+            then close the connection: Ollama killed mid-answer, possibly inside a line.
     """
 
     models: tuple[str, ...] = ("tiny:latest",)
@@ -61,6 +65,7 @@ class FakeOllamaConfig:
     preloaded: tuple[str, ...] = ()
     preloaded_keep_alive: str | int = -1
     cloud: tuple[str, ...] = ()
+    cut_stream_after: int | None = None
 
 
 @attrs.frozen
@@ -346,7 +351,7 @@ def _json(status: int, document: object) -> FakeReply:
 
 def _ndjson(documents: list[dict[str, object]]) -> FakeReply:
     lines = "".join(json.dumps(document) + "\n" for document in documents)
-    return FakeReply(200, lines.encode(), "application/x-ndjson")
+    return FakeReply(200, lines.encode(), NDJSON)
 
 
 def _openai_error(status: int, message: str) -> FakeReply:

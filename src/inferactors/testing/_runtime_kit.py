@@ -17,8 +17,9 @@ import attrs
 
 from .._actors.runtime import InferRuntime
 from .._actors.serving import open_runtime
-from .._config.config import InferConfig, ManagedConfig, RestartPolicy
+from .._config.config import InferConfig, ManagedConfig
 from .._config.spec import InferenceSpec, ServeArgs
+from .._config.supervision import RestartPolicy
 from .._flavor import InferFlavor
 from .._models.registry import ModelRegistry
 from ._fake_launch import write_fake_server_program

@@ -28,10 +28,11 @@ import trio
 from ..._config.config import InferConfig
 from ..._edges.bundle import Edges, ProbeTimed
 from ..._errors import UnknownInstance
-from ..._events import Event, ProcessExited, StopReason
+from ..._events import Event, ProcessExited
 from ..._models.registry import ModelRegistry
 from ..._policy.admission import Plan
 from ..._status import InstanceStatus
+from ..._stop_reasons import StopReason
 from ..mailbox import Crash, Crashed, Mailbox, ScopeGroup, StatusSlot, scoped
 from ..messages import ReplyTo, answer, refuse
 from .effects import (
@@ -57,14 +58,14 @@ from .effects import (
     WatchProcess,
 )
 from .exposure import ExposureWatch
-from .messages import Probed, ShutdownDone, SpawnFailed
+from .messages import NOTHING_SEEN, Probed, Seen, ShutdownDone, SpawnFailed
 from .probing import Probing
 from .process_life import ProcessLife
 from .progress import report_loading
 from .state import Setup, State
 from .status import status_of
-from .step import CRASH_GRACE_S as CRASH_GRACE_S
-from .step import NOTHING_SEEN, Message, Seen, step
+from .step import Message, step
+from .stopping import CRASH_GRACE_S as CRASH_GRACE_S
 
 EMERGENCY_GRACE_S = 5.0
 """Grace for a server still running when the actor is torn down without an unload."""

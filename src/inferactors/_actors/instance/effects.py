@@ -190,3 +190,6 @@ Effect = (
     | CloseDown
     | EndActor
 )
+
+Effects = list[Effect]
+"""The effects one step has asked for so far, in order."""

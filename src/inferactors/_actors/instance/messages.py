@@ -1,5 +1,6 @@
-"""The instance actor's internal messages: what its workers post back to its loop (pure
-values; the rules that apply them are ``step.py``; a crash arrives as `mailbox.Crashed`)."""
+"""The instance actor's internal messages: what its workers post back to its loop, and
+what the loop read of the live world as it took a message (`Seen`) (pure values; the rules
+that apply them are ``step.py`` and ``verdicts.py``; a crash arrives as `mailbox.Crashed`)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ import attrs
 from ..._edges.capture import RunEvidence
 from ..._edges.process import ManagedProcess
 from ..._errors import InferactorsError
-from ..._events import Diagnosis
 from ..._policy.exposure import Exposure
 from ..._policy.health_truth import Confirmation
-from ..._policy.probe_parse import ServerReport
+from ..._policy.probe_report import ServerReport
+from ..._stop_reasons import Diagnosis
 from ..messages import ReplyTo
 from .pins import PinHold, PinnedLaunch
 
@@ -169,3 +170,21 @@ Internal = (
     | WatchdogResult
     | DeepHealthDone
 )
+
+
+@attrs.frozen
+class Seen:
+    """What the actor read of the live world as it took a message: the rules never read a
+    process or a channel themselves."""
+
+    running: bool = True
+    """The current process's exit has not been noticed yet (`ManagedProcess.running`)."""
+    fatal: Diagnosis | None = None
+    """The fatal start-up line the current process printed (`LineWatch.fatal`)."""
+    gone: frozenset[object] = frozenset()
+    """The callers (reply channels) that gave up: of the message, and of the start under
+    way (`caller_gone`: the caller closed its end)."""
+
+
+NOTHING_SEEN = Seen()
+"""A message taken with a live process, no caller gone and no fatal line."""

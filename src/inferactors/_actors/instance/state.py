@@ -15,7 +15,7 @@ Three parts:
 
 Live facts that only trio objects know (whether a process still runs, which callers gave
 up) are not read here: the actor reads them as it takes a message and hands them to
-`step` (`step.Seen`).
+`step` (`messages.Seen`).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ import attrs
 from ..._config.config import ControlMode
 from ..._edges.capture import RunEvidence
 from ..._edges.process import ManagedProcess
-from ..._events import Diagnosis, StopReason
 from ..._flavor import InferFlavor
 from ..._policy.admission import Plan
 from ..._policy.health_truth import Confirmation
 from ..._status import InstanceState, InstanceStatus
+from ..._stop_reasons import Diagnosis, StopReason
 from ..mailbox import Crash
 from ..messages import ReplyTo, Stop
 from .pins import PinHold

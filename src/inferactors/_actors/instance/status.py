@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import attrs
 
-from ..._events import StopReason
-from ..._policy.probe_parse import Busy, Loading, ServerReport, Unhealthy, Unreachable, Up
+from ..._policy.probe_report import Busy, Loading, ServerReport, Unhealthy, Unreachable, Up
 from ..._policy.restart import CONFIG_ERROR
 from ..._status import InstanceState, InstanceStatus
+from ..._stop_reasons import StopReason
 from .state import State
 
 _REASON_WORDS = {

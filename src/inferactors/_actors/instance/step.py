@@ -1,5 +1,5 @@
 """Every decision of the instance actor: ``step(state, message, now, seen)`` (pure; no
-trio, no I/O).
+trio, no I/O), and the rules of its commands, of its process's life and of a crash.
 
 The actor (``actor.py``) takes one message at a time, calls `step`, keeps the new `State`
 and carries out the `Effect` values in order (llama-swap's router: its scheduler returns,
@@ -8,7 +8,10 @@ the run loop acts). Nothing else writes the state, and nothing here waits or sig
 A message is a command (``_actors/messages.py``: start, stop, restart, status, health,
 deep health, annotate, shutdown), a worker's result (``messages.py``) or `Crashed`. What
 the rules need of the live world (does the process still run, did a caller give up) the
-actor reads as it takes the message and hands over as `Seen`.
+actor reads as it takes the message and hands over as `Seen` (``messages.py``). What the
+watching tasks report (a probe, the readiness deadline, the watchdog, an exposure, a
+changed model file) is judged by ``verdicts.py``; every stop goes through
+`stopping.stop_process`.
 
 The rules, in the order they win:
 
@@ -25,13 +28,9 @@ The rules, in the order they win:
   crashed meanwhile (stopped, reason ``error``).
 * Exited/Stopped: counted once per process, with the pending stop's reason, else a crash
   (or a start-up failure, when its output says why).
-* A probe's report: see `judge_report`, one rule per line, in order.
-* Holds: a server found listening beyond loopback, or whose verified model file changed,
-  is stopped and held down (never restarted); a start-up fault, a missed readiness
-  deadline (moved on by the time our own late loop lost in its window, given back from
-  the moment it caught up), a failing
-  watchdog and a long unhealthy spell stop it. A watchdog check that
-  gave no verdict (our own loop ran late) counts for nothing.
+* A probe's report: see `verdicts.judge_report`, one rule per comment, in order.
+* Holds: see ``verdicts.py`` (exposure, a changed model file, a start-up fault, the
+  readiness deadline, the watchdog, a long unhealthy spell).
 * Crashed: a managed server is stopped with reason ``error`` (restarted by the supervisor
   under its policy); a start under way is aborted once spawned; a stop under way keeps its
   reason; an adopted server is only marked.
@@ -46,29 +45,10 @@ import attrs
 from ..._edges.capture import RunEvidence
 from ..._edges.process import ManagedProcess
 from ..._errors import InvalidState, UnknownInstance, Unsupported
-from ..._events import (
-    DeepHealthFailed,
-    DeepHealthPassed,
-    Diagnosis,
-    ExposureDetected,
-    FaultKind,
-    ImpostorDetected,
-    ModelTampered,
-    ProcessExited,
-    ProcessStarted,
-    StopReason,
-)
-from ..._policy.health_truth import (
-    confirmed_status,
-    refused_detail,
-    slow_detail,
-    worth_confirming,
-)
-from ..._policy.lateness import Lateness, gives_no_verdict
-from ..._policy.probe_parse import Loading, Unhealthy, Unreachable, serving
+from ..._events import ModelTampered, ProcessExited, ProcessStarted
 from ..._policy.startup_fault import read_exit
-from ..._policy.status import map_ollama_report, map_report
 from ..._status import InstanceState, InstanceStatus
+from ..._stop_reasons import StopReason
 from ..mailbox import Crash, Crashed
 from ..messages import (
     Annotate,
@@ -82,7 +62,7 @@ from ..messages import (
     Start,
     Stop,
 )
-from . import status
+from . import verdicts
 from .effects import (
     Answer,
     AnswerStatus,
@@ -91,21 +71,19 @@ from .effects import (
     CloseDown,
     ConfirmAdopted,
     Effect,
+    Effects,
     Emit,
     EndActor,
     EndProcessWatch,
     ForgetWatches,
-    NoteProbeTime,
     Refuse,
     Spawn,
-    StartWatchdog,
-    StopReadingLines,
     Terminate,
-    TimeReadiness,
     WatchAdopted,
     WatchProcess,
 )
 from .messages import (
+    NOTHING_SEEN,
     Confirmed,
     DeepHealthDone,
     Exited,
@@ -114,6 +92,7 @@ from .messages import (
     PinChanged,
     Probed,
     ReadinessExpired,
+    Seen,
     ShutdownDone,
     Spawned,
     SpawnFailed,
@@ -122,58 +101,15 @@ from .messages import (
     WatchdogResult,
 )
 from .state import State, StopCaller
-
-CRASH_GRACE_S = 3.0
-"""Grace for a server stopped because its instance crashed (as for a health kill)."""
-
-ABANDONED_GRACE_S = 5.0
-"""SIGTERM grace for the server of a start every caller gave up on."""
-
-EXPOSURE_GRACE_S = 3.0
-"""Grace for a server stopped for listening beyond loopback."""
-
-HEALTH_KILL_GRACE_S = 3.0
-"""Grace for a server killed by the deep-health watchdog or for staying unhealthy."""
-
-TAMPERED_GRACE_S = 3.0
-"""Grace for a server stopped because a verified model file changed while it served."""
-
-STARTUP_FAULT_GRACE_S = 0.5
-"""Grace for a starting server that printed a fault it hangs on, or shows a configuration
-error while it lives: stopped within 1 s of the line (mlx_lm.server whose bind failed
-ignores SIGTERM and gets SIGKILL)."""
-
-UNHEALTHY_KILL_AFTER_S = 3.0
-"""How long a ready managed server may stay unhealthy (every probe) before it is killed."""
-
-MISBOUND_SETTLE_S = 1.0
-"""How long a starting managed server must keep listening only on the other address family
-(two socket-table reads at least) before it is stopped as a configuration error: a server
-that binds ``::1`` a moment before 127.0.0.1 is not one (float seconds)."""
-
-
-@attrs.frozen
-class Seen:
-    """What the actor read of the live world as it took a message: the rules never read a
-    process or a channel themselves."""
-
-    running: bool = True
-    """The current process's exit has not been noticed yet (`ManagedProcess.running`)."""
-    fatal: Diagnosis | None = None
-    """The fatal start-up line the current process printed (`LineWatch.fatal`)."""
-    gone: frozenset[object] = frozenset()
-    """The callers (reply channels) that gave up: of the message, and of the start under
-    way (`caller_gone`: the caller closed its end)."""
-
-
-NOTHING_SEEN = Seen()
-"""A message taken with a live process, no caller gone and no fatal line."""
+from .stopping import (
+    ABANDONED_GRACE_S,
+    CRASH_GRACE_S,
+    STARTUP_FAULT_GRACE_S,
+    stop_process,
+)
 
 Message = InstanceCommand | Internal | Crashed
 """Everything the instance actor's inbox carries."""
-
-Effects = list[Effect]
-"""The effects one step has asked for so far, in order."""
 
 
 def step(
@@ -280,7 +216,7 @@ def _on_stop(state: State, command: Stop, out: Effects) -> State:
         return state
     callers = (*state.stop_callers, StopCaller(state.process, command.reply))
     state = attrs.evolve(state, stop_callers=callers)
-    return _stop_process(state, command.reason, command.grace_s, out)
+    return stop_process(state, command.reason, command.grace_s, out)
 
 
 def _stop_between_runs(state: State, command: Stop, last: RunEvidence, out: Effects) -> State:
@@ -305,15 +241,6 @@ def _on_shutdown(state: State, command: Shutdown, out: Effects) -> State:
     return state
 
 
-def _stop_process(state: State, reason: StopReason, grace_s: float, out: Effects) -> State:
-    """Stop the process for ``reason`` with ``grace_s`` seconds between TERM and KILL,
-    unless there is none or a stop is already under way (whose reason is kept)."""
-    if state.process is None or state.stop_reason is not None:
-        return state
-    out.append(Terminate(state.process, grace_s))
-    return attrs.evolve(state, stop_reason=reason)
-
-
 # Results posted by workers.
 
 
@@ -329,21 +256,23 @@ def _apply(state: State, message: Internal, now: float, seen: Seen, out: Effects
             state = _on_exited(state, message.process, message.evidence, now, seen, out)
             return _answer_stop(state, message.process, message.evidence, out)
         case Probed():
-            return _on_probed(state, message, now, seen, out)
+            return verdicts.on_probed(state, message, now, seen, out)
         case ExposureFound():
-            return _on_exposure(state, message.process, message.exposure.describe(), now, out)
+            return verdicts.on_exposure(
+                state, message.process, message.exposure.describe(), now, out
+            )
         case PinChanged():
-            return _on_pin_changed(state, message, now, out)
+            return verdicts.on_pin_changed(state, message, now, out)
         case StartupFault():
             if message.process is state.process and not state.findings.ready_once:
-                return _stop_process(state, StopReason.STARTUP_FAILURE, STARTUP_FAULT_GRACE_S, out)
+                return stop_process(state, StopReason.STARTUP_FAILURE, STARTUP_FAULT_GRACE_S, out)
         case ReadinessExpired():
-            return _on_readiness_expired(state, message, now, out)
+            return verdicts.on_readiness_expired(state, message, now, out)
         case WatchdogResult():
-            return _on_watchdog(state, message, now, out)
+            return verdicts.on_watchdog(state, message, now, out)
         case DeepHealthDone():
             if message.process is state.process:
-                return _passed(state, message.ttft_s, now, out)
+                return verdicts.passed(state, message.ttft_s, now, out)
         case Confirmed():
             state = attrs.evolve(state, wanted=True)  # watched: a crash restarts the watching
             if not state.adopted_watch:  # its watchdog starts with this watch
@@ -387,7 +316,7 @@ def _on_spawned(state: State, message: Spawned, seen: Seen, out: Effects) -> Sta
         state = _on_stop(state, stop, out)
     if abandoned and not stops:  # nobody waits for it: stopped at once, as by a stop
         state = attrs.evolve(state, wanted=False)
-        state = _stop_process(state, StopReason.REQUESTED, ABANDONED_GRACE_S, out)
+        state = stop_process(state, StopReason.REQUESTED, ABANDONED_GRACE_S, out)
     if crash is not None:
         state = _stop_for_crash(state, crash, out)
     return state
@@ -478,252 +407,6 @@ def _answer_stop(
     return attrs.evolve(state, stop_callers=rest)
 
 
-# What the watching tasks report.
-
-
-def _on_probed(state: State, message: Probed, now: float, seen: Seen, out: Effects) -> State:
-    """Apply a probe's report, or its exposure."""
-    exposure = message.exposure
-    if exposure is not None and not state.managed:
-        state = _on_adopted_exposure(state, exposure.describe(), now, out)
-    if exposure is not None and message.process is not None:
-        return _on_exposure(state, message.process, exposure.describe(), now, out)
-    if message.process is state.process and not (state.managed and state.process is None):
-        return judge_report(state, message, now, seen, out)
-    return state
-
-
-def judge_report(state: State, probed: Probed, now: float, seen: Seen, out: Effects) -> State:
-    """One probe's report of the current process (or of the adopted server): every rule,
-    in the order it wins. Rules 3 to 6 make the probe's verdict (`Findings.mapped`), on
-    which `status.status_of` lays its own rules."""
-    setup, found, report = state.setup, state.findings, probed.report
-    health, who = report.health, setup.instance_id
-    # 1. A report of a process that just died is dropped: its exit is on the way. So is a
-    #    report that gives no verdict (our own loop ran late, `ServerReport.no_verdict`):
-    #    however many come, nothing is judged; the next probe made on time judges.
-    if (state.process is not None and not seen.running) or report.no_verdict:
-        return state
-    # 2. A listener on our port that is not our process is an impostor (said once); one
-    #    that is ours clears it.
-    impostor, identity_ok = found.impostor, found.identity_ok
-    if probed.owner_ok is False and impostor is None:
-        impostor = f"impostor: port {setup.port} is held by pid {probed.owner_pid}, not our server"
-        out.append(Emit(ImpostorDetected(who, probed.owner_pid, impostor, now)))
-    elif probed.owner_ok is True:
-        identity_ok, impostor = True, None
-    # 3. The server's own word: ``/health`` and the model list (`map_report`; an adopted
-    #    Ollama by Ollama's rules). A silent server that answered before went away.
-    answered = found.answered or not isinstance(health, Unreachable)
-    alive = (state.process is not None and seen.running) or not state.managed
-    mapped = map_report(
-        report,
-        model=setup.listed_names,
-        alive=alive,
-        adopted=not state.managed,
-        answered=answered,
-        stopped=probed.stopped,
-    )
-    out.append(NoteProbeTime(report.latency_s, now))
-    if setup.ollama_tag is not None:
-        mapped = map_ollama_report(report, tag=setup.ollama_tag, adopted=True)
-    # 4. A completion that checks a failed ``/health``: it works ("...; completions
-    #    work"), is under way ("...; checking ..."), or failed too (said after the verdict).
-    confirmation = found.confirmation
-    if serving(health) or isinstance(health, Loading):
-        confirmation = None
-    elif probed.confirmation is not None:
-        confirmation = probed.confirmation
-    worked = found.completions_worked
-    if confirmation is not None and not confirmation.pending:
-        worked = confirmation.works
-    truth = confirmed_status(health, confirmation)
-    if truth is not None:
-        mapped = truth
-    elif confirmation is not None and worth_confirming(health):
-        detail = f"{mapped.detail}; completions fail too ({confirmation.why})"
-        mapped = attrs.evolve(mapped, detail=detail)
-    # 5. The port listening only on the other address family is said at once ("" from
-    #    the monitor: it looked and found nothing wrong; None: the last verdict stands).
-    misbound = found.misbound
-    if not isinstance(health, Unreachable):
-        misbound = None
-    elif probed.misbound is not None:
-        misbound = probed.misbound or None
-    if misbound is not None:
-        mapped = InstanceStatus(InstanceState.DEGRADED, misbound)
-    # 6. A request refused for want of the right API key is said at once.
-    refused = report.refused
-    refused = None if refused is None else refused_detail(refused, key_sent=setup.key_sent)
-    if refused is not None:
-        mapped = InstanceStatus(InstanceState.DEGRADED, refused)
-    state = state.with_findings(
-        mapped=mapped,
-        last_probe=status.probe_words(report),
-        first_token=probed.first_token if probed.first_token is not None else found.first_token,
-        answered=answered,
-        impostor=impostor,
-        identity_ok=identity_ok,
-        confirmation=confirmation,
-        completions_worked=worked,
-        misbound=misbound,
-        refused=refused,
-    )
-    # 7. A configuration error a starting managed server shows while it lives (it refuses
-    #    our requests, or stays misbound for `MISBOUND_SETTLE_S`) stops it: a start-up
-    #    failure that its exit reports, not a crash loop.
-    state = _note_config_fault(state, now)
-    if state.findings.live_fault is not None and not state.findings.ready_once:
-        state = _stop_process(state, StopReason.STARTUP_FAILURE, STARTUP_FAULT_GRACE_S, out)
-    # 8. A deep health this probe measured (first token, confirmation) is published.
-    if probed.ttft_s is not None:
-        state = _passed(state, probed.ttft_s, now, out)
-    # 9. Ready (up, listing our model, ours, one token back; an adopted server: Running):
-    #    the first time, its output is no longer read and its watchdog starts.
-    if status.ready(state) or (not state.managed and mapped.state is InstanceState.RUNNING):
-        state = _on_ready(state, out)
-    # 10. A ready managed server unhealthy for `UNHEALTHY_KILL_AFTER_S` is killed, unless
-    #     completions work around it.
-    return _note_health(state, health, now, out)
-
-
-def _note_config_fault(state: State, now: float) -> State:
-    """Rule 7's bookkeeping: only while a managed process starts (never once ready)."""
-    found = state.findings
-    if not state.managed or state.process is None or found.ready_once:
-        return state
-    since = found.misbound_since
-    if found.misbound is None:
-        since = None
-    elif since is None:
-        since = now
-    fault = found.live_fault
-    if found.refused is not None:
-        fault = Diagnosis(FaultKind.REFUSES_REQUESTS, found.refused)
-    elif found.misbound is not None and now - (since or now) >= MISBOUND_SETTLE_S:
-        fault = Diagnosis(FaultKind.WRONG_ADDRESS_FAMILY, found.misbound)
-    return state.with_findings(misbound_since=since, live_fault=fault)
-
-
-def _on_ready(state: State, out: Effects) -> State:
-    if state.findings.ready_once:
-        return state
-    process = state.process
-    if process is not None:
-        out.append(StopReadingLines(process))  # Running: output no longer read line by line
-    watching = state.process_watch if process is not None else state.adopted_watch
-    if state.setup.watchdog_failures is not None and watching:
-        out.append(StartWatchdog(process))
-    return state.with_findings(ready_once=True)
-
-
-def _note_health(state: State, health: object, now: float, out: Effects) -> State:
-    """Rule 10: a server that was ready turning unhealthy (not loading: e.g. mlx_lm.server
-    whose generation thread died) is killed once it stayed so `UNHEALTHY_KILL_AFTER_S`."""
-    found = state.findings
-    confirmed = found.confirmation is not None and found.confirmation.why is None
-    unhealthy = state.managed and found.ready_once and isinstance(health, Unhealthy)
-    if not unhealthy or confirmed:  # completions work (or are being checked): not killed
-        if found.unhealthy_since is None:
-            return state
-        return state.with_findings(unhealthy_since=None)
-    assert isinstance(health, Unhealthy)
-    since = found.unhealthy_since if found.unhealthy_since is not None else now
-    state = state.with_findings(unhealthy_since=since)
-    lasted = now - since
-    if lasted < UNHEALTHY_KILL_AFTER_S:
-        return state
-    state = state.with_findings(health_failed=f"unhealthy for {lasted:.1f} s: {health.why}")
-    return _stop_process(state, StopReason.HEALTH_KILL, HEALTH_KILL_GRACE_S, out)
-
-
-def _passed(state: State, ttft_s: float, now: float, out: Effects) -> State:
-    """A deep health passed: publish its time to first token, note whether it was slow."""
-    out.append(Emit(DeepHealthPassed(state.setup.instance_id, ttft_s, now)))
-    slow = slow_detail(ttft_s, state.setup.slow_after_s)
-    return state.with_findings(ttft_s=ttft_s, slow=slow, completions_worked=True)
-
-
-def _on_readiness_expired(
-    state: State, message: ReadinessExpired, now: float, out: Effects
-) -> State:
-    """A server not ready by its deadline is killed (grace 0), unless our own loop lost
-    more than `LATE_S` of the window (we could not watch it meanwhile: `LATE_S` in
-    ``_policy/lateness.py``): then it gets the time lost back, from now that we watch it
-    again, and the deadline is judged anew. Time is given back for at most one more whole
-    window (the kill comes by ``2 * timeout_s`` after the spawn at the latest): a loop
-    that keeps stalling would otherwise keep a server that never loads starting for ever,
-    its memory held and every request for it waiting in vain."""
-    if message.process is not state.process or state.findings.ready_once:
-        return state
-    overdue = now - message.process.started_at >= 2 * message.timeout_s
-    if not overdue and gives_no_verdict(Lateness(stalled_s=message.lost_s)):
-        deadline = now + message.lost_s
-        out.append(TimeReadiness(message.process, message.timeout_s, deadline))
-        return state
-    return _stop_process(state, StopReason.READINESS_TIMEOUT, 0.0, out)
-
-
-def _on_watchdog(state: State, message: WatchdogResult, now: float, out: Effects) -> State:
-    """Count a watchdog check; stop the process once the failures in a row reach the
-    limit (an adopted server is only marked). A check that gave no verdict (our own loop
-    ran late) is neither: nothing is counted, reset or said."""
-    limit = state.setup.watchdog_failures
-    if message.process is not state.process or limit is None or message.no_verdict:
-        return state
-    found, why = state.findings, message.why
-    if why is None:
-        state = state.with_findings(health_failures=0, health_failed=None)
-    else:
-        failures = found.health_failures + 1
-        state = state.with_findings(health_failures=failures, completions_worked=False)
-        if failures >= limit:
-            state = state.with_findings(health_failed=f"deep health failed {failures} times: {why}")
-    if message.ttft_s is not None:
-        state = _passed(state, message.ttft_s, now, out)
-    if why is not None:
-        failures = state.findings.health_failures
-        out.append(Emit(DeepHealthFailed(state.setup.instance_id, failures, why, now)))
-        if failures >= limit and state.process is not None:
-            state = _stop_process(state, StopReason.HEALTH_KILL, HEALTH_KILL_GRACE_S, out)
-    return state
-
-
-def _on_exposure(
-    state: State, process: ManagedProcess, detail: str, now: float, out: Effects
-) -> State:
-    """A managed server found listening beyond loopback is stopped and stays stopped until
-    reload."""
-    if process is not state.process or state.exposed is not None:
-        return state
-    out.append(Emit(ExposureDetected(state.setup.instance_id, detail, now)))
-    state = attrs.evolve(state, exposed=detail, wanted=False)
-    return _stop_process(state, StopReason.EXPOSURE, EXPOSURE_GRACE_S, out)
-
-
-def _on_adopted_exposure(state: State, detail: str, now: float, out: Effects) -> State:
-    """An adopted server's exposure is reported (each new finding once), never acted on."""
-    if state.exposed == detail:
-        return state
-    note = f"{detail} (reported only: inferactors never signals an adopted server)"
-    out.append(Emit(ExposureDetected(state.setup.instance_id, note, now)))
-    return attrs.evolve(state, exposed=detail)
-
-
-def _on_pin_changed(state: State, message: PinChanged, now: float, out: Effects) -> State:
-    """A verified file changed under the running server: what a tampered spawn does
-    (`ModelTampered`, held down until re-registration or reload), and the server is stopped
-    (stop reason ``tampered``: never restarted, never counted)."""
-    if message.process is not state.process or state.held is not None:
-        return state
-    error = message.hold.error
-    out.append(
-        Emit(ModelTampered(state.setup.instance_id, error.model, error.shard, error.why, now))
-    )
-    state = attrs.evolve(state, held=message.hold, wanted=False)
-    return _stop_process(state, StopReason.TAMPERED, TAMPERED_GRACE_S, out)
-
-
 # A crash (the mailbox emitted `InstanceCrashed`, cancelled the watching workers and
 # answered their callers).
 
@@ -746,4 +429,4 @@ def _stop_for_crash(state: State, crash: Crash, out: Effects) -> State:
         return state  # nothing runs, or a stop is under way: its reason stands
     detail = f"crashed ({crash.describe()}); stopping its server"
     state = state.with_findings(mapped=InstanceStatus(InstanceState.DEGRADED, detail))
-    return _stop_process(state, StopReason.ERROR, CRASH_GRACE_S, out)
+    return stop_process(state, StopReason.ERROR, CRASH_GRACE_S, out)

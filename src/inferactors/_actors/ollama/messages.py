@@ -9,7 +9,7 @@ import attrs
 
 from ..._errors import InferactorsError
 from ..._policy.ollama_parse import LoadedModel, same_tag
-from ..._policy.probe_parse import Health, ServerReport, Unreachable
+from ..._policy.probe_report import Health, ServerReport, Unreachable
 from ..._status import InstanceStatus
 from ..messages import ReplyTo
 

@@ -11,7 +11,7 @@ import attrs
 
 from ..._errors import InferactorsError
 from ..._policy.ollama_parse import OllamaLoadTimeout, same_tag
-from ..._policy.probe_parse import ServerReport, Up
+from ..._policy.probe_report import ServerReport, Up
 from ..._policy.status import map_report
 from ..._status import InstanceState, InstanceStatus
 from .messages import Survey

@@ -27,13 +27,7 @@ from ..._edges.ollama_client import OllamaApi, OllamaClient
 from ..._edges.probe import ProbeFailure, failure_health
 from ..._errors import BackendError, DeepHealthTimeout, InferactorsError
 from ..._policy.ollama_parse import LoadedModel, OllamaModel, same_tag
-from ..._policy.probe_parse import (
-    CompletionResult,
-    ServerReport,
-    Unhealthy,
-    Unreachable,
-    Up,
-)
+from ..._policy.probe_report import CompletionResult, ServerReport, Unhealthy, Unreachable, Up
 from ..._status import InstanceStatus
 from ..mailbox import post
 from ..messages import ReplyTo, answer, refuse
