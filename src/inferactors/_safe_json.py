@@ -59,8 +59,12 @@ class _Refused:
         self.why = why
 
 
-def parse_json(text: str | bytes) -> object:
+def parse_json(text: str | bytes, *, in_steps: bool = False) -> object:
     """Parse untrusted JSON text (bytes must be UTF-8) into plain Python values.
+
+    ``in_steps``: the depth scan walks the brackets one match at a time (slower, but it
+    lets other threads run between matches: for a large body parsed in a worker thread,
+    so the event loop's thread is never held for the whole scan).
 
     Raises:
         NotJson: text that is not UTF-8 or not JSON (an `InvalidConfig`).
@@ -73,7 +77,10 @@ def parse_json(text: str | bytes) -> object:
             text = text.decode("utf-8")
         except UnicodeDecodeError as error:
             raise NotJson(f"not UTF-8 text (byte {error.start})") from None
-    _check_depth(text)
+    if in_steps:
+        _check_depth_in_steps(text)
+    else:
+        _check_depth(text)
     refused: list[_Refused] = []
     decoder = json.JSONDecoder(
         object_pairs_hook=lambda pairs: _object(pairs, refused),
@@ -151,6 +158,17 @@ def _check_depth(text: str) -> None:
             raise InvalidConfig(
                 f"JSON nested deeper than {MAX_DEPTH} levels at line {line}, column {column}"
             )
+
+
+def _check_depth_in_steps(text: str) -> None:
+    """`_check_depth`, one bracket at a time (`parse_json`'s ``in_steps``)."""
+    offset = _deep_offset(text)
+    if offset:
+        line = text.count("\n", 0, offset) + 1
+        column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+        raise InvalidConfig(
+            f"JSON nested deeper than {MAX_DEPTH} levels at line {line}, column {column}"
+        )
 
 
 def _deep_offset(text: str) -> int:

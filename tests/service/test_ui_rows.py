@@ -8,7 +8,10 @@ import pytest
 
 from inferactors._actors.front_door_msgs import ResidencyView
 from inferactors._actors.front_door_seam import Residency
+from inferactors._cli.control import shown_state
+from inferactors._config.convert_api import api_data
 from inferactors._edges.tree_usage import TreeUsage
+from inferactors._policy import service_status
 from inferactors._service.ui_history import UiHistory
 from inferactors._service.ui_rows import DISPLAY_STATES, display_state, door_summary, row
 from inferactors._service.views import InstanceView
@@ -24,8 +27,16 @@ def view(
     mode: str = "managed",
     refused: str | None = None,
     residency: ResidencyView | None = None,
+    on_demand: bool = False,
 ) -> InstanceView:
-    return InstanceView("chat", "infer.llamacpp", mode, "chat-1", status, refused, residency)
+    """A view as the fleet makes it (`Member.view`): its display state from the policy."""
+    stopping = residency is not None and residency.residency is Residency.STOPPING
+    shown = service_status.display_state(
+        status, adopted=mode == "adopted", refused=refused, on_demand=on_demand, stopping=stopping
+    )
+    return InstanceView(
+        "chat", "infer.llamacpp", mode, "chat-1", status, refused, residency, display_state=shown
+    )
 
 
 def resident(
@@ -43,14 +54,16 @@ def resident(
         (InstanceStatus(D, "loading model", pid=1), {}, "starting"),
         (InstanceStatus(D, "slow: first token in 12 s", pid=1), {}, "degraded"),
         (InstanceStatus(E, stop_reason="crash", supervision="restarting in 2.0 s"), {}, "backoff"),
-        (InstanceStatus(E, stop_reason="crash"), {}, "backoff"),  # heard before its restart
         (InstanceStatus(E, stop_reason="requested"), {}, "stopped"),
-        (InstanceStatus(L), {}, "stopped"),  # loaded, never started (on demand)
+        (InstanceStatus(L), {"on_demand": True}, "idle"),  # on demand, never started
+        (InstanceStatus(E, stop_reason="evicted"), {"on_demand": True}, "idle"),
+        (InstanceStatus(E, stop_reason="crash", exit_code=-9), {"on_demand": True}, "idle"),
+        (InstanceStatus(E, stop_reason="requested"), {"on_demand": True}, "stopped"),
         (InstanceStatus(E, supervision="gave up: restart budget spent (5 of 5)"), {}, "fatal"),
         (InstanceStatus(E, stop_reason="tampered"), {}, "fatal"),
         (InstanceStatus(E, stop_reason="exposure"), {}, "fatal"),
         (InstanceStatus(L), {"refused": "unknown model 'x'"}, "fatal"),
-        (InstanceStatus(U, "not answering"), {"mode": "adopted"}, "gone"),
+        (InstanceStatus(U, "not answering"), {"mode": "adopted"}, "unknown"),
         (InstanceStatus(E), {"mode": "adopted"}, "gone"),
         (
             InstanceStatus(R, "server up", pid=1),
@@ -59,9 +72,14 @@ def resident(
         ),
     ],
 )
-def test_the_display_state(status: InstanceStatus, options: dict[str, object], shown: str) -> None:
+def test_the_page_shows_the_display_state_the_cli_shows(
+    status: InstanceStatus, options: dict[str, object], shown: str
+) -> None:
+    one = view(status, **options)  # type: ignore[arg-type]
     assert shown in DISPLAY_STATES
-    assert display_state(view(status, **options)) == shown  # type: ignore[arg-type]
+    assert display_state(one) == shown
+    assert display_state(one) == one.display_state.value  # `inferactors status`'s word
+    assert shown_state(api_data(one)) == shown
 
 
 def test_a_row_has_what_the_page_shows_and_the_usage_of_the_process_shown() -> None:

@@ -7,6 +7,7 @@
     # host = "::1"             # any loopback address
     # api_key_file = "front-door.key"
     # max_body_bytes = 33554432
+    # bodies_at_once = 64
     # body_timeout_s = 60.0
     # connect_timeout_s = 5.0
     # read_timeout_s = 600.0
@@ -47,6 +48,8 @@ class FrontDoorConfig:
         api_key_file: a file holding the key clients must send as a bearer token (one line,
             mode 0600, owned by the supervisor's user).
         max_body_bytes: the largest request body read, bytes.
+        bodies_at_once: how many request bodies are read and parsed at once (more: 503 at
+            once); together they may hold at most 8 * ``max_body_bytes`` bytes.
         body_timeout_s: how long a request body may take to arrive, float seconds.
         connect_timeout_s: how long connecting to a server may take, float seconds.
         read_timeout_s: how long a server may stay silent (before its first byte, or
@@ -58,6 +61,7 @@ class FrontDoorConfig:
     allow_beyond_loopback: bool = False
     api_key_file: Path | None = None
     max_body_bytes: int = MAX_BODY_BYTES
+    bodies_at_once: int = 64
     body_timeout_s: float = 60.0
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 600.0
@@ -75,6 +79,8 @@ class FrontDoorConfig:
         self._check_host(field)
         if self.max_body_bytes <= 0:
             raise InvalidConfig(f"{field}.max_body_bytes must be positive")
+        if self.bodies_at_once <= 0:
+            raise InvalidConfig(f"{field}.bodies_at_once must be positive")
         for name in ("body_timeout_s", "connect_timeout_s", "read_timeout_s"):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):

@@ -81,7 +81,8 @@ def display_state(
     is starting or loading, else DEGRADED; Loaded is IDLE when on demand (or an Ollama
     model not resident) and not being loaded, else STARTING; Exited is STOPPED after a
     stop on purpose or a clean exit (status 0), IDLE after the scheduler stopped an
-    on-demand instance, else FATAL (a failure nothing will restart); Unknown is UNKNOWN.
+    on-demand instance or a failure of one (a crash while idle: the next request starts
+    it), else FATAL (a failure nothing will restart); Unknown is UNKNOWN.
     """
     supervision = status.supervision or ""
     state = status.state
@@ -129,7 +130,9 @@ def _by_state(status: InstanceStatus, on_demand: bool) -> DisplayState:
         clean = reason in (None, "crash") and status.exit_code == 0
         if reason in _STOPPED_ON_PURPOSE or clean:
             return DisplayState.STOPPED
-        return DisplayState.FATAL
+        # on demand, nothing restarts a crashed server, and nothing needs to: the next
+        # request starts it (its crash stays in its status's detail and exit code)
+        return DisplayState.IDLE if on_demand else DisplayState.FATAL
     return DisplayState.UNKNOWN
 
 

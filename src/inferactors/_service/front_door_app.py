@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 import attrs
@@ -57,11 +58,11 @@ from .client_gone import cancelled_when_gone
 from .front_door_body import (
     BodyLimits,
     json_content_type,
-    json_object,
     model_name,
     read_body,
 )
 from .front_door_errors import EXCEPTION_HANDLERS, RefuseBrowsers, RequireKey, dialect_of
+from .front_door_intake import Intake, IntakeLimits
 from .front_door_metrics import MODEL_KEY, FrontDoorMetrics, Measured
 from .front_door_relay import Outbound, PassThrough, ReplyLimits
 from .front_door_translate import Shape, Translated
@@ -77,10 +78,12 @@ _UPSTREAM_DROPPED = frozenset(
 
 @attrs.frozen
 class FrontDoorLimits:
-    """What the front door reads from clients and servers (`BodyLimits`, `ReplyLimits`)."""
+    """What the front door reads from clients and servers (`BodyLimits`, `ReplyLimits`), and
+    how many bodies at once (`IntakeLimits`)."""
 
     body: BodyLimits = BodyLimits()  # noqa: RUF009  (frozen value)
     reply: ReplyLimits = ReplyLimits()  # noqa: RUF009  (frozen value)
+    intake: IntakeLimits = IntakeLimits()  # noqa: RUF009  (frozen value)
 
 
 @attrs.frozen
@@ -101,19 +104,17 @@ class _Door:
         self.scheduler = scheduler
         self.clients = clients
         self.limits = limits
+        self.intake = Intake(limits.intake)
 
     # ---- the steps every request takes ----------------------------------------------------
 
     async def read(self, request: Request) -> _Asked:
         arrived_at = trio.current_time()
         json_content_type(request)
-        body = await read_body(request, self.limits.body)
-        document = json_object(body)
-        entries = self.scheduler.models()
-        name = model_name(document, model_list(entries))
-        entry = find_model(entries, name)
-        if entry is None:
-            raise unknown_model(entries, name)
+        with self.intake.admit() as holding:
+            body = await read_body(request, self.limits.body, holding.take)
+            entries = self.scheduler.models()
+            document, (name, entry) = await self.intake.parse(body, partial(_named, entries))
         request.scope.setdefault("state", {})[MODEL_KEY] = entry.name
         return _Asked(body, document, name, entry, arrived_at)
 
@@ -180,7 +181,8 @@ class _Door:
         if entry is None:
             raise unknown_model(entries, name)
         request.scope.setdefault("state", {})[MODEL_KEY] = entry.name
-        body = await read_body(request, self.limits.body)
+        with self.intake.admit() as holding:
+            body = await read_body(request, self.limits.body, holding.take)
         grant = await self.grant(request, entry)
         if grant is None:
             return Response(status_code=499)
@@ -285,6 +287,20 @@ class _Door:
 
     async def ollama_version(self, request: Request) -> Response:
         return JSONResponse(lists.version())
+
+
+def _named(entries: Sequence[ModelEntry], document: dict[str, Any]) -> tuple[str, ModelEntry]:
+    """The model ``document`` names, and its entry (pure: run where the body is parsed).
+
+    Raises:
+        BadRequest: as `model_name`.
+        FrontDoorRefused: 404, an unknown model.
+    """
+    name = model_name(document, model_list(entries))
+    entry = find_model(entries, name)
+    if entry is None:
+        raise unknown_model(entries, name)
+    return name, entry
 
 
 def _now() -> str:

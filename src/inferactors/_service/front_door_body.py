@@ -18,6 +18,7 @@ text) is refused with 415 before the body is read.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -63,8 +64,11 @@ def json_content_type(request: Request) -> None:
     raise BadRequest(f"Content-Type {shown(media)} is not JSON: send application/json", status=415)
 
 
-async def read_body(request: Request, limits: BodyLimits) -> bytes:
-    """The whole body of ``request`` (module docstring).
+async def read_body(
+    request: Request, limits: BodyLimits, take: Callable[[int], None] | None = None
+) -> bytes:
+    """The whole body of ``request`` (module docstring); ``take`` is told the size of each
+    chunk as it comes (it may refuse it by raising, ``front_door_intake.Holding.take``).
 
     Raises:
         BadRequest: 413 (too large, by ``Content-Length`` or as read), 408 (not all there
@@ -86,6 +90,8 @@ async def read_body(request: Request, limits: BodyLimits) -> bytes:
                     size += len(chunk)
                     if size > limits.max_bytes:
                         raise _too_large(limits, f"more than {limits.max_bytes} bytes sent")
+                    if take is not None:
+                        take(len(chunk))
                     chunks.append(chunk)
         except ClientDisconnect:
             raise ClientGone() from None
@@ -103,8 +109,9 @@ def _too_large(limits: BodyLimits, what: str) -> BadRequest:
     )
 
 
-def json_object(body: bytes) -> dict[str, Any]:
-    """``body`` read as a JSON object by the safe parser.
+def json_object(body: bytes, *, in_steps: bool = False) -> dict[str, Any]:
+    """``body`` read as a JSON object by the safe parser (``in_steps``: as `parse_json`'s,
+    for a body parsed in a worker thread).
 
     Raises:
         BadRequest: 400: empty, not JSON (line and column), too deep, a duplicate key, a
@@ -113,7 +120,7 @@ def json_object(body: bytes) -> dict[str, Any]:
     if not body.strip():
         raise BadRequest("the request body is empty: send a JSON object")
     try:
-        document = parse_json(body)
+        document = parse_json(body, in_steps=in_steps)
     except InvalidConfig as error:
         raise BadRequest(f"the request body is not valid JSON: {error}") from None
     if not isinstance(document, dict):

@@ -32,11 +32,16 @@ from .control_server import BACKLOG, NoBanner
 from .control_token import read_token
 from .front_door_app import FrontDoorLimits, front_door_app
 from .front_door_body import BodyLimits
+from .front_door_intake import IntakeLimits
 from .front_door_metrics import FrontDoorMetrics
 
 GRACE_S = 1.0
 """How long requests under way may take once the front door was told to stop, float
 seconds (a stream still running then is cut; its client sees the connection end)."""
+
+HELD_BODIES = 8
+"""The request bodies being read at once hold at most this many times ``max_body_bytes``
+together (``_service/front_door_intake.py``)."""
 
 log = logging.getLogger("inferactors.front_door")
 log.addFilter(NoBanner())
@@ -135,7 +140,12 @@ async def serve_front_door(
     clients = UpstreamClients(
         connect_timeout_s=config.connect_timeout_s, read_timeout_s=config.read_timeout_s
     )
-    limits = FrontDoorLimits(body=BodyLimits(config.max_body_bytes, config.body_timeout_s))
+    limits = FrontDoorLimits(
+        body=BodyLimits(config.max_body_bytes, config.body_timeout_s),
+        intake=IntakeLimits(
+            bodies=config.bodies_at_once, held_bytes=HELD_BODIES * config.max_body_bytes
+        ),
+    )
     try:
         hyper = _hypercorn_config()
         asgi = cast(

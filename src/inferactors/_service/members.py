@@ -30,7 +30,7 @@ from .._policy.lateness import deferred_delay_s
 from .._policy.probe_schedule import phase_of
 from .._policy.readiness import Readiness
 from .._policy.reload_plan import Placement
-from .._policy.service_status import display_state
+from .._policy.service_status import DisplayState, display_state
 from .._status import InstanceState, InstanceStatus
 from .hosts import RuntimeHost, Say
 from .views import InstanceView, ReadyView
@@ -43,6 +43,10 @@ SETTLE_S = 0.001
 so the event's log line comes first."""
 
 _STARTING = InstanceStatus(InstanceState.LOADED, "loading")
+_STARTABLE = frozenset(
+    {DisplayState.IDLE, DisplayState.STARTING, DisplayState.STOPPING, DisplayState.BACKOFF}
+)
+"""Display states of an on-demand instance that a request starts (or waits for)."""
 
 
 class Keeper(Protocol):
@@ -139,16 +143,31 @@ class Member:
         return Place(self.standing(), required, down_kind(self.status, self.refused))
 
     def ready_view(self) -> ReadyView:
-        """Its line of ``/readyz``."""
+        """Its line of ``/readyz``: ready when it serves (`Readiness`), or when it is on
+        demand and a request would start it (`startable`)."""
         readiness = self.readiness
-        why = None if readiness.ready else (self.refused or readiness.why)
+        ready = readiness.ready or self.startable()
+        why = None if ready else (self.refused or readiness.why)
         return ReadyView(
             self.name,
-            readiness.ready,
+            ready,
             self.placement.entry.required,
             self.status.state.value,
             why,
         )
+
+    def startable(self) -> bool:
+        """Whether it is on demand and the front door starts it for the next request (or
+        is starting or swapping it): idle (never started, evicted, stopped by its idle
+        TTL, crashed while idle), starting, or a scheduler's stop under way. Not when
+        refused, given up, held down, or stopped by an operator (requests are refused
+        until a start)."""
+        if not self.on_demand or self.refused is not None or self.handle is None:
+            return False
+        if self.stopping > 0:
+            return False
+        shown = display_state(self.status, on_demand=True)
+        return shown in _STARTABLE
 
     def held_down(self) -> bool:
         """Whether only a reload brings it back (refused, given up, held down)."""

@@ -13,6 +13,12 @@ headers (its token, cookies, ``Origin``) are not forwarded: on the socket, the s
 knows the door as its own user. Any other path is ``404 not-found``, and no query string
 is forwarded (the page sends none).
 
+Live streams (the page's event stream, an instance's log stream) go over a client of their
+own, at most `MAX_STREAMS` at once (one more is refused 503 at once, saying so), so open
+tabs never take the connections the page's commands need; a command the supervisor does
+not answer is a 502 naming the socket, and one this door cannot send (its own connections
+all busy) a 503 saying that.
+
 The door is served like the control API (``asgi_worker.serve_asgi``): a client that stops
 reading cannot hold a write for ever, and Ctrl-C cuts every connection at once.
 """
@@ -40,6 +46,8 @@ PREFIX = "/ui"
 CONNECT_S = 10.0
 """How long the supervisor has to answer a forwarded request (its headers), float seconds;
 a body (a stream) may then take as long as it runs."""
+MAX_STREAMS = 64
+"""Live streams forwarded at once (each tab holds one; two with an instance's log open)."""
 _PASSED = frozenset({b"content-type", b"content-length"})
 """The request headers forwarded to the supervisor."""
 _HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length"})
@@ -47,11 +55,16 @@ _HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-
 
 
 class _Forward:
-    """The ASGI app that forwards ``/ui`` requests to the supervisor over ``client``."""
+    """The ASGI app that forwards ``/ui`` requests to the supervisor: commands and the
+    page over ``commands``, live streams over ``streams`` (module docstring)."""
 
-    def __init__(self, client: httpx.AsyncClient, socket_path: Path) -> None:
-        self.client = client
+    def __init__(
+        self, commands: httpx.AsyncClient, streams: httpx.AsyncClient, socket_path: Path
+    ) -> None:
+        self.commands = commands
+        self.streams = streams
         self.socket_path = socket_path
+        self.streaming = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -59,22 +72,43 @@ class _Forward:
             return
         if scope["type"] != "http":
             return
-        request = Request(scope, receive)
         path = forwarded_path(scope.get("raw_path") or scope["path"].encode())
         if path is None:
             refusal = error_body("not-found", "only the web page is served here")
-            answer = JSONResponse(refusal, status_code=404)
-            await answer(scope, receive, send)
+            await JSONResponse(refusal, status_code=404)(scope, receive, send)
             return
-        headers = [(k, v) for k, v in scope["headers"] if k.lower() in _PASSED]
-        outgoing = self.client.build_request(
-            scope["method"],
-            path,
-            headers=headers,
-            content=await request.body(),
-        )
+        if not _streams(path):
+            await self.forward(self.commands, path, scope, receive, send)
+            return
+        if self.streaming >= MAX_STREAMS:
+            message = (
+                f"inferactors ui relays {self.streaming} live streams already, its bound "
+                f"({MAX_STREAMS}: one per open tab, two with a log open): close a tab"
+            )
+            await JSONResponse(error_body("busy", message), status_code=503)(scope, receive, send)
+            return
+        self.streaming += 1
         try:
-            upstream = await self.client.send(outgoing, stream=True)
+            await self.forward(self.streams, path, scope, receive, send)
+        finally:
+            self.streaming -= 1
+
+    async def forward(
+        self, client: httpx.AsyncClient, path: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """Send the request on over ``client`` and relay the answer as it comes."""
+        headers = [(k, v) for k, v in scope["headers"] if k.lower() in _PASSED]
+        body = await Request(scope, receive).body()
+        outgoing = client.build_request(scope["method"], path, headers=headers, content=body)
+        try:
+            upstream = await client.send(outgoing, stream=True)
+        except httpx.PoolTimeout:
+            message = (
+                f"inferactors ui's own connections to the supervisor at {self.socket_path} "
+                f"were all in use for {CONNECT_S:g} s (the supervisor was not asked)"
+            )
+            await JSONResponse(error_body("busy", message), status_code=503)(scope, receive, send)
+            return
         except httpx.HTTPError as error:
             why = str(error) or type(error).__name__
             message = f"the supervisor at {self.socket_path} did not answer: {why}"
@@ -85,6 +119,12 @@ class _Forward:
             await _relay(upstream, receive, send)
         finally:
             await upstream.aclose()
+
+
+def _streams(path: str) -> bool:
+    """Whether ``path`` (a forwarded one) is a live stream: the page's event stream, or an
+    instance's log stream."""
+    return path == "/ui/api/stream" or path.endswith("/logs")
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:
@@ -112,10 +152,14 @@ async def _relay(upstream: httpx.Response, receive: Receive, send: Send) -> None
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-def ui_door_app(client: httpx.AsyncClient, socket_path: Path, token: str) -> ASGIApp:
-    """The door's ASGI app (module docstring) over ``client``, a client of the supervisor's
-    socket at ``socket_path``."""
-    return BrowserGuard(BearerOnTcp(_Forward(client, socket_path), token, open_to_all))
+def ui_door_app(
+    commands: httpx.AsyncClient, streams: httpx.AsyncClient, socket_path: Path, token: str
+) -> ASGIApp:
+    """The door's ASGI app (module docstring) over two clients of the supervisor's socket
+    at ``socket_path``: ``commands`` for the page and its commands, ``streams`` for live
+    streams."""
+    forward = _Forward(commands, streams, socket_path)
+    return BrowserGuard(BearerOnTcp(forward, token, open_to_all))
 
 
 async def serve_ui_door(
@@ -135,13 +179,18 @@ async def serve_ui_door(
     listener = _tcp_socket(host, port)
     named = f"[{host}]" if ":" in host else host
     address = f"http://{named}:{listener.getsockname()[1]}{PREFIX}/"
-    transport = httpx.AsyncHTTPTransport(uds=str(socket_path))
     timeout = httpx.Timeout(CONNECT_S, read=None)
-    try:
-        async with httpx.AsyncClient(
+
+    def client(limits: httpx.Limits) -> httpx.AsyncClient:
+        transport = httpx.AsyncHTTPTransport(uds=str(socket_path), limits=limits)
+        return httpx.AsyncClient(
             transport=transport, timeout=timeout, base_url="http://inferactors"
-        ) as client:
-            app = _wrapped(ui_door_app(client, socket_path, token))
+        )
+
+    streams_limits = httpx.Limits(max_connections=MAX_STREAMS, max_keepalive_connections=0)
+    try:
+        async with client(httpx.Limits()) as commands, client(streams_limits) as streams:
+            app = _wrapped(ui_door_app(commands, streams, socket_path, token))
             serving = partial(serve_asgi, app, _config(), [listener], trio.sleep_forever)
             async with trio.open_nursery() as nursery:
                 await nursery.start(serving)

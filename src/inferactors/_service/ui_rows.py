@@ -13,49 +13,21 @@ from typing import Any
 from .._actors.front_door_seam import Residency
 from .._config.convert_api import api_data
 from .._errors import one_line
-from .._policy.fleet_exit import Standing, standing
-from .._policy.service_status import condition
+from .._policy.service_status import DisplayState
 from .._status import InstanceState
 from .ui_history import UiHistory
 from .views import InstanceView
 
-DISPLAY_STATES = (
-    "starting", "running", "degraded", "backoff", "stopped", "stopping", "fatal", "gone"
-)  # fmt: skip
+DISPLAY_STATES = tuple(shown.value for shown in DisplayState)
 """The words an operator acts on, each with its own colour on the page."""
-
-_WORDS = {"running": "running", "restarting": "backoff", "starting": "starting"}
-_CRASHES = frozenset({"crash", "start-up failure", "readiness timeout", "health kill", "error"})
 
 
 def display_state(view: InstanceView) -> str:
-    """One of `DISPLAY_STATES` for ``view``: ``fatal`` (refused, gave up, held down),
-    ``stopping`` (the front door drains or stops it), ``backoff`` (a restart is pending,
-    or a crashed server not yet rescheduled), ``gone`` (an adopted server that does not
-    answer), ``stopped`` (stopped by an operator or the front door, or not started yet),
-    else ``running``, ``starting`` or ``degraded``.
-
-    The page derives it here from `InstanceView.status`, in this one place.
-    """
-    status = view.status
-    if standing(status, view.refused) is Standing.DOWN:
-        return "fatal"
-    if view.residency is not None and view.residency.residency is Residency.STOPPING:
-        return "stopping"
-    word = condition(status)
-    if word in _WORDS:
-        return _WORDS[word]
-    if word == "degraded":
-        return "degraded"
-    if view.mode == "adopted" and status.state in (InstanceState.EXITED, InstanceState.UNKNOWN):
-        return "gone"
-    if status.state is InstanceState.EXITED and status.stop_reason in _CRASHES:
-        return "backoff"
-    if status.state is InstanceState.UNKNOWN:
-        return "degraded"
-    if status.state is InstanceState.LOADED and status.detail == "loading":
-        return "starting"  # its first load is under way
-    return "stopped"
+    """``view``'s display state as ``inferactors status`` and the control API show it
+    (`InstanceView.display_state`, derived in ``_policy/service_status.py``): one of
+    `DISPLAY_STATES`; the page shows the same word (an on-demand instance a request starts
+    is ``idle``, never ``stopped``)."""
+    return view.display_state.value
 
 
 def row(view: InstanceView, history: UiHistory) -> dict[str, Any]:
