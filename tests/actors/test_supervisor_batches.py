@@ -12,7 +12,7 @@ from functools import partial
 import trio
 import trio.testing
 
-from inferactors import StateChanged
+from inferactors import Event, StateChanged
 from inferactors._actors.messages import ListInstances, Subscribe, call
 from inferactors._actors.supervisor import Supervisor
 from inferactors._status import InstanceState
@@ -80,4 +80,37 @@ async def test_commands_queued_together_are_answered_in_a_few_passes(
         passes = await passes_until(done, 4 * QUEUED)
         assert answered == [()] * QUEUED
         assert passes < QUEUED / 4
+        nursery.cancel_scope.cancel()
+
+
+async def test_no_event_an_actor_emits_is_dropped_however_far_behind_the_supervisor_is(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Its decisions come from the events (an exit is a restart): thousands queued before
+    the supervisor serves all reach it, in order, none refused at the channel."""
+    supervisor = Supervisor.create()
+    queued = 5_000
+    for number in range(queued):  # the supervisor is not serving: nothing drains them
+        supervisor.events.send_nowait(
+            StateChanged(f"s{number}", InstanceState.LOADED, InstanceState.RUNNING, "", 0.0)
+        )
+    async with trio.open_nursery() as nursery:
+        streams: list[trio.MemoryReceiveChannel[Event]] = []
+
+        async def subscribe() -> None:
+            streams.append(await call(supervisor.inbox, partial(Subscribe, queued + 10)))
+
+        nursery.start_soon(subscribe)
+        await trio.testing.wait_all_tasks_blocked()  # queued in the inbox: answered first
+        await nursery.start(supervisor.serve)
+        await trio.testing.wait_all_tasks_blocked()
+        [events] = streams
+        got: list[str] = []
+        with trio.fail_after(60):
+            async for event in events:
+                if isinstance(event, StateChanged):
+                    got.append(event.instance_id)
+                if len(got) == queued:
+                    break
+        assert got == [f"s{n}" for n in range(queued)]
         nursery.cancel_scope.cancel()

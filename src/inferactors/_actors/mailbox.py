@@ -209,11 +209,13 @@ class Mailbox:
             self._nursery.cancel_scope.cancel()
 
     def emit(self, event: Event) -> None:
-        """Send ``event`` to the supervisor without ever waiting for it."""
+        """Send ``event`` without ever waiting for it. The supervisor's channel has no
+        bound (`supervisor.EVENT_BUFFER`), so there it is dropped only when the supervisor
+        is gone; a bounded channel given to `create` (the front door's) drops it when full."""
         try:
             self._events.send_nowait(event)
         except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
-            pass  # the supervisor is gone or swamped; the actor never waits for it
+            pass  # gone, or a bounded outlet is full: the actor never waits for it
 
     def report(self, status: InstanceStatus) -> None:
         """Publish ``status`` to the slot (always: uptime, probes and notes move on), and

@@ -17,6 +17,7 @@ as crashed and forgotten, never taking the supervisor with it.
 
 from __future__ import annotations
 
+import math
 import random as random_module
 from collections.abc import Callable
 from functools import partial
@@ -86,7 +87,14 @@ class Actor(Protocol):
 
 
 INBOX_SIZE = 64
-EVENT_BUFFER = 1024
+EVENT_BUFFER = math.inf
+"""The actors' event channel to the supervisor holds every event: the supervisor's own
+decisions are made from them (a `ProcessExited` is a restart, a `StateChanged` refills a
+budget), so one dropped because the channel was full would leave a server down for good.
+Actors never wait to emit (`Mailbox.emit`), and the relay drains every queued event at
+each pass (`_relay_events`), so what is queued is what our own late loop has not yet
+reached. Subscribers' buffers stay bounded: what a slow subscriber misses is counted and
+told to it (`subscribers.py`)."""
 UNLOAD_GRACE_S = 5.0
 """Grace given to a managed server stopped by an unload."""
 
