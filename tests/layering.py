@@ -30,7 +30,16 @@ from pathlib import Path
 import attrs
 
 VOCABULARY = frozenset(
-    {"_errors", "_events", "_flavor", "_safe_json", "_status", "_untrusted_file", "_version"}
+    {
+        "_atomic_file",
+        "_errors",
+        "_events",
+        "_flavor",
+        "_safe_json",
+        "_status",
+        "_untrusted_file",
+        "_version",
+    }
 )
 """Top-level modules every layer may import: the shared vocabulary."""
 
