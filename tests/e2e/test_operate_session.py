@@ -33,9 +33,25 @@ def test_the_operate_session_runs_as_the_readme_shows(
     for step, (_, output) in zip(steps, shown, strict=True):
         expected_status = 1 if output and output[0].startswith("503 ") else 0
         assert step.status == expected_status, step
-        assert normalized(step.output, ports) == normalized(output), step
+        assert normalized(step.output, ports) == normalized(output), _evidence(step, server_dir)
     _assert_reload_kept_pids(steps)
     _assert_metrics_parse(steps)
+
+
+def _evidence(step: Step, where: Path) -> str:
+    """The step, then the supervisor's log and each server's last lines: what a failed
+    comparison needs to be understood (a server that exited says why there)."""
+    parts = [repr(step), "--- run.log", _tail(where / "run.log", 60)]
+    for log in sorted((where / "state" / "logs").glob("*.log")):
+        parts += [f"--- {log.name}", _tail(log, 25)]
+    return "\n".join(parts)
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as error:
+        return f"({error})"
 
 
 def _pids(step: Step) -> dict[str, str]:

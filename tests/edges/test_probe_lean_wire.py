@@ -236,3 +236,25 @@ async def test_a_refused_connect_after_our_pacer_waited_is_a_verdict_at_once(
     assert not health.overloaded
     assert "refused" in health.why.lower()
     assert trio.current_time() - started == pytest.approx(3.0, abs=0.01)  # the pacer only
+
+
+async def test_two_gets_at_once_keep_one_connection_and_close_the_other() -> None:
+    """The wire keeps one connection: a second one, opened while the first was busy, is
+    closed when its reply is in, never dropped open for the collector to find."""
+    opened: list[trio.SocketStream] = []
+    async with keepalive_server() as server:
+        connect = tcp_connect("127.0.0.1", server.port)
+
+        async def recording() -> trio.abc.Stream:
+            stream = await connect()
+            assert isinstance(stream, trio.SocketStream)
+            opened.append(stream)
+            return stream
+
+        async with ProbeClient.open(server.base_url, timeout_s=2.0, connect=recording) as probe:
+            async with trio.open_nursery() as nursery:
+                for path in ("/health", "/v1/models"):
+                    nursery.start_soon(probe.get, path)
+            assert len(opened) == 2
+            assert sorted(stream.socket.fileno() == -1 for stream in opened) == [False, True]
+        assert all(stream.socket.fileno() == -1 for stream in opened)  # aclose: the kept one

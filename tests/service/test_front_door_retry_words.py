@@ -35,8 +35,8 @@ class _Refusing:
 
 
 def _chat(url: str) -> None:
-    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=2)
-    client.chat.completions.create(model="big", messages=[{"role": "user", "content": "hi"}])
+    with openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=2) as client:
+        client.chat.completions.create(model="big", messages=[{"role": "user", "content": "hi"}])
 
 
 async def test_never_fits_is_sent_once_by_the_openai_client() -> None:

@@ -51,7 +51,8 @@ def _openai(fake: FakeServer, retries: int) -> openai.OpenAI:
 
 def _chat(fake: FakeServer, retries: int) -> str:
     """One chat completion through the OpenAI client (sync: run it in a thread)."""
-    reply = _openai(fake, retries).chat.completions.create(model="tiny", messages=MESSAGES)
+    with _openai(fake, retries) as client:  # closed: no socket left to the collector
+        reply = client.chat.completions.create(model="tiny", messages=MESSAGES)
     return reply.choices[0].message.content or ""
 
 
@@ -142,12 +143,14 @@ async def test_a_stream_cut_after_n_bytes_ends_with_an_error_not_a_finish() -> N
 
         def read_stream() -> list[str]:
             said = []
-            stream = _openai(fake, 0).chat.completions.create(
-                model="tiny", messages=MESSAGES, stream=True
-            )
-            for chunk in stream:
-                if chunk.choices and chunk.choices[0].delta.content:
-                    said.append(chunk.choices[0].delta.content)
+            with _openai(fake, 0) as client:
+                stream = client.chat.completions.create(
+                    model="tiny", messages=MESSAGES, stream=True
+                )
+                with stream:
+                    for chunk in stream:
+                        if chunk.choices and chunk.choices[0].delta.content:
+                            said.append(chunk.choices[0].delta.content)
             return said
 
         with pytest.raises((httpx.RemoteProtocolError, openai.APIError)):

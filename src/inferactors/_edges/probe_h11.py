@@ -228,11 +228,11 @@ class H11Wire:
             status, data, keep = await _exchange_on(conn, event, body)
             return status, data
         finally:
-            if keep and not self._closed and event.method == b"GET":
+            if keep and not self._closed and event.method == b"GET" and self._kept is None:
                 conn.h11.start_next_cycle()
                 conn.idle_since = trio.current_time()
                 self._kept = conn
-            else:
+            else:  # a second connection is never kept over the first: closed, not dropped
                 await trio.aclose_forcefully(conn.stream)
 
     def _request(
