@@ -147,7 +147,16 @@ async def loaded_path(stack: AsyncExitStack, directory: Path) -> Call:
     handle = await runtime.load(chat_spec(free_port()))
     status = runtime.status(handle)
     assert status.state is InstanceState.LOADED, status
-    return lambda: runtime.status(handle)
+    return _call(lambda: runtime.status(handle))
+
+
+def _call(read: Callable[[], object]) -> Call:
+    """A plain status read (no message, no wait) as a `Call`, timed like the others."""
+
+    async def call() -> object:
+        return read()
+
+    return call
 
 
 async def running(stack: AsyncExitStack, config: InferConfig, port: int) -> InferRuntime:
@@ -166,8 +175,8 @@ async def running_paths(stack: AsyncExitStack, ws: Workspace, port: int) -> dict
     adopted = await running(stack, InferConfig.adopted(InferFlavor.LLAMACPP), port)
     (ours,), (theirs,) = await managed.instances(), await adopted.instances()
     paths: dict[str, Call] = {
-        "managed": lambda: managed.status(ours),
-        "adopted": lambda: adopted.status(theirs),
+        "managed": _call(lambda: managed.status(ours)),
+        "adopted": _call(lambda: adopted.status(theirs)),
     }
     statuses = getattr(managed, "statuses", None)
     if statuses is not None:

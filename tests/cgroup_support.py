@@ -5,7 +5,9 @@ lists the reason in the test output)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,13 +38,39 @@ def made_cgroup() -> Iterator[Path]:
         remove_tree(path)
 
 
+KILL_WAIT_S = 2.0
+"""How long `kill` waits for a cgroup to empty, seconds."""
+
+
+def kill(cgroup: ServerCgroup, wait_s: float = KILL_WAIT_S) -> bool:
+    """SIGKILL every member of ``cgroup`` (and whatever they fork meanwhile: its
+    `ServerCgroup.request_kill`); whether it is empty within ``wait_s`` seconds. Blocking:
+    the tests' cleanup (the runtime never waits like this)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        if not cgroup.members():
+            return True
+        cgroup.request_kill()
+        if time.monotonic() >= deadline:
+            return not cgroup.members()
+        time.sleep(0.01)
+
+
+def enter_self(fd: int) -> None:
+    """In a child started by a test (``preexec_fn``, between fork and exec): move this
+    process into the cgroup whose ``cgroup.procs`` ``fd`` is (`ServerCgroup.procs_fd`), as
+    the exec helper (``spawn_child.py``) does for a server. Only a system call: safe after
+    a fork."""
+    os.write(fd, b"0")
+
+
 def remove_tree(path: Path) -> None:
     """Kill whatever ``path`` and the cgroups under it hold, then remove them, deepest first."""
     for child in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
         if child.is_dir():
-            ServerCgroup(child).kill()
+            kill(ServerCgroup(child))
             child.rmdir()
-    ServerCgroup(path).kill()
+    kill(ServerCgroup(path))
     path.rmdir()
 
 

@@ -31,6 +31,7 @@ import attrs
 
 VOCABULARY = frozenset(
     {
+        "_atomic_file",
         "_errors",
         "_events",
         "_flavor",

@@ -6,9 +6,6 @@ A status is a snapshot: it never raises and it is never stale by more than one p
 from __future__ import annotations
 
 import enum
-import warnings
-from collections.abc import Generator
-from typing import Any
 
 import attrs
 
@@ -86,23 +83,6 @@ class InstanceStatus:
     since: float | None = attrs.field(default=None, eq=False)  # a date: not what it says
     endpoint: str | None = attrs.field(default=None, eq=False)  # who it is, not what it says
     model: str | None = attrs.field(default=None, eq=False)
-
-    def __await__(self) -> Generator[Any, None, InstanceStatus]:
-        """``runtime.status(handle)``, the spelling from when `status` was a
-        coroutine: deprecated, kept for one release; it gives this status at once (no
-        checkpoint) and warns (`DeprecationWarning`). Call ``runtime.status(handle)``
-        without ``await``."""
-        warnings.warn(
-            "awaiting runtime.status(handle) is deprecated: it is a plain function now; "
-            "call it without await",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return _at_once(self).__await__()
-
-
-async def _at_once(status: InstanceStatus) -> InstanceStatus:
-    return status
 
 
 @attrs.frozen

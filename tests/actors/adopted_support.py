@@ -124,10 +124,13 @@ async def adopted(
     server: FakeLlama, *, node_id: str = "node1", quiet_net: bool = False, **config: object
 ) -> AsyncIterator[InferRuntime]:
     """An adopted llama.cpp runtime probing ``server``; ``quiet_net``: through `QuietNet`, so
-    its monitor probes on schedule under MockClock."""
+    its monitor probes on schedule under MockClock. The loop's stalls are not measured:
+    MockClock's jumps would read as stalls (`Edges.measure_loop_lag`)."""
     settings = InferConfig.adopted(InferFlavor.LLAMACPP, **config)  # type: ignore[arg-type]
     prober = http_prober_factory(httpx.MockTransport(server.handle))
-    edges = Edges(open_prober=prober, net=QuietNet()) if quiet_net else None
+    edges = Edges(open_prober=prober, measure_loop_lag=False)
+    if quiet_net:
+        edges = attrs.evolve(edges, net=QuietNet())
     async with open_runtime(settings, node_id=node_id, edges=edges, open_prober=prober) as runtime:
         yield runtime
 

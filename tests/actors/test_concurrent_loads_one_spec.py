@@ -48,6 +48,5 @@ async def _round(runtime: InferRuntime, spec: InferenceSpec, config: InferConfig
     assert directory.is_dir()
     await runtime.start(won[0])
     with trio.fail_after(20):
-        while (runtime.status(won[0])).state is not InstanceState.RUNNING:  # noqa: ASYNC110
-            await trio.sleep(0.05)
+        await runtime.wait_state(won[0], InstanceState.RUNNING)
     assert directory.is_dir()

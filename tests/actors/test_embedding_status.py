@@ -44,7 +44,7 @@ async def runtime(tmp_path: Path, tiny_gguf: Path, fleet: FakeFleet) -> AsyncIte
         yield opened
 
 
-async def test_status_and_statuses_are_plain_calls_and_the_awaited_spelling_still_works(
+async def test_status_and_statuses_are_plain_calls(
     runtime: InferRuntime, autojump_clock: trio.testing.MockClock
 ) -> None:
     handle = await runtime.load(chat(8201, role="planner"))
@@ -55,10 +55,6 @@ async def test_status_and_statuses_are_plain_calls_and_the_awaited_spelling_stil
     assert now.state is InstanceState.LOADED
     assert every == {handle: now}
     assert [h.role for h in every] == ["planner"]
-    with pytest.warns(DeprecationWarning, match=r"awaiting runtime\.status\(handle\)"):
-        assert await runtime.status(handle) == now  # deprecated, kept for a release
-    with pytest.warns(DeprecationWarning, match=r"awaiting runtime\.statuses\(\)"):
-        assert await runtime.statuses() == every
 
 
 async def test_a_wait_for_running_raises_at_once_when_the_supervisor_gives_up(

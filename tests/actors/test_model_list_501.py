@@ -48,8 +48,7 @@ def fake(flavor: Flavor, faults: FakeServerFaults, port: int) -> Iterator[None]:
 
 async def until_state(runtime: InferRuntime, handle: InstanceHandle, state: InstanceState) -> None:
     with trio.fail_after(15):
-        while (runtime.status(handle)).state is not state:  # noqa: ASYNC110
-            await trio.sleep(0.05)
+        await runtime.wait_state(handle, state)
 
 
 async def load_when_listening(runtime: InferRuntime, spec: InferenceSpec) -> InstanceHandle:

@@ -1,8 +1,9 @@
 """``inferactors llama-server`` builds the pinned server when none is found: Ctrl-C in the
 middle prints one line, not a traceback, and removes the half-built tree, and the next run
-starts clean (a Ctrl-C left 251 MB behind and printed a traceback). The compile is a fake
-step through ``$INFERACTORS_LLAMA_BUILD_COMMAND`` (a real process, sent a real SIGINT), so
-the test does not compile llama.cpp."""
+starts clean (a Ctrl-C left 251 MB behind and printed a traceback). The command runs in a
+process of its own (sent a real SIGINT) whose compile is a fake step injected as
+``ensure_llama_server``'s ``build_command`` (a real process too), so the test does not
+compile llama.cpp."""
 
 from __future__ import annotations
 
@@ -32,22 +33,33 @@ os.chmod(server, 0o755)
 """
 
 
+COMMAND = """\
+import argparse, sys
+from inferactors._cli.main import _llama_server
+sys.exit(_llama_server(argparse.Namespace(), build_command=sys.argv[1:]))
+"""
+"""``inferactors llama-server`` with the fake build injected (its argv after ``-c``)."""
+
+
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    fake = tmp_path / "fake_build.py"
-    fake.write_text(FAKE_BUILD)
     env = {key: value for key, value in os.environ.items() if key != "INFERACTORS_LLAMA_SERVER"}
     return {
         **env,
         "PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin",  # no llama-server on it
         "INFERACTORS_CACHE_DIR": str(tmp_path / "cache"),
-        "INFERACTORS_LLAMA_BUILD_COMMAND": f"{sys.executable} {fake}",
         **extra,
     }
 
 
-def _build(env: dict[str, str]) -> subprocess.Popen[str]:
+def _command(tmp_path: Path) -> list[str]:
+    fake = tmp_path / "fake_build.py"
+    fake.write_text(FAKE_BUILD)
+    return [sys.executable, "-c", COMMAND, sys.executable, str(fake)]
+
+
+def _build(tmp_path: Path, env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "inferactors", "llama-server"],
+        _command(tmp_path),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -60,7 +72,7 @@ def test_ctrl_c_mid_build_says_one_line_removes_the_partial_tree_and_a_rerun_is_
     tmp_path: Path,
 ) -> None:
     root = tmp_path / "cache" / "llama-server" / "llama-cpp-python-0.3.36"
-    build = _build(_env(tmp_path, FAKE_BUILD_HANG="1"))
+    build = _build(tmp_path, _env(tmp_path, FAKE_BUILD_HANG="1"))
     try:
         assert build.stderr is not None
         said: list[str] = []
@@ -79,7 +91,7 @@ def test_ctrl_c_mid_build_says_one_line_removes_the_partial_tree_and_a_rerun_is_
     assert "Traceback" not in "".join(said)
     assert sorted(p.name for p in root.iterdir()) == [".lock", "build.log"]
     again = subprocess.run(
-        [sys.executable, "-m", "inferactors", "llama-server"],
+        _command(tmp_path),
         env=_env(tmp_path),
         capture_output=True,
         text=True,
@@ -101,7 +113,7 @@ def test_a_build_left_behind_by_a_killed_run_is_removed_before_building(tmp_path
     (root / "build" / "obj" / "stale.o").write_bytes(b"x" * 1000)  # the fake refuses it
     (root / "src").mkdir()
     done = subprocess.run(
-        [sys.executable, "-m", "inferactors", "llama-server"],
+        _command(tmp_path),
         env=_env(tmp_path),
         capture_output=True,
         text=True,

@@ -20,12 +20,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cgroup_support import made_cgroup, start_in_cgroup
+from cgroup_support import enter_self, kill, made_cgroup, start_in_cgroup
 from inferactors._edges.cgroups import (
     CgroupTree,
     ServerCgroup,
     data_root_key,
-    enter_self,
     life_name,
     life_running,
     own_cgroup,
@@ -86,7 +85,7 @@ def test_a_daemonized_grandchild_is_ended_with_its_servers_cgroup(
     assert os.getsid(grandchild) == grandchild  # its own session: no group of ours holds it
     assert cgroup.members() == [grandchild]
     assert cgroup.holds(grandchild)
-    assert cgroup.kill()
+    assert kill(cgroup)
     wait_for(lambda: gone(grandchild))
     assert cgroup.members() == []
     assert cgroup.remove()
@@ -118,14 +117,14 @@ def test_a_later_life_finds_only_what_lives_now_over_left(base: Path, tmp_path: 
     found = tree.left_behind(data_root)
     assert found == [left]
     assert not (ended_life / "empty-2-bbbb").exists()  # tidied on the way
-    assert found[0].kill()
+    assert kill(found[0])
     wait_for(lambda: gone(grandchild))
     assert tree.left_behind(data_root) == []
     assert not ended_life.exists()
     assert not gone(mine)
     assert not gone(theirs)
     for cgroup in (ours, other_root):
-        assert cgroup.kill()
+        assert kill(cgroup)
 
 
 def test_a_record_can_name_only_a_cgroup_of_our_layout(base: Path, tmp_path: Path) -> None:

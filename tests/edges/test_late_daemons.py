@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from cgroup_support import made_cgroup
+from cgroup_support import enter_self, made_cgroup
 from edges.orphans_support import edit_record
 from edges.process_support import (
     HELPERS,
@@ -37,7 +37,7 @@ from edges.process_support import (
     linux_only,
     wait_for_file,
 )
-from inferactors._edges.cgroups import CgroupTree, ServerCgroup, enter_self
+from inferactors._edges.cgroups import CgroupTree, ServerCgroup
 from inferactors._edges.descendants import claim_orphans
 from inferactors._edges.netcheck import port_in_use
 from inferactors._edges.orphan_record import (

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from cgroup_support import made_cgroup
+from cgroup_support import enter_self, kill, made_cgroup
 from edges.orphans_support import PORT, edit_record
 from edges.process_support import linux_only
-from inferactors._edges.cgroups import CgroupTree, ServerCgroup, data_root_key, enter_self
+from inferactors._edges.cgroups import CgroupTree, ServerCgroup, data_root_key
 from inferactors._edges.orphan_record import RECORD_NAME, OrphanOutcome, write_record
 from inferactors._edges.orphans import reap_orphans
 from proc_checks import is_gone
@@ -131,6 +131,6 @@ def test_nothing_outside_our_layout_nor_of_a_running_life_is_touched(
         assert not is_gone(daemon)
         assert not is_gone(running.pid)
     finally:
-        foreign.kill()
-        mine.kill()
+        kill(foreign)
+        kill(mine)
         running.wait()

@@ -194,7 +194,7 @@ def test_a_failed_save_keeps_the_old_file_and_leaves_no_temporary(
     registry.add(gguf_file, name="tiny")
     saved = registry_path.read_bytes()
 
-    def crash(src: object, dst: object) -> None:
+    def crash(src: object, dst: object, **dir_fds: object) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", crash)

@@ -69,6 +69,10 @@ def test_an_operators_stop_of_an_on_demand_instance_lasts_until_a_start() -> Non
     run.done(first)
     run.stop("a", StopReason.REQUESTED)
     run.stopped("a")
+    stopped = run.state.slot("a")
+    assert stopped.operator_stopped  # a field, not the words: they are derived from it
+    assert stopped.down is None
+    assert stopped.down_words() == "stopped by an operator"
     refused = run.refusal(run.request("a"))
     assert refused is not None
     assert refused.kind is RefusalKind.STOPPING
@@ -78,10 +82,25 @@ def test_an_operators_stop_of_an_on_demand_instance_lasts_until_a_start() -> Non
     assert scheduler.status_of(refused.kind, refused.retry_after_s) == 503
     assert run.starts("a") == 1
     started = run.start("a")
+    assert not run.state.slot("a").operator_stopped
     assert run.starts("a") == 2
     run.start_done("a")
     assert run.started(started)
     assert run.granted(run.request("a"))
+
+
+def test_an_always_on_instance_down_in_the_same_words_is_no_on_demand_operators_stop() -> None:
+    """The watcher says an always-on instance an operator stopped is down "stopped by an
+    operator": that is its ``down``, refused as a failed start (its supervisor or a
+    reload brings it back), never taken for an on-demand operator's stop."""
+    run = Driver(state(slot("a", on_demand=False)))
+    run.running("a")
+    run._apply(scheduler.on_stopped(run.state, "a", run.now, "stopped by an operator"))
+    assert not run.state.slot("a").operator_stopped
+    refused = run.refusal(run.request("a"))
+    assert refused is not None
+    assert refused.kind is RefusalKind.START_FAILED
+    assert "inferactors start" not in refused.message
 
 
 def test_a_ttl_stop_or_an_eviction_is_no_operators_stop() -> None:

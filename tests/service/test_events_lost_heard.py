@@ -10,15 +10,35 @@ from prometheus_client.parser import text_string_to_metric_families
 from inferactors import EventsLost
 from inferactors._cli.event_words import describe_event
 from inferactors._cli.logging_setup import event_level
-from inferactors._events import instance_of
+from inferactors._events import RestartScheduled, instance_of
 from inferactors._service.metrics import FleetMetrics
+from inferactors._service.views import InstanceView
+from inferactors._status import InstanceState, InstanceStatus
+
+CHAT = InstanceView(
+    "chat", "infer.llamacpp", "managed", "chat-1", InstanceStatus(InstanceState.RUNNING)
+)
+
+
+def _samples(metrics: FleetMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = metrics.render([CHAT]).decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def test_the_metrics_skip_a_marker_and_still_render() -> None:
     metrics = FleetMetrics.create("9.9.9")
+    before = _samples(metrics)
     metrics.observe(EventsLost(count=7, at=1.0))
-    families = {f.name for f in text_string_to_metric_families(metrics.render([]).decode())}
-    assert families  # rendered as before
+    after = _samples(metrics)
+    assert after == before  # no counter moved, no series was added
+    assert all(dict(labels).get("instance") != "" for _, labels in after)
+    metrics.observe(RestartScheduled("chat-1", 1, 0.5, 2.0))  # an instance's event does
+    moved = {key for key, value in _samples(metrics).items() if before.get(key) != value}
+    assert {name for name, _ in moved} == {"inferactors_restarts_total"}
 
 
 def test_the_cli_says_how_many_were_lost_as_a_warning() -> None:

@@ -12,10 +12,7 @@ is read. A probe made now is `InferRuntime.health` (or ``deep_health``).
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Generator
 from functools import partial
-from typing import Any
 
 import attrs
 import trio
@@ -49,26 +46,6 @@ class InstanceHandle:
         return self.workload_id
 
 
-class Statuses(dict[InstanceHandle, InstanceStatus]):
-    """What `RuntimeStatus.statuses` answers: a plain dict of every loaded instance's
-    status by handle, in load order. Awaiting it (the spelling from when `statuses` was
-    a coroutine) is deprecated, kept for one release, gives the dict itself at once and
-    warns (`DeprecationWarning`)."""
-
-    def __await__(self) -> Generator[Any, None, Statuses]:
-        warnings.warn(
-            "awaiting runtime.statuses() is deprecated: it is a plain function now; "
-            "call it without await",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return _at_once(self).__await__()
-
-
-async def _at_once(statuses: Statuses) -> Statuses:
-    return statuses
-
-
 class RuntimeStatus:
     """The status methods of `InferRuntime` (which provides ``id``, ``_supervisor`` and
     ``_board``)."""
@@ -84,25 +61,20 @@ class RuntimeStatus:
         """The instance's last published status; never raises (an unknown handle is
         Unknown). No message, no I/O, no wait: it is the view the instance's actor published
         when it last handled anything, at most one probe interval old (1 s while running).
-        For what a probe finds now, use `InferRuntime.health`.
-
-        A plain function: ``runtime.status(handle)``, from when it was a coroutine,
-        still works (`InstanceStatus` is awaitable) but is deprecated and goes in the next
-        release."""
+        For what a probe finds now, use `InferRuntime.health`."""
         try:
             iid = id_of(handle)
         except InvalidConfig as error:
             return InstanceStatus(InstanceState.UNKNOWN, str(error))
         return self._board.get(iid)
 
-    def statuses(self) -> Statuses:
-        """Every loaded instance's last published status at once, in load order; as
-        `status`, no message and no I/O, and a plain function (awaiting its `Statuses` is
-        deprecated, as for `status`)."""
-        return Statuses(
-            (InstanceHandle(self.id, iid, role), status)
+    def statuses(self) -> dict[InstanceHandle, InstanceStatus]:
+        """Every loaded instance's last published status at once, by handle, in load
+        order; as `status`, no message and no I/O."""
+        return {
+            InstanceHandle(self.id, iid, role): status
             for iid, (role, status) in self._board.all().items()
-        )
+        }
 
     async def supervisor_status(self) -> SupervisorStatus:
         """The supervisor's own state: whether its event loop is overloaded now (and since

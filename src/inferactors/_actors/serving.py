@@ -17,6 +17,7 @@ import trio
 from .._config.config import InferConfig
 from .._config.ids import check_node_id
 from .._edges.bundle import Edges
+from .._edges.loop_lag import measure_loop_lag
 from .._edges.orphan_record import ReapedOrphan
 from .._edges.orphans import reap_orphans
 from .._edges.probe import ProberFactory
@@ -48,7 +49,8 @@ async def open_runtime(
     (`InferRuntime.reaped_orphans`). On exit every running managed server is stopped
     (SIGTERM, ``stop_grace_s`` seconds, SIGKILL), even when the block raised or was
     cancelled; adopted servers are left alone. ``edges`` swaps the I/O edges (`Edges`);
-    ``open_prober`` alone replaces just the HTTP edge.
+    ``open_prober`` alone replaces just the HTTP edge. The event loop's stalls are measured
+    from the start unless ``edges.measure_loop_lag`` is False (`loop_lag.measure_loop_lag`).
 
     Raises:
         InvalidConfig: the config or ``node_id`` is malformed, or the registry file is.
@@ -61,7 +63,10 @@ async def open_runtime(
     check_node_id(node_id)
     lock = await _lock_state(config)
     try:
-        runtime, supervisor = await _prepare(config, node_id, _edges(edges, open_prober))
+        chosen = _edges(edges, open_prober)
+        if chosen.measure_loop_lag:
+            measure_loop_lag()  # a deadline our own loop ate gives no verdict
+        runtime, supervisor = await _prepare(config, node_id, chosen)
         scope = trio.CancelScope(shield=True)
         try:
             async with trio.open_nursery() as nursery:

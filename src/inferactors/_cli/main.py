@@ -87,13 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _llama_server(args: argparse.Namespace) -> int:
+def _llama_server(args: argparse.Namespace, build_command: Sequence[str] | None = None) -> int:
     """Print the llama-server path; a failed build exits 1, Ctrl-C 130 (128 + SIGINT),
-    each with one line (the build has removed its partial tree by then)."""
+    each with one line (the build has removed its partial tree by then). ``build_command``:
+    `ensure_llama_server`'s (the tests' fake build)."""
     from .._edges.llama_build import cached_binary, ensure_llama_server
 
     try:
-        print(ensure_llama_server())
+        print(ensure_llama_server(build_command=build_command))
     except InferactorsError as error:
         print(one_line(f"inferactors llama-server: {error}"), file=sys.stderr)
         return 1

@@ -17,9 +17,10 @@ import os
 import sys
 from pathlib import Path
 
+from .._atomic_file import write_atomically
 from .._errors import InferactorsError, InvalidConfig
 from .._models.oms import sign_model
-from .._models.sign_inputs import check_target, signing_key_identity, write_new
+from .._models.sign_inputs import check_target, signing_key_identity
 from .._models.signed_add import SIGNATURE_NAME
 from .._untrusted_file import read_capped
 from .models_common import INTERRUPTED, fail
@@ -86,7 +87,7 @@ def handle_sign(args: argparse.Namespace) -> int:
             allow_symlinks=_has_symlinks(path),
             ignored=ignored,
         )
-        write_new(signature, data)
+        write_atomically(signature, data)
     except KeyboardInterrupt:
         print("\ninferactors: interrupted: no signature written", file=sys.stderr)
         return INTERRUPTED

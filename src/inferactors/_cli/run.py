@@ -21,7 +21,6 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import ExitStack, closing
-from functools import partial
 from pathlib import Path
 
 import attrs
@@ -34,7 +33,6 @@ from .._edges.descendants import claim_orphans
 from .._edges.sd_notify import open_notifier, watchdog_interval_s
 from .._edges.subreaper import Reaper, become_subreaper
 from .._errors import BackendError, InferactorsError, InvalidConfig, InvalidState, one_line
-from .._events import Event, StateChanged, instance_of
 from .._policy.fleet_exit import (
     EXIT_BAD_CONFIG,
     EXIT_CONFIG,
@@ -48,8 +46,8 @@ from .._service.lifecycle import ServiceNotes, serve_notify, watchdog_problem
 from .._service.reload import describe
 from .._service.run_defaults import load_run_file
 from .._service.ui_app import WebPage
-from .._status import InstanceState
-from .logging_setup import add_logging_arguments, configure_logging, log_event, say
+from .logging_setup import add_logging_arguments, configure_logging, say
+from .run_printer import EventPrinter
 from .ui_words import CliWords
 
 RUN_HELP = """Supervise the instances of a run file until told to stop.
@@ -228,8 +226,8 @@ async def _supervise(config: RunConfig, run_file: Path, control: _Control) -> in
                 trio.open_nursery() as printing,
                 open_fleet(config, run_file, say=say, reserved=control.reserved) as fleet,
             ):
-                log_events = stack.enter_context(fleet.follow_events())
-                printing.start_soon(_log_events, log_events, fleet)
+                printer = EventPrinter(stack.enter_context(fleet.follow_events()), fleet)
+                printing.start_soon(printer.run)
                 if become_subreaper():
                     claim_orphans()  # nothing else we start leaves our session
                     printing.start_soon(_reap_orphans, fleet)
@@ -242,8 +240,7 @@ async def _supervise(config: RunConfig, run_file: Path, control: _Control) -> in
                     notes = ServiceNotes(stack.enter_context(closing(open_notifier())), fleet)
                     fleet.on_lifecycle(notes.on_note)
                     await nursery.start(serve_notify, notes, watchdog_interval_s())
-                    flush = partial(_flush_events, log_events, fleet)
-                    code = await _until_done(fleet, signals, flush)
+                    code = await _until_done(fleet, signals, printer)
                     nursery.cancel_scope.cancel()
                 hurrying.start_soon(_hurry_on_signal, signals, hurry)
             hurrying.cancel_scope.cancel()
@@ -293,10 +290,12 @@ async def _serve_control(
         raise
 
 
-async def _until_done(fleet: Fleet, signals: AsyncIterator[int], flush: Callable[[], None]) -> int:
+async def _until_done(fleet: Fleet, signals: AsyncIterator[int], printer: EventPrinter) -> int:
     """The exit status: 0 at SIGINT/SIGTERM, the fleet's own once it gave up (1, or 78
-    when a restart cannot help); SIGHUP reloads. ``flush`` prints the events heard but not
-    yet printed, so the last state changes come before the line that says why it stops."""
+    when a restart cannot help); SIGHUP reloads. The fleet gives up only after the events
+    that explain it were published (each member's view follows its own events), so once
+    ``printer`` caught up, the last state changes come before the line that says why it
+    stops."""
     code = EXIT_STOPPED
     async with trio.open_nursery() as nursery:
 
@@ -304,14 +303,7 @@ async def _until_done(fleet: Fleet, signals: AsyncIterator[int], flush: Callable
             nonlocal code
             await fleet.given_up.wait()
             code = fleet.exit_status if fleet.exit_status is not None else EXIT_NOTHING_LEFT
-            with trio.move_on_after(FINAL_WORDS_S):  # its last state change comes first
-                while not _exits_heard(fleet):
-                    await fleet.until_changed()
-                flush()
-                while not _exits_printed(fleet):  # on its way through the event stream
-                    await trio.sleep(0.01)
-                    flush()
-            flush()
+            await printer.catch_up()
             say(stop_words(fleet, code), level=logging.ERROR)
             nursery.cancel_scope.cancel()
 
@@ -330,35 +322,6 @@ async def _until_done(fleet: Fleet, signals: AsyncIterator[int], flush: Callable
             break
         nursery.cancel_scope.cancel()
     return code
-
-
-FINAL_WORDS_S = 1.0
-"""How long the line that says why the supervisor stops waits for the given-up instances'
-own last state change (their exit), so it comes after them in the log, float seconds."""
-
-
-def _exits_heard(fleet: Fleet) -> bool:
-    """Whether every instance that gave up has also reported its exit (the supervisor's
-    give-up is heard a moment before the instance's own state change)."""
-    gave_up = (
-        view
-        for view in fleet.views()
-        if view.refused is None and (view.status.supervision or "").startswith("gave up")
-    )
-    return all(view.status.state is InstanceState.EXITED for view in gave_up)
-
-
-EXITS_PRINTED: set[str] = set()
-"""The instances (ids) whose change to Exited this run's log has printed (`_log`)."""
-
-
-def _exits_printed(fleet: Fleet) -> bool:
-    """Whether the log has printed the change to Exited of every instance that gave up."""
-    return all(
-        view.instance_id in EXITS_PRINTED
-        for view in fleet.views()
-        if view.refused is None and (view.status.supervision or "").startswith("gave up")
-    )
 
 
 def stop_words(fleet: Fleet, code: int) -> str:
@@ -405,32 +368,3 @@ async def _reap_orphans(fleet: Fleet) -> None:
         known = {view.status.pid for view in fleet.views() if view.status.pid is not None}
         for pid in await trio.to_thread.run_sync(reaper.sweep, known):
             say(f"collected the exit of pid {pid}, a server's orphan that was adopted")
-
-
-async def _log_events(events: trio.MemoryReceiveChannel[Event], fleet: Fleet) -> None:
-    async for event in events:
-        _log(event, fleet)
-
-
-def _flush_events(events: trio.MemoryReceiveChannel[Event], fleet: Fleet) -> None:
-    """Print the events already queued for `_log_events` now, in their order."""
-    while True:
-        try:
-            event = events.receive_nowait()
-        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-            return
-        _log(event, fleet)
-
-
-def _log(event: Event, fleet: Fleet) -> None:
-    """Log ``event`` naming its instance by its name (role)."""
-    iid = instance_of(event)
-    if iid is None:
-        log_event(event)
-        return
-    log_event(event, fleet.name_of(iid), fleet.adopted(iid))
-    if isinstance(event, StateChanged):
-        if event.new is InstanceState.EXITED:
-            EXITS_PRINTED.add(iid)
-        else:
-            EXITS_PRINTED.discard(iid)

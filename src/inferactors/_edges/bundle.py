@@ -169,6 +169,10 @@ class Edges:
         logs: each instance's ring of output lines (and rotating file), by instance id.
         on_probe: called (synchronously, in the actor's loop: it must not block) with each
             probe report's `ProbeTimed`; the supervisor's metrics use it.
+        measure_loop_lag: whether the runtime measures its event loop's stalls
+            (`loop_lag.measure_loop_lag`), so that a deadline our own loop ate gives no
+            verdict. False under a virtual clock (trio's ``MockClock``), whose jumps
+            inside a task step would read as stalls.
     """
 
     open_prober: ProberFactory = attrs.field(factory=http_prober_factory)
@@ -182,3 +186,4 @@ class Edges:
     serve_help: ServeHelp = attrs.field(factory=ServeHelp)
     logs: LogBook = attrs.field(factory=LogBook)
     on_probe: Callable[[ProbeTimed], None] = ignore_probe
+    measure_loop_lag: bool = True

@@ -21,16 +21,17 @@ spawn's cgroup its own (a restart never meets its predecessor's).
   stays in the cgroup, whatever session or process group it makes, and a process of
   another user cannot move itself out (that takes write access to our ``cgroup.procs``).
 - `ServerCgroup.signal` reaches each member through a pidfd opened and *then* checked to be
-  in the cgroup still (never a reused pid); `ServerCgroup.kill` writes ``1`` to
-  ``cgroup.kill`` (Linux 5.14: the kernel SIGKILLs every member and any that forks
-  meanwhile), else SIGKILLs each member, and waits (bounded) until it is empty.
+  in the cgroup still (never a reused pid); `ServerCgroup.request_kill` (the stop path:
+  ``descendants.py``) writes ``1`` to ``cgroup.kill`` (Linux 5.14: the kernel SIGKILLs
+  every member and any that forks meanwhile), else SIGKILLs each member, and does not wait:
+  the caller watches `ServerCgroup.members` empty on its own clock.
 - `cgroup.procs` lists live processes only: an exited member that waits to be reaped is no
   longer in it.
 
-All of it is blocking file I/O on cgroupfs (a few system calls, microseconds each): the
-sync waits (`ServerCgroup.kill`) run in a worker thread, the single reads and writes may
-run on the event loop. A process's cgroup is read from ``/proc/<pid>/cgroup`` (psutil has
-no cgroup call; the v2 line is ``0::<path>``) and the v2 mount from psutil's mount table.
+All of it is blocking file I/O on cgroupfs (a few system calls, microseconds each), none of
+it waits: the single reads and writes may run on the event loop. A process's cgroup is read
+from ``/proc/<pid>/cgroup`` (psutil has no cgroup call; the v2 line is ``0::<path>``) and
+the v2 mount from psutil's mount table.
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ import logging
 import os
 import secrets
 import signal
-import time
 from pathlib import Path
 
 import attrs
@@ -52,14 +52,11 @@ _log = logging.getLogger(__name__)
 
 SUBTREE = "inferactors"
 """The directory under our cgroup that holds the servers' cgroups."""
-KILL_WAIT_S = 2.0
-"""How long `ServerCgroup.kill` waits for the cgroup to empty, seconds."""
 NO_CGROUP = (
     "no cgroup per server: %s; what a server starts is tracked by its process group, its "
     "tree (the server a child subreaper) and its session, and killed with it"
 )
 """The debug line, once per process, where the host delegates no cgroup (``%s``: why)."""
-_POLL_S = 0.01
 _TICKS = 100
 """Starts are named in hundredths of a second since boot (the kernel's clock ticks)."""
 _GONE = (errno.ENOENT, errno.ENODEV)
@@ -136,13 +133,10 @@ class ServerCgroup:
         return self.path.name
 
     def procs_fd(self) -> int:
-        """A descriptor on its ``cgroup.procs`` for the spawn's child (`enter_self`); the
-        parent closes it after the spawn. Close-on-exec: the server never holds it."""
+        """A descriptor on its ``cgroup.procs`` for the spawn's child (the exec helper,
+        ``spawn_child.py``, writes ``0`` to it); the parent closes it after the spawn.
+        Close-on-exec: the server never holds it."""
         return os.open(self.path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
-
-    def enter(self, pid: int) -> None:
-        """Move ``pid`` (and nothing it forked before) into the cgroup."""
-        (self.path / "cgroup.procs").write_text(f"{pid}\n")
 
     def members(self) -> list[int]:
         """The live pids in it now (none when it is gone)."""
@@ -210,18 +204,6 @@ class ServerCgroup:
         finally:
             os.close(fd)
 
-    def kill(self, wait_s: float = KILL_WAIT_S) -> bool:
-        """SIGKILL every member (and whatever they fork meanwhile); whether it is empty
-        within ``wait_s`` seconds. Blocking."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            if not self.members():
-                return True
-            self.request_kill()
-            if time.monotonic() >= deadline:
-                return not self.members()
-            time.sleep(_POLL_S)
-
     def remove(self) -> bool:
         """Remove the cgroup once it is empty; whether it is gone."""
         try:
@@ -251,14 +233,6 @@ class ServerCgroup:
             except OSError:
                 return
             parent = parent.parent
-
-
-def enter_self(fd: int) -> None:
-    """In a spawned child, between fork and exec: move this process into the cgroup whose
-    ``cgroup.procs`` ``fd`` is (`ServerCgroup.procs_fd`). Only system calls: safe after
-    a fork. (The exec helper, ``spawn_child.py``, does the same write: it imports nothing
-    of inferactors.)"""
-    os.write(fd, b"0")
 
 
 @attrs.frozen

@@ -13,10 +13,10 @@ cmake and ninja with argv lists and writes the whole build log to a file it name
 interrupted (Ctrl-C: `KeyboardInterrupt`, or any error) removes its half-built tree (the
 download, the sources and the objects: about 250 MB) before the exception goes on, and every
 build starts from an empty tree, so a re-run starts clean whatever the last one left.
-``$INFERACTORS_LLAMA_BUILD_COMMAND`` replaces the download and the compile by a command of
-its own (split like a shell line, given the build directory as its last argument, which it
-must leave holding ``bin/llama-server``): how the tests exercise the build, its progress and
-its interruption without compiling llama.cpp.
+`ensure_llama_server`'s ``build_command`` replaces the download and the compile by a
+command given by the caller (never read from the environment): how the tests exercise the
+build, its progress and its interruption without compiling llama.cpp, each in a cache
+directory of its own.
 """
 
 from __future__ import annotations
@@ -24,14 +24,13 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tarfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
@@ -52,8 +51,6 @@ _CMAKE_FLAGS = (
     "-DLLAMA_OPENSSL=OFF",
     "-DLLAMA_USE_PREBUILT_UI=OFF",  # the default fetches web UI files at build time
 )
-BUILD_COMMAND_ENV = "INFERACTORS_LLAMA_BUILD_COMMAND"
-"""Environment variable naming a command run in place of the download and compile."""
 SCRATCH = ("build", "dl", "src")
 """What a build writes under its root besides the log and the binary (removed after it)."""
 _NEEDS = "a C++ compiler (g++), cmake and ninja: apt-get install -y g++ cmake ninja-build"
@@ -110,7 +107,9 @@ def locate_llama_server() -> Path | None:
     return cached if cached.is_file() and os.access(cached, os.X_OK) else None
 
 
-def ensure_llama_server(progress: TextIO = sys.stderr) -> Path:
+def ensure_llama_server(
+    progress: TextIO = sys.stderr, *, build_command: Sequence[str] | None = None
+) -> Path:
     """Locate a llama-server, building the pinned one into the cache if there is none.
 
     The build takes about 5 minutes on 2 cores; progress goes to ``progress`` (a line
@@ -118,6 +117,11 @@ def ensure_llama_server(progress: TextIO = sys.stderr) -> Path:
     ``<cache>/llama-server/<key>/build.log``. Concurrent callers wait on a file lock and
     reuse the first build. A build that fails or is interrupted removes its half-built tree
     (`SCRATCH`) before the exception goes on; a second Ctrl-C during that removal is ignored.
+    ``build_command`` (argv), when given, runs in place of the download and the compile,
+    with the build directory as its last argument, which it must leave holding
+    ``bin/llama-server``; its ``[done/total]`` lines are the progress. Its binary is cached
+    as the pinned build's would be: a caller that passes one uses a cache of its own
+    (``$INFERACTORS_CACHE_DIR``), as the tests do.
 
     Raises:
         BackendError: the download or the build failed; the message names the log and
@@ -132,7 +136,7 @@ def ensure_llama_server(progress: TextIO = sys.stderr) -> Path:
         if cached_binary().is_file():
             return cached_binary()
         try:
-            _build(root, progress)
+            _build(root, progress, build_command)
         except BaseException:
             _without_interrupts(lambda: remove_scratch(root))
             raise
@@ -170,9 +174,8 @@ def _build_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _build(root: Path, progress: TextIO) -> None:
+def _build(root: Path, progress: TextIO, command: Sequence[str] | None) -> None:
     log_path, build = root / "build.log", root / "build"
-    command = os.environ.get(BUILD_COMMAND_ENV)
     for tool in () if command else ("cmake", "ninja"):
         if shutil.which(tool) is None:
             raise BackendError(f"building llama-server needs {tool} on PATH; install {_NEEDS}")
@@ -183,7 +186,7 @@ def _build(root: Path, progress: TextIO) -> None:
     with log_path.open("w") as log:
         if command:
             build.mkdir()
-            _compile([*shlex.split(command), str(build)], log, say)
+            _compile([*command, str(build)], log, say)
         else:
             source = _fetch_source(root, log, say)
             configure = ["cmake", "-S", str(source), "-B", str(build), "-G", "Ninja"]

@@ -4,7 +4,9 @@ The rule itself is pure (``_policy/lateness.py``): a deadline gives no verdict o
 when more than ``LATE_S`` of its budget was lost to our own loop. This module measures that
 loss, once per trio run, for every caller:
 
-- `LoopLag` is a trio instrument (installed by `loop_lag` at the first use in a run). Around
+- `LoopLag` is a trio instrument (installed by `measure_loop_lag`, which a runtime calls
+  as it opens unless its `Edges.measure_loop_lag` says not to; `loop_lag` answers the
+  run's, measuring nothing until it is installed). Around
   each wait for I/O it notes when the loop stopped running tasks and when it ran again, and
   keeps every **stall** longer than `STALL_S`: a batch of task steps that ran that long
   (a blocked task, a thread holding the GIL, a CPU-starved process) or a wait for I/O that
@@ -17,9 +19,9 @@ loss, once per trio run, for every caller:
 - The overload report: `LoopLag.reports` yields each start and end of an overload
   (`OverloadWatch`); the supervisor publishes them as its own events and status.
 
-Times are trio time (`trio.current_time`). Under trio's ``MockClock`` the instrument is
-not installed: virtual time only moves when the clock jumps (inside a task, for autojump),
-which is no stall; deadlines there fire on time, so nothing loses its verdict.
+Times are trio time (`trio.current_time`). Under a virtual clock (trio's ``MockClock``)
+time jumps inside a task step, which the instrument would count as a stall: tests that
+run the runtime under one say ``Edges(measure_loop_lag=False)``, and nothing is measured.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from collections.abc import AsyncIterator
 
 import attrs
 import trio
-from trio.testing import MockClock
 
 from .._policy.lateness import (
     CaughtUp,
@@ -161,7 +162,8 @@ _LAG: trio.lowlevel.RunVar[LoopLag] = trio.lowlevel.RunVar("inferactors_loop_lag
 
 
 def loop_lag() -> LoopLag:
-    """This trio run's `LoopLag`, installed as an instrument at the first call."""
+    """This trio run's `LoopLag` (made at the first call); it measures stalls once
+    `measure_loop_lag` installed it, and none before."""
     try:
         return _LAG.get()
     except LookupError:
@@ -169,10 +171,18 @@ def loop_lag() -> LoopLag:
     lag = LoopLag(trio.lowlevel.current_clock())
     lag._token = trio.lowlevel.current_trio_token()
     lag._ran_from = lag._wait_from = lag.clock.current_time()
-    if not isinstance(lag.clock, MockClock):  # virtual time jumps inside tasks: no stalls
+    _LAG.set(lag)
+    return lag
+
+
+def measure_loop_lag() -> LoopLag:
+    """This trio run's `LoopLag`, installed as a trio instrument (once per run) so that
+    it measures the loop's stalls from now on."""
+    lag = loop_lag()
+    if not lag._installed:
+        lag._ran_from = lag._wait_from = lag.clock.current_time()
         trio.lowlevel.add_instrument(lag)
         lag._installed = True
-    _LAG.set(lag)
     return lag
 
 

@@ -28,13 +28,13 @@ import json
 import logging
 import os
 import stat
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from .._atomic_file import write_atomically
 from .._errors import BackendError
 from .cgroups import cgroup_path, recorded_cgroup
 from .escapees import scan_escaped
@@ -306,23 +306,19 @@ def _group_members(
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
-    """Write through a new exclusive temporary file renamed over ``path``.
+    """Replace ``path`` with ``data`` (``_atomic_file.write_atomically``, mode 0600).
 
     No fsync (it cost 10 ms of the 12 ms a record took): a record only serves a later life
     of the supervisor *in the same boot* (a reboot ends every server, and a record of an
     earlier boot is stale by its boot id). A supervisor's death, even by SIGKILL, loses
     nothing the kernel was given; only a crash of the kernel could, and it leaves no server.
+
+    Raises:
+        BackendError: naming the record.
     """
     try:
-        fd, staging = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        write_atomically(path, data, mode=0o600, fsync=False)
     except OSError as error:
-        raise BackendError(f"cannot write the server record {path}: {error}") from error
-    try:
-        with os.fdopen(fd, "wb") as staged:
-            staged.write(data)
-        os.replace(staging, path)
-    except OSError as error:
-        Path(staging).unlink(missing_ok=True)
         raise BackendError(f"cannot write the server record {path}: {error}") from error
 
 

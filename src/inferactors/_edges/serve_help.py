@@ -18,15 +18,14 @@ cache file (or the whole ``serve-help`` directory) after such an upgrade.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import attrs
 import trio
 
+from .._atomic_file import write_atomically
 from .._errors import InvalidConfig
 from .._models.hashing import blake3_file
 from .._policy.help_flags import KnownFlags, parse_help_flags
@@ -147,8 +146,8 @@ def _load(state_dir: Path, digest: str) -> KnownFlags | None:
 
 
 def _store(state_dir: Path, digest: str, known: KnownFlags) -> None:
-    """Write the answer atomically (a temporary file renamed over); a failure only costs
-    a ``--help`` run next time."""
+    """Write the answer atomically (``_atomic_file.write_atomically``, mode 0600: private
+    whatever the umask; no fsync); a failure only costs a ``--help`` run next time."""
     body = {
         "format": _CACHE_FORMAT,
         "program": known.program,
@@ -156,15 +155,9 @@ def _store(state_dir: Path, digest: str, known: KnownFlags) -> None:
         "version": known.version,
         "flags": sorted(known.flags),
     }
-    path = _path(state_dir, digest)
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    text = json.dumps(body, indent=1) + "\n"
     try:
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        with os.fdopen(os.open(temporary, flags, 0o600), "w") as out:
-            os.fchmod(out.fileno(), 0o600)  # private whatever the umask
-            out.write(json.dumps(body, indent=1) + "\n")
-        os.replace(temporary, path)
+        write_atomically(_path(state_dir, digest), text.encode(), mode=0o600, fsync=False)
     except OSError:
-        with contextlib.suppress(OSError):
-            temporary.unlink(missing_ok=True)
+        pass  # not cached: the next spawn runs ``--help`` again

@@ -149,7 +149,7 @@ def sign_model(
     bundle's bytes. With ``certificate`` (and its ``chain`` of issuers, at least one), the
     bundle carries the chain; else it names the key. The package writes the bundle into a
     private temporary folder of ours, never beside the model: the caller writes it
-    (``sign_inputs.write_new``). Blocking: hashes the model by path.
+    (``_atomic_file.write_atomically``). Blocking: hashes the model by path.
 
     Raises:
         InvalidConfig: a ``certificate`` without a ``chain``, or a key or certificate the

@@ -12,10 +12,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from .._atomic_file import write_atomically
 from .._errors import BackendError
 from .._untrusted_file import MiB, read_capped_text
 from .hashing import FileStamp
@@ -27,28 +27,16 @@ MAX_REGISTRY_BYTES = 16 * MiB
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically: a temporary file in the same directory,
-    fsync, ``os.replace``, fsync of the directory. A failure leaves the old file as it was.
-    The new file keeps the old one's permissions (``0o644`` for a first save).
+    """Replace ``path`` with ``text`` atomically (``_atomic_file.write_atomically``, with
+    fsyncs): a failure leaves the old file as it was. The new file keeps the old one's
+    permissions (``0o644`` for a first save).
 
     Raises:
         BackendError: naming the file.
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                os.fchmod(handle.fileno(), _mode_to_keep(path))
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        _fsync_dir(path.parent)
+        write_atomically(path, text.encode(), mode=_mode_to_keep(path))
     except OSError as error:
         raise BackendError(f"{path}: cannot save the registry: {error}") from error
 
@@ -58,14 +46,6 @@ def _mode_to_keep(path: Path) -> int:
         return path.stat().st_mode & 0o777
     except FileNotFoundError:
         return 0o644
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @contextlib.contextmanager

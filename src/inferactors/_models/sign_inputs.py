@@ -8,19 +8,17 @@ anything is read. The signature is written as root may be asked to write it, int
 others may write to: never through a link or onto a special file planted at its name, and
 never onto one of the model's own files (`check_target`); the bytes go to a new file made
 in that folder with ``O_CREAT | O_EXCL | O_NOFOLLOW`` and are renamed over the name
-(`write_new`), so a link planted there is replaced, not followed, and a failure or an
-interrupt leaves what was there.
+(``_atomic_file.write_atomically``), so a link planted there is replaced, not followed, and
+a failure or an interrupt leaves what was there.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
 import stat
 from pathlib import Path
 
-from .._errors import InvalidConfig, cut
+from .._errors import InvalidConfig
 from .._safe_json import NotJson, parse_json
 from .oms import MAX_SIGNATURE_BYTES
 
@@ -140,33 +138,3 @@ def _is_signature(path: Path) -> bool:
         return False
     media = data.get("mediaType") if isinstance(data, dict) else None
     return isinstance(media, str) and media.startswith(_BUNDLE_TYPE)
-
-
-def write_new(target: Path, data: bytes) -> None:
-    """Write ``data`` at ``target``: a new file made beside it with ``O_CREAT | O_EXCL |
-    O_NOFOLLOW`` (mode 0644), fsynced, then renamed over ``target`` from the folder's
-    descriptor (a link there is replaced, never followed). On any failure, or an
-    interrupt, the new file is removed and ``target`` is as it was.
-
-    Raises:
-        OSError: the folder cannot be written, or ``target`` is a folder.
-    """
-    folder = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        staging = f".{cut(target.name, 80)}.{secrets.token_hex(6)}.tmp"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(staging, flags, 0o644, dir_fd=folder)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                os.fchmod(handle.fileno(), 0o644)
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(staging, target.name, src_dir_fd=folder, dst_dir_fd=folder)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(staging, dir_fd=folder)
-            raise
-        os.fsync(folder)
-    finally:
-        os.close(folder)

@@ -33,7 +33,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from typing import Any
 
 import attrs
 
+from .._atomic_file import write_atomically
 from .._errors import BackendError
 from .._safe_json import NotJson, parse_json
 from .._untrusted_file import MiB
@@ -232,21 +232,12 @@ def _blob_json(blob: VerifiedBlob) -> dict[str, Any]:
 
 
 def write_blobs(path: Path, blobs: list[VerifiedBlob]) -> None:
-    """Replace the record file with ``blobs``: a new temporary file (mode 0644) renamed over
-    it, so a planted link is replaced, never followed. No fsync (see the module docstring).
+    """Replace the record file with ``blobs`` (``_atomic_file.write_atomically``, mode
+    0644): a planted link is replaced, never followed. No fsync (see the module docstring).
 
     Raises:
         OSError: the file could not be written.
     """
     entries = [_blob_json(blob) for blob in blobs]
     text = json.dumps({"schema": RECORD_SCHEMA, "boot": boot_id(), "blobs": entries})
-    fd, staging = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            os.fchmod(handle.fileno(), 0o644)
-            handle.write(text)
-        os.replace(staging, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(staging)
-        raise
+    write_atomically(path, text.encode(), fsync=False)

@@ -75,9 +75,6 @@ STATUS = {
 """The HTTP status of each refusal (a failed start that will not be retried is 502)."""
 
 
-OPERATOR_STOPPED = "stopped by an operator"
-"""`Slot.down` of an instance an operator stopped: requests are refused until a start."""
-
 _REFUSING_STOPS = frozenset({StopReason.REQUESTED, StopReason.RELOAD, StopReason.SHUTDOWN})
 """Stops during which a new request is refused (an operator wants it down; a reload
 loads it anew): during a TTL stop or an eviction it waits and starts the model again."""
@@ -129,9 +126,10 @@ def _refusal_on_arrival(
     if limit is not None and slot.in_flight + state.queued(slot.name) >= limit:
         why = f"{slot.name!r} has {limit} requests in flight and waiting (its concurrency limit)"
         return Refuse(request, model, RefusalKind.CONCURRENCY_LIMIT, why, retry)
-    if slot.down is not None and slot.phase is Phase.NOT_LOADED:
-        why = f"{slot.name!r} is not running: {slot.down}"
-        if slot.rules.on_demand:  # an operator stopped it: no request starts it again
+    down = slot.down_words()
+    if down is not None and slot.phase is Phase.NOT_LOADED:
+        why = f"{slot.name!r} is not running: {down}"
+        if slot.operator_stopped:  # no request starts it again
             why += f"; an operator's start (inferactors start {slot.name}) serves it again"
             return Refuse(request, model, RefusalKind.STOPPING, why)
         return Refuse(request, model, RefusalKind.START_FAILED, why)
@@ -155,8 +153,8 @@ def on_start(state: SchedulerState, request: int, name: str, now: float) -> Step
     admitted like a request, answered with `Started` once it is resident (not granted).
     It ends an operator's stop: requests start it again from then."""
     slot = state.slot(name)
-    if slot.down == OPERATOR_STOPPED:
-        state = state.with_slot(attrs.evolve(slot, down=None))
+    if slot.operator_stopped:
+        state = state.with_slot(attrs.evolve(slot, operator_stopped=False))
     return pump(state.enqueue(request, name, now, start_only=True), now)
 
 
@@ -239,9 +237,16 @@ def on_stopped(state: SchedulerState, name: str, now: float, down: str | None = 
     slot = state.slot(name)
     if slot.phase is Phase.STARTING:
         return state, ()
-    if down is None and slot.rules.on_demand and slot.stop_reason is StopReason.REQUESTED:
-        down = OPERATOR_STOPPED  # an operator's stop lasts until an operator's start
-    slot = attrs.evolve(slot, phase=Phase.NOT_LOADED, stop_reason=None, drain_until=None, down=down)
+    # an operator's stop of an on-demand instance lasts until an operator's start
+    operator = slot.rules.on_demand and slot.stop_reason is StopReason.REQUESTED
+    slot = attrs.evolve(
+        slot,
+        phase=Phase.NOT_LOADED,
+        stop_reason=None,
+        drain_until=None,
+        down=down,
+        operator_stopped=operator and down is None,
+    )
     state = state.with_slot(slot)
     refusals: tuple[Effect, ...] = ()
     if down is not None and not slot.rules.on_demand:
@@ -267,7 +272,8 @@ def on_loading(state: SchedulerState, name: str, now: float) -> Step:
     slot = state.slot(name)
     if slot.phase is not Phase.NOT_LOADED:
         return state, ()
-    return pump(state.with_slot(attrs.evolve(slot, phase=Phase.STARTING, down=None)), now)
+    started = attrs.evolve(slot, phase=Phase.STARTING, down=None, operator_stopped=False)
+    return pump(state.with_slot(started), now)
 
 
 def on_footprint(state: SchedulerState, name: str, footprint: Footprint, now: float) -> Step:

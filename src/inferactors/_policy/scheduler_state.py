@@ -39,6 +39,10 @@ class Phase(enum.Enum):
     """Its server is being stopped."""
 
 
+OPERATOR_STOPPED = "stopped by an operator"
+"""Why an on-demand instance an operator stopped is not running (`Slot.down_words`)."""
+
+
 @attrs.frozen
 class SlotRules:
     """What the run file says of one instance (`_config.residency.InstanceResidency` and
@@ -84,9 +88,10 @@ class Slot:
             free memory to cover it.
         stop_reason: why it is draining or stopping.
         drain_until: when a drain stops waiting for its requests in flight.
-        down: why an always-on instance will not come back without an operator, or that
-            an operator stopped an on-demand one (requests for it are refused at once
-            until an operator's start), else None.
+        down: why an always-on instance will not come back without an operator, else
+            None.
+        operator_stopped: an operator stopped this on-demand instance: requests for it
+            are refused at once until an operator's start (`down_words`).
         joined_before: the first waiter ticket that came after it became resident: waiters
             with a lower ticket joined its start (or waited for it) and are granted even
             when a request ahead reserved it for eviction.
@@ -101,12 +106,17 @@ class Slot:
     stop_reason: StopReason | None = None
     drain_until: float | None = None
     down: str | None = None
+    operator_stopped: bool = False
     joined_before: int = 0
 
     @property
     def name(self) -> str:
         """Its role."""
         return self.rules.name
+
+    def down_words(self) -> str | None:
+        """Why it will not run again without an operator, in words, or None."""
+        return OPERATOR_STOPPED if self.operator_stopped else self.down
 
     @property
     def held(self) -> bool:
@@ -257,6 +267,7 @@ class SchedulerState:
             phase=Phase.RESIDENT,
             last_used=now,
             down=None,
+            operator_stopped=False,
             gated=False,
             joined_before=self.tickets,
         )

@@ -73,7 +73,9 @@ class Fleet:
     Exited, given up, refused)."""
     given_up: trio.Event = attrs.Factory(trio.Event)
     """Set once the supervisor should stop by itself: a required instance is down for good,
-    or every instance is (`_policy.fleet_exit.verdict`); ``exit_status`` says how."""
+    or every instance is (`_policy.fleet_exit.verdict`); ``exit_status`` says how. Decided
+    from the members' views, which show a state only once its `StateChanged` was published
+    (``members._refresh``): every event that explains it is in the stream before it is set."""
     exit_status: int | None = None
     """The status ``inferactors run`` exits with once ``given_up`` is set (1, or 78 when a
     restart of the supervisor cannot help)."""

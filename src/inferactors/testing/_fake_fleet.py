@@ -192,8 +192,10 @@ class FakeFleet:
         talks to them as the front door's upstream client does."""
         return httpx.MockTransport(self._handle)
 
-    def edges(self, *, jitter: float = 0.0) -> Edges:
-        """Runtime edges backed by this fleet; ``jitter`` is what the random source returns."""
+    def edges(self, *, jitter: float = 0.0, measure_loop_lag: bool = False) -> Edges:
+        """Runtime edges backed by this fleet; ``jitter`` is what the random source returns;
+        ``measure_loop_lag`` (`Edges.measure_loop_lag`): False for trio's ``MockClock``,
+        whose jumps would read as stalls of the loop; True under the real clock."""
         transport = self.transport()
         return Edges(
             open_prober=http_prober_factory(transport),
@@ -203,6 +205,7 @@ class FakeFleet:
             random=lambda: jitter,
             containment=_FakeContainment(),
             file_work=_inline,
+            measure_loop_lag=measure_loop_lag,
         )
 
     def memory(self, *, total_mib: float = 16384.0, foreign_mib: float = 0.0) -> FakeMemory:
