@@ -132,7 +132,8 @@ def test_stalled_followers_do_not_hold_the_supervisor_after_sigterm(
     assert took < 8.0, f"{took:.1f} s"  # the server's stop, then the 1 s grace
 
 
-@pytest.mark.exclusive
+# Not exclusive: it waits out a 10 s stop grace, and its one bound (what is left to read
+# after the cut arrives within 3 s) holds on a shared machine.
 def test_a_second_sigterm_cuts_stalled_followers_at_once(inferactors_kit: RuntimeKit) -> None:
     # the server ignores SIGTERM: the shutdown waits its 10 s stop grace
     run = chatty_run(inferactors_kit, ignore_sigterm=True)
