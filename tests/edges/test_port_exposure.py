@@ -77,6 +77,7 @@ async def test_a_port_reachable_on_a_lan_address_is_exposed_by_the_connect_check
     assert found.reachable_on == ("127.0.0.2",)
 
 
+@pytest.mark.exclusive  # "quiet" is the whole host: another test's new listener is read
 async def test_quiet_servers_scanned_in_one_tick_share_one_dump_and_read_no_process(
     monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
 ) -> None:

@@ -57,6 +57,7 @@ def test_a_listener_is_read_with_its_inode_and_only_listeners(host: str) -> None
     diag.close()
 
 
+@pytest.mark.exclusive  # the whole host's table, twice: no other test may open a listener
 def test_the_whole_table_is_what_psutil_sees() -> None:
     diag = SockDiag()
     with socket.socket() as listening:
