@@ -37,7 +37,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
+from collections.abc import Callable
 
 import attrs
 import trio
@@ -51,7 +53,29 @@ from .subreaper import is_subreaper
 _log = logging.getLogger(__name__)
 
 _LEADERS: set[int] = set()
-"""The leaders of the servers this process runs (each `Descendants` until its `close`)."""
+"""The leaders of the servers this process runs: each from its spawn (`spawn_leader`)
+until its `Descendants` is closed (or `forget_leader`, when its start failed)."""
+_SPAWNING = threading.Lock()
+"""Held while a server is spawned and noted as a leader, and while `adopted_from` reads our
+children: a child it reads is never a server whose spawn has not been noted yet."""
+
+
+def spawn_leader(spawn: Callable[[], int]) -> int:
+    """Run ``spawn`` (it starts a server and returns its pid) and note the pid as a
+    server's leader in the same step, before any other server's exit can look at our
+    children (`adopted_from`): a server still starting is never taken for another's
+    orphan. Blocking; called in the forker thread."""
+    with _SPAWNING:
+        pid = spawn()
+        _LEADERS.add(pid)
+    return pid
+
+
+def forget_leader(pid: int) -> None:
+    """The server ``pid`` never started (its helper reported a failure): no longer ours."""
+    _LEADERS.discard(pid)
+
+
 _CLAIMS = [False]
 """Whether `claim_orphans` is on (one flag, for the whole process)."""
 
@@ -76,7 +100,9 @@ def adopted_from(leader: int, outsiders: tuple[int, ...]) -> list[int]:
     ours = os.getsid(0)
     any_session = _CLAIMS[0] and is_subreaper()
     adopted = []
-    for pid in child_pids(os.getpid()):
+    with _SPAWNING:  # a server spawned meanwhile is a noted leader before it is a child
+        children = child_pids(os.getpid())
+    for pid in children:
         if pid == leader or (pid in _LEADERS):
             continue
         try:

@@ -58,6 +58,7 @@ import trio
 
 from .._policy.privilege import RunAs
 from .cgroups import CgroupTree, ServerCgroup, server_tree
+from .descendants import forget_leader, spawn_leader
 from .forker import in_forker
 from .group_members import group_alive
 from .spawn_helper import CHILD_RLIMITS as CHILD_RLIMITS
@@ -243,6 +244,7 @@ async def _spawn(
         pipes.close_child_ends()
         status = await exec_status(pipes.take_status())
         if status is not None:
+            forget_leader(pid)
             with trio.CancelScope(shield=True):  # it exits right after reporting: reap it
                 await trio.to_thread.run_sync(os.waitpid, pid, 0)
                 if cgroup is not None:
@@ -266,7 +268,7 @@ def _spawn_placed(
         cgroup = None
     try:
         planned = json.dumps({**plan, "cgroup_fd": fd}).encode()
-        pid = spawn_helper(attrs.evolve(ends, cgroup=fd), planned, plan_fd)
+        pid = spawn_leader(lambda: spawn_helper(attrs.evolve(ends, cgroup=fd), planned, plan_fd))
     except BaseException:
         if cgroup is not None:
             cgroup.discard()
