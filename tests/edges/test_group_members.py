@@ -56,7 +56,10 @@ def no_host_walk(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def _kill(member: int) -> None:
     os.kill(member, signal.SIGKILL)
-    psutil.Process(member).wait(5)  # ours (a subreaper) or init's: gone either way
+    try:
+        psutil.Process(member).wait(5)  # ours (a subreaper) or init's: gone either way
+    except psutil.NoSuchProcess:
+        pass  # already reaped (by init, or by a subreaper before we looked): gone
 
 
 def test_a_living_leaders_group_is_read_from_its_tree(

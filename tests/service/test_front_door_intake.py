@@ -63,7 +63,10 @@ async def test_a_large_body_is_parsed_off_the_event_loop(tmp_path: Path) -> None
                 done.set()
     assert answer.status_code == 404  # it was read and parsed whole: the model is unknown
     assert "nosuch" in answer.json()["error"]["message"]
-    assert gaps[0] < cost_s / 3, (gaps, cost_s)  # on the loop, the gap would be ~cost_s
+    # parsed on the loop, the longest gap would be the whole parse (at least cost_s); in a
+    # thread the loop turns while it runs, save for the stretches the C scanner holds the
+    # GIL, which a loaded machine lengthens (0.81 s of 1.78 s seen in a parallel run)
+    assert gaps[0] < cost_s * 0.6, (gaps, cost_s)
 
 
 async def _slow_upload(port: int, opened: trio.Event, path: str = "/v1/completions") -> None:
