@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from inferactors._actors.admission import read_api_key
+from inferactors._actors.api_key_file import read_api_key
 from inferactors._errors import AdmissionRefused
 
 KEY = "sk-0123456789abcdef"
