@@ -43,13 +43,15 @@ class Script:
     ``tiny_completion``, ``opened`` each prober opened. ``fair_when_stretched``: while
     ``overloaded`` and ``hung``, a stretched report (``stretch_s`` > 0) waits its stretched
     deadline and is a timeout judged on a fair budget (else no verdict, as our lateness
-    still ate it); ``stretches`` records each report's ``stretch_s``.
+    still ate it); ``stretches`` records each report's ``stretch_s``. ``slow_no_verdict``:
+    a no-verdict report takes its whole (stretched) deadline, as a real one does.
     """
 
     loaded: bool = True
     overloaded: bool = False
     hung: bool = False
     fair_when_stretched: bool = False
+    slow_no_verdict: bool = False
     stretches: list[float] = attrs.Factory(list)
     calls: list[tuple[float, int, str]] = attrs.Factory(list)
     opened: int = 0
@@ -75,6 +77,8 @@ class ScriptedProber:
             await trio.sleep(2.0 + stretch_s)  # the stretched deadline
             return ServerReport(Unreachable("GET /health: no complete reply within 2 s"))
         if self.script.overloaded:  # our own loop ran late: no verdict
+            if self.script.slow_no_verdict:
+                await trio.sleep(2.0 + stretch_s)
             return ServerReport(Unreachable("GET /health: no verdict", overloaded=True))
         if self.script.hung:
             return ServerReport(Unreachable("GET /health: no complete reply within 2 s"))
@@ -121,8 +125,15 @@ def probing(script: Script, port: int, post: trio.MemorySendChannel[object]) -> 
     return Probing(plan, InferConfig.adopted(InferFlavor.LLAMACPP), edges, post)
 
 
-async def drain(receive: trio.MemoryReceiveChannel[object], into: list[Probed]) -> None:
-    """Keep every `Probed` the monitors post, until cancelled."""
+async def drain(
+    receive: trio.MemoryReceiveChannel[object],
+    into: list[Probed],
+    times: list[float] | None = None,
+) -> None:
+    """Keep every `Probed` the monitors post (and its trio time in ``times``), until
+    cancelled."""
     async for message in receive:
         if isinstance(message, Probed):
             into.append(message)
+            if times is not None:
+                times.append(trio.current_time())

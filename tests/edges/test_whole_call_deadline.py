@@ -79,6 +79,29 @@ async def test_a_byte_every_0_2_s_fails_the_probe_after_1_s() -> None:
     assert 0.95 <= took < LATE_S
 
 
+async def test_a_model_list_cut_off_by_the_probe_deadline_says_how_long_it_had() -> None:
+    """A healthy but slow server (each reply whole after 0.6 s): ``/health`` takes 0.6 s of
+    the probe's one 1 s deadline, and the model list is cut off 0.4 s later. Its words say
+    it had what was left, not the whole second (before: "no complete reply within 1 s")."""
+    slow = {
+        "/health": Reply(body=b'{"status": "ok"}', pause_s=0.6),
+        "/v1/models": Reply(body=MODELS, pause_s=0.6),
+    }
+    async with (
+        hostile_server(slow) as server,
+        ProbeClient.open(server.base_url, timeout_s=TIMEOUT_S) as probe,
+    ):
+        report, took = await timed(lambda: probe.report(InferFlavor.LLAMACPP))
+    assert (report.health, report.models) == (Up(), ())
+    problem = report.models_problem or ""
+    prefix = "model list unreadable: GET /v1/models: no complete reply within the 0."
+    assert problem.startswith(prefix), problem
+    assert problem.endswith(" s left of the probe's 1 s"), problem
+    left = float(problem.removeprefix(prefix[:-2]).split(" ")[0])
+    assert 0.0 < left <= 0.4  # what /health left of the second
+    assert 0.95 <= took < LATE_S
+
+
 async def test_a_llama_report_spends_one_deadline_on_all_its_requests() -> None:
     async with (
         hostile_server(LLAMA) as server,

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 
 from inferactors._policy.lateness import (
-    HARD_BOUND_TIMEOUTS,
     JUDGE_AFTER_TIMEOUTS,
     LATE_S,
     MAX_STRETCH,
+    NO_VERDICT_BOUND_S,
+    SAY_NO_VERDICT_S,
     CaughtUp,
     ConnectResult,
     Lateness,
@@ -23,6 +24,8 @@ from inferactors._policy.lateness import (
     judged_anyway,
     judges_timeout,
     no_verdict_why,
+    no_verdict_words,
+    timed_out_why,
 )
 from inferactors._policy.probe_report import ServerReport, Unreachable
 
@@ -87,7 +90,15 @@ def test_an_overload_starts_once_and_ends_after_a_calm_period() -> None:
     assert watch.calm(8.9) is None
     assert watch.calm(9.0) == CaughtUp(9.0, 7.0, 2, 0.9)
     assert (watch.current, watch.calm_at(), watch.no_verdicts_total) == (None, None, 2)
-    assert watch.stalled(10.0, 1.0) == Overload(10.0, "event loop stalled 1000 ms")
+    assert watch.stalled(10.0, 1.0) == Overload(9.0, "event loop stalled 1000 ms")
+
+
+def test_an_overload_begun_by_a_stall_lasts_from_the_stall_start() -> None:
+    watch = OverloadWatch(calm_s=5.0)
+    started = watch.stalled(120.0, 20.0)  # the loop stopped at 100 and ran again at 120
+    assert started == Overload(100.0, "event loop stalled 20000 ms")
+    caught_up = watch.calm(125.0)
+    assert caught_up == CaughtUp(125.0, 25.0, 0, 20.0)  # the stall counts, not only the calm
 
 
 # The bound on going without a verdict (issue 16's breaker: a hung server read Running
@@ -121,7 +132,9 @@ def test_a_late_timeout_judges_when_its_time_less_our_lateness_reaches_the_budge
         (100.0, 0.9, 100.0 + JUDGE_AFTER_TIMEOUTS * 2.0, 2.0, False),  # at least timeout_s
         (100.0, 5.0, 110.0, 5.0, False),  # the lateness measured
         (100.0, 60.0, 110.0, MAX_STRETCH * 2.0, False),  # at most MAX_STRETCH timeouts
-        (100.0, 60.0, 100.0 + HARD_BOUND_TIMEOUTS * 2.0, MAX_STRETCH * 2.0, True),
+        (100.0, 60.0, 118.0, 4.0, False),  # never past the bound: 118 + 2 + 4 = 124
+        (100.0, 60.0, 122.5, 0.0, False),  # a probe that would end past it: not stretched
+        (100.0, 60.0, 100.0 + NO_VERDICT_BOUND_S, 0.0, True),  # the bound, in seconds
     ],
 )
 def test_the_verdict_bound_stretches_then_judges_anyway(
@@ -133,18 +146,49 @@ def test_the_verdict_bound_stretches_then_judges_anyway(
         bound.lost(lost_at + 1.0, lost_s / 2)  # the worst lateness stands; since stays
     assert bound.stretch_s(now) == stretch_s
     assert bound.judge_anyway(now) is anyway
-    bound.judged()
+    bound.judged(now)
     assert bound.stretch_s(now) == 0.0
     assert not bound.judge_anyway(now)
 
 
+def test_the_verdict_bound_counts_time_since_the_last_verdict_not_probes() -> None:
+    bound = VerdictBound(timeout_s=2.0)
+    bound.judged(50.0)  # the last verdict (the server answered "up")
+    bound.lost(51.0, 3.0)  # the first probe that gave none began a second later
+    assert bound.lasted_s(60.0) == 10.0  # counted from the verdict, not from 51
+    assert not bound.judge_anyway(50.0 + NO_VERDICT_BOUND_S - 0.1)
+    assert bound.judge_anyway(50.0 + NO_VERDICT_BOUND_S)
+    # a stretched deadline ends by the bound: started + timeout + stretch <= the bound
+    stretched = {at: bound.stretch_s(at) for at in (56.0, 60.0, 66.0, 70.0, 71.5, 73.0)}
+    assert stretched == {56.0: 3.0, 60.0: 3.0, 66.0: 3.0, 70.0: 2.0, 71.5: 0.5, 73.0: 0.0}
+
+
 def test_a_report_judged_at_the_bound_is_unreachable_with_its_words() -> None:
     late = ServerReport(Unreachable("GET /health: no verdict: ran 900 ms late", overloaded=True))
-    judged = judged_anyway(late, 24.2)
+    judged = judged_anyway(late, 25.2, NO_VERDICT_BOUND_S)
     assert not judged.no_verdict
     assert judged.health == Unreachable(
-        "GET /health: no verdict: ran 900 ms late; judged: no verdict for 24 s (the bound)"
+        "GET /health: no verdict: ran 900 ms late; judged: no verdict for 25 s (the bound is 24 s)"
     )
+
+
+@pytest.mark.parametrize(
+    ("lasted_s", "last", "words"),
+    [
+        (0.0, "server up", None),
+        (SAY_NO_VERDICT_S - 0.1, "server up", None),
+        (
+            SAY_NO_VERDICT_S,
+            "server up",
+            "no verdict for over 4 s: the supervisor is overloaded (last answer: server up)",
+        ),
+        (13.9, None, "no verdict for over 12 s: the supervisor is overloaded"),
+    ],
+)
+def test_a_lasting_no_verdict_is_said_in_steps(
+    lasted_s: float, last: str | None, words: str | None
+) -> None:
+    assert no_verdict_words(lasted_s, last) == words
 
 
 @pytest.mark.parametrize(
@@ -163,3 +207,18 @@ def test_an_admission_without_a_verdict_is_rechecked_paced_and_spread(
     tries: int, phase: float, delay_s: float
 ) -> None:
     assert deferred_delay_s(tries, phase) == pytest.approx(delay_s)
+
+
+@pytest.mark.parametrize(
+    ("given_s", "words"),
+    [
+        (2.0, "GET /v1/models: no complete reply within 2 s"),
+        (6.0, "GET /v1/models: no complete reply within 2 s"),  # stretched: judged on 2 s
+        (0.52, "GET /v1/models: no complete reply within the 0.5 s left of the probe's 2 s"),
+        (-0.1, "GET /v1/models: no complete reply within the 0.0 s left of the probe's 2 s"),
+    ],
+)
+def test_a_timeout_says_how_much_of_the_probe_deadline_the_request_had(
+    given_s: float, words: str
+) -> None:
+    assert timed_out_why("GET /v1/models", given_s, 2.0) == words

@@ -51,7 +51,7 @@ import attrs
 import h11
 import trio
 
-from .._policy.lateness import judges_timeout, no_verdict_why
+from .._policy.lateness import judges_timeout, no_verdict_why, timed_out_why
 from .loop_lag import lateness, loop_lag
 from .probe_connect import Connect, connect_pacer, split_base_url, tcp_connect
 from .probe_wire import (
@@ -232,9 +232,8 @@ class H11Wire:
             why = no_verdict_why(request, late)
             loop_lag().lost_verdict(why)
             return ProbeFailure(why, kind="overloaded")
-        return ProbeFailure(
-            f"{request}: no complete reply within {self.timeout_s:g} s", kind="timeout"
-        )
+        why = timed_out_why(request, deadline - started, self.timeout_s)
+        return ProbeFailure(why, kind="timeout")
 
     async def _send(
         self, method: str, path: str, body: Mapping[str, object] | None, scope: trio.CancelScope

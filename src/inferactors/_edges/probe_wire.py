@@ -35,6 +35,7 @@ import trio
 
 from .._errors import BackendError
 from .._policy.lateness import LATE_S as LATE_S
+from .._policy.lateness import timed_out_why
 from .loop_lag import no_verdict
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -138,7 +139,7 @@ async def exchange(
         late = no_verdict(request, started, deadline, budget_s=timeout_s)
         if late is not None:
             raise ProbeFailure(late, kind="overloaded") from exc
-        why = f"{request}: no complete reply within {timeout_s:g} s"
+        why = timed_out_why(request, deadline - started, timeout_s)
         raise ProbeFailure(why, kind="timeout") from exc
     except httpx.HTTPError as exc:
         raise ProbeFailure(f"{request}: {describe(exc)}") from exc

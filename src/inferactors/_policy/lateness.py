@@ -80,6 +80,19 @@ def no_verdict_why(request: str, lateness: Lateness) -> str:
     )
 
 
+def timed_out_why(request: str, given_s: float, timeout_s: float) -> str:
+    """The words of a request that judged the server by timing out: ``"GET /health: no
+    complete reply within 2 s"`` when it had the probe's whole ``timeout_s`` (or more:
+    stretched), else ``"GET /v1/models: no complete reply within the 0.5 s left of the
+    probe's 2 s"``: a later request of one probe gets only what the earlier ones left of
+    its one deadline (``given_s``, float seconds), and its words must not blame it for
+    the whole."""
+    if given_s >= timeout_s - 0.1:  # the whole budget but for a moment: said plainly
+        return f"{request}: no complete reply within {timeout_s:g} s"
+    left = f"the {max(0.0, given_s):.1f} s left of the probe's {timeout_s:g} s"
+    return f"{request}: no complete reply within {left}"
+
+
 class ConnectResult(enum.Enum):
     """What one TCP connect did."""
 
@@ -124,7 +137,8 @@ def no_verdict_report(why: str, latency_s: float = 0.0) -> ServerReport:
 
 @attrs.frozen
 class Overload:
-    """The supervisor is overloaded: since trio time ``since``; ``why`` is the first sign
+    """The supervisor is overloaded: since trio time ``since`` (for a stall, when the loop
+    stopped running, not when it ran again); ``why`` is the first sign
     (``"GET /health: no verdict: ..."`` or ``"event loop stalled 900 ms"``)."""
 
     since: float
@@ -133,7 +147,8 @@ class Overload:
 
 @attrs.frozen
 class CaughtUp:
-    """The supervisor caught up at trio time ``at`` after ``lasted_s`` seconds overloaded;
+    """The supervisor caught up at trio time ``at`` after ``lasted_s`` seconds overloaded
+    (from `Overload.since`: a stall that began the overload counts whole);
     ``no_verdicts`` deadlines gave no verdict meanwhile and the longest stall was
     ``worst_stall_s``."""
 
@@ -171,7 +186,7 @@ class OverloadWatch:
         if stall_s <= LATE_S:
             return None
         self.worst_stall_s = max(self.worst_stall_s, stall_s)
-        return self._sign(at, f"event loop stalled {stall_s * 1000:.0f} ms")
+        return self._sign(at, f"event loop stalled {stall_s * 1000:.0f} ms", began=at - stall_s)
 
     def calm(self, at: float) -> CaughtUp | None:
         """`CaughtUp` when an overload ends at ``at`` (`calm_s` since its last sign)."""
@@ -186,11 +201,13 @@ class OverloadWatch:
         """When the current overload ends if no further sign comes (None: not overloaded)."""
         return None if self.current is None else self.last_sign_at + self.calm_s
 
-    def _sign(self, at: float, why: str) -> Overload | None:
+    def _sign(self, at: float, why: str, *, began: float | None = None) -> Overload | None:
+        """A sign at ``at``; an overload it starts began at ``began`` (a stall: when the
+        loop stopped running, so `CaughtUp.lasted_s` counts the stall itself)."""
         self.last_sign_at = max(self.last_sign_at, at)
         if self.current is not None:
             return None
-        self.current = Overload(at, why)
+        self.current = Overload(at if began is None else began, why)
         return self.current
 
 
@@ -204,11 +221,28 @@ that does not answer is then judged on a fair budget, not never."""
 MAX_STRETCH = 4.0
 """A stretched probe waits at most this many probe timeouts beyond its own (float factor)."""
 
-HARD_BOUND_TIMEOUTS = 12.0
-"""The bound itself: a server none of whose probes gave a verdict for this many probe
-timeouts (24 s at the default 2 s) is judged on the last one whatever our lateness
-(`VerdictBound.judge_anyway`): three timeouts before stretching, then up to two stretched
-probes of at most ``(1 + MAX_STRETCH)`` timeouts each, with room for the probe interval."""
+NO_VERDICT_BOUND_S = 24.0
+"""The bound itself (float seconds of trio time): once no probe of a server has given a
+verdict for this long since its last verdict, the next probe to end is judged whatever our
+lateness (`VerdictBound.judge_anyway`). Stretched probes never wait past it: a stretched
+deadline ends at the bound at the latest (`VerdictBound.stretch_s`), so the judgement
+comes at most one probe interval and one probe timeout after the bound."""
+
+SAY_NO_VERDICT_S = 4.0
+"""A server whose probes gave no verdict for this long (float seconds) says so in its
+status (`no_verdict_words`), in steps of this many seconds, instead of its last answer."""
+
+
+def no_verdict_words(lasted_s: float, last: str | None) -> str | None:
+    """The words of a status whose probes gave no verdict for ``lasted_s`` seconds, or None
+    under `SAY_NO_VERDICT_S`: ``"no verdict for over 12 s: the supervisor is overloaded
+    (last answer: server up)"``. The seconds are whole steps of `SAY_NO_VERDICT_S`, so the
+    words change a few times per overload, not at every probe."""
+    if lasted_s < SAY_NO_VERDICT_S:
+        return None
+    steps = int(lasted_s // SAY_NO_VERDICT_S) * SAY_NO_VERDICT_S
+    said = f"no verdict for over {steps:.0f} s: the supervisor is overloaded"
+    return f"{said} (last answer: {last})" if last else said
 
 
 def judges_timeout(
@@ -231,52 +265,65 @@ class VerdictBound:
     """How long one server's probes have gone without a verdict, and what to do about it.
 
     Without a bound, a server that really hangs while our loop runs late reads as it last
-    did for as long as the overload lasts (every timeout lost part of its budget). So:
+    did for as long as the overload lasts (every timeout lost part of its budget). So,
+    counting trio time since the server's last verdict:
 
     - for `JUDGE_AFTER_TIMEOUTS` x ``timeout_s`` the no-verdicts are let be (a brief
       overload delays a verdict, nothing more);
     - then each probe's deadline is stretched by the lateness measured on the probes that
-      gave no verdict (at least ``timeout_s``, at most `MAX_STRETCH` x ``timeout_s``), and
-      judged by `judges_timeout` against the probe's own ``timeout_s``: a hung server times
-      out on a fair budget, a healthy one answers long before the stretched deadline;
-    - after `HARD_BOUND_TIMEOUTS` x ``timeout_s`` without any verdict, the last probe is
+      gave no verdict (at least ``timeout_s``, at most `MAX_STRETCH` x ``timeout_s``, never
+      past the bound), and judged by `judges_timeout` against the probe's own
+      ``timeout_s``: a hung server times out on a fair budget, a healthy one answers long
+      before the stretched deadline;
+    - once `NO_VERDICT_BOUND_S` passed without any verdict, the next probe to end is
       judged whatever our lateness (`judge_anyway`).
 
-    ``since`` is the trio time of the first no-verdict in a row (None: the last probe
-    judged); ``lost_s`` the most our loop lost on one of them (float seconds).
+    ``verdict_at`` is the trio time of the last verdict (None: none yet); ``since`` the
+    start of the run of no-verdicts (the last verdict, else the start of the first probe
+    that gave none; None: the last probe judged); ``lost_s`` the most our loop lost on one
+    of them (float seconds).
     """
 
     timeout_s: float
+    bound_s: float = NO_VERDICT_BOUND_S
+    verdict_at: float | None = None
     since: float | None = None
     lost_s: float = 0.0
 
-    def judged(self) -> None:
-        """A probe gave a verdict: the run of no-verdicts is over."""
-        self.since, self.lost_s = None, 0.0
+    def judged(self, at: float) -> None:
+        """A probe gave a verdict at ``at``: the run of no-verdicts is over."""
+        self.verdict_at, self.since, self.lost_s = at, None, 0.0
 
-    def lost(self, at: float, lost_s: float) -> None:
-        """A probe ending at ``at`` gave no verdict; our loop lost ``lost_s`` of it."""
+    def lost(self, started: float, lost_s: float) -> None:
+        """A probe begun at ``started`` gave no verdict; our loop lost ``lost_s`` of it."""
         if self.since is None:
-            self.since = at
+            self.since = started if self.verdict_at is None else self.verdict_at
         self.lost_s = max(self.lost_s, lost_s)
 
+    def lasted_s(self, now: float) -> float:
+        """How long, at ``now``, no probe has given a verdict (0: the last one did)."""
+        return 0.0 if self.since is None else max(0.0, now - self.since)
+
     def stretch_s(self, now: float) -> float:
-        """How far past its own timeout the next probe's deadline goes (0: not stretched)."""
+        """How far past its own timeout the deadline of a probe begun at ``now`` goes (0:
+        not stretched): never past the bound, where the probe is judged anyway."""
         if self.since is None or now - self.since < JUDGE_AFTER_TIMEOUTS * self.timeout_s:
             return 0.0
-        return min(MAX_STRETCH * self.timeout_s, max(self.timeout_s, self.lost_s))
+        stretch = min(MAX_STRETCH * self.timeout_s, max(self.timeout_s, self.lost_s))
+        room = self.since + self.bound_s - (now + self.timeout_s)
+        return max(0.0, min(stretch, room))
 
     def judge_anyway(self, now: float) -> bool:
         """Whether a no-verdict probe ending at ``now`` is judged all the same: none gave a
-        verdict for `HARD_BOUND_TIMEOUTS` x ``timeout_s``."""
-        return self.since is not None and now - self.since >= HARD_BOUND_TIMEOUTS * self.timeout_s
+        verdict for `NO_VERDICT_BOUND_S` (``bound_s``)."""
+        return self.since is not None and now - self.since >= self.bound_s
 
 
-def judged_anyway(report: ServerReport, lasted_s: float) -> ServerReport:
+def judged_anyway(report: ServerReport, lasted_s: float, bound_s: float) -> ServerReport:
     """A no-verdict ``report`` judged at the bound (`VerdictBound.judge_anyway`): Unreachable
     with its words and how long no probe gave a verdict, no longer marked overloaded."""
     why = getattr(report.health, "why", "no reply")
-    judged = f"{why}; judged: no verdict for {lasted_s:.0f} s (the bound)"
+    judged = f"{why}; judged: no verdict for {lasted_s:.0f} s (the bound is {bound_s:g} s)"
     return attrs.evolve(report, health=Unreachable(judged))
 
 

@@ -79,6 +79,9 @@ class Probed:
     misbound: str | None = None
     """The configuration error when the port listens only on the other address family;
     ``""``: looked, nothing wrong; None: not looked (the last verdict stands)."""
+    no_verdict_for_s: float = 0.0
+    """For a report that gives no verdict: how long (float seconds) no probe of the server
+    has given one (``_policy/lateness.py`` `VerdictBound.lasted_s`)."""
 
 
 @attrs.frozen

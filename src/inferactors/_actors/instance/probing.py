@@ -150,10 +150,15 @@ class Probing:
                 while True:
                     lines_seen = 0 if process is None else process.lines.ready_count
                     report = fresh or await _bounded_probe(prober, self._flavor, bound)
+                    if fresh is not None:
+                        bound.judged(trio.current_time())
                     fresh = None
                     if not report.no_verdict:  # else our own loop was late: no verdict
                         await self._judge(process, report, look)
                         delay = look.next_delay(report, delay)
+                    else:  # said in the status once it lasts (`no_verdict_words`)
+                        lasted = bound.lasted_s(trio.current_time())
+                        await self._post(Probed(report, process, no_verdict_for_s=lasted))
                     at = next_probe_at(trio.current_time(), delay, phase)
                     if await _pause(process, at, lines_seen):
                         delay = LINE_PROBE_S  # a line: probe now, then 2x, 4x ... this
@@ -443,18 +448,19 @@ def _words(report: ServerReport) -> str:
 
 async def _bounded_probe(prober: Prober, flavor: InferFlavor, bound: VerdictBound) -> ServerReport:
     """One monitor probe under ``bound`` (`VerdictBound`): stretched once the server's
-    probes long gave no verdict; a no-verdict one judged all the same at the bound."""
+    probes long gave no verdict (never past the bound); a no-verdict one judged all the
+    same once `NO_VERDICT_BOUND_S` passed since the server's last verdict."""
     started = trio.current_time()
     report = await prober.report(flavor, stretch_s=bound.stretch_s(started))
     now = trio.current_time()
     if not report.no_verdict:
-        bound.judged()
+        bound.judged(now)
         return report
-    bound.lost(now, lateness(started, now).ours_s)
+    bound.lost(started, lateness(started, now).ours_s)
     if not bound.judge_anyway(now):
         return report
-    judged = judged_anyway(report, now - (bound.since or now))
-    bound.judged()
+    judged = judged_anyway(report, bound.lasted_s(now), bound.bound_s)
+    bound.judged(now)
     return judged
 
 

@@ -142,6 +142,9 @@ class Findings:
     ttft_s: float | None = None
     """The last deep health's time to first token (float seconds); set by each that
     passed (first token, confirmation, watchdog, a caller's deep health)."""
+    no_verdict_for_s: float = 0.0
+    """How long no probe gave a verdict, as the last no-verdict probe said (float seconds;
+    0 once a probe judged): rule 1 (`status.status_of` says it, `no_verdict_words`)."""
     slow: str | None = None
     """Set (`slow_detail`) when the last deep health was slower than
     `Setup.slow_after_s`; cleared by a quick one."""

@@ -4,7 +4,9 @@ The actor publishes `status_of` after every message it takes (design/actors.md, 
 published"). The order in which what we know wins, from the probe's verdict up:
 
 1. No process of a managed instance: `idle_status` (Loaded, or Exited with why).
-2. The probe's verdict (`Findings.mapped`, made by ``step.py``'s probe rules).
+2. The probe's verdict (`Findings.mapped`, made by ``step.py``'s probe rules); when it is
+   Running but no probe has given a verdict for ``SAY_NO_VERDICT_S`` (our own loop ran
+   late), it says so with its last answer (``_policy/lateness.py`` `no_verdict_words`).
 3. An impostor on our port; then a failed health (watchdog, unhealthy too long).
 4. A managed server that is up is not Running before the listener is proven ours, nor
    before one real token came back ("starting: ...").
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import attrs
 
+from ..._policy.lateness import no_verdict_words
 from ..._policy.probe_report import Busy, Loading, ServerReport, Unhealthy, Unreachable, Up
 from ..._policy.restart import CONFIG_ERROR
 from ..._status import InstanceState, InstanceStatus
@@ -59,6 +62,8 @@ def status_of(state: State, now: float, escaped: tuple[int, ...] = ()) -> Instan
     process that left its process group (`ManagedProcess.escaped`, read by the actor)."""
     managed, process, found = state.managed, state.process, state.findings
     base = found.mapped if process is not None or not managed else idle_status(state)
+    if process is not None or not managed:
+        base = _unverdicted(state, base)
     if process is not None:
         base = _slow(state, live_overrides(state, base))
         base = attrs.evolve(
@@ -173,6 +178,15 @@ def _serving(state: State, status: InstanceStatus) -> bool:
     if check is None or not said.startswith(found.mapped.detail or "\0"):
         return False  # no check under way, or something else (impostor, ...) is wrong
     return check.works or (check.pending and found.completions_worked)
+
+
+def _unverdicted(state: State, base: InstanceStatus) -> InstanceStatus:
+    """A Running server whose probes gave no verdict for `SAY_NO_VERDICT_S` or more says so
+    (`no_verdict_words`), with its last answer, not "server up" as if just checked."""
+    words = no_verdict_words(state.findings.no_verdict_for_s, base.detail)
+    if words is None or base.state is not InstanceState.RUNNING:
+        return base
+    return attrs.evolve(base, detail=words)
 
 
 def _slow(state: State, base: InstanceStatus) -> InstanceStatus:

@@ -74,9 +74,12 @@ def judge_report(state: State, probed: Probed, now: float, seen: Seen, out: Effe
     health, who = report.health, setup.instance_id
     # 1. A report of a process that just died is dropped: its exit is on the way. So is a
     #    report that gives no verdict (our own loop ran late, `ServerReport.no_verdict`):
-    #    however many come, nothing is judged; the next probe made on time judges.
-    if (state.process is not None and not seen.running) or report.no_verdict:
+    #    however many come, nothing is judged; the next probe made on time judges. How
+    #    long none judged is noted, for the status to say (`status.status_of`).
+    if state.process is not None and not seen.running:
         return state
+    if report.no_verdict:
+        return state.with_findings(no_verdict_for_s=probed.no_verdict_for_s)
     # 2. A listener on our port that is not our process is an impostor (said once); one
     #    that is ours clears it.
     impostor, identity_ok = found.impostor, found.identity_ok
@@ -132,6 +135,7 @@ def judge_report(state: State, probed: Probed, now: float, seen: Seen, out: Effe
         mapped = InstanceStatus(InstanceState.DEGRADED, refused)
     state = state.with_findings(
         mapped=mapped,
+        no_verdict_for_s=0.0,
         last_probe=status.probe_words(report),
         first_token=probed.first_token if probed.first_token is not None else found.first_token,
         answered=answered,
