@@ -23,11 +23,12 @@ from inferactors._policy.lateness import (
     gives_no_verdict,
     judged_anyway,
     judges_timeout,
+    no_verdict_report,
     no_verdict_why,
     no_verdict_words,
     timed_out_why,
 )
-from inferactors._policy.probe_report import ServerReport, Unreachable
+from inferactors._policy.probe_report import ServerReport, Unreachable, Up
 
 
 @pytest.mark.parametrize(
@@ -169,6 +170,18 @@ def test_a_report_judged_at_the_bound_is_unreachable_with_its_words() -> None:
     assert not judged.no_verdict
     assert judged.health == Unreachable(
         "GET /health: no verdict: ran 900 ms late; judged: no verdict for 25 s (the bound is 24 s)"
+    )
+
+
+def test_a_late_model_list_keeps_its_health_and_is_judged_as_an_unreadable_list() -> None:
+    why = "GET /v1/models: no verdict: ran 900 ms late"
+    late = no_verdict_report(why, 0.01, Up())
+    assert (late.health, late.no_verdict, late.no_verdict_why) == (Up(), True, why)
+    judged = judged_anyway(late, 24.0, NO_VERDICT_BOUND_S)
+    assert not judged.no_verdict
+    assert judged.health == Up()  # /health answered: never called Unreachable
+    assert judged.models_problem == (
+        f"model list unreadable: {why}; judged: no verdict for 24 s (the bound is 24 s)"
     )
 
 

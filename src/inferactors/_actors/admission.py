@@ -197,7 +197,7 @@ async def probe_for_verdict(
 
 def _no_verdict_refusal(base: str, report: ServerReport) -> NoVerdict:
     """Not a refusal: `NoVerdict` (nothing is known about the server; ask again later)."""
-    why = getattr(report.health, "why", "")
+    why = report.no_verdict_why or ""
     return NoVerdict(f"cannot tell whether {base} answers now: {why}; try again")
 
 

@@ -251,8 +251,8 @@ class ProbeClient:
         if fallback is None:
             try:
                 listed, refused = await self._list_once("/v1/models", deadline)
-            except ProbeFailure as late:  # our own loop ate its deadline
-                return no_verdict_report(late.why, latency_s)
+            except ProbeFailure as late:  # our own loop ate its deadline: health stands
+                return no_verdict_report(late.why, latency_s, health)
             models, problem, router = listed
         else:
             models, problem, router = read_model_list("/v1/models", *fallback)
@@ -294,8 +294,8 @@ class ProbeClient:
         try:
             models, problem, _ = await self._list("/api/tags", deadline)
             loaded, _, _ = await self._list("/api/ps", deadline)
-        except ProbeFailure as late:  # our own loop ate its deadline
-            return no_verdict_report(late.why, latency_s)
+        except ProbeFailure as late:  # our own loop ate its deadline: health stands
+            return no_verdict_report(late.why, latency_s, health)
         version = parse_ollama_version(body)
         return ServerReport(health, models, loaded, version, latency_s, problem)
 

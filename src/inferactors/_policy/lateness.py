@@ -29,7 +29,7 @@ import enum
 
 import attrs
 
-from .probe_report import ServerReport, Unreachable
+from .probe_report import Health, ServerReport, Unreachable
 
 LATE_S = 0.25
 """Our own lateness around a deadline beyond which the deadline gives no verdict (float
@@ -126,12 +126,18 @@ def connect_reach(result: ConnectResult, lateness: Lateness, *, loopback: bool) 
             return Reach.NOT_REACHABLE
 
 
-def no_verdict_report(why: str, latency_s: float = 0.0) -> ServerReport:
-    """The report of a probe whose request (``/health``, or a model list after it) lost its
-    deadline to our own late loop: it says nothing about the server, neither up nor down,
-    and no "models problem" either (`ServerReport.no_verdict`); its health is `Unreachable`
-    with ``overloaded`` set, ``why`` the request's no-verdict words. The caller checks
+def no_verdict_report(
+    why: str, latency_s: float = 0.0, health: Health | None = None
+) -> ServerReport:
+    """The report of a probe whose request lost its deadline to our own late loop: it gives
+    no verdict on the server (`ServerReport.no_verdict`), neither up nor down, and no
+    "models problem" either. When ``/health`` (or Ollama's version) answered first
+    (``health``) and only the model list was late, the report keeps what was seen: that
+    ``health``, and ``why`` as ``models_no_verdict``; else its health is `Unreachable`
+    with ``overloaded`` set and ``why`` the request's no-verdict words. The caller checks
     again soon."""
+    if health is not None:
+        return ServerReport(health, latency_s=latency_s, models_no_verdict=why)
     return ServerReport(Unreachable(why, overloaded=True), latency_s=latency_s)
 
 
@@ -320,10 +326,15 @@ class VerdictBound:
 
 
 def judged_anyway(report: ServerReport, lasted_s: float, bound_s: float) -> ServerReport:
-    """A no-verdict ``report`` judged at the bound (`VerdictBound.judge_anyway`): Unreachable
-    with its words and how long no probe gave a verdict, no longer marked overloaded."""
-    why = getattr(report.health, "why", "no reply")
+    """A no-verdict ``report`` judged at the bound (`VerdictBound.judge_anyway`), with its
+    words and how long no probe gave a verdict: a late ``/health`` is Unreachable (no
+    longer marked overloaded); a late model list after a health that answered is an
+    unreadable list (``models_problem``), the health as it answered."""
+    why = report.no_verdict_why or "no reply"
     judged = f"{why}; judged: no verdict for {lasted_s:.0f} s (the bound is {bound_s:g} s)"
+    if report.models_no_verdict is not None:
+        problem = f"model list unreadable: {judged}"
+        return attrs.evolve(report, models_no_verdict=None, models_problem=problem)
     return attrs.evolve(report, health=Unreachable(judged))
 
 

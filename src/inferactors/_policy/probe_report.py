@@ -85,6 +85,10 @@ class ServerReport:
             (`router_models.RouterModel`); empty for a single-model server.
         refused: ``"HTTP 401: Invalid API Key"`` when a request was refused for want of a
             valid API key (401 or 403, with the server's words: `refusal`), else None.
+        models_no_verdict: the no-verdict words of a model list that lost its deadline to
+            our own late loop (``_policy/lateness.py``) after ``health`` answered, else
+            None: the server's health is what it said, its list is unknown (not a
+            "models problem"), and the report as a whole gives no verdict (`no_verdict`).
     """
 
     health: Health
@@ -95,12 +99,20 @@ class ServerReport:
     models_problem: str | None = None
     router: tuple[RouterModel, ...] = ()
     refused: str | None = None
+    models_no_verdict: str | None = None
 
     @property
     def no_verdict(self) -> bool:
-        """Whether this probe says nothing about the server: one of its requests lost its
+        """Whether this probe gives no verdict on the server: one of its requests lost its
         deadline to our own late loop (``_policy/lateness.py`` `no_verdict_report`)."""
-        return isinstance(self.health, Unreachable) and self.health.overloaded
+        return self.no_verdict_why is not None
+
+    @property
+    def no_verdict_why(self) -> str | None:
+        """The words of the request that gave no verdict (`no_verdict`), else None."""
+        if isinstance(self.health, Unreachable) and self.health.overloaded:
+            return self.health.why
+        return self.models_no_verdict
 
     def lists(self, wanted: str, flavor: InferFlavor = InferFlavor.LLAMACPP) -> bool:
         """Whether ``models`` names ``wanted`` as ``flavor`` names models (exactly: see

@@ -311,7 +311,7 @@ class Probing:
             base, timeout_s = self.plan.spec.base_url(), self.config.probe_timeout_s
             report = await probe_for_verdict(self.open_prober, base, timeout_s, self._flavor)
         if report.no_verdict:
-            why = getattr(report.health, "why", "")
+            why = report.no_verdict_why or ""
             base = self.plan.spec.base_url()
             refuse(reply, NoVerdict(f"cannot tell whether {base} answers now: {why}; try again"))
             return
