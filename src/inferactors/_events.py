@@ -246,7 +246,10 @@ class SupervisorOverloaded:
     of judging servers (``_policy/lateness.py``). Reported once, when it starts, as the
     supervisor's state, never as a server's; ``why`` is the first sign (``"GET /health: no
     verdict: inferactors' event loop ran 840 ms late ..."`` or ``"event loop stalled 900
-    ms"``), ``since`` when it was seen. Not an instance's event: it has no instance id."""
+    ms"``), ``since`` when it began (for a stall, when the loop stopped running). The
+    overload is the event loop's: every runtime on one trio run reports the same one, with
+    the same ``since``, to its own subscribers (design/probing.md). Not an instance's
+    event: it has no instance id."""
 
     why: str
     since: float
@@ -256,8 +259,9 @@ class SupervisorOverloaded:
 
 @attrs.frozen
 class SupervisorCaughtUp:
-    """The supervisor caught up after ``lasted_s`` seconds overloaded (no lost verdict and
-    no long stall for ``_policy.lateness.CALM_S``): ``no_verdicts`` deadlines gave no
+    """The supervisor caught up after ``lasted_s`` seconds overloaded (from the overload's
+    ``since``, a stall that began it included, to now: no lost verdict and no long stall
+    for ``_policy.lateness.CALM_S``): ``no_verdicts`` deadlines gave no
     verdict meanwhile, the longest stall of its loop was ``worst_stall_s`` seconds. Not an
     instance's event."""
 

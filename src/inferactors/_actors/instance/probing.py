@@ -132,13 +132,16 @@ class Probing:
         (`admission_report`).
 
         A probe that gives no verdict (`ServerReport.no_verdict`: one of its requests lost
-        its deadline to our own late loop, ``_policy/lateness.py``) is not judged, nor
-        posted, and the schedule stays as it was: the next probe made on time judges. The
-        wait is bounded (`VerdictBound`): after 3 probe timeouts without a verdict the
-        probes' deadlines are stretched by the lateness measured, and judged on the
-        probe's own timeout minus our lateness; after 12 probe timeouts (24 s at the
-        default 2 s) without one, the last probe is judged whatever our lateness. An
-        overload is the supervisor's own state (`SupervisorOverloaded`), never a server's.
+        its deadline to our own late loop, ``_policy/lateness.py``) is not judged and the
+        schedule stays as it was: the next probe made on time judges. It is posted all
+        the same, saying how long no probe gave a verdict, so that a Running status says
+        so once that lasts (``SAY_NO_VERDICT_S``) rather than its last answer. The wait is
+        bounded (`VerdictBound`), counting trio time since the last verdict: after 3 probe
+        timeouts the probes' deadlines are stretched by the lateness measured (never past
+        the bound), and judged on the probe's own timeout minus our lateness; once
+        ``NO_VERDICT_BOUND_S`` (24 s) passed, the next probe to end is judged whatever our
+        lateness. An overload is the supervisor's own state (`SupervisorOverloaded`),
+        never a server's.
         """
         delay, phase = FIRST_PROBE_S, phase_of(self.plan.spec.base_url())
         look = ProbeLook(token_ok=process is None, exposure_phase=phase)  # adopted: no token
