@@ -4,8 +4,9 @@ Planning only ever sends GET requests and TCP connects, so ``admit`` may run
 before any permission is granted. Every refusal is `AdmissionRefused` unless the spec itself
 is malformed (`InvalidConfig`). A managed instance's checks all run, and every problem they
 find is reported at once, each naming its field (`Problems`). A probe that gives no verdict
-because our own loop ran late is made again at once (`probe_for_verdict`), never read as a
-server that is not there.
+because our own loop ran late is made again at once (`probe_for_verdict`, in
+``admission_probes.py`` with the bound on probes in flight), never read as a server that is
+not there.
 
 Besides the model, a managed process plan checks:
 
@@ -28,7 +29,6 @@ from functools import partial
 from pathlib import Path
 
 import attrs
-import trio
 
 from .._config.binding import spec_host
 from .._config.config import ControlMode, InferConfig, ManagedConfig
@@ -36,7 +36,7 @@ from .._config.convert import checked_spec
 from .._config.spec import InferenceSpec
 from .._edges.bundle import Edges
 from .._edges.containment import resolve_run_as
-from .._edges.probe import ProberFactory, probe_once
+from .._edges.probe import ProberFactory
 from .._edges.probe_auth import with_api_key
 from .._edges.serve_help import CACHE_DIR, ServeHelp
 from .._errors import AdmissionRefused, NoVerdict
@@ -44,13 +44,13 @@ from .._flavor import InferFlavor
 from .._models.registry import ModelRegistry
 from .._policy.admission import Plan, check_runtime_and_port
 from .._policy.help_flags import check_known_flags
-from .._policy.lateness import LATE_S
 from .._policy.launch import build_launch
 from .._policy.ollama_parse import same_tag
 from .._policy.privilege import RunAs, require_unprivileged
 from .._policy.probe_report import ServerReport, Unhealthy, Unreachable, Up
 from .admission_models import draft_model, registered_model, resolve_extras
 from .admission_problems import Problems
+from .admission_probes import probe_for_verdict
 from .api_key_file import read_api_key
 from .capabilities import managed_version
 from .identity import wrong_family
@@ -146,54 +146,6 @@ async def _adopted_key(spec: InferenceSpec, edges: Edges) -> str | None:
         return None
     euid = edges.containment.euid()
     return await read_api_key(spec.serve.api_key_file, run_as=None, euid=euid)
-
-
-ADMISSION_RECHECKS = 3
-"""Probes admission makes again while its probe gives no verdict because our own loop ran
-late (``_policy/lateness.py``): a late probe is neither a refusal nor a pass. The n-th
-re-check waits n x ``LATE_S`` first, so an overloaded loop catches up rather than gets
-more probes to run."""
-
-
-ADMISSION_PROBES = 32
-"""Admission probes (`probe_for_verdict`: a load's, an adopted start's that could not reuse
-the load's report) of one trio run in flight at once; more wait their turn. A thousand
-at once would time out on their own CPU. Only the probes are bounded: the rest of a load
-or a start (the supervisor's and the actor's round trips) never holds a turn."""
-
-_ADMISSION_LIMIT: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar(
-    "inferactors_admission_probes"
-)
-
-
-def admission_limiter() -> trio.CapacityLimiter:
-    """This trio run's bound on admission probes (`ADMISSION_PROBES`)."""
-    try:
-        return _ADMISSION_LIMIT.get()
-    except LookupError:
-        limiter = trio.CapacityLimiter(ADMISSION_PROBES)
-        _ADMISSION_LIMIT.set(limiter)
-        return limiter
-
-
-async def probe_for_verdict(
-    open_prober: ProberFactory, base: str, timeout_s: float, flavor: InferFlavor
-) -> ServerReport:
-    """One probe of ``base`` (`probe_once`), made again up to `ADMISSION_RECHECKS` times,
-    each later than the one before, while it gives no verdict (`ServerReport.no_verdict`).
-    Each probe waits for a turn (`admission_limiter`); the waits between them hold none.
-    The last report is returned whatever it says; callers raise `NoVerdict` for a
-    no-verdict one ("cannot tell now"), never refuse it as a server that is not there."""
-    limiter = admission_limiter()
-    async with limiter:
-        report = await probe_once(open_prober, base, timeout_s, flavor)
-    for attempt in range(1, ADMISSION_RECHECKS + 1):
-        if not report.no_verdict:
-            break
-        await trio.sleep(attempt * LATE_S)
-        async with limiter:
-            report = await probe_once(open_prober, base, timeout_s, flavor)
-    return report
 
 
 def _no_verdict_refusal(base: str, report: ServerReport) -> NoVerdict:

@@ -44,7 +44,7 @@ from ..._policy.probe_schedule import (
 )
 from ..._policy.status import map_report
 from ..._status import InstanceState
-from ..admission import probe_for_verdict
+from ..admission_probes import probe_for_verdict
 from ..identity import ensure_ours, listener_owner, wrong_family
 from ..mailbox import post
 from ..messages import ReplyTo, answer, refuse
