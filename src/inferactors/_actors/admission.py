@@ -49,8 +49,8 @@ from .._policy.ollama_parse import same_tag
 from .._policy.privilege import RunAs, require_unprivileged
 from .._policy.probe_report import ServerReport, Unhealthy, Unreachable, Up
 from .admission_models import draft_model, registered_model, resolve_extras
-from .admission_problems import Problems
 from .admission_probes import probe_for_verdict
+from .admission_problems import Problems
 from .api_key_file import read_api_key
 from .capabilities import managed_version
 from .identity import wrong_family

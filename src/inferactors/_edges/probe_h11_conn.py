@@ -114,9 +114,7 @@ class Connection:
         return self.sock is None or not self.sock.is_readable()
 
 
-async def exchange_on(
-    conn: Connection, event: h11.Request, body: bytes
-) -> tuple[int, bytes, bool]:
+async def exchange_on(conn: Connection, event: h11.Request, body: bytes) -> tuple[int, bytes, bool]:
     """One request on ``conn``: ``(status, body, keep)``; ``keep``: the server lets the
     connection carry another request.
 
