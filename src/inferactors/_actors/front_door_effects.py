@@ -10,7 +10,7 @@ import trio
 from .._errors import FrontDoorRefused
 from .._events import FootprintDrift, OnDemandStart, QueuedRequestRefused, ResidencyStop
 from .._policy.scheduler import status_of
-from .._policy.scheduler_state import (
+from .._policy.scheduler_effects import (
     CancelStart,
     Drift,
     Effect,
