@@ -1,7 +1,7 @@
 """The fake inference server program with injectable faults.
 
 Its flags are `FakeServerOptions` and `FakeServerFaults`, and what it answers is decided by
-the pure functions of ``_fake_faults``; this module is the I/O: the standard library's
+the pure functions of ``_fake_answers``; this module is the I/O: the standard library's
 ``ThreadingHTTPServer`` (one thread per connection, so a hung request hangs only itself),
 the process, its signals and its files. How to run it (`fake_server_argv`,
 `write_fake_server_program`) and how to read what it logged (`read_request_log`) is
@@ -59,11 +59,10 @@ from typing import Any, NoReturn
 import attrs
 
 from . import _fake_replies as replies
-from ._fake_faults import (
+from ._fake_answers import (
     AwaitLoad,
     Complete,
     Die,
-    FakeServerOptions,
     Outcome,
     Phase,
     Reply,
@@ -71,8 +70,8 @@ from ._fake_faults import (
     Stream,
     completion_fate,
     decide,
-    parse_fake_server_args,
 )
+from ._fake_faults import FakeServerOptions, parse_fake_server_args
 from ._fake_flood import flood_at_start, start_flood
 from ._fake_launch import LoggedRequest as LoggedRequest
 from ._fake_launch import fake_server_argv as fake_server_argv
