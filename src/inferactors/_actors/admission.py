@@ -35,18 +35,18 @@ from .._config.config import ControlMode, InferConfig, ManagedConfig
 from .._config.convert import checked_spec
 from .._config.spec import InferenceSpec
 from .._edges.bundle import Edges
-from .._edges.containment import resolve_run_as
+from .._edges.containment import resolve_run_as, user_name
 from .._edges.probe import ProberFactory
 from .._edges.probe_auth import with_api_key
 from .._edges.serve_help import CACHE_DIR, ServeHelp
-from .._errors import AdmissionRefused, NoVerdict
+from .._errors import AdmissionRefused, InvalidConfig, NoVerdict, shown
 from .._flavor import InferFlavor
 from .._models.registry import ModelRegistry
 from .._policy.admission import Plan, check_runtime_and_port
 from .._policy.help_flags import check_known_flags
 from .._policy.launch import build_launch
 from .._policy.ollama_parse import same_tag
-from .._policy.privilege import RunAs, require_unprivileged
+from .._policy.privilege import RunAs, require_unprivileged, switch_refusal
 from .._policy.probe_report import ServerReport, Unhealthy, Unreachable, Up
 from .admission_models import draft_model, registered_model, resolve_extras
 from .admission_probes import probe_for_verdict
@@ -133,8 +133,13 @@ async def make_plan(
 
 
 def _run_as(managed: ManagedConfig, euid: int) -> RunAs | None:
+    """``managed.run_as`` resolved: none as root, or another user not as root, refused."""
     run_as = resolve_run_as(managed.run_as) if managed.run_as else None
     require_unprivileged(run_as, euid)
+    if run_as is not None:
+        why = switch_refusal(run_as, euid=euid, user=user_name(euid))
+        if why is not None:
+            raise InvalidConfig(f"run_as {shown(managed.run_as)}: {why}")
     return run_as
 
 
