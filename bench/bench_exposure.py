@@ -108,6 +108,9 @@ class RecordingNet:
     async def port_exposure(self, port: int) -> Exposure | None:
         return await self.inner.port_exposure(port)
 
+    async def listeners_changed(self, generation: int, deadline: float) -> int:
+        return await self.inner.listeners_changed(generation, deadline)
+
 
 @attrs.frozen
 class Stopped:

@@ -178,6 +178,9 @@ class RecordingNet:
     async def port_exposure(self, port: int) -> Exposure | None:
         return await self.inner.port_exposure(port)
 
+    async def listeners_changed(self, generation: int, deadline: float) -> int:
+        return await self.inner.listeners_changed(generation, deadline)
+
 
 async def bridge_now(port: int, log: Path) -> tuple[Bridge, tuple[LoggedRequest, ...]]:
     """Send `BRIDGES` tagged GETs to the running server; return the best bridge and the log."""

@@ -248,6 +248,33 @@ async def test_an_operators_stop_drains_then_stops_with_its_reason(
         assert not rig.alive("a")
         [stop] = rig.of(ResidencyStop, "a")
         assert stop.reason is StopReason.REQUESTED
+        assert held.cut_by() is None  # it ended within the drain: nothing cut it
+
+
+@pytest.mark.parametrize(
+    ("reason", "words"),
+    [
+        (StopReason.REQUESTED, "stopped by an operator"),
+        (StopReason.RELOAD, "stopped by a reload that changed or removed it"),
+    ],
+)
+async def test_a_stop_that_outlasts_the_drain_marks_the_requests_it_cut(
+    make_config: Config, autojump_clock: trio.testing.MockClock, reason: StopReason, words: str
+) -> None:
+    async with door_rig(make_config(), FakeFleet(), budget_mib=2000, drain_timeout_s=5.0) as rig:
+        cut, ended = await rig.door.acquire("a"), await rig.door.acquire("a")
+        other = await rig.door.acquire("b")
+        ended.done()
+        await rig.door.stop("a", reason)
+        assert not rig.alive("a")
+        expected = f"the instance was {words} before this answer ended (drain timed out)"
+        assert cut.cut_by() == expected
+        assert ended.cut_by() is None  # it ended before the stop
+        assert other.cut_by() is None  # another instance's request
+        cut.done()
+        other.done()
+        await trio.sleep(0.1)
+        assert rig.door.residency()["a"].in_flight == 0
 
 
 async def test_a_drain_that_takes_too_long_stops_anyway(

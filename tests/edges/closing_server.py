@@ -14,7 +14,9 @@ the next play (then ``"answer"`` for ever):
   the connection: the server's idle close crossed the request);
 - ``"fin-unread"``: shut the sending side as the request arrives, unread (the client
   reads an end of stream), then close;
-- ``"garbage"``: read it, answer with a head h11 refuses, then close.
+- ``"garbage"``: read it, answer with a head h11 refuses, then close;
+- ``"head-then-close"``: read it, send a 200 head that promises more body than it sends,
+  then close (a server that died halfway through its answer).
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ import h11
 import trio
 
 PLAYS = frozenset(
-    {"answer", "answer-then-close", "read-then-close", "close-unread", "fin-unread", "garbage"}
-)
+    {"answer", "answer-then-close", "read-then-close", "close-unread", "fin-unread", "garbage",
+     "head-then-close"}
+)  # fmt: skip
 
 
 @attrs.define
@@ -70,6 +73,9 @@ class ClosingServer:
                 if play == "garbage":
                     await stream.send_all(b"HTTP/1.1 two hundred\r\n\r\n")
                     return
+                if play == "head-then-close":
+                    await _half_answer(connection, stream)
+                    return
                 await _answer(connection, stream, b"ok:" + body)
                 if play == "answer-then-close":
                     await stream.aclose()
@@ -97,6 +103,13 @@ async def _answer(connection: h11.Connection, stream: trio.SocketStream, body: b
     for event in (h11.Response(status_code=200, headers=headers), h11.Data(data=body)):
         await stream.send_all(connection.send(event) or b"")
     await stream.send_all(connection.send(h11.EndOfMessage()) or b"")
+
+
+async def _half_answer(connection: h11.Connection, stream: trio.SocketStream) -> None:
+    headers = [("content-type", "application/json"), ("content-length", "100")]
+    head = h11.Response(status_code=200, headers=headers)
+    for event in (head, h11.Data(data=b'{"choices": [')):
+        await stream.send_all(connection.send(event) or b"")
 
 
 @asynccontextmanager

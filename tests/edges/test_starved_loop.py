@@ -43,6 +43,14 @@ async def _starve(seconds: float, *, after_s: float = 0.0) -> None:
     time.sleep(seconds)  # noqa: ASYNC251 (the point: the loop is starved meanwhile)
 
 
+async def _starve_once_asked(requests: list[str], request: str) -> None:
+    """Starve the loop for `BLOCK_S` as soon as the server has ``request`` (while its reply
+    trickles), whatever the machine's load made of the steps before."""
+    while request not in requests:  # noqa: ASYNC110 (the test server keeps a list, no event)
+        await trio.sleep(0.001)
+    time.sleep(BLOCK_S)  # noqa: ASYNC251 (the point: the loop is starved meanwhile)
+
+
 async def _silent(stream: trio.SocketStream) -> None:
     async with stream:
         await trio.sleep_forever()
@@ -69,8 +77,7 @@ async def test_a_late_model_list_is_no_verdict_not_a_models_problem() -> None:
         ProbeClient.open(server.base_url, timeout_s=TIMEOUT_S) as probe,
         trio.open_nursery() as nursery,
     ):
-        starve = functools.partial(_starve, BLOCK_S, after_s=0.02)  # while /v1/models trickles
-        nursery.start_soon(starve)
+        nursery.start_soon(_starve_once_asked, server.requests, "GET /v1/models")
         report = await probe.report(InferFlavor.LLAMACPP)
     assert report.no_verdict
     assert report.models_problem is None

@@ -9,6 +9,7 @@ import trio
 
 from .._errors import FrontDoorRefused
 from .._events import FootprintDrift, OnDemandStart, QueuedRequestRefused, ResidencyStop
+from .._policy.residency_words import cut_words
 from .._policy.scheduler import status_of
 from .._policy.scheduler_state import (
     CancelStart,
@@ -113,6 +114,10 @@ def _stop(door: Loop, effect: StopInstance | CancelStart, now: float) -> None:
             scope.cancel()
     member = door.members[effect.name]
     door.last_stop[effect.name] = effect.reason
+    words = cut_words(effect.reason, effect.detail)
+    for request, role in door.state.serving:  # in flight still: its drain ran out
+        if role == effect.name:
+            door.cut[request] = words
     door.on_event(ResidencyStop(member.instance_id, effect.reason, effect.detail, now))
     grace = door.settings.stop_grace_s
     door.box.finish(stop_instance, member, effect.reason, grace, door.post)

@@ -79,6 +79,9 @@ class DoorLoop:
     stoppers: dict[str, list[ReplyTo[None]]] = attrs.Factory(dict)
     closers: list[ReplyTo[None]] = attrs.Factory(list)
     last_stop: dict[str, StopReason] = attrs.Factory(dict)
+    cut: dict[int, str] = attrs.Factory(dict)
+    """Requests in flight whose instance a stop cut (its drain ran out), with that stop
+    in words (`Grant.cut_by`); each leaves when its grant is given back."""
     measured_pid: dict[str, int] = attrs.Factory(dict)
     _watchers: ScopeGroup = attrs.Factory(ScopeGroup)
     _returns: list[tuple[int, bool | None]] = attrs.Factory(list)
@@ -225,6 +228,7 @@ class DoorLoop:
                     self.arrived.pop(request, None)
                     self.step(scheduler.on_cancel(self.state, request, now))
                 else:
+                    self.cut.pop(request, None)
                     self.step(scheduler.on_serve_done(self.state, request, now, served))
 
     def _answer_closers(self) -> None:

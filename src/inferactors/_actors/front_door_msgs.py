@@ -230,6 +230,7 @@ class Loop(Protocol):
     arrived: dict[int, float]
     starts: dict[str, trio.CancelScope]
     last_stop: dict[str, StopReason]
+    cut: dict[int, str]
     measured_pid: dict[str, int]
 
     def step(self, step: Step) -> None:

@@ -39,6 +39,10 @@ class _ResidentGrant:
         self._scheduler.in_flight[self.name] -= 1
         self._scheduler.finished[self.name] += 1
 
+    def cut_by(self) -> str | None:
+        """Never: nothing here stops an instance."""
+        return None
+
 
 class ResidentScheduler:
     """A `front_door_seam.Scheduler` over instances that are always resident (module

@@ -68,6 +68,9 @@ class _Grant:
             self._done = True
             self._loop.returned(self.request, served=True)
 
+    def cut_by(self) -> str | None:
+        return self._loop.cut.get(self.request)
+
 
 @attrs.define(eq=False)
 class FrontDoorScheduler:

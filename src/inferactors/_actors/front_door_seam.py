@@ -96,6 +96,15 @@ class Grant(Protocol):
         exactly once; later calls do nothing. Never blocks, never raises."""
         ...
 
+    def cut_by(self) -> str | None:
+        """Why the instance was stopped while this request was still in flight (a stop
+        whose drain ran out before the request ended), in words the client is told
+        (``"the instance was stopped by an operator before this answer ended (drain timed
+        out)"``); None while no stop cut it. The HTTP side asks when the server's answer
+        breaks, so the client hears the stop, not what the broken connection looked like.
+        Never blocks, never raises."""
+        ...
+
 
 class Scheduler(Protocol):
     """What the front door's HTTP side needs from the scheduler."""

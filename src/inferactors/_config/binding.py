@@ -15,6 +15,7 @@ never disagree:
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 
 from .spec import InferenceSpec, IPAddress
@@ -26,12 +27,15 @@ LOOPBACK_PAIR: tuple[IPAddress, IPAddress] = (
 """The two addresses ``localhost`` stands for."""
 
 
+@functools.lru_cache(maxsize=256)
 def is_loopback_name(host: str) -> bool:
     """Whether ``host`` (a name or an address literal, no port, no brackets) names this
     machine's loopback: ``localhost`` (in any case), an address of 127.0.0.0/8, ``::1``, or an
     IPv4-mapped ``::ffff:127.x.y.z``. Any other name is not, ``*.localhost`` included: this
     is the one rule for the run file's hosts, the listeners found on the machine and the
-    ``Host`` header a browser sends (``_policy/browser_guard.py``)."""
+    ``Host`` header a browser sends (``_policy/browser_guard.py``). Pure, so answers are
+    kept (the last 256 names): the exposure watch asks it of every listener on the host
+    five times a second."""
     name = host.strip()
     if name.lower() == "localhost":
         return True

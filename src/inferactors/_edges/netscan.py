@@ -56,6 +56,7 @@ from .lan_reach import Connect as Connect
 from .lan_reach import local_addresses as local_addresses
 from .lan_reach import reach_on as reach_on
 from .lan_reach import reachable_on as reachable_on
+from .listen_watch import ListenerWatch
 from .netcheck import connect_reach
 from .socket_table import CACHE_LIMIT, SocketEntry, SocketTable
 
@@ -88,6 +89,12 @@ class NetScanner(Protocol):
     async def port_exposure(self, port: int) -> Exposure | None:
         """Whether whatever listens on TCP ``port`` is reachable beyond loopback: that port's
         listeners only (an adopted server, whose process is not ours to walk)."""
+        ...
+
+    async def listeners_changed(self, generation: int, deadline: float) -> int:
+        """Wait until the host's listeners beyond loopback may differ from those of
+        ``generation`` (0: none seen), or until trio time ``deadline``; return the
+        generation to pass next time (see `listen_watch.ListenerWatch.changed`)."""
         ...
 
 
@@ -221,6 +228,14 @@ class SystemNetScanner:
     table: SocketTable = attrs.field(factory=SocketTable)
     connects: ConnectSchedule = attrs.field(factory=ConnectSchedule)
     _seen: set[int] = attrs.field(factory=set)
+    _watch: ListenerWatch = attrs.field(
+        init=False, default=attrs.Factory(lambda self: ListenerWatch(self.table), takes_self=True)
+    )
+
+    async def listeners_changed(self, generation: int, deadline: float) -> int:
+        """See `NetScanner.listeners_changed`: one `ListenerWatch` over this scanner's
+        table, shared by every caller."""
+        return await self._watch.changed(generation, deadline)
 
     def _first_sight(self, pid: int) -> bool:
         """True the first time ``pid`` is asked about (a new process: read a fresh dump)."""

@@ -38,7 +38,7 @@ from .._atomic_file import write_atomically
 from .._errors import BackendError
 from .cgroups import cgroup_path, recorded_cgroup
 from .escapees import scan_escaped
-from .proctable import SystemProcessTable
+from .proctable import SystemProcessTable, tree_pids
 
 RECORD_NAME = "server.json"
 """The record's file name inside an instance directory."""
@@ -262,7 +262,7 @@ def refresh_record(instance_dir: Path, process_pid: int) -> OrphanRecord | None:
     Only a trusted record that names ``process_pid`` is touched, and only while that pid is
     still the recorded process (same start, not a zombie): a record is never created here,
     nor pointed at a process that reused the pid. An unchanged record is not rewritten, so
-    calling this every second costs a read of the process table (about 1 ms). The
+    calling this every second costs a read of the server's tree. The
     descendants outside the group are looked for only for a server without a cgroup (a
     recorded cgroup holds them all, and a later life stops what it holds). Blocking.
 
@@ -281,7 +281,8 @@ def refresh_record(instance_dir: Path, process_pid: int) -> OrphanRecord | None:
         return None
     if not server.started_as(found.create_time, found.boot_time):
         return None
-    members = _group_members(table, found.pgid, found.boot_time)
+    leader = process_pid if server.pgid == process_pid else None
+    members = _group_members(table, found.pgid, found.boot_time, leader=leader)
     escaped = found.escaped  # a server in a cgroup: the cgroup holds them, no walk
     if found.cgroup is None:
         escaped = scan_escaped(table, found.pid, found.pgid, found.escaped, found.boot_time)
@@ -293,12 +294,18 @@ def refresh_record(instance_dir: Path, process_pid: int) -> OrphanRecord | None:
 
 
 def _group_members(
-    table: SystemProcessTable, pgid: int, boot_time: float
+    table: SystemProcessTable, pgid: int, boot_time: float, *, leader: int | None = None
 ) -> tuple[tuple[int, float], ...]:
     """``(pid, create_time)`` of the group's live processes, each start expressed against
-    ``boot_time`` (the record's), so `ProcessStart.started_as` holds across a clock step."""
+    ``boot_time`` (the record's), so `ProcessStart.started_as` holds across a clock step.
+
+    With ``leader`` (the group's leader, alive: a session leader and child subreaper, as
+    the exec helper makes every server) the candidates are its tree, where everything of
+    its group is while it lives (``group_members.py``): a read of the tree, not of every
+    process on the host. Without, every process on the host is a candidate."""
+    candidates = tree_pids(leader) if leader is not None else table.live_members(pgid)
     members = []
-    for pid in table.live_members(pgid):
+    for pid in candidates:
         process = table.identify(pid)
         if process is not None and process.pgid == pgid and not process.zombie:
             members.append((pid, process.create_time - process.boot_time + boot_time))

@@ -1,9 +1,29 @@
-"""The front door's events in words, one line each, for the CLI's event lines (pure)."""
+"""The front door's events in words, one line each, for the CLI's event lines, and a stop
+that cut a request in flight, in the words its client is told (pure)."""
 
 from __future__ import annotations
 
 from .._events import FootprintDrift, OnDemandStart, QueuedRequestRefused, ResidencyStop
+from .._stop_reasons import StopReason
 from .residency import size_text
+
+_CUT_BY = {
+    StopReason.REQUESTED: "stopped by an operator",
+    StopReason.RELOAD: "stopped by a reload that changed or removed it",
+    StopReason.SHUTDOWN: "stopped for a shutdown",
+    StopReason.TTL: "stopped after idling for its TTL",
+    StopReason.EVICTED: "evicted to make room for another model",
+}
+"""How each stop of the front door's one stop path is told to a client it cut."""
+
+
+def cut_words(reason: StopReason, detail: str) -> str:
+    """What a client whose request a stop cut is told (its drain ran out first):
+    ``the instance was stopped by an operator before this answer ended (drain timed
+    out)``; ``detail`` (why the stop came now) in brackets, when there is one."""
+    how = _CUT_BY.get(reason, f"stopped ({reason.value})")
+    why = f" ({detail})" if detail else ""
+    return f"the instance was {how} before this answer ended{why}"
 
 
 def describe_residency_event(

@@ -128,19 +128,26 @@ def json_object(body: bytes, *, in_steps: bool = False) -> dict[str, Any]:
     return document
 
 
-def model_name(document: dict[str, Any], known: str) -> str:
-    """The ``model`` a request names.
+def model_name(document: dict[str, Any], known: str, *, old_field: str | None = None) -> str:
+    """The ``model`` a request names; where Ollama still takes an older field for it
+    (``name`` on ``/api/show``), ``old_field`` is read when ``model`` is missing or empty,
+    as Ollama does.
 
     Args:
         document: the request body.
         known: the models there are, for the message (`front_door_names.model_list`).
+        old_field: the older field read when ``model`` is missing or empty, if any.
 
     Raises:
-        BadRequest: 400: ``$.model`` missing, empty, or not a string.
+        BadRequest: 400: ``$.model`` missing or empty (and ``old_field`` too), or not a
+            string (either field).
     """
-    model = document.get("model")
+    field = "model"
+    if old_field is not None and document.get("model") in (None, ""):
+        field = old_field
+    model = document.get(field)
     if model is None or model == "":
         raise BadRequest(f"$.model: name the model to use (one of {known})")
     if not isinstance(model, str):
-        raise BadRequest(f"$.model: expected a string, got {shown(model)}")
+        raise BadRequest(f"$.{field}: expected a string, got {shown(model)}")
     return model

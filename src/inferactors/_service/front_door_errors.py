@@ -5,7 +5,9 @@ answer in the dialect of the route (`inferactors._policy.dialects`).
   its status and message, ``Retry-After`` when a retry may help;
 - an unknown route (404) or method (405), in the route's dialect;
 - a client gone before its request was read: nothing to answer (499 in the log);
-- anything unforeseen: 500, naming only the exception's type;
+- anything unforeseen: 500, naming only the exception's type, with ``x-should-retry:
+  false`` (the request may have reached a server already; the ``openai`` client would
+  otherwise send it again on its own);
 - `RequireKey`: with an API key, a request without ``Authorization: Bearer <key>`` is a 401;
 - `RefuseBrowsers`: a request a web page sent (a foreign ``Origin`` or ``Sec-Fetch-Site``,
   or on loopback a ``Host`` that is not loopback: DNS rebinding) is a 403
@@ -15,6 +17,7 @@ answer in the dialect of the route (`inferactors._policy.dialects`).
 from __future__ import annotations
 
 import hmac
+import math
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -26,7 +29,45 @@ from .._policy.browser_guard import browser_refusal
 from .._policy.dialects import Dialect, error_document
 from .control_app import bearer_token
 from .front_door_body import ClientGone
-from .front_door_relay import refusal_response
+from .front_door_relay import retry_header
+
+
+def error_response(
+    dialect: Dialect,
+    status: int,
+    message: str,
+    *,
+    param: str | None = None,
+    retry_after_s: float | None = None,
+    should_retry: bool | None = None,
+) -> Response:
+    """An error answer in ``dialect``'s shape, with ``Retry-After`` (whole seconds, rounded
+    up) when a retry may help, and ``x-should-retry`` when ``should_retry`` is known: the
+    header the ``openai`` client obeys before its own rule (which retries every 5xx), so a
+    refusal no retry can help is not sent again."""
+    headers = {} if retry_after_s is None else {"Retry-After": str(math.ceil(retry_after_s))}
+    headers |= retry_header(should_retry)
+    body = error_document(dialect, status, message, param=param)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def refusal_response(dialect: Dialect, error: FrontDoorRefused | BadRequest) -> Response:
+    """The answer to a refused request: its status, its message, and for a refusal its
+    ``Retry-After``; a message that starts with a field path (``$.model: ...``) names that
+    field as ``param``."""
+    message = str(error)
+    param = message[2:].split(":", 1)[0] if message.startswith("$.") else None
+    if isinstance(error, BadRequest):
+        return error_response(dialect, error.status, message, param=param)
+    retry = error.retry_after_s
+    return error_response(
+        dialect,
+        error.status,
+        message,
+        param=param,
+        retry_after_s=retry,
+        should_retry=retry is not None,
+    )
 
 
 def dialect_of(path: str) -> Dialect:
@@ -56,8 +97,7 @@ async def _on_http_error(request: Request, error: Exception) -> Response:
 
 async def _on_unforeseen(request: Request, error: Exception) -> Response:
     message = f"the front door failed to answer ({type(error).__name__})"
-    document = error_document(dialect_of(request.url.path), 500, message)
-    return JSONResponse(document, status_code=500)
+    return error_response(dialect_of(request.url.path), 500, message, should_retry=False)
 
 
 class RequireKey:

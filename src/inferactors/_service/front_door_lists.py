@@ -7,7 +7,8 @@ that is ready (llama-swap shows both as ``loaded``).
 
 - ``GET /v1/models``: OpenAI's list; each entry ``{"id", "object": "model", "created": 0,
   "owned_by": "inferactors", "status": {"value": <residency>}, "aliases", "flavor",
-  "on_demand"}`` (``status.value`` is where llama.cpp's router mode puts its own states).
+  "on_demand"}`` (``status.value`` is where llama.cpp's router mode puts its own states);
+  ``GET /v1/models/{id}``: one such entry.
 - ``GET /api/tags``: Ollama's list of the models there are, each ``{"name", "model",
   "details": {"format", "family": ""}, "residency"}``; fields the front door does not know
   without asking the server (``size``, ``digest``, ``modified_at``) are left out rather than
@@ -17,6 +18,7 @@ that is ready (llama-swap shows both as ``loaded``).
 - ``POST /api/show`` for a model that llama-server or mlx_lm.server serves: ``{"details",
   "model_info": {}, "residency"}`` (an Ollama instance answers it itself).
 - ``GET /api/version``: ``{"version": <inferactors' version>}``.
+- ``GET /``: Ollama's liveness text, `OLLAMA_RUNNING`.
 """
 
 from __future__ import annotations
@@ -34,24 +36,27 @@ _FORMATS = {
     InferFlavor.OLLAMA: "gguf",
 }
 IN_MEMORY = (Residency.RESIDENT, Residency.STOPPING)
+OLLAMA_RUNNING = "Ollama is running"
+"""What Ollama answers on ``GET /`` and ``HEAD /`` (its liveness check), ``text/plain``."""
 
 
 def openai_models(entries: Iterable[ModelEntry]) -> dict[str, Any]:
     """``GET /v1/models`` (module docstring)."""
-    data = [
-        {
-            "id": entry.name,
-            "object": "model",
-            "created": 0,
-            "owned_by": "inferactors",
-            "status": {"value": entry.residency.value},
-            "aliases": list(entry.aliases),
-            "flavor": entry.flavor.id,
-            "on_demand": entry.on_demand,
-        }
-        for entry in entries
-    ]
-    return {"object": "list", "data": data}
+    return {"object": "list", "data": [openai_model(entry) for entry in entries]}
+
+
+def openai_model(entry: ModelEntry) -> dict[str, Any]:
+    """One model as ``GET /v1/models`` lists it, and ``GET /v1/models/{id}`` answers."""
+    return {
+        "id": entry.name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "inferactors",
+        "status": {"value": entry.residency.value},
+        "aliases": list(entry.aliases),
+        "flavor": entry.flavor.id,
+        "on_demand": entry.on_demand,
+    }
 
 
 def ollama_tags(entries: Iterable[ModelEntry]) -> dict[str, Any]:

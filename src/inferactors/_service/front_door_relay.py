@@ -26,11 +26,24 @@ A server that cannot be reached, or ends the connection without an answer, is a 
 the dialect, and one that says nothing within the read timeout a 504, naming the instance
 and the cause. (A request is sent twice only when a kept connection ended before the
 server could read it: `inferactors._edges.upstream`.)
+
+**No client retry repeats the server's work.** The ``openai`` client sends a request again
+on its own after any 5xx, unless the answer says ``x-should-retry: false`` (it obeys that
+header before its own rule). So every 5xx of ours that comes after the request may have
+reached the server (it ended the connection without an answer, its answer broke off or was
+too large, it said nothing within the read timeout) says ``x-should-retry: false``: a
+retry would run the generation again. One where nothing reached a server (it could not be
+connected to) says ``x-should-retry: true``. A server's own error answer is passed on with
+its own headers.
+
+**A stop that outlasts its drain** (an operator's, a reload's, the shutdown's) ends the
+server under a request still in flight: the error (an error frame, or a 502) then says that
+stop in our words (`Grant.cut_by`: ``the instance was stopped by an operator before this
+answer ended (drain timed out)``) rather than what the broken connection looked like.
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -43,7 +56,7 @@ from starlette.types import Receive, Scope, Send
 
 from .._actors.front_door_seam import Grant, Upstream
 from .._edges.upstream import UpstreamClients
-from .._errors import BadRequest, FrontDoorRefused, InvalidConfig, cut
+from .._errors import InvalidConfig, cut
 from .._policy.dialects import Dialect, error_document, error_frame
 from .._policy.model_echo import echo_model
 from .._policy.ollama_replies import error_message
@@ -122,45 +135,6 @@ def upstream_headers(upstream: Upstream, headers: Mapping[str, str]) -> dict[str
     return out
 
 
-def error_response(
-    dialect: Dialect,
-    status: int,
-    message: str,
-    *,
-    param: str | None = None,
-    retry_after_s: float | None = None,
-    should_retry: bool | None = None,
-) -> Response:
-    """An error answer in ``dialect``'s shape, with ``Retry-After`` (whole seconds, rounded
-    up) when a retry may help, and ``x-should-retry`` when ``should_retry`` is known: the
-    header the ``openai`` client obeys before its own rule (which retries every 5xx), so a
-    refusal no retry can help is not sent again."""
-    headers = {} if retry_after_s is None else {"Retry-After": str(math.ceil(retry_after_s))}
-    if should_retry is not None:
-        headers["x-should-retry"] = "true" if should_retry else "false"
-    body = error_document(dialect, status, message, param=param)
-    return JSONResponse(body, status_code=status, headers=headers)
-
-
-def refusal_response(dialect: Dialect, error: FrontDoorRefused | BadRequest) -> Response:
-    """The answer to a refused request: its status, its message, and for a refusal its
-    ``Retry-After``; a message that starts with a field path (``$.model: ...``) names that
-    field as ``param``."""
-    message = str(error)
-    param = message[2:].split(":", 1)[0] if message.startswith("$.") else None
-    if isinstance(error, BadRequest):
-        return error_response(dialect, error.status, message, param=param)
-    retry = error.retry_after_s
-    return error_response(
-        dialect,
-        error.status,
-        message,
-        param=param,
-        retry_after_s=retry,
-        should_retry=retry is not None,
-    )
-
-
 class GrantedAnswer(Response):
     """An answer that holds a grant (module docstring); subclasses write `answer`."""
 
@@ -202,13 +176,14 @@ class GrantedAnswer(Response):
                 headers=headers,
             )
         except httpx.TimeoutException as error:
-            why = (
-                f"{type(error).__name__}: {cut(str(error))}" if str(error) else type(error).__name__
-            )
-            await self.send_error(send, 504, f"model {upstream.role!r}: no answer in time ({why})")
+            words = self.broken(f"model {upstream.role!r}: no answer in time ({_words(error)})")
+            sent = not isinstance(error, httpx.ConnectTimeout | httpx.PoolTimeout)
+            await self.send_error(send, 504, words, should_retry=not sent)
             return None
         except httpx.TransportError as error:
-            await self.send_error(send, 502, _unreachable(upstream, error))
+            reached = not isinstance(error, httpx.ConnectError)
+            words = self.broken(_unreachable(upstream, error))
+            await self.send_error(send, 502, words, should_retry=not reached)
             return None
         return self.opened
 
@@ -229,10 +204,20 @@ class GrantedAnswer(Response):
             return None
         return b"".join(chunks)
 
-    async def send_error(self, send: Send, status: int, message: str) -> None:
-        """Send a whole error answer in the dialect."""
+    async def send_error(
+        self, send: Send, status: int, message: str, *, should_retry: bool | None
+    ) -> None:
+        """Send a whole error answer in the dialect; ``should_retry`` (when not None) as
+        ``x-should-retry`` (module docstring)."""
         document = error_document(self.dialect, status, message)
-        await send_json(send, status, document)
+        await send_json(send, status, document, retry_header(should_retry))
+
+    def broken(self, words: str) -> str:
+        """Why the server's answer failed: ``words`` (what the connection or the stream
+        showed), or, when a stop cut the instance under this request, that stop
+        (`Grant.cut_by`)."""
+        stop = self.grant.cut_by()
+        return words if stop is None else f"model {self.grant.upstream.role!r}: {stop}"
 
     async def _close_upstream(self) -> None:
         if self.opened is None:
@@ -299,12 +284,12 @@ class PassThrough(GrantedAnswer):
                     await _end_with(send, error_frame(frame_dialect, f"model {role!r}: {words}"))
                     return
         except httpx.TransportError as error:
-            words = f"model {role!r}: the server's stream broke off: {_words(error)}"
+            words = self.broken(f"model {role!r}: the server's stream broke off: {_words(error)}")
             await _end_with(send, error_frame(frame_dialect, words))  # the partial frame dropped
             return
         rest = frames.rest()
         if not ended_whole(self.end, b"".join(tail)):
-            words = (
+            words = self.broken(
                 f"model {role!r}: the server's stream ended before its "
                 "last event (the server stopped or died mid-answer)"
             )
@@ -323,7 +308,8 @@ class PassThrough(GrantedAnswer):
         body = await self.read_whole(answer, self.limits)
         role = self.grant.upstream.role
         if body is None:
-            await self.send_error(send, 502, f"model {role!r}: {self.read_failure}")
+            words = self.broken(f"model {role!r}: {self.read_failure}")
+            await self.send_error(send, 502, words, should_retry=False)
             return
         if answer.status_code >= 400:
             body = _in_dialect(self.dialect, answer.status_code, body)
@@ -336,9 +322,19 @@ class PassThrough(GrantedAnswer):
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def send_json(send: Send, status: int, document: object) -> None:
-    """Send a whole JSON answer."""
-    response = JSONResponse(document, status_code=status)
+def retry_header(should_retry: bool | None) -> dict[str, str]:
+    """``x-should-retry`` saying ``should_retry``; nothing when it is None (module
+    docstring)."""
+    if should_retry is None:
+        return {}
+    return {"x-should-retry": "true" if should_retry else "false"}
+
+
+async def send_json(
+    send: Send, status: int, document: object, headers: Mapping[str, str] | None = None
+) -> None:
+    """Send a whole JSON answer, with ``headers``."""
+    response = JSONResponse(document, status_code=status, headers=headers)
     await send({"type": "http.response.start", "status": status, "headers": response.raw_headers})
     await send({"type": "http.response.body", "body": response.body, "more_body": False})
 

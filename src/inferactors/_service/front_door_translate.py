@@ -99,13 +99,16 @@ class Translated(GrantedAnswer):
         body = await self.read_whole(answer, self.limits)
         role = self.grant.upstream.role
         if body is None:
-            await self.send_error(send, 502, f"model {role!r}: {self.read_failure}")
+            words = self.broken(f"model {role!r}: {self.read_failure}")
+            await self.send_error(send, 502, words, should_retry=False)
             return
         document = _document(body)
         if answer.status_code >= 400 or document is None:
             why = error_message(document) or cut(body.decode("utf-8", errors="replace"), 2000)
             status = answer.status_code if answer.status_code >= 400 else 502
-            await self.send_error(send, status, f"model {role!r}: {why or f'HTTP {status}'}")
+            message = f"model {role!r}: {why or f'HTTP {status}'}"
+            done = answer.status_code < 400  # its work done, its answer no JSON: no retry
+            await self.send_error(send, status, message, should_retry=False if done else None)
             return
         await send_json(send, 200, self._whole(document, sent_at))
 
@@ -154,7 +157,7 @@ class Translated(GrantedAnswer):
             last = translation.last_line(self.wall_clock(), self._timing(sent_at, first_at))
         if last is None:
             why = translation.error or "the server's stream ended before its last event"
-            frame = error_frame(Dialect.OLLAMA, f"model {role!r}: {why}")
+            frame = error_frame(Dialect.OLLAMA, self.broken(f"model {role!r}: {why}"))
             await send({"type": "http.response.body", "body": frame, "more_body": False})
             return
         await _line(send, last, more=False)

@@ -24,11 +24,16 @@ from .._edges.bundle import Edges, http_prober_factory
 from .._policy.exposure import Exposure, Listener
 from .._policy.launch import Launch
 from .._policy.privilege import RunAs
+from .._policy.probe_schedule import next_tick
 from ._fake_residency import FakeMemory, FakeStream, MiB, stream_response, streaming
 
 T = TypeVar("T")
 
 _FIRST_FAKE_PID = 900_000
+
+EXPOSURE_TICK_S = 0.2
+"""How often the fake socket table says "maybe changed" (float seconds of trio time), as
+the real one reads the host's table (`listen_watch.PERIOD_S`)."""
 
 
 class _EndOfOutput(trio.abc.ReceiveStream):
@@ -316,6 +321,12 @@ class _FakeContainment:
 @attrs.frozen
 class _FakeNet:
     fleet: FakeFleet
+
+    async def listeners_changed(self, generation: int, deadline: float) -> int:
+        """Every `EXPOSURE_TICK_S` of trio time, "maybe changed": each watch scans its
+        server on that grid (the fleet's `exposed` set is read by `scan`)."""
+        await trio.sleep_until(min(deadline, next_tick(trio.current_time(), EXPOSURE_TICK_S)))
+        return generation + 1
 
     async def scan(self, pid: int, port: int) -> Exposure | None:
         await trio.lowlevel.checkpoint()

@@ -1,9 +1,12 @@
 """The exposure watch of a running managed server: what it listens on, the verified files
 it serves, and its record.
 
-On every `EXPOSURE_CHECK_S` tick it scans the server's sockets for a listener beyond
-loopback; every `RECORD_REFRESH_S` it re-checks the verified model files it serves (an
-in-place write changes their stamp) and brings its record's group members up to date. It
+It scans the server's sockets for a listener beyond loopback when it starts, whenever the
+host's listeners beyond loopback change (`NetScanner.listeners_changed`: the runtime reads
+its LISTEN table every `EXPOSURE_CHECK_S` for all its watches and wakes them only on a
+change) and every `RECORD_REFRESH_S`; at that refresh it also re-checks the verified
+model files it serves (an in-place write changes their stamp) and brings its record's
+group members up to date. It
 posts what it found (`ExposureFound`, `PinChanged`) to the actor's inbox and ends; the
 actor's rules (``step.py``) stop the server and hold it down.
 """
@@ -14,10 +17,10 @@ import attrs
 import trio
 
 from ..._edges.bundle import Edges
+from ..._edges.listen_watch import PERIOD_S
 from ..._edges.process import ManagedProcess
 from ..._policy.admission import Plan
 from ..._policy.exposure import Exposure
-from ..._policy.probe_schedule import next_tick
 from ..mailbox import post
 from .messages import ExposureFound, PinChanged
 from .pins import PinnedLaunch
@@ -25,12 +28,12 @@ from .pins import PinnedLaunch
 RECORD_REFRESH_S = 1.0
 """Delay between refreshes of a running server's record (its process group's members)."""
 
-EXPOSURE_CHECK_S = 0.2
-"""Period of the exposure scans of a running managed server: with a scan (a share of one
-kernel dump, under 1 ms) and the 3 s-grace stop's first signal, a listener on 0.0.0.0 is
-stopped within 250 ms. Every server scans on the same grid of trio time (multiples
-of this period), so the runtime's socket table is dumped once per period for all of them.
-"""
+EXPOSURE_CHECK_S = PERIOD_S
+"""Period of the runtime's reads of its LISTEN table while a managed server runs
+(`listen_watch.PERIOD_S`): with the scan a change wakes and the 3 s-grace stop's first
+signal, a listener on 0.0.0.0 is stopped within 250 ms. One read per period serves every
+server of the runtime, and wakes their watches only when the listeners beyond loopback
+changed."""
 
 
 @attrs.frozen
@@ -45,27 +48,30 @@ class ExposureWatch:
     async def exposure_watch(
         self, process: ManagedProcess, scope: trio.CancelScope, pins: PinnedLaunch | None = None
     ) -> None:
-        """Scan the server on every `EXPOSURE_CHECK_S` tick until it is found exposed or cancelled;
-        every `RECORD_REFRESH_S`, re-check the verified files it serves (``pins``: an
+        """Scan the server at its start, on each change of the host's listeners beyond
+        loopback and every `RECORD_REFRESH_S`, until it is found exposed or cancelled; every
+        `RECORD_REFRESH_S` also re-check the verified files it serves (``pins``: an
         in-place write changes their stamp; `PinnedLaunch.changed`) and bring its record's
         group members up to date (a forking wrapper's server is found again
         after a supervisor SIGKILL)."""
         refresh_at = trio.current_time()
+        generation = 0
         with scope:
             while True:
                 exposure = await self._scan(process)
                 if exposure is not None:
                     await post(self.post, ExposureFound(process, exposure))
                     return
-                if trio.current_time() >= refresh_at and process.running:
+                if trio.current_time() >= refresh_at:
                     refresh_at = trio.current_time() + RECORD_REFRESH_S
-                    hold = pins.changed() if pins is not None else None
+                    hold = pins.changed() if pins is not None and process.running else None
                     if hold is not None:
                         await post(self.post, PinChanged(process, hold))
                         return
-                    process.track_descendants()  # a `setsid` wrapper's server: by pid
-                    await self._refresh_record(process)
-                await trio.sleep_until(next_tick(trio.current_time(), EXPOSURE_CHECK_S))
+                    if process.running:
+                        process.track_descendants()  # a `setsid` wrapper's server: by pid
+                        await self._refresh_record(process)
+                generation = await self.edges.net.listeners_changed(generation, refresh_at)
 
     async def _refresh_record(self, process: ManagedProcess) -> None:
         if self.plan.launch is not None:
