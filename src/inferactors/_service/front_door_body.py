@@ -12,7 +12,9 @@ and column or the path).
 Content types: a JSON endpoint takes ``application/json`` (any ``+json`` type, any
 parameters), no ``Content-Type`` at all, and ``application/x-www-form-urlencoded``, which
 is what ``curl -d`` sends and what Ollama's own examples use; any other type (a form upload,
-text) is refused with 415 before the body is read.
+text) is refused with 415 before the body is read. So is a compressed body (a
+``Content-Encoding`` other than ``identity``, such as ``gzip``): 415 naming it, rather than
+"not valid JSON" about its compressed bytes.
 """
 
 from __future__ import annotations
@@ -50,11 +52,19 @@ class ClientGone(Exception):
 
 
 def json_content_type(request: Request) -> None:
-    """Refuse a body type that is not JSON (module docstring).
+    """Refuse a body type that is not JSON, or a body that comes compressed (module
+    docstring).
 
     Raises:
-        BadRequest: 415, naming the type.
+        BadRequest: 415, naming the type or the ``Content-Encoding``.
     """
+    encoding = request.headers.get("content-encoding")
+    if encoding is not None and encoding.strip().lower() not in ("", "identity"):
+        raise BadRequest(
+            f"Content-Encoding {shown(encoding)} is not accepted: the front door reads "
+            "request bodies uncompressed (send the JSON as it is, without Content-Encoding)",
+            status=415,
+        )
     given = request.headers.get("content-type")
     if given is None:
         return
