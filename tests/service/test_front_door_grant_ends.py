@@ -17,6 +17,8 @@ import httpx
 import pytest
 
 from inferactors._edges.upstream import UpstreamClients
+from inferactors._policy.model_echo import echo_model
+from inferactors._policy.ollama_replies import StreamTranslation
 from inferactors._service import (
     front_door_ollama,
     front_door_relay,
@@ -124,10 +126,9 @@ async def test_a_fault_mid_stream_ends_the_grant(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     if path == "/api/chat":
-        owner: Any = front_door_translate.StreamTranslation
-        monkeypatch.setattr(owner, "feed", _once(owner.feed))
+        monkeypatch.setattr(StreamTranslation, "feed", _once(StreamTranslation.feed))
     else:
-        monkeypatch.setattr(front_door_relay, "echo_model", _once(front_door_relay.echo_model))
+        monkeypatch.setattr(front_door_relay, "echo_model", _once(echo_model))
     with fake(tmp_path) as server:
         async with door(entry_for("m", server)) as d, httpx.AsyncClient(timeout=20) as client:
             with pytest.raises(httpx.RemoteProtocolError):  # cut: no clean end of the stream
