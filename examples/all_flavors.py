@@ -52,17 +52,15 @@ def mlx_program(work: Path, root: bool) -> Path:
     )
 
 
-def write_run_file(
-    work: Path, *, llama: Path, mlx: Path, ports: dict[str, int], root: bool
-) -> Path:
-    run_as = 'run_as = "nobody"' if root else ""
+def write_run_file(work: Path, *, llama: Path, mlx: Path, ports: dict[str, int]) -> Path:
+    """The run file; no ``run_as``: as root ``inferactors run`` runs the servers as
+    ``nobody``, else as the user who runs it."""
     text = f"""node_id = "example"
 
 [managed]
 registry = "models.json"
 data_root = "state"
 serve_programs = {{ "infer.llamacpp" = "{llama}", "infer.mlx-lm" = "{mlx}" }}
-{run_as}
 
 [[instances]]
 mode = "managed"
@@ -128,7 +126,7 @@ def main() -> int:
     work.chmod(0o755)
     ports = prepare(work, root)
     run_file = write_run_file(
-        work, llama=ensure_llama_server(), mlx=mlx_program(work, root), ports=ports, root=root
+        work, llama=ensure_llama_server(), mlx=mlx_program(work, root), ports=ports
     )
     fake = [sys.executable, "-m", "inferactors.testing.fake_ollama"]
     ollama = subprocess.Popen([*fake, "--port", str(ports["ollama"]), "--model", "tiny:latest"])

@@ -34,3 +34,10 @@ def own_state_dir_env(home: Path) -> dict[str, str]:
     file has no ``[managed]`` (its state directory: ``<home>/.local/state/inferactors``),
     so it has its control socket and lock to itself."""
     return {**os.environ, "HOME": str(home), "XDG_STATE_HOME": str(home / ".local" / "state")}
+
+
+def run_as_line(run_as: str | None) -> str:
+    """A run file's ``run_as = "..."`` line (newline included) for a workspace's ``run_as``;
+    nothing for None (the suite is not root, and a supervisor that is not root runs its
+    servers only as itself: a ``run_as`` of another user is refused)."""
+    return "" if run_as is None else f'run_as = "{run_as}"\n'

@@ -57,8 +57,8 @@ if typing.TYPE_CHECKING:
     from ._edges.capture import RunEvidence as RunEvidence
     from ._edges.llama_build import locate_llama_server as locate_llama_server
     from ._edges.log_ring import LogLine as LogLine
-    from ._edges.orphan_record import OrphanOutcome as OrphanOutcome
-    from ._edges.orphan_record import ReapedOrphan as ReapedOrphan
+    from ._edges.orphan_report import OrphanOutcome as OrphanOutcome
+    from ._edges.orphan_report import ReapedOrphan as ReapedOrphan
     from ._edges.probe import ProbeClient as ProbeClient
     from ._edges.probe import Prober as Prober
     from ._errors import AdmissionRefused as AdmissionRefused
@@ -203,7 +203,7 @@ _LAZY: dict[str, str] = {
     "NetworkExposure": "._actors.runtime",
     "NoVerdict": "._errors",
     "OnDemandStart": "._events",
-    "OrphanOutcome": "._edges.orphan_record",
+    "OrphanOutcome": "._edges.orphan_report",
     "PinMismatch": "._errors",
     "ProbeClient": "._edges.probe",
     "ProbeTimed": "._edges.bundle",
@@ -211,7 +211,7 @@ _LAZY: dict[str, str] = {
     "ProcessExited": "._events",
     "ProcessStarted": "._events",
     "QueuedRequestRefused": "._events",
-    "ReapedOrphan": "._edges.orphan_record",
+    "ReapedOrphan": "._edges.orphan_report",
     "RefusalKind": "._errors",
     "ReloadResult": "._service.views",
     "RequestRefused": "._errors",

@@ -22,9 +22,10 @@ from inferactors import (
     FaultKind,
     InstanceStatus,
     PinMismatch,
+    ProcessExited,
     RunEvidence,
 )
-from inferactors._actors.instance.effects import Effect, Emit
+from inferactors._actors.instance.effects import Effect, Emit, Refuse
 from inferactors._actors.instance.messages import (
     NOTHING_SEEN,
     Confirmed,
@@ -169,6 +170,16 @@ def of_type(effects: Sequence[object], kind: type[E]) -> list[E]:
 def events(effects: Sequence[object], kind: type[E]) -> list[E]:
     """The events of ``kind`` among the `Emit` effects."""
     return [e.event for e in of_type(effects, Emit) if isinstance(e.event, kind)]
+
+
+def refusals(run: Run) -> dict[str, str]:
+    """Each refused caller's name to the refusal's words."""
+    return {getattr(r.reply, "name", "?"): str(r.error) for r in of_type(run.effects, Refuse)}
+
+
+def exits(run: Run) -> list[ProcessExited]:
+    """The `ProcessExited` events of ``run``."""
+    return events(run.effects, ProcessExited)
 
 
 def kinds(effects: Sequence[object]) -> list[str]:

@@ -17,7 +17,7 @@ import trio.testing
 
 from actors.adopted_support import QuietNet
 from inferactors import InferConfig, InferenceSpec, InferFlavor, ServeArgs, open_runtime
-from inferactors._actors.admission import ADMISSION_PROBES
+from inferactors._actors.admission_probes import ADMISSION_PROBES
 from inferactors._actors.instance.probing import ADMISSION_REUSE_S
 from inferactors._actors.runtime import PROBING
 from inferactors._edges.bundle import Edges

@@ -1,7 +1,8 @@
 """The instance state machine's life-cycle rules, one case each, synchronous (as llama-swap's
 ``fifo_test.go`` drives its scheduler): starts that coalesce or are refused, stops (while
 starting, twice, of an adopted server, with a reason), abandoned starts, exits counted
-once, crashes, the holds that keep an instance down, unload and adoption.
+once, unload and adoption. Crashes and the holds that keep an instance down are
+``test_instance_step_downs.py``.
 
 ``actors.step_support`` builds the stand-ins; each case sends real messages to `step`.
 """
@@ -9,25 +10,22 @@ once, crashes, the holds that keep an instance down, unload and adoption.
 from __future__ import annotations
 
 from actors.step_support import (
-    CRASH,
-    EXPOSURE,
     FATAL,
     Run,
     caller,
     events,
     evidence,
-    hold,
+    exits,
     kinds,
     made_ready,
     of_type,
     proc,
+    refusals,
     started,
 )
 from inferactors import (
     InstanceState,
-    ModelTampered,
     PinMismatch,
-    ProcessExited,
     ProcessStarted,
     StopReason,
     Unsupported,
@@ -46,28 +44,16 @@ from inferactors._actors.instance.effects import (
 from inferactors._actors.instance.messages import (
     Confirmed,
     Exited,
-    ExposureFound,
-    PinChanged,
     Seen,
     ShutdownDone,
     Spawned,
     SpawnFailed,
     Stopped,
 )
-from inferactors._actors.instance.stopping import ABANDONED_GRACE_S, CRASH_GRACE_S
-from inferactors._actors.mailbox import Crashed
+from inferactors._actors.instance.stopping import ABANDONED_GRACE_S
 from inferactors._actors.messages import Annotate, Restart, Shutdown, Start, Stop
 from inferactors._edges.capture import RunEvidence
 from inferactors._policy.service_status import DisplayState, display_state
-
-
-def refusals(run: Run) -> dict[str, str]:
-    return {getattr(r.reply, "name", "?"): str(r.error) for r in of_type(run.effects, Refuse)}
-
-
-def exits(run: Run) -> list[ProcessExited]:
-    return events(run.effects, ProcessExited)
-
 
 # Starts.
 
@@ -300,105 +286,6 @@ def test_an_exit_without_a_stop_is_a_crash_or_a_start_up_failure_in_its_own_word
     status = failure.status()
     assert (status.state, status.stop_reason) == (InstanceState.EXITED, "start-up failure")
     assert status.detail == f"failed to start: {FATAL.describe()}"
-
-
-# Crashes.
-
-
-def test_a_crash_stops_a_running_server_with_reason_error() -> None:
-    run = Run.of()
-    process = started(run)
-    out = run.send(Crashed(CRASH))
-    assert kinds(out) == ["ForgetWatches", "Terminate"]
-    assert of_type(out, Terminate) == [Terminate(process, CRASH_GRACE_S)]
-    assert run.status().detail == "crashed (ValueError: boom); stopping its server"
-    run.send(Exited(process, evidence(100, signal=15)))
-    assert [e.reason for e in exits(run)] == [StopReason.ERROR]
-
-
-def test_a_crash_during_an_operator_stop_keeps_the_stop() -> None:
-    run = Run.of()
-    process = started(run)
-    run.send(Stop(2.0, caller("stop")))
-    assert kinds(run.send(Crashed(CRASH))) == ["ForgetWatches"]
-    run.send(Stopped(process, evidence(100, signal=15)))
-    assert [e.reason for e in exits(run)] == [StopReason.REQUESTED]
-    assert not run.state.wanted  # the supervisor's restart is refused
-
-
-def test_a_crash_while_starting_aborts_the_start_once_spawned() -> None:
-    run = Run.of()
-    start = caller("start")
-    run.send(Start(start))
-    run.send(Crashed(CRASH))
-    out = run.send(Spawned(proc(100), start))
-    assert refusals(run) == {
-        "start": "the start of chat-1 was aborted by a crash (ValueError: boom)"
-    }
-    assert of_type(out, Terminate) == [Terminate(run.process, CRASH_GRACE_S)]
-    assert run.state.stop_reason is StopReason.ERROR
-
-
-def test_a_crash_while_starting_then_a_failed_spawn_stops_nothing() -> None:
-    run = Run.of()
-    start = caller("start")
-    run.send(Start(start))
-    run.send(Crashed(CRASH))
-    run.send(SpawnFailed(PinMismatch("exec failed"), start))
-    assert run.state.crash_while_starting is None
-    assert of_type(run.effects, Terminate) == []
-
-
-def test_a_crash_of_an_adopted_server_is_only_said() -> None:
-    run = Run.of(managed=False)
-    run.send(Confirmed(caller("start")))
-    assert kinds(run.send(Crashed(CRASH))) == ["ForgetWatches"]
-    assert run.status().detail == "crashed (ValueError: boom)"
-    assert not run.state.adopted_watch
-
-
-# Holds.
-
-
-def test_a_server_listening_beyond_loopback_is_stopped_and_held_until_reload() -> None:
-    run = Run.of()
-    process = started(run)
-    out = run.send(ExposureFound(process, EXPOSURE))
-    assert of_type(out, Terminate) == [Terminate(process, 3.0)]
-    run.send(Stopped(process, evidence(100, signal=15)))
-    run.send(Start(caller("start")))
-    run.send(Restart(1, caller("restart")))
-    why = f"the server was stopped for listening beyond loopback ({EXPOSURE.describe()})"
-    assert refusals(run) == {
-        "start": f"{why}; reload the instance",
-        "restart": f"{why}; reload the instance",
-    }
-    status = run.status()
-    assert (status.state, status.stop_reason) == (InstanceState.EXITED, "exposure")
-
-
-def test_a_model_changed_while_served_holds_the_instance_down() -> None:
-    run = Run.of()
-    process, held = started(run), hold()
-    out = run.send(PinChanged(process, held))
-    assert kinds(out) == ["Emit", "Terminate"]
-    assert run.send(PinChanged(process, hold())) == ()  # said once
-    run.send(Stopped(process, evidence(100, signal=15)))
-    run.send(Restart(1, caller("restart")))
-    assert refusals(run) == {"restart": "chat-1 was stopped by the operator"}
-    out = run.send(Start(caller("start")))
-    assert of_type(out, Spawn)[0].held is held  # the pin check refuses it unread
-    assert run.status().stop_reason == "tampered"
-
-
-def test_a_spawn_refused_for_a_tampered_model_is_said_once_per_hold() -> None:
-    run, held = Run.of(), hold()
-    for name in ("first", "second"):  # the pin check hands the same hold back, unread
-        start = caller(name)
-        run.send(Start(start))
-        run.send(SpawnFailed(held.error, start, held))
-    assert len(events(run.effects, ModelTampered)) == 1
-    assert (run.status().detail or "").startswith("not started: model tiny")
 
 
 # Unload and adoption.

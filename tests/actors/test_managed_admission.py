@@ -10,16 +10,28 @@ instance directory.
 
 from __future__ import annotations
 
+import os
+import pwd
 import shutil
 import socket
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 import trio.testing
 
 from actors.managed_support import Lab, black_hole, chat, listening, managed, names_in
-from inferactors import AdmissionRefused, InvalidState, ModelFormat, ModelRegistry, open_runtime
+from inferactors import (
+    AdmissionRefused,
+    InvalidConfig,
+    InvalidState,
+    ModelFormat,
+    ModelRegistry,
+    open_runtime,
+)
+from inferactors._edges.bundle import Edges, SystemContainment
+from inferactors._edges.containment import user_name
 
 # Admission (items 17, 36, 37, 38).
 
@@ -171,3 +183,35 @@ async def test_a_refused_load_leaves_no_instance_directory(lab: Lab, free_port: 
         with pytest.raises(InvalidState):
             await runtime.load(chat(free_port, role="other"))
     assert names_in(lab.data_root) == [first.instance_id, "logs"]  # logs: every output file
+
+
+@attrs.frozen
+class AsUser(SystemContainment):
+    """The real containment, as a supervisor of effective uid ``uid`` sees it."""
+
+    uid: int
+
+    def euid(self) -> int:
+        return self.uid
+
+
+async def test_a_supervisor_that_is_not_root_may_not_name_another_user_in_run_as(
+    lab: Lab, free_port: int
+) -> None:
+    """An embedding program's config (``inferactors run`` refuses it as it reads the run
+    file): refused at admission naming ``run_as``, not at the start's chown of its directory."""
+    nobody = pwd.getpwnam("nobody").pw_uid
+    uid = os.geteuid() if os.geteuid() not in (0, nobody) else 1
+    config = managed(lab.registry, lab.data_root, lab.program, run_as="nobody")
+    async with open_runtime(config, edges=Edges(containment=AsUser(uid))) as runtime:
+        with pytest.raises(InvalidConfig) as refused:
+            await runtime.admit(chat(free_port))
+        with pytest.raises(InvalidConfig):
+            await runtime.load(chat(free_port))
+        assert await runtime.instances() == ()
+    me = user_name(uid)
+    assert str(refused.value) == (
+        f"run_as 'nobody': running servers as another user needs root; this supervisor runs "
+        f"as {me} (uid {uid}): leave run_as out to run them as {me}"
+    )
+    assert names_in(lab.data_root) == []

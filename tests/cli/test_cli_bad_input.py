@@ -21,7 +21,6 @@ RUN_FILE = """node_id = "x"
 registry = "models.json"
 data_root = "state"
 serve_programs = {{ "infer.llamacpp" = "/bin/true" }}
-run_as = "nobody"
 [[instances]]
 mode = "managed"
 role = "chat"

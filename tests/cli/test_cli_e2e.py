@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from support import Unprivileged
+from support import Unprivileged, run_as_line
 
 
 def _env(llama_server: Path) -> dict[str, str]:
@@ -85,7 +85,7 @@ def test_run_supervises_and_stops_every_managed_server_on_a_signal(
     unprivileged: Unprivileged,
 ) -> None:
     run_file = server_dir / "run.toml"
-    run_as = f'run_as = "{unprivileged.run_as}"' if unprivileged.run_as else ""
+    run_as = run_as_line(unprivileged.run_as)
     text = RUN_FILE.format(
         server=llama_server, port=free_port, registry=registry_path, run_as=run_as
     )

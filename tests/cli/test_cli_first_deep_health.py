@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from inferactors.testing import FakeServerFaults, write_fake_server_program
-from support import Unprivileged
+from support import Unprivileged, run_as_line
 
 RUN_FILE = """
 node_id = "ci"
@@ -23,8 +23,7 @@ node_id = "ci"
 registry = "{registry}"
 data_root = "state"
 serve_programs = {{ "infer.llamacpp" = "{server}" }}
-run_as = "{run_as}"
-
+{run_as}
 [[instances]]
 mode = "managed"
 role = "chat"
@@ -47,7 +46,10 @@ def test_a_slow_first_token_still_gets_the_first_deep_health_line(
     run_file = server_dir / "run.toml"
     run_file.write_text(
         RUN_FILE.format(
-            registry=registry_path, server=program, run_as=unprivileged.run_as, port=free_port
+            registry=registry_path,
+            server=program,
+            run_as=run_as_line(unprivileged.run_as),
+            port=free_port,
         )
     )
     with subprocess.Popen(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from inferactors._cli.control import harmless, log_line, reload_words
+from inferactors._cli.control_format import harmless, log_line, reload_words
 
 HOSTILE = [
     "\x1b]0;PWNED-TITLE\x07title set",

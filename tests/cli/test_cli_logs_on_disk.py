@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from inferactors.testing import write_fake_server_program
-from support import Unprivileged
+from support import Unprivileged, run_as_line
 
 RUN_FILE = """
 node_id = "ci"
@@ -24,8 +24,7 @@ node_id = "ci"
 registry = "{registry}"
 data_root = "state"
 serve_programs = {{ "infer.llamacpp" = "{server}" }}
-run_as = "{run_as}"
-
+{run_as}
 [[instances]]
 mode = "managed"
 role = "chat"
@@ -46,10 +45,14 @@ def _until_running(run_file: Path) -> subprocess.Popen[str]:
     said: list[str] = []
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not any("-> running" in line for line in said):
-        said.append(run.stdout.readline())
+        line = run.stdout.readline()
+        if not line:
+            break  # it exited
+        said.append(line)
     if not any("-> running" in line for line in said):
         run.kill()
-        pytest.fail("never running:\n" + "".join(said))
+        rest, _ = run.communicate(timeout=30)  # closes the pipe: none is left for the GC
+        pytest.fail("never running:\n" + "".join(said) + rest)
     return run
 
 
@@ -82,7 +85,10 @@ def test_output_lands_on_disk_and_logs_shows_it_after_a_supervisor_restart(
     run_file = server_dir / "run.toml"
     run_file.write_text(
         RUN_FILE.format(
-            registry=registry_path, server=program, run_as=unprivileged.run_as, port=free_port
+            registry=registry_path,
+            server=program,
+            run_as=run_as_line(unprivileged.run_as),
+            port=free_port,
         )
     )
     first = _until_running(run_file)

@@ -8,7 +8,7 @@ from typing import Any
 
 from inferactors._actors.front_door_msgs import ResidencyView
 from inferactors._actors.front_door_seam import Residency
-from inferactors._cli.control import status_table
+from inferactors._cli.control_format import status_table
 from inferactors._cli.output import describe_event
 from inferactors._config.convert_api import api_data
 from inferactors._events import FootprintDrift, OnDemandStart, QueuedRequestRefused, ResidencyStop

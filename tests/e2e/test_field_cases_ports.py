@@ -55,7 +55,7 @@ from inferactors import (
 )
 from inferactors._edges.netcheck import port_in_use
 from inferactors._edges.netscan import port_owner
-from inferactors._edges.orphan_record import OrphanOutcome
+from inferactors._edges.orphan_report import OrphanOutcome
 from inferactors.testing._fake_faults import FakeServerFaults
 from inferactors.testing._fake_server import fake_server_argv, read_request_log
 from proc_checks import group_members

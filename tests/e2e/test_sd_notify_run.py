@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from inferactors.testing import write_fake_server_program
-from support import Unprivileged
+from support import Unprivileged, run_as_line
 
 WATCHDOG_USEC = 1_000_000  # pings every 0.5 s
 RUN_FILE = """
@@ -31,8 +31,7 @@ node_id = "ci"
 registry = "{registry}"
 data_root = "state"
 serve_programs = {{ "infer.llamacpp" = "{server}" }}
-run_as = "{run_as}"
-
+{run_as}
 [[instances]]
 mode = "managed"
 role = "one"
@@ -105,7 +104,7 @@ def test_run_notifies_ready_status_watchdog_reload_and_stopping(
         RUN_FILE.format(
             registry=registry_path,
             server=program,
-            run_as=unprivileged.run_as,
+            run_as=run_as_line(unprivileged.run_as),
             port1=_free_port(),
             port2=_free_port(),
         )

@@ -135,9 +135,20 @@ async def test_an_api_key_file_others_can_read_is_refused(
         with pytest.raises(AdmissionRefused, match="mode 0640 lets group or others") as info:
             await runtime.admit(chat(free_port, api_key_file=str(path)))
         assert key not in str(info.value)
-        path, _ = key_file(server_dir, 0 if uid else 1)
-        with pytest.raises(AdmissionRefused, match="not by the server's user"):
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="giving the key file to another user (chown) needs root"
+)
+async def test_an_api_key_file_of_another_user_is_refused(
+    managed_config: InferConfig, free_port: int, server_dir: Path, unprivileged: Unprivileged
+) -> None:
+    uid = resolve_run_as(unprivileged.run_as).uid if unprivileged.run_as else os.geteuid()
+    async with open_runtime(managed_config, node_id="test") as runtime:
+        path, key = key_file(server_dir, 0 if uid else 1)
+        with pytest.raises(AdmissionRefused, match="not by the server's user") as info:
             await runtime.admit(chat(free_port, api_key_file=str(path)))
+        assert key not in str(info.value)
 
 
 def register_copies(

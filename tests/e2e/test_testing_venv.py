@@ -8,11 +8,11 @@ The virtualenv is built once (``pip install '<repo>[testing]'``, about a minute)
 keyed by a hash of pyproject.toml, and reused while it stays the same (a venv of another
 key unused for `STALE_S` is removed: other clones may use other keys); each session
 reinstalls the package itself from the work tree (``--no-deps``, a few seconds), so the
-venv runs the current sources. The venvs are shared by every test session on the machine
-(other clones, other workers): each test holds an exclusive ``flock`` on `LOCK` from
-before it looks at them until it is done, and the tests form one xdist group (one worker
-runs them all, so the sources are installed once). The test is skipped, saying so, when
-pip cannot reach the package registry.
+venv runs the current sources. The venvs are shared by every test session of one user on
+the machine (other clones, other workers; each user has its own, `USER`): each test holds
+an exclusive ``flock`` on `LOCK` from before it looks at them until it is done, and the
+tests form one xdist group (one worker runs them all, so the sources are installed once).
+The test is skipped, saying so, when pip cannot reach the package registry.
 """
 
 from __future__ import annotations
@@ -48,9 +48,12 @@ FIXTURES = (
 PIP_S = 600.0
 TESTING_ONLY = "testing-extra.txt"
 """In the venv: ``pip list`` after installing ``[testing]`` alone, before the rest."""
-PREFIX = "inferactors-testing-venv-"
-LOCK = Path("/tmp") / "inferactors-testing-venv.lock"
-"""Held while a session builds, reinstalls, runs or removes a shared venv."""
+USER = "" if os.geteuid() == 0 else f"-uid{os.geteuid()}"
+"""In the names of a user's venvs and lock but root's: another user can write neither a
+venv nor a lock that root made in /tmp (nor root's ``nobody`` run a venv under a home)."""
+PREFIX = f"inferactors-testing-venv{USER}-"
+LOCK = Path("/tmp") / f"inferactors-testing-venv{USER}.lock"
+"""Held while a session of this user builds, reinstalls, runs or removes a shared venv."""
 STALE_S = 3 * 86400.0
 """A venv of another key unused this long (its mtime, touched at each use) is removed."""
 
@@ -91,8 +94,15 @@ def build_venv(target: Path, python: str) -> None:
     assert more.returncode == 0, more.stdout + more.stderr
     staging.chmod(0o755)
     for stale in target.parent.glob(PREFIX + "*"):
-        unused_s = time.time() - stale.stat().st_mtime
-        if stale.is_dir() and not stale.name.startswith(target.name) and unused_s > STALE_S:
+        info = stale.stat()
+        unused_s = time.time() - info.st_mtime
+        ours = info.st_uid == os.geteuid()  # root's prefix also matches other users' venvs
+        if (
+            stale.is_dir()
+            and ours
+            and not stale.name.startswith(target.name)
+            and unused_s > STALE_S
+        ):
             shutil.rmtree(stale, ignore_errors=True)
     shutil.rmtree(target, ignore_errors=True)  # what an interrupted build left
     staging.rename(target)

@@ -45,7 +45,7 @@ from e2e.web_page_browser import (
     watch,
 )
 from e2e.web_page_support import PageRun, page_run, readme_commands, readme_token_recipe
-from inferactors._cli.control import _state_words
+from inferactors._cli.control_format import state_words
 from inferactors._cli.ui_words import CliWords
 from inferactors._service.control_token import read_token
 from support import Unprivileged
@@ -209,7 +209,7 @@ def test_stop_and_start_from_the_page_change_the_process_as_the_cli_would(
     stopped = _confirm(page, "stop", "chat", "/ui/api/instances/chat/stop")
     shown = page.page.locator("#result-words").inner_text()
     assert shown == CliWords().instance("stop", stopped["result"])
-    assert shown == f"chat: {_state_words(stopped['result'])}"  # as `inferactors stop` prints
+    assert shown == f"chat: {state_words(stopped['result'])}"  # as `inferactors stop` prints
     assert stopped["ok"] is True
     wait_until(lambda: not psutil.pid_exists(old_pid), within_s=15)
     after = supervised.views()["chat"]["status"]
@@ -236,7 +236,7 @@ def test_restart_from_the_page_is_a_new_process_said_as_the_cli_would(
     assert restarted["ok"] is True
     shown = page.page.locator("#result-words").inner_text()
     assert shown == CliWords().instance("restart", restarted["result"])
-    assert shown == f"chat: {_state_words(restarted['result'])}"  # as `inferactors restart`
+    assert shown == f"chat: {state_words(restarted['result'])}"  # as `inferactors restart`
     wait_until(lambda: not psutil.pid_exists(old_pid), within_s=15)
     running = supervised.wait_view(
         "chat", lambda view: view["status"]["state"] == "running" and view["status"]["pid"]

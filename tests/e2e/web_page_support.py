@@ -24,6 +24,7 @@ from inferactors._models.registry import ModelRegistry
 from inferactors.testing import Workspace
 from inferactors.testing._fake_faults import FakeServerFaults
 from inferactors.testing._fake_server import write_fake_server_program
+from support import run_as_line
 
 CRASH_AFTER_S = 3.0
 """How long the crash-looping fake serves before it crashes, each time."""
@@ -37,9 +38,8 @@ node_id = "page"
 registry = "{registry}"
 data_root = "{state}"
 serve_programs = {{ "infer.llamacpp" = "{llama}", "infer.mlx-lm" = "{fake}" }}
-{run_as}
 restart = {{ max_restarts = 10000, base_s = 0.3, cap_s = 0.6, intensity = 10000, jitter = 0.0 }}
-
+{run_as}
 [[instances]]
 mode = "managed"
 role = "chat"
@@ -168,7 +168,6 @@ def page_run(
     token_file = where / "token"
     token_file.write_text(token + "\n")
     token_file.chmod(0o600)
-    run_as = f'run_as = "{workspace.run_as}"' if workspace.run_as else ""
     run_file = where / "run.toml"
     run_file.write_text(
         RUN_FILE.format(
@@ -176,7 +175,7 @@ def page_run(
             state=where / "state",
             llama=llama_server,
             fake=fake,
-            run_as=run_as,
+            run_as=run_as_line(workspace.run_as),
             chat_port=free_port(),
             flaky_port=free_port(),
         )

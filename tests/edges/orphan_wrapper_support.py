@@ -21,12 +21,8 @@ import trio
 from edges.orphans_support import PORT
 from edges.process_support import HELPERS, PYTHON
 from inferactors import InferConfig, InferFlavor, ManagedConfig, open_runtime
-from inferactors._edges.orphan_record import (
-    RECORD_NAME,
-    OrphanRecord,
-    ReapedOrphan,
-    find_orphans,
-)
+from inferactors._edges.orphan_record import RECORD_NAME, OrphanRecord, find_orphans
+from inferactors._edges.orphan_report import ReapedOrphan
 from inferactors._edges.proctable import ProcessStart
 from support import Unprivileged
 

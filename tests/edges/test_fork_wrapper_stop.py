@@ -35,7 +35,7 @@ from edges.process_support import (
     wrapper_launch,
 )
 from inferactors._edges.netcheck import port_in_use
-from inferactors._edges.orphan_record import OrphanOutcome
+from inferactors._edges.orphan_report import OrphanOutcome
 from inferactors._edges.orphans import reap_orphans
 from inferactors._edges.process import GROUP_POLL_S, ManagedProcess
 from proc_checks import group_members, is_gone

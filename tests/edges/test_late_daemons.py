@@ -40,12 +40,8 @@ from edges.process_support import (
 from inferactors._edges.cgroups import CgroupTree, ServerCgroup
 from inferactors._edges.descendants import claim_orphans
 from inferactors._edges.netcheck import port_in_use
-from inferactors._edges.orphan_record import (
-    RECORD_NAME,
-    OrphanOutcome,
-    refresh_record,
-    write_record,
-)
+from inferactors._edges.orphan_record import RECORD_NAME, refresh_record, write_record
+from inferactors._edges.orphan_report import OrphanOutcome
 from inferactors._edges.orphans import reap_orphans
 from inferactors._edges.process import ManagedProcess, open_child_process
 from proc_checks import is_gone

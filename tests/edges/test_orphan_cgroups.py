@@ -20,7 +20,8 @@ from cgroup_support import enter_self, kill, made_cgroup
 from edges.orphans_support import PORT, edit_record
 from edges.process_support import linux_only
 from inferactors._edges.cgroups import CgroupTree, ServerCgroup, data_root_key
-from inferactors._edges.orphan_record import RECORD_NAME, OrphanOutcome, write_record
+from inferactors._edges.orphan_record import RECORD_NAME, write_record
+from inferactors._edges.orphan_report import OrphanOutcome
 from inferactors._edges.orphans import reap_orphans
 from proc_checks import is_gone
 

@@ -13,7 +13,8 @@ import attrs
 import pytest
 
 from edges.orphans_support import PORT
-from inferactors._edges.orphan_record import RECORD_NAME, OrphanOutcome
+from inferactors._edges.orphan_record import RECORD_NAME
+from inferactors._edges.orphan_report import OrphanOutcome
 from inferactors._edges.orphans import KILL_BOUND_S, reap_orphans
 from inferactors._edges.proctable import ProcessStart
 

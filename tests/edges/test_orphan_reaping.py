@@ -14,12 +14,8 @@ import pytest
 
 from edges.orphans_support import PORT, edit_record, record_by_dead_supervisor, wait_until
 from edges.process_support import HELPERS, PYTHON
-from inferactors._edges.orphan_record import (
-    RECORD_NAME,
-    OrphanOutcome,
-    ReapedOrphan,
-    write_record,
-)
+from inferactors._edges.orphan_record import RECORD_NAME, write_record
+from inferactors._edges.orphan_report import OrphanOutcome, ReapedOrphan
 from inferactors._edges.orphans import KILL_BOUND_S, reap_orphans
 
 pytestmark = pytest.mark.usefixtures("no_leaked_processes")

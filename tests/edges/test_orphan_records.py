@@ -15,13 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from edges.orphans_support import PORT, record_by_dead_supervisor
-from inferactors._edges.orphan_record import (
-    RECORD_NAME,
-    OrphanOutcome,
-    find_orphans,
-    remove_record,
-    write_record,
-)
+from inferactors._edges.orphan_record import RECORD_NAME, find_orphans, remove_record, write_record
+from inferactors._edges.orphan_report import OrphanOutcome
 from inferactors._edges.orphans import reap_orphans
 from inferactors._edges.proctable import START_TOLERANCE_S, ProcessStart
 

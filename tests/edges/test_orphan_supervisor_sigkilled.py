@@ -15,7 +15,8 @@ import pytest
 
 from edges.orphans_support import PORT, edit_record, wait_until
 from edges.process_support import HELPERS, PYTHON, linux_only
-from inferactors._edges.orphan_record import OrphanOutcome, OrphanRecord, find_orphans
+from inferactors._edges.orphan_record import OrphanRecord, find_orphans
+from inferactors._edges.orphan_report import OrphanOutcome
 from inferactors._edges.orphans import reap_orphans
 from proc_checks import is_gone
 

@@ -16,7 +16,7 @@ import trio.testing
 from edges.hostile_server_support import Reply, bomb, hostile_server
 from edges.http_server_support import Version, http_server
 from edges.keepalive_support import keepalive_server
-from inferactors._edges import probe_h11
+from inferactors._edges import probe_h11_conn
 from inferactors._edges.probe import MAX_BODY_BYTES, ProbeClient, ProbeFailure
 from inferactors._edges.probe_connect import (
     RECONNECT_BURST,
@@ -56,7 +56,7 @@ async def test_each_request_leaves_in_one_write_on_a_nodelay_socket(
             writes.append(bytes(data))
         return os.write(fd, data)
 
-    monkeypatch.setattr(probe_h11, "_write", recorded)
+    monkeypatch.setattr(probe_h11_conn, "_write", recorded)
     async with keepalive_server() as server:
         connect = tcp_connect("127.0.0.1", server.port)
 
@@ -218,7 +218,7 @@ async def test_every_read_asks_for_a_quick_ack(monkeypatch: pytest.MonkeyPatch) 
             reads.append(len(quickacks))
         return os.read(fd, size)
 
-    monkeypatch.setattr(probe_h11, "_read", counted)
+    monkeypatch.setattr(probe_h11_conn, "_read", counted)
     with http_server("HTTP/1.1") as server:
         port = server.server_address[1]
         connect = tcp_connect("127.0.0.1", port)
@@ -279,12 +279,12 @@ async def test_a_connection_idle_a_moment_is_reused_unlooked_and_a_closed_one_st
     looked at first. Either way a GET that meets a closed connection is sent once more on
     a fresh one, so the server's answer is what the caller gets."""
     left, right = trio.socket.socketpair()
-    conn = probe_h11._Connection.of(trio.SocketStream(left))
+    conn = probe_h11_conn.Connection.of(trio.SocketStream(left))
     right.close()  # the server closed it while it sat idle: readable (EOF)
     now = trio.current_time()
-    conn.idle_since = now - probe_h11.UNLOOKED_IDLE_S / 2
+    conn.idle_since = now - probe_h11_conn.UNLOOKED_IDLE_S / 2
     assert conn.fresh_for_reuse(now)  # not looked at
-    conn.idle_since = now - probe_h11.UNLOOKED_IDLE_S * 2
+    conn.idle_since = now - probe_h11_conn.UNLOOKED_IDLE_S * 2
     assert not conn.fresh_for_reuse(now)  # looked at: closed
     await conn.stream.aclose()
 

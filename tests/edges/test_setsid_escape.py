@@ -28,7 +28,8 @@ from inferactors import (
     open_runtime,
 )
 from inferactors._edges.netcheck import port_in_use
-from inferactors._edges.orphan_record import OrphanOutcome, OrphanRecord, find_orphans
+from inferactors._edges.orphan_record import OrphanRecord, find_orphans
+from inferactors._edges.orphan_report import OrphanOutcome
 from inferactors._edges.process import ManagedProcess
 from inferactors.testing import fake_server_argv
 from proc_checks import is_gone

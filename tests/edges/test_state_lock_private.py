@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 from pathlib import Path
 
 import pytest
 
 from inferactors import BackendError
-from inferactors._edges.state_lock import acquire_state_lock
+from inferactors._edges.state_lock import LOCK_NAME, acquire_state_lock
 
 NOBODY = 65534
 
@@ -30,17 +31,36 @@ def test_a_world_writable_data_root_of_ours_is_made_private_and_locked(tmp_path:
         lock.release()
 
 
-def test_a_data_root_of_another_user_is_refused_naming_it(tmp_path: Path) -> None:
+def another_users_directory(tmp_path: Path) -> Path:
+    """A directory of another user: made and given to ``nobody`` (mode 0700) as root; as any
+    other user, who may give nothing away (chown), root's ``/usr``."""
+    if os.geteuid() != 0:
+        usr = Path("/usr").resolve()
+        if usr.stat().st_uid == os.geteuid():
+            pytest.skip("/usr is this user's own: no directory of another user to use")
+        return usr
     root = tmp_path / "state"
     root.mkdir(mode=0o700)
     os.chown(root, NOBODY, NOBODY)
+    return root
+
+
+def test_a_data_root_of_another_user_is_refused_naming_it(tmp_path: Path) -> None:
+    root = another_users_directory(tmp_path)
+    info = root.stat()
     with pytest.raises(BackendError) as refused:
         acquire_state_lock(root)
     said = str(refused.value)
-    assert f"data_root {root} is owned by uid {NOBODY} (mode 0700)" in said
-    assert oct(root.stat().st_mode & 0o777) == "0o700"  # untouched
+    mode = stat.S_IMODE(info.st_mode)
+    assert f"data_root {root} is owned by uid {info.st_uid} (mode {mode:04o})" in said
+    assert f"not by this supervisor's user (uid {os.geteuid()})" in said
+    assert root.stat().st_mode == info.st_mode  # untouched
+    assert not (root / LOCK_NAME).exists()
 
 
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="planting another user's socket needs root (chown to nobody)"
+)
 def test_a_shared_data_root_holding_a_planted_socket_is_refused(tmp_path: Path) -> None:
     root = tmp_path / "state"
     root.mkdir()

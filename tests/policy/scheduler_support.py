@@ -12,20 +12,22 @@ import attrs
 from inferactors._errors import RefusalKind
 from inferactors._policy import scheduler, scheduler_stops
 from inferactors._policy.residency import Bytes, Footprint
-from inferactors._policy.scheduler_state import (
+from inferactors._policy.scheduler_effects import (
     CancelStart,
     Effect,
     Grant,
-    Limits,
     Refuse,
-    SchedulerState,
-    Slot,
-    SlotRules,
     Started,
-    StartFailure,
     StartInstance,
     Step,
     StopInstance,
+)
+from inferactors._policy.scheduler_state import (
+    Limits,
+    SchedulerState,
+    Slot,
+    SlotRules,
+    StartFailure,
 )
 from inferactors._stop_reasons import StopReason
 

@@ -9,14 +9,8 @@ import attrs
 
 from inferactors._errors import RefusalKind
 from inferactors._policy.residency import Bytes, Footprint
-from inferactors._policy.scheduler_state import (
-    Drift,
-    Limits,
-    Phase,
-    SchedulerState,
-    StartInstance,
-    Trigger,
-)
+from inferactors._policy.scheduler_effects import Drift, StartInstance, Trigger
+from inferactors._policy.scheduler_state import Limits, Phase, SchedulerState
 from inferactors._stop_reasons import StopReason
 from policy.scheduler_support import MB, Driver, slot, state
 

@@ -21,19 +21,17 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from inferactors._errors import RefusalKind
 from inferactors._policy import scheduler, scheduler_stops
-from inferactors._policy.scheduler_state import (
+from inferactors._policy.scheduler_effects import (
     CancelStart,
     Effect,
     Grant,
-    Phase,
     Refuse,
-    SchedulerState,
     Started,
-    StartFailure,
     StartInstance,
     Step,
     StopInstance,
 )
+from inferactors._policy.scheduler_state import Phase, SchedulerState, StartFailure
 from inferactors._stop_reasons import StopReason
 from policy.scheduler_support import MB, slot, state
 

@@ -14,6 +14,7 @@ from inferactors._config.runfile import RunConfig
 from inferactors._service.fleet import Fleet
 from inferactors._status import InstanceState
 from inferactors.testing import RuntimeKit, Timeline
+from support import run_as_line
 
 WAIT_S = 30.0
 
@@ -55,7 +56,7 @@ class RunFile:
         return cls(kit, kit.root / "run.toml", kit.fake_program(timeline))
 
     def write(self, *entries: Entry, program: Path | None = None) -> Path:
-        run_as = f'run_as = "{self.kit.workspace.run_as}"\n' if self.kit.workspace.run_as else ""
+        run_as = run_as_line(self.kit.workspace.run_as)
         text = (
             f'node_id = "{self.node_id}"\n[managed]\nregistry = "{self.kit.registry()}"\n'
             f'data_root = "{self.kit.root / "state"}"\n{run_as}'

@@ -125,14 +125,16 @@ print(data[:12])
 """
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="connecting as another user (runuser) needs root")
 async def test_another_user_cannot_connect_and_we_can(
     unprivileged: Unprivileged, nursery: trio.Nursery
 ) -> None:
+    assert unprivileged.run_as is not None  # root's workspace runs servers as nobody
     state_dir = unprivileged.directory("control-peer")
     os.chmod(state_dir, 0o755)  # even a directory open to all: the socket's mode guards it
     await nursery.start(partial(serve_control, FakeFleet(), state_dir=state_dir))
     path = str(control_socket_path(state_dir))
-    run_as = ["runuser", "-u", unprivileged.run_as, "--"] if unprivileged.run_as else []
+    run_as = ["runuser", "-u", unprivileged.run_as, "--"]
     other = await trio.run_process(
         [*run_as, unprivileged.python, "-c", _CONNECT, path], capture_stdout=True, check=False
     )

@@ -14,7 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from edges.hostile_server_support import Reply, hostile_server
-from inferactors._service.fleet import Fleet, open_fleet
+from inferactors._service.fleet import Fleet
+from inferactors._service.fleet_open import open_fleet
 from inferactors.testing import RuntimeKit
 from inferactors.testing._fake_processes import free_port
 from service.fleet_support import Entry, RunFile, running, until

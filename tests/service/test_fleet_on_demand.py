@@ -12,7 +12,8 @@ from inferactors import ProcessExited, ResidencyStop, StopReason
 from inferactors._actors.front_door_msgs import ResidencyView
 from inferactors._actors.front_door_scheduler import FrontDoorScheduler
 from inferactors._actors.front_door_seam import Residency, Scheduler
-from inferactors._service.fleet import Fleet, open_fleet
+from inferactors._service.fleet import Fleet
+from inferactors._service.fleet_open import open_fleet
 from inferactors._status import InstanceState
 from inferactors.testing import RuntimeKit
 from inferactors.testing._fake_processes import free_port

@@ -13,7 +13,8 @@ import signal
 import trio
 
 from inferactors._policy.service_status import DisplayState
-from inferactors._service.fleet import Fleet, open_fleet
+from inferactors._service.fleet import Fleet
+from inferactors._service.fleet_open import open_fleet
 from inferactors._status import InstanceState
 from inferactors.testing import RuntimeKit
 from inferactors.testing._fake_processes import free_port

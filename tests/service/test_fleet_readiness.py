@@ -10,7 +10,8 @@ import signal
 
 import trio
 
-from inferactors._service.fleet import Fleet, open_fleet
+from inferactors._service.fleet import Fleet
+from inferactors._service.fleet_open import open_fleet
 from inferactors.testing import FakeServerFaults, RuntimeKit
 from inferactors.testing._fake_launch import write_fake_server_program
 from inferactors.testing._fake_processes import free_port

@@ -12,7 +12,8 @@ import trio
 
 from inferactors import InferactorsError, InvalidConfig
 from inferactors._models.registry import ModelRegistry
-from inferactors._service.fleet import Fleet, open_fleet
+from inferactors._service.fleet import Fleet
+from inferactors._service.fleet_open import open_fleet
 from inferactors._service.views import Lifecycle, LifecycleNote, ReloadResult
 from inferactors._status import InstanceState
 from inferactors.testing import RuntimeKit, Workspace, write_tiny_gguf

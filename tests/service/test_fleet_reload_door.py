@@ -19,7 +19,8 @@ import trio
 
 from inferactors import InvalidConfig
 from inferactors._actors.front_door_seam import Residency
-from inferactors._service.fleet import Fleet, open_fleet
+from inferactors._service.fleet import Fleet
+from inferactors._service.fleet_open import open_fleet
 from inferactors.testing import RuntimeKit
 from inferactors.testing._fake_processes import free_port
 from service.fleet_support import Entry, RunFile, pids, running, until

@@ -10,7 +10,7 @@ import trio
 
 from inferactors._errors import Unsupported
 from inferactors._policy.service_status import DisplayState
-from inferactors._service.fleet import open_fleet
+from inferactors._service.fleet_open import open_fleet
 from inferactors.testing import CrashAt, ListenLate, RuntimeKit, Status503, Timeline
 from inferactors.testing._fake_processes import free_port
 from service.fleet_support import Entry, RunFile, running, until

@@ -9,7 +9,7 @@ import trio
 
 from inferactors._events import ProcessExited, ProcessStarted
 from inferactors._service import lifecycle
-from inferactors._service.fleet import open_fleet
+from inferactors._service.fleet_open import open_fleet
 from inferactors._service.lifecycle import ServiceNotes, serve_notify
 from inferactors.testing import CrashAt, RuntimeKit, Timeline
 from inferactors.testing._fake_processes import free_port

@@ -12,7 +12,7 @@ import ollama
 import openai
 import trio
 
-from inferactors._service.fleet import open_fleet
+from inferactors._service.fleet_open import open_fleet
 from inferactors.testing import EndlessStream, RuntimeKit, Timeline
 from inferactors.testing._fake_processes import free_port
 from service.fleet_support import Entry, RunFile

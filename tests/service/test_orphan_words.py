@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inferactors._edges.orphan_record import OrphanOutcome, ReapedOrphan
+from inferactors._edges.orphan_report import OrphanOutcome, ReapedOrphan
 from inferactors._service.fleet import orphan_words
 
 

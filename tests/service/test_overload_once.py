@@ -19,7 +19,7 @@ from inferactors._config.convert import load_run_config
 from inferactors._edges.loop_lag import loop_lag
 from inferactors._events import SupervisorCaughtUp, SupervisorOverloaded
 from inferactors._policy.lateness import CALM_S
-from inferactors._service.fleet import open_fleet
+from inferactors._service.fleet_open import open_fleet
 from inferactors.testing._fake_processes import free_port
 
 pytestmark = pytest.mark.exclusive  # it stalls the loop for real

@@ -11,7 +11,8 @@ import signal
 from pathlib import Path
 
 from inferactors._models.registry import ModelRegistry
-from inferactors._service.fleet import Fleet, open_fleet
+from inferactors._service.fleet import Fleet
+from inferactors._service.fleet_open import open_fleet
 from inferactors.testing import RuntimeKit
 from inferactors.testing._fake_processes import free_port
 from models.signing_support import KeyPair, key_anchors, make_key, oms_sign

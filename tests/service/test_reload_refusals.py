@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from inferactors import InvalidConfig
-from inferactors._service.fleet import open_fleet
+from inferactors._service.fleet_open import open_fleet
 from inferactors._service.lifecycle import ServiceNotes
 from inferactors._service.views import Lifecycle, LifecycleNote
 from inferactors.testing import RuntimeKit

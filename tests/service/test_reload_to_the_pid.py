@@ -20,7 +20,8 @@ import trio
 from inferactors import InvalidConfig
 from inferactors._config.runfile import Endpoint
 from inferactors._models.registry import ModelRegistry
-from inferactors._service.fleet import Fleet, open_fleet
+from inferactors._service.fleet import Fleet
+from inferactors._service.fleet_open import open_fleet
 from inferactors._status import InstanceState
 from inferactors.testing import RuntimeKit
 from inferactors.testing._fake_ollama import FakeOllama, open_fake_ollama

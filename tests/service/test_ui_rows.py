@@ -8,7 +8,7 @@ import pytest
 
 from inferactors._actors.front_door_msgs import ResidencyView
 from inferactors._actors.front_door_seam import Residency
-from inferactors._cli.control import shown_state
+from inferactors._cli.control_format import shown_state
 from inferactors._config.convert_api import api_data
 from inferactors._edges.tree_usage import TreeUsage
 from inferactors._policy import service_status

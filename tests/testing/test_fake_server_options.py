@@ -15,15 +15,11 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from inferactors.testing._fake_answers import Die, Hang, Reply, completion_fate, decide
 from inferactors.testing._fake_faults import (
-    Die,
     FakeServerFaults,
     FakeServerOptions,
     Flavor,
-    Hang,
-    Reply,
-    completion_fate,
-    decide,
     parse_fake_server_args,
 )
 from inferactors.testing._fake_server import fake_server_argv

@@ -4,16 +4,18 @@ Planning only ever sends GET requests and TCP connects, so ``admit`` may run
 before any permission is granted. Every refusal is `AdmissionRefused` unless the spec itself
 is malformed (`InvalidConfig`). A managed instance's checks all run, and every problem they
 find is reported at once, each naming its field (`Problems`). A probe that gives no verdict
-because our own loop ran late is made again at once (`probe_for_verdict`), never read as a
-server that is not there.
+because our own loop ran late is made again at once (`probe_for_verdict`, in
+``admission_probes.py`` with the bound on probes in flight), never read as a server that is
+not there.
 
 Besides the model, a managed process plan checks:
 
 - `check_binary_flags`: every ``extra_args`` flag must be one the serve program's
   ``--help`` lists (`ServeHelp`, cached by the program's digest); refused naming the flag
   and the program's version.
-- `resolve_extras`: ``serve.mmproj`` and ``serve.lora`` resolved and verified by the
-  registry like the model (and later pinned at every spawn like it, ``instance/pins.py``).
+- `resolve_extras` (``admission_models.py``, with the model and the draft): ``serve.mmproj``
+  and ``serve.lora`` resolved and verified by the registry like the model (and later pinned
+  at every spawn like it, ``instance/pins.py``).
 - `read_api_key`: ``serve.api_key_file`` read once, through one descriptor: a regular file
   of at most 4 KiB, owned by the user the server runs as, with no access for group or
   others, holding one line. The key itself never appears in a message.
@@ -27,28 +29,27 @@ from functools import partial
 from pathlib import Path
 
 import attrs
-import trio
 
 from .._config.binding import spec_host
 from .._config.config import ControlMode, InferConfig, ManagedConfig
 from .._config.convert import checked_spec
 from .._config.spec import InferenceSpec
 from .._edges.bundle import Edges
-from .._edges.containment import resolve_run_as
-from .._edges.probe import ProberFactory, probe_once
+from .._edges.containment import resolve_run_as, user_name
+from .._edges.probe import ProberFactory
 from .._edges.probe_auth import with_api_key
 from .._edges.serve_help import CACHE_DIR, ServeHelp
-from .._errors import AdmissionRefused, ModelError, NoVerdict
+from .._errors import AdmissionRefused, InvalidConfig, NoVerdict, shown
 from .._flavor import InferFlavor
-from .._models.manifest import ResolvedModel
 from .._models.registry import ModelRegistry
 from .._policy.admission import Plan, check_runtime_and_port
 from .._policy.help_flags import check_known_flags
-from .._policy.lateness import LATE_S
-from .._policy.launch import build_launch, check_format
+from .._policy.launch import build_launch
 from .._policy.ollama_parse import same_tag
-from .._policy.privilege import RunAs, require_unprivileged
+from .._policy.privilege import RunAs, require_unprivileged, switch_refusal
 from .._policy.probe_report import ServerReport, Unhealthy, Unreachable, Up
+from .admission_models import draft_model, registered_model, resolve_extras
+from .admission_probes import probe_for_verdict
 from .admission_problems import Problems
 from .api_key_file import read_api_key
 from .capabilities import managed_version
@@ -101,7 +102,7 @@ async def make_plan(
         raise AdmissionRefused("managed mode needs a model registry")
     if spec.runtime is InferFlavor.OLLAMA:
         if dry:
-            model = await _registered_model(spec, registry)
+            model = await registered_model(spec, registry)
             return Plan(spec=spec, mode=ControlMode.MANAGED, notes=(), model=model)
         return await _plan_ollama(spec, config, registry, edges.open_prober)
     problems = Problems()
@@ -132,8 +133,13 @@ async def make_plan(
 
 
 def _run_as(managed: ManagedConfig, euid: int) -> RunAs | None:
+    """``managed.run_as`` resolved: none as root, or another user not as root, refused."""
     run_as = resolve_run_as(managed.run_as) if managed.run_as else None
     require_unprivileged(run_as, euid)
+    if run_as is not None:
+        why = switch_refusal(run_as, euid=euid, user=user_name(euid))
+        if why is not None:
+            raise InvalidConfig(f"run_as {shown(managed.run_as)}: {why}")
     return run_as
 
 
@@ -145,54 +151,6 @@ async def _adopted_key(spec: InferenceSpec, edges: Edges) -> str | None:
         return None
     euid = edges.containment.euid()
     return await read_api_key(spec.serve.api_key_file, run_as=None, euid=euid)
-
-
-ADMISSION_RECHECKS = 3
-"""Probes admission makes again while its probe gives no verdict because our own loop ran
-late (``_policy/lateness.py``): a late probe is neither a refusal nor a pass. The n-th
-re-check waits n x ``LATE_S`` first, so an overloaded loop catches up rather than gets
-more probes to run."""
-
-
-ADMISSION_PROBES = 32
-"""Admission probes (`probe_for_verdict`: a load's, an adopted start's that could not reuse
-the load's report) of one trio run in flight at once; more wait their turn. A thousand
-at once would time out on their own CPU. Only the probes are bounded: the rest of a load
-or a start (the supervisor's and the actor's round trips) never holds a turn."""
-
-_ADMISSION_LIMIT: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar(
-    "inferactors_admission_probes"
-)
-
-
-def admission_limiter() -> trio.CapacityLimiter:
-    """This trio run's bound on admission probes (`ADMISSION_PROBES`)."""
-    try:
-        return _ADMISSION_LIMIT.get()
-    except LookupError:
-        limiter = trio.CapacityLimiter(ADMISSION_PROBES)
-        _ADMISSION_LIMIT.set(limiter)
-        return limiter
-
-
-async def probe_for_verdict(
-    open_prober: ProberFactory, base: str, timeout_s: float, flavor: InferFlavor
-) -> ServerReport:
-    """One probe of ``base`` (`probe_once`), made again up to `ADMISSION_RECHECKS` times,
-    each later than the one before, while it gives no verdict (`ServerReport.no_verdict`).
-    Each probe waits for a turn (`admission_limiter`); the waits between them hold none.
-    The last report is returned whatever it says; callers raise `NoVerdict` for a
-    no-verdict one ("cannot tell now"), never refuse it as a server that is not there."""
-    limiter = admission_limiter()
-    async with limiter:
-        report = await probe_once(open_prober, base, timeout_s, flavor)
-    for attempt in range(1, ADMISSION_RECHECKS + 1):
-        if not report.no_verdict:
-            break
-        await trio.sleep(attempt * LATE_S)
-        async with limiter:
-            report = await probe_once(open_prober, base, timeout_s, flavor)
-    return report
 
 
 def _no_verdict_refusal(base: str, report: ServerReport) -> NoVerdict:
@@ -243,7 +201,7 @@ async def _plan_ollama(
         AdmissionRefused: no model or registry, an unknown or non-Ollama model, a daemon that
             does not answer (inferactors does not start it), or an unpulled tag.
     """
-    model = await _registered_model(spec, registry)
+    model = await registered_model(spec, registry)
     base = spec.base_url()
     report = await probe_for_verdict(open_prober, base, config.probe_timeout_s, spec.runtime)
     if report.no_verdict:
@@ -283,10 +241,10 @@ async def _plan_process(
     """The plan of a managed process; None when a check refused (recorded in ``problems``:
     every check runs, whatever an earlier one found, except the flags' check, which runs
     the program and so needs it and ``run_as`` sound)."""
-    model = await problems.wait("model", _registered_model(spec, registry))
+    model = await problems.wait("model", registered_model(spec, registry))
     draft = None
     if spec.serve.draft_model is not None:
-        draft = await problems.wait("serve.draft_model", _draft(spec, registry))
+        draft = await problems.wait("serve.draft_model", draft_model(spec, registry))
     extras = await problems.wait("serve", resolve_extras(spec, registry))
     program = problems.call("serve_programs", partial(_serve_program, managed))
     euid = edges.containment.euid()
@@ -330,40 +288,11 @@ async def _plan_process(
     )
 
 
-async def _draft(spec: InferenceSpec, registry: ModelRegistry) -> ResolvedModel:
-    assert spec.serve.draft_model is not None
-    draft = await _resolve(registry, spec.serve.draft_model, spec.signed_by)
-    check_format(spec.runtime, draft)
-    return draft
-
-
 def _port_taken(spec: InferenceSpec) -> None:
     raise AdmissionRefused(
         f"something already holds port {spec.port()} on {spec_host(spec)}; "
         "adopt it instead of managing over it"
     )
-
-
-async def _registered_model(spec: InferenceSpec, registry: ModelRegistry) -> ResolvedModel:
-    """The spec's model, verified by the registry and of a format its flavor loads."""
-    if spec.model is None:
-        raise AdmissionRefused(
-            "managed mode needs a model: set the spec's model to a registry name"
-        )
-    model = await _resolve(registry, spec.model, spec.signed_by)
-    check_format(spec.runtime, model)
-    return model
-
-
-async def _resolve(
-    registry: ModelRegistry, name: str, signed_by: tuple[str, ...] = ()
-) -> ResolvedModel:
-    """The verified model ``name``, signed by one of ``signed_by`` when that is not empty
-    (the spec's requirement: checked here, recorded by the load once it succeeds)."""
-    try:
-        return await trio.to_thread.run_sync(partial(registry.resolve, name, signed_by=signed_by))
-    except ModelError as error:
-        raise AdmissionRefused(f"model {name}: {error}") from error
 
 
 def _serve_program(managed: ManagedConfig) -> Path:
@@ -375,7 +304,7 @@ def _serve_program(managed: ManagedConfig) -> Path:
     return program
 
 
-# The binary's own flags, the projector and adapters, the API key.
+# The binary's own flags.
 
 
 async def check_binary_flags(
@@ -408,33 +337,3 @@ async def check_binary_flags(
 
 async def _version(spec: InferenceSpec, managed: ManagedConfig) -> str | None:
     return (await managed_version(spec.runtime, managed))[1]
-
-
-async def resolve_extras(
-    spec: InferenceSpec, registry: ModelRegistry
-) -> tuple[ResolvedModel | None, tuple[ResolvedModel, ...]]:
-    """The verified projector (or None) and LoRA adapters the spec names.
-
-    Raises:
-        AdmissionRefused: a name the registry does not know, a file that fails its pin, or
-            a format the flavor cannot load (``serve.mmproj tiny-proj: ...``).
-    """
-    mmproj = None
-    if spec.serve.mmproj is not None:
-        mmproj = await _verified(spec, registry, "serve.mmproj", spec.serve.mmproj)
-    lora = []
-    for index, name in enumerate(spec.serve.lora):
-        lora.append(await _verified(spec, registry, f"serve.lora[{index}]", name))
-    return mmproj, tuple(lora)
-
-
-async def _verified(
-    spec: InferenceSpec, registry: ModelRegistry, field: str, name: str
-) -> ResolvedModel:
-    try:
-        resolve = partial(registry.resolve, name, signed_by=spec.signed_by)
-        model = await trio.to_thread.run_sync(resolve)
-    except ModelError as error:
-        raise AdmissionRefused(f"{field} {name}: {error}") from error
-    check_format(spec.runtime, model)
-    return model

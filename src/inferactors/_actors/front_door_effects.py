@@ -11,7 +11,7 @@ from .._errors import FrontDoorRefused
 from .._events import FootprintDrift, OnDemandStart, QueuedRequestRefused, ResidencyStop
 from .._policy.residency_words import cut_words
 from .._policy.scheduler import status_of
-from .._policy.scheduler_state import (
+from .._policy.scheduler_effects import (
     CancelStart,
     Drift,
     Effect,

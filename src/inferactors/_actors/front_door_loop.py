@@ -30,7 +30,8 @@ from .._edges.memory_gauge import MemoryGauge
 from .._errors import InvalidState, Unsupported
 from .._events import Event
 from .._policy import scheduler, scheduler_stops
-from .._policy.scheduler_state import Phase, SchedulerState, Slot, Step, StopInstance
+from .._policy.scheduler_effects import Step, StopInstance
+from .._policy.scheduler_state import Phase, SchedulerState, Slot
 from .._stop_reasons import StopReason
 from .front_door_effects import carry_out
 from .front_door_msgs import (

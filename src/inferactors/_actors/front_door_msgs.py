@@ -14,7 +14,8 @@ from .._edges.memory_gauge import MemoryGauge
 from .._errors import RefusalKind
 from .._events import Event
 from .._policy.residency import Footprint, Machine
-from .._policy.scheduler_state import Limits, SchedulerState, SlotRules, StartFailure, Step
+from .._policy.scheduler_effects import Step
+from .._policy.scheduler_state import Limits, SchedulerState, SlotRules, StartFailure
 from .._status import InstanceStatus
 from .._stop_reasons import StopReason
 from .front_door_seam import Residency, Upstream

@@ -210,7 +210,7 @@ class Mailbox:
 
     def emit(self, event: Event) -> None:
         """Send ``event`` without ever waiting for it. The supervisor's channel has no
-        bound (`supervisor.EVENT_BUFFER`), so there it is dropped only when the supervisor
+        bound (`event_relay.EVENT_BUFFER`), so there it is dropped only when the supervisor
         is gone; a bounded channel given to `create` (the front door's) drops it when full."""
         try:
             self._events.send_nowait(event)

@@ -32,7 +32,7 @@ from .._config.config import ControlMode, InferConfig
 from .._config.spec import InferenceSpec
 from .._edges.bundle import Edges
 from .._edges.capture import RunEvidence
-from .._edges.orphan_record import ReapedOrphan
+from .._edges.orphan_report import ReapedOrphan
 from .._errors import (
     InferactorsError,
     InvalidConfig,

@@ -18,7 +18,7 @@ from .._config.config import InferConfig
 from .._config.ids import check_node_id
 from .._edges.bundle import Edges
 from .._edges.loop_lag import measure_loop_lag
-from .._edges.orphan_record import ReapedOrphan
+from .._edges.orphan_report import ReapedOrphan
 from .._edges.orphans import reap_orphans
 from .._edges.probe import ProberFactory
 from .._edges.state_lock import StateLock, acquire_state_lock

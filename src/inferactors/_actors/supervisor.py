@@ -3,10 +3,10 @@
 It keeps the instance table and every instance's restart budget (the only writer of
 both), refuses a second instance on an ip:port that a managed instance uses, forwards each
 instance command to its actor's inbox in arrival order, and fans events out to subscribers.
-Events from instance actors reach it through its own inbox (`Notify`), so it decides about a
-crash the moment the exit is observed, with no caller's poll. Every handler is synchronous;
-restarts wait in their own tasks. It keeps the status board (``status_board``) with its
-table: attached at load, detached at unload.
+Events from instance actors reach it through its own inbox (`Notify`, ``event_relay.py``),
+so it decides about a crash the moment the exit is observed, with no caller's poll. Every
+handler is synchronous; restarts wait in their own tasks. It keeps the status board
+(``status_board``) with its table: attached at load, detached at unload.
 
 A crash stays inside its instance (OTP's one_for_one): an instance actor contains the
 exceptions of its loop and workers itself (``mailbox``); a managed server it stops reports
@@ -17,7 +17,6 @@ as crashed and forgotten, never taking the supervisor with it.
 
 from __future__ import annotations
 
-import math
 import random as random_module
 from collections.abc import Callable
 from functools import partial
@@ -44,6 +43,7 @@ from .._policy.restart import GiveUp, NoRestart, RestartBudget
 from .._policy.restart import Restart as RestartDecision
 from .._status import InstanceState
 from .._stop_reasons import Diagnosis, StopReason
+from .event_relay import EVENT_BUFFER, relay_events
 from .mailbox import Crash
 from .messages import (
     Annotate,
@@ -87,14 +87,6 @@ class Actor(Protocol):
 
 
 INBOX_SIZE = 64
-EVENT_BUFFER = math.inf
-"""The actors' event channel to the supervisor holds every event: the supervisor's own
-decisions are made from them (a `ProcessExited` is a restart, a `StateChanged` refills a
-budget), so one dropped because the channel was full would leave a server down for good.
-Actors never wait to emit (`Mailbox.emit`), and the relay drains every queued event at
-each pass (`_relay_events`), so what is queued is what our own late loop has not yet
-reached. Subscribers' buffers stay bounded: what a slow subscriber misses is counted and
-told to it (`subscribers.py`)."""
 UNLOAD_GRACE_S = 5.0
 """Grace given to a managed server stopped by an unload."""
 
@@ -142,7 +134,7 @@ class Supervisor:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                nursery.start_soon(self._relay_events)
+                nursery.start_soon(relay_events, self._events_recv, self._inbox_send)
                 nursery.start_soon(report_overloads, self.board, self._publish)
                 task_status.started()
                 async for command in self._inbox_recv:
@@ -164,21 +156,6 @@ class Supervisor:
             except (trio.WouldBlock, trio.EndOfChannel):
                 return
             self._dispatch(command)  # type: ignore[arg-type]  # only commands arrive
-
-    async def _relay_events(self) -> None:
-        """Forward the actors' events to the inbox, every one already queued at each pass
-        (as `_dispatch_queued`), waiting only while the inbox is full."""
-        async for event in self._events_recv:
-            await self._inbox_send.send(Notify(event))
-            while True:
-                try:
-                    more = self._events_recv.receive_nowait()
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
-                try:
-                    self._inbox_send.send_nowait(Notify(more))
-                except trio.WouldBlock:
-                    await self._inbox_send.send(Notify(more))
 
     def _dispatch(self, command: SupervisorCommand) -> None:
         match command:

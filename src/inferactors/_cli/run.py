@@ -41,7 +41,8 @@ from .._policy.fleet_exit import (
     down_reason,
 )
 from .._service.control_server import SocketAccess, serve_control
-from .._service.fleet import Fleet, open_fleet
+from .._service.fleet import Fleet
+from .._service.fleet_open import open_fleet
 from .._service.lifecycle import ServiceNotes, serve_notify, watchdog_problem
 from .._service.reload import describe
 from .._service.run_defaults import load_run_file

@@ -9,7 +9,7 @@ import attrs
 
 from .._errors import one_line
 from .._events import Event
-from .control import _state_words, reload_words
+from .control_format import reload_words, state_words
 from .event_words import describe_event
 
 
@@ -20,7 +20,7 @@ class CliWords:
 
     def instance(self, verb: str, view: dict[str, Any]) -> str:
         """``chat: running, pid 4242``."""
-        return f"{view['name']}: {_state_words(view)}"
+        return f"{view['name']}: {state_words(view)}"
 
     def reload(self, result: dict[str, Any]) -> str:
         """``changed: chat`` and ``unchanged: embed``, or ``nothing changed (...)``."""

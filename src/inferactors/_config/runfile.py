@@ -46,7 +46,8 @@ class ManagedSection:
     run_as: str | None = None
     """The unprivileged account the servers run as (a user name, ``uid`` or ``uid:gid``;
     never root); left out: the supervisor's own user, or ``nobody`` when the supervisor runs
-    as root, said in a line at start."""
+    as root, said in a line at start. Only root can run servers as another user: not as
+    root, another user is refused as the file is read (``_service/run_defaults.py``)."""
     restart: RestartPolicy = RestartPolicy()  # noqa: RUF009  (frozen value)
     keep_alive: str | int = "30m"
     readiness_timeout_s: float = 600.0

@@ -4,11 +4,12 @@ Root without ``run_as`` is refused, uid 0 is refused, and the child drops to ``r
 before exec; the instance directory, the model files and the server program must be
 reachable by that user, and the error says exactly which one is not.
 
-`resolve_run_as` turns the config's ``run_as`` text into ids (reads the user database);
-`require_unprivileged` is the refusal to run a server as root; `check_reachable` walks the
-permission bits the way the kernel does for that user (``os.stat`` only; `os.access` would
-answer for the caller, which is root); `prepare_instance_dir` hands the instance directory
-to the user. The child side (setgroups, setgid, setuid) is in ``spawn.py``.
+`resolve_run_as` turns the config's ``run_as`` text into ids and `user_name` a uid into a
+name (both read the user database); `require_unprivileged` is the refusal to run a server
+as root; `check_reachable` walks the permission bits the way the kernel does for that user
+(``os.stat`` only; `os.access` would answer for the caller, which is root);
+`prepare_instance_dir` hands the instance directory to the user. The child side
+(setgroups, setgid, setuid) is in ``spawn.py``.
 """
 
 from __future__ import annotations
@@ -69,11 +70,15 @@ def _checked_id(spec: str, digits: str) -> int:
 
 
 def _explicit(uid: int, gid: int) -> RunAs:
+    return refuse_root(RunAs(uid, gid, user_name(uid)))
+
+
+def user_name(uid: int) -> str:
+    """The user database's name of ``uid``, or the uid as text when it has none."""
     try:
-        name = pwd.getpwuid(uid).pw_name
+        return pwd.getpwuid(uid).pw_name
     except KeyError:
-        name = str(uid)
-    return refuse_root(RunAs(uid, gid, name))
+        return str(uid)
 
 
 def _from_entry(entry: pwd.struct_passwd) -> RunAs:

@@ -8,9 +8,8 @@ the supervisor's own pid and start, the group's members with their starts, which
 the group after the spawn), and, where the host delegates cgroups, the server's cgroup
 (``cgroups.py``), which holds whatever it started, however it left the group.
 `remove_record` deletes it once the process is reaped; `find_orphans` and `scan_records`
-read every ``data_root/*/server.json``. Also here: the values of the reaper's report
-(`OrphanOutcome`, `ReapedOrphan`), since a record that cannot be believed is reported as
-IGNORED as soon as it is read.
+read every ``data_root/*/server.json``; a record that cannot be believed is reported as
+IGNORED as soon as it is read (the report's values are ``orphan_report.py``).
 
 Trust: the instance directory belongs to the server's user (``run_as``), so a record is
 written through a fresh exclusive temporary file and a rename (a planted link is replaced,
@@ -23,7 +22,6 @@ All functions are synchronous and do blocking file I/O: async code calls them in
 
 from __future__ import annotations
 
-import enum
 import json
 import logging
 import os
@@ -38,6 +36,7 @@ from .._atomic_file import write_atomically
 from .._errors import BackendError
 from .cgroups import cgroup_path, recorded_cgroup
 from .escapees import scan_escaped
+from .orphan_report import OrphanOutcome, ReapedOrphan
 from .proctable import SystemProcessTable, tree_pids
 
 RECORD_NAME = "server.json"
@@ -170,45 +169,6 @@ def _str(data: dict[str, Any], name: str) -> str:
     if isinstance(value, str):
         return value
     raise ValueError(f"{name} must be a string")
-
-
-class OrphanOutcome(enum.StrEnum):
-    """What `reap_orphans` found for one record."""
-
-    ALIVE = "alive"
-    """Still running and left alone (its supervisor lives, or it survived SIGKILL, or its
-    leader is gone and the rest of its group cannot be proven ours); the record is kept."""
-    KILLED = "killed"
-    """It was ours and orphaned: its group was stopped; the record is removed."""
-    STALE = "stale"
-    """The process is gone, or its pid now belongs to another process; the record is removed
-    and nothing is signalled."""
-    IGNORED = "ignored"
-    """The record cannot be trusted or read; it is left in place and nothing is signalled."""
-
-
-@attrs.frozen
-class ReapedOrphan:
-    """One line of `reap_orphans`'s report.
-
-    Attributes:
-        record_path: The ``server.json`` concerned.
-        pid: The recorded server pid (None when the record could not be read).
-        port: The recorded port (None when the record could not be read).
-        outcome: What was found and done.
-        detail: One phrase for logs: why, and which signal ended the group.
-        pgid: The recorded process group (None when the record could not be read).
-        program: The recorded program, ``argv[0]`` (None when the record could not be
-            read). Neither takes part in equality.
-    """
-
-    record_path: Path
-    pid: int | None
-    port: int | None
-    outcome: OrphanOutcome
-    detail: str
-    pgid: int | None = attrs.field(default=None, eq=False)
-    program: str | None = attrs.field(default=None, eq=False)
 
 
 def write_record(

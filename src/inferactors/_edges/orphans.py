@@ -46,7 +46,8 @@ import psutil
 from .capture import outside_words
 from .cgroups import CgroupTree, ServerCgroup, recorded_cgroup, server_tree
 from .escapees import close_all, live, open_recorded, signal_all
-from .orphan_record import OrphanOutcome, OrphanRecord, ReapedOrphan, scan_records
+from .orphan_record import OrphanRecord, scan_records
+from .orphan_report import OrphanOutcome, ReapedOrphan
 from .proctable import ProcessStart, ProcessTable, SystemProcessTable
 
 KILL_BOUND_S = 2.0

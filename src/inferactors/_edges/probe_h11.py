@@ -37,14 +37,14 @@ trio stream 0.43 ms (``bench/bench_adopted.py`` measures both).
   loop (or our pacer) ate is ``ProbeFailure`` kind ``"overloaded"``, not ``"timeout"``;
   but a request given a deadline past its ``timeout_s`` (a stretched probe) whose time
   run minus our lateness still reaches ``timeout_s`` is a timeout (`judges_timeout`).
+
+One connection, its lean reads and writes, and the framing and bounds of one request and
+reply on it are ``probe_h11_conn``; this module is the wire's policy over them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import socket
 from collections.abc import Mapping
 
 import attrs
@@ -54,106 +54,10 @@ import trio
 from .._policy.lateness import judges_timeout, no_verdict_why
 from .loop_lag import lateness, loop_lag
 from .probe_connect import Connect, connect_pacer, split_base_url, tcp_connect
-from .probe_wire import (
-    IDENTITY_HEADERS,
-    KEEPALIVE_EXPIRY_S,
-    MAX_BODY_BYTES,
-    ProbeFailure,
-    describe,
-)
-
-RECEIVE_BYTES = 64 * 1024
-"""How much one read asks of the socket."""
+from .probe_h11_conn import Connection, Stale, exchange_on
+from .probe_wire import IDENTITY_HEADERS, ProbeFailure, describe
 
 USER_AGENT = "inferactors-probe"
-
-UNLOOKED_IDLE_S = 0.05
-"""A kept connection idle for less than this (float seconds) is reused without first
-checking that the server has not closed it (one ``poll`` per request saved: a probe's
-second GET follows its first at once)."""
-
-_QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)  # Linux only
-
-_write = os.write
-"""Writes to a socket's descriptor (tests spy on it)."""
-
-_read = os.read
-"""Reads from a socket's descriptor (tests spy on it)."""
-
-
-class _Stale(Exception):
-    """A reused connection ended before a byte of a reply (the keep-alive race)."""
-
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-
-
-@attrs.define(eq=False)
-class _Connection:
-    """One connection to the server: its stream, h11's state of it, and, on a trio socket,
-    the socket and its descriptor for the lean path (`send`, `receive`)."""
-
-    stream: trio.abc.Stream
-    h11: h11.Connection = attrs.Factory(lambda: h11.Connection(h11.CLIENT))
-    idle_since: float = 0.0
-    reused: bool = False
-    sock: trio.socket.SocketType | None = None
-    fd: int = -1
-    """The socket's descriptor (-1: not a socket, the stream's own methods are used)."""
-
-    @classmethod
-    def of(cls, stream: trio.abc.Stream) -> _Connection:
-        """A new connection on ``stream``; a `trio.SocketStream` takes the lean path."""
-        if isinstance(stream, trio.SocketStream):
-            return cls(stream, sock=stream.socket, fd=stream.socket.fileno())
-        return cls(stream)
-
-    async def send(self, payload: bytes) -> None:
-        """Send all of ``payload``. On a socket, straight ``write`` calls on its non-blocking
-        descriptor, waiting only while the kernel's buffer is full: a probe's request
-        leaves in one call with no pass through the scheduler (the read that follows is
-        the checkpoint). trio's stream takes one pass and a failed attempt per call."""
-        if self.fd < 0:
-            await self.stream.send_all(payload)
-            return
-        view = memoryview(payload)
-        while view:
-            try:
-                view = view[_write(self.fd, view) :]
-            except BlockingIOError:
-                await trio.lowlevel.wait_writable(self.fd)
-
-    async def receive(self) -> bytes:
-        """One read (``b""``: the server closed); on a socket, our ACK of what it brings
-        goes out at once (``TCP_QUICKACK``, which the kernel clears again, so it is set
-        before each read): a server that writes a reply's head and body apart with Nagle on
-        (Python's ``http.server``) would otherwise hold the body until our delayed ACK, 40
-        ms later. On a socket, the read waits for the descriptor to be readable first (a
-        reply is never there the moment its request left) and reads it with one ``read``."""
-        if _QUICKACK is not None and self.sock is not None:
-            with contextlib.suppress(OSError):
-                self.sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
-        if self.fd < 0:
-            return bytes(await self.stream.receive_some(RECEIVE_BYTES))
-        while True:
-            await trio.lowlevel.wait_readable(self.fd)
-            try:
-                return _read(self.fd, RECEIVE_BYTES)
-            except BlockingIOError:
-                continue
-
-    def fresh_for_reuse(self, now: float) -> bool:
-        """Whether it may carry another request: idle under the expiry, and the server has
-        not closed it (a kept socket is readable while idle only when it has). One idle for
-        under `UNLOOKED_IDLE_S` (a probe's second GET) is taken without that look: a close
-        in so short a window is the keep-alive race the stale-connection rule covers."""
-        idle_s = now - self.idle_since
-        if idle_s >= KEEPALIVE_EXPIRY_S:
-            return False
-        if idle_s < UNLOOKED_IDLE_S:
-            return True
-        return self.sock is None or not self.sock.is_readable()
 
 
 @attrs.define(eq=False)
@@ -164,7 +68,7 @@ class H11Wire:
     timeout_s: float
     connect: Connect = attrs.field(repr=False)
     headers: tuple[tuple[str, str], ...] = attrs.field(repr=False)  # may hold an API key
-    _kept: _Connection | None = attrs.field(default=None, repr=False)
+    _kept: Connection | None = attrs.field(default=None, repr=False)
     _gets: dict[str, h11.Request] = attrs.field(factory=dict, repr=False)  # hold the key
     _closed: bool = False
 
@@ -216,7 +120,7 @@ class H11Wire:
             raise ProbeFailure(f"{method} {path}: {_cause(exc)}") from exc
         except h11.ProtocolError as exc:
             raise ProbeFailure(f"{method} {path}: {describe(exc)}") from exc
-        except _Stale as exc:
+        except Stale as exc:
             raise ProbeFailure(f"{method} {path}: {_cause(exc.cause)}") from exc
         raise self._timed_out(f"{method} {path}", started, deadline, scope.deadline)
 
@@ -251,12 +155,12 @@ class H11Wire:
         conn = await self._take(scope)
         try:
             return await self._round_trip(conn, event, b"")
-        except _Stale:
+        except Stale:
             if not conn.reused:
                 raise
         return await self._round_trip(await self._new(scope), event, b"")
 
-    async def _take(self, scope: trio.CancelScope) -> _Connection:
+    async def _take(self, scope: trio.CancelScope) -> Connection:
         kept, self._kept = self._kept, None
         if kept is not None and kept.fresh_for_reuse(trio.current_time()):
             kept.reused = True
@@ -265,7 +169,7 @@ class H11Wire:
             await trio.aclose_forcefully(kept.stream)
         return await self._new(scope)
 
-    async def _new(self, scope: trio.CancelScope) -> _Connection:
+    async def _new(self, scope: trio.CancelScope) -> Connection:
         """A new connection, once our pacer lets it go; the wait is ours, so the request's
         deadline (``scope``) moves by as much: a refused connect after it is a verdict at
         once, and a server that answers has its whole budget."""
@@ -275,16 +179,16 @@ class H11Wire:
         if wait > 0.0:
             scope.deadline += wait
             await trio.sleep(wait)
-        return _Connection.of(await self.connect())
+        return Connection.of(await self.connect())
 
     async def _round_trip(
-        self, conn: _Connection, event: h11.Request, body: bytes
+        self, conn: Connection, event: h11.Request, body: bytes
     ) -> tuple[int, bytes]:
         """Send ``event`` and ``body`` in one write and read the reply; keep ``conn`` when
         the server lets it live (a GET's), else close it."""
         keep = False
         try:
-            status, data, keep = await _exchange_on(conn, event, body)
+            status, data, keep = await exchange_on(conn, event, body)
             return status, data
         finally:
             if keep and not self._closed and event.method == b"GET" and self._kept is None:
@@ -306,100 +210,6 @@ class H11Wire:
         elif method != "GET":
             headers.append(("Content-Length", "0"))
         return h11.Request(method=method, target=path, headers=headers), content
-
-
-async def _exchange_on(
-    conn: _Connection, event: h11.Request, body: bytes
-) -> tuple[int, bytes, bool]:
-    """One request on ``conn``: ``(status, body, keep)``; ``keep``: the server lets the
-    connection carry another request.
-
-    Raises:
-        _Stale: a reused connection failed before a byte of a reply.
-        ProbeFailure: the reply is encoded or over the cap.
-        OSError, trio.BrokenResourceError, h11.ProtocolError: transport failures.
-    """
-    wire = conn.h11
-    payload = wire.send(event) or b""
-    if body:
-        payload += wire.send(h11.Data(data=body)) or b""
-    payload += wire.send(h11.EndOfMessage()) or b""
-    got_bytes = False
-    try:
-        await conn.send(payload)  # ONE write: no Nagle / delayed-ACK stall
-        status, got_bytes = await _head(conn, event)
-        data = await _body(conn, event)
-    except (OSError, trio.BrokenResourceError, h11.RemoteProtocolError) as exc:
-        if conn.reused and not got_bytes:
-            raise _Stale(exc) from exc
-        raise
-    keep = wire.our_state is h11.DONE and wire.their_state is h11.DONE
-    return status, data, keep
-
-
-def _named(request: h11.Request) -> str:
-    """``"GET /health"``: how a failure names its request (made only when one fails)."""
-    return f"{request.method.decode()} {request.target.decode()}"
-
-
-async def _head(conn: _Connection, request: h11.Request) -> tuple[int, bool]:
-    """The reply's status once its head is in, refused when encoded or declared too large."""
-    wire = conn.h11
-    got_bytes = False
-    while True:
-        event = wire.next_event()
-        if event is h11.NEED_DATA:
-            chunk = await conn.receive()
-            if not chunk and not got_bytes:
-                raise h11.RemoteProtocolError("Server disconnected without sending a response.")
-            got_bytes = got_bytes or bool(chunk)
-            wire.receive_data(chunk)
-            continue
-        if isinstance(event, h11.InformationalResponse):
-            continue
-        if isinstance(event, h11.Response):
-            _check_head(event, request)
-            return event.status_code, True
-        raise h11.RemoteProtocolError(f"unexpected {type(event).__name__} before a reply")
-
-
-async def _body(conn: _Connection, request: h11.Request) -> bytes:
-    wire = conn.h11
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        event = wire.next_event()
-        if event is h11.NEED_DATA:
-            wire.receive_data(await conn.receive())
-        elif isinstance(event, h11.Data):
-            size += len(event.data)
-            if size > MAX_BODY_BYTES:
-                raise _too_large(request)
-            chunks.append(bytes(event.data))
-        elif isinstance(event, h11.EndOfMessage):
-            return b"".join(chunks)
-        else:
-            raise h11.RemoteProtocolError(f"unexpected {type(event).__name__} in a reply body")
-
-
-def _check_head(response: h11.Response, request: h11.Request) -> None:
-    encoding = b""
-    declared = b""
-    for name, value in response.headers:
-        if name == b"content-encoding":
-            encoding = value.strip().lower()
-        elif name == b"content-length":
-            declared = value.strip()
-    if encoding not in (b"", b"identity"):
-        shown = encoding.decode("latin-1")[:40]
-        why = f"{_named(request)}: reply is {shown}-encoded; we asked for identity (refused unread)"
-        raise ProbeFailure(why, kind="encoded")
-    if declared.isdigit() and (len(declared) > 9 or int(declared) > MAX_BODY_BYTES):
-        raise _too_large(request)
-
-
-def _too_large(request: h11.Request) -> ProbeFailure:
-    return ProbeFailure(f"{_named(request)}: response too large (over 1 MiB)", kind="too-large")
 
 
 def _cause(exc: BaseException) -> str:

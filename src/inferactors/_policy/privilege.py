@@ -1,6 +1,7 @@
 """Who a managed server runs as, and the refusal to run one as root (pure; no I/O).
 
-A managed server never runs as root (uid or gid 0). Resolving a user name through the user
+A managed server never runs as root (uid or gid 0), and only a supervisor running as root
+can run one as another user (`switch_refusal`). Resolving a user name through the user
 database is the containment edge's job (`inferactors._edges.containment.resolve_run_as`).
 """
 
@@ -64,3 +65,25 @@ def require_unprivileged(run_as: RunAs | None, euid: int) -> None:
             "managed servers run unprivileged: set run_as to a non-root user "
             "when inferactors runs as root"
         )
+
+
+def switch_refusal(run_as: RunAs, *, euid: int, user: str) -> str | None:
+    """Why a supervisor of effective uid ``euid`` cannot run its servers as ``run_as``, or
+    None when it can: it is root, or ``run_as`` is its own user. Only root may switch a
+    child to another user (setuid(2)), or hand it a directory (chown(2)).
+
+    Args:
+        run_as: The configured account.
+        euid: The supervisor's effective uid (`os.geteuid`).
+        user: The supervisor's user name (the uid as text when the user database has none).
+
+    Returns:
+        ``"running servers as another user needs root; this supervisor runs as newbie
+        (uid 1000): leave run_as out to run them as newbie"``, or None.
+    """
+    if euid == 0 or run_as.uid == euid:
+        return None
+    return (
+        f"running servers as another user needs root; this supervisor runs as {user} "
+        f"(uid {euid}): leave run_as out to run them as {user}"
+    )

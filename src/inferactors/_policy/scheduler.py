@@ -6,7 +6,8 @@ and carries the effects out (``_actors/front_door_scheduler.py``). Nothing here 
 
 The request handlers and the instance's reports are here; one pass over the queue is
 ``scheduler_pass.py``; stops and deadlines (an operator's stop, shutdown, ticks, TTL) are
-``scheduler_stops.py``; the state and the effects ``scheduler_state.py``.
+``scheduler_stops.py``; the state ``scheduler_state.py``, the effects
+``scheduler_effects.py``.
 
 **One pass over the queue** (`scheduler_pass.pump`) follows every change, oldest waiter
 first:
@@ -49,18 +50,9 @@ from .._errors import RefusalKind
 from .._stop_reasons import StopReason
 from .model_routes import unknown_words
 from .residency import Footprint
+from .scheduler_effects import Drift, Effect, Refuse, Step
 from .scheduler_pass import pump, refusal, refuse_waiters, stop_now, without
-from .scheduler_state import (
-    Drift,
-    Effect,
-    Limits,
-    Phase,
-    Refuse,
-    SchedulerState,
-    Slot,
-    StartFailure,
-    Step,
-)
+from .scheduler_state import Limits, Phase, SchedulerState, Slot, StartFailure
 
 STATUS = {
     RefusalKind.UNKNOWN_MODEL: 404,

@@ -10,21 +10,18 @@ from .._errors import RefusalKind
 from .._stop_reasons import StopReason
 from .eviction import FitsAfterEvicting, FitsNow, MustWait, NeverFits, admit, claim
 from .residency import Bytes
-from .scheduler_state import (
+from .scheduler_effects import (
     CancelStart,
     Effect,
     Grant,
-    Phase,
     Refuse,
-    SchedulerState,
-    Slot,
     Started,
     StartInstance,
     Step,
     StopInstance,
     Trigger,
-    Waiter,
 )
+from .scheduler_state import Phase, SchedulerState, Slot, Waiter
 
 
 def stop_now(state: SchedulerState, slot: Slot, reason: StopReason, detail: str) -> Step:

@@ -1,11 +1,12 @@
-"""The front door scheduler's state and effects (pure values; no I/O, no clock).
+"""The front door scheduler's state (pure values; no I/O, no clock).
 
 One `SchedulerState` is the whole truth of the front door: every instance's `Slot` (its
 rules, footprint, phase, requests in flight, last use), the FIFO queue of `Waiter`s, the
 requests granted and not yet done, and the memory other programs hold. It is frozen:
-``_policy/scheduler.py``'s handlers return a new state and the `Effect`s the caller (the
-front door actor, ``_actors/front_door_scheduler.py``) carries out. Times are the caller's clock in
-float seconds; sizes are bytes.
+``_policy/scheduler.py``'s handlers return a new state and the effects
+(``scheduler_effects.py``) the caller (the front door actor,
+``_actors/front_door_scheduler.py``) carries out. `StartFailure` is what the caller reports
+of a start that failed. Times are the caller's clock in float seconds; sizes are bytes.
 """
 
 from __future__ import annotations
@@ -304,46 +305,6 @@ class SchedulerState:
         return room
 
 
-# Effects: what the caller carries out, in order.
-
-
-@attrs.frozen
-class Grant:
-    """Answer ``request`` with a grant to the instance ``name`` (counted in flight)."""
-
-    request: int
-    name: str
-
-
-@attrs.frozen
-class Started:
-    """Answer the operator's or preload start ``request``: ``name`` is resident."""
-
-    request: int
-    name: str
-
-
-@attrs.frozen
-class Refuse:
-    """Answer ``request`` with a refusal.
-
-    Attributes:
-        request: the request.
-        model: the name it asked for.
-        kind: why.
-        message: in words (the server's own words for a failed start).
-        retry_after_s: when a retry may help, None when it cannot.
-        waited_s: how long it waited in the queue (None: refused on arrival).
-    """
-
-    request: int
-    model: str
-    kind: RefusalKind
-    message: str
-    retry_after_s: float | None = None
-    waited_s: float | None = None
-
-
 @attrs.frozen
 class StartFailure:
     """Why a start failed: ``kind`` is `RefusalKind.START_FAILED` (the server's own words in
@@ -353,56 +314,3 @@ class StartFailure:
     kind: RefusalKind
     message: str
     retry_after_s: float | None = None
-
-
-class Trigger(enum.Enum):
-    """Who asked for a start."""
-
-    REQUEST = "request"
-    OPERATOR = "operator"
-
-
-@attrs.frozen
-class StartInstance:
-    """Start ``name`` and report `on_start_done` once it is Running or failed.
-
-    ``gate``: the memory its start needs to see free on the machine first (it follows an
-    eviction, whose memory may not be back yet), None when no wait is needed.
-    """
-
-    name: str
-    trigger: Trigger
-    gate: int | None = None
-
-
-@attrs.frozen
-class StopInstance:
-    """Stop ``name`` (its requests in flight have ended or their drain timed out) for
-    ``reason``; report `on_stopped` once it has. ``detail`` says why in words."""
-
-    name: str
-    reason: StopReason
-    detail: str = ""
-
-
-@attrs.frozen
-class CancelStart:
-    """Abandon the start of ``name`` (nobody waits for it, or it must stop), then stop it
-    for ``reason``; report `on_stopped` once it is down."""
-
-    name: str
-    reason: StopReason
-    detail: str = ""
-
-
-@attrs.frozen
-class Drift:
-    """``name``'s measured memory drifted from its expected figure (bytes)."""
-
-    name: str
-    expected: int
-    measured: int
-
-
-Effect = Grant | Started | Refuse | StartInstance | StopInstance | CancelStart | Drift
-Step = tuple[SchedulerState, tuple[Effect, ...]]

@@ -11,17 +11,9 @@ import attrs
 
 from .._errors import RefusalKind
 from .._stop_reasons import StopReason
+from .scheduler_effects import CancelStart, Effect, Refuse, Step
 from .scheduler_pass import pump, refusal, refuse_waiters, stop_now, without
-from .scheduler_state import (
-    CancelStart,
-    Effect,
-    Phase,
-    Refuse,
-    SchedulerState,
-    Slot,
-    Step,
-    Waiter,
-)
+from .scheduler_state import Phase, SchedulerState, Slot, Waiter
 
 
 def on_stop(state: SchedulerState, name: str, reason: StopReason, now: float) -> Step:

@@ -3,7 +3,8 @@ how many instances run (`summary`)."""
 
 from __future__ import annotations
 
-from .._edges.orphan_record import RECORD_NAME, ReapedOrphan
+from .._edges.orphan_record import RECORD_NAME
+from .._edges.orphan_report import ReapedOrphan
 from .._status import InstanceState
 from .views import InstanceView
 

@@ -6,6 +6,10 @@ then the pinned build that ``make demo`` built; never a build here). A superviso
 as root with no ``run_as`` runs its servers as ``nobody`` (a managed server never runs as
 root). The supervisor says each in one line at start; a reload fills them in the same way,
 so an instance whose run file did not change is not restarted.
+
+A supervisor not running as root can run its servers only as itself: a ``run_as`` naming
+another user is refused as the file is read (`check_run_as`), naming the field and saying
+to leave it out, before anything starts.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ from pathlib import Path
 
 from .._config.convert import load_run_config
 from .._config.runfile import RunConfig, RunDefaults
+from .._edges.containment import resolve_run_as, user_name
 from .._edges.llama_build import cached_binary, locate_llama_server
-from .._errors import BackendError, InvalidConfig
+from .._errors import BackendError, InvalidConfig, shown
+from .._policy.privilege import switch_refusal
 
 ROOT_RUN_AS = "nobody"
 """Who the servers run as when the supervisor runs as root and the run file names nobody."""
@@ -31,14 +37,39 @@ def load_run_file(path: Path) -> tuple[RunConfig, tuple[str, ...]]:
     Raises:
         InvalidConfig: as `load_run_config`; or a managed llama.cpp instance has no program
             and no llama-server was found, or ``$INFERACTORS_LLAMA_SERVER`` names no
-            executable (the message starts with the file's path and names the field).
+            executable, or ``run_as`` names a user this supervisor cannot run servers as
+            (`check_run_as`) (the message starts with the file's path and names the field).
     """
     config = load_run_config(path)
     try:
-        defaults = found_defaults(config, os.geteuid())
+        euid = os.geteuid()
+        check_run_as(config, euid)
+        defaults = found_defaults(config, euid)
         return config.with_defaults(defaults), said(config, defaults)
     except InvalidConfig as error:
         raise InvalidConfig(f"{path}: {error}") from None
+
+
+def check_run_as(config: RunConfig, euid: int) -> None:
+    """Refuse a ``[managed] run_as`` that a supervisor of effective uid ``euid`` cannot run
+    its servers as (`switch_refusal`: only root may run them as another user). As root,
+    nothing is checked here: admission resolves ``run_as`` per instance, as it always did.
+
+    Raises:
+        InvalidConfig: ``$.managed.run_as 'nobody': running servers as another user needs
+            root; this supervisor runs as newbie (uid 1000): leave run_as out to run them
+            as newbie``; or ``run_as`` names no user on this host.
+    """
+    managed = config.managed
+    if managed is None or managed.run_as is None or euid == 0:
+        return
+    try:
+        run_as = resolve_run_as(managed.run_as)
+    except InvalidConfig as error:
+        raise InvalidConfig(f"$.managed.{error}") from None
+    why = switch_refusal(run_as, euid=euid, user=user_name(euid))
+    if why is not None:
+        raise InvalidConfig(f"$.managed.run_as {shown(managed.run_as)}: {why}")
 
 
 def found_defaults(config: RunConfig, euid: int) -> RunDefaults:

@@ -3,7 +3,8 @@ that checks a failed ``/health``, health and deep health on demand, and the watc
 
 They only ask the server (HTTP GETs, one-token completions) and the socket tables, and post
 what they found to the actor's inbox (``messages.py``) or answer their caller directly; they
-change no state (the actor's rules, ``step.py``, apply their results). `ProbeLook`
+change no state (the actor's rules, ``step.py``, apply their results). The one-token
+completion they ask for is ``one_token.py``'s `ask_one_token`. `ProbeLook`
 (``probe_look.py``) is what the monitor of one process remembers between its probes (read
 with the runtime's clock; the schedule's arithmetic is ``_policy.probe_schedule``).
 """
@@ -16,14 +17,13 @@ import trio
 from ..._config.config import InferConfig
 from ..._config.supervision import Watchdog
 from ..._edges.bundle import Edges
-from ..._edges.loop_lag import lateness, no_verdict
+from ..._edges.loop_lag import lateness
 from ..._edges.netscan import NetScanner
 from ..._edges.probe import Prober, ProberFactory, probe_once
 from ..._edges.probe_auth import with_api_key
 from ..._edges.process import ManagedProcess
 from ..._errors import (
     BackendError,
-    DeepHealthTimeout,
     InferactorsError,
     NoVerdict,
     RequestRefused,
@@ -31,9 +31,8 @@ from ..._errors import (
 from ..._flavor import InferFlavor
 from ..._policy.admission import Plan
 from ..._policy.exposure import Exposure
-from ..._policy.health_truth import Confirmation, worth_confirming
+from ..._policy.health_truth import Confirmation
 from ..._policy.lateness import LATE_S, VerdictBound, judged_anyway
-from ..._policy.matching import completion_model
 from ..._policy.probe_report import CompletionResult, ServerReport, Unreachable, serving
 from ..._policy.probe_schedule import (
     FIRST_PROBE_S,
@@ -44,18 +43,13 @@ from ..._policy.probe_schedule import (
 )
 from ..._policy.status import map_report
 from ..._status import InstanceState
-from ..admission import probe_for_verdict
+from ..admission_probes import probe_for_verdict
 from ..identity import ensure_ours, listener_owner, wrong_family
 from ..mailbox import post
 from ..messages import ReplyTo, answer, refuse
-from ..ollama.adopted import guard_adopted_ollama
 from .messages import Confirmed, DeepHealthDone, Internal, Probed, WatchdogResult
+from .one_token import ask_one_token
 from .probe_look import ProbeLook
-
-PRE_PROBE_SHARE = 0.25
-"""Share of a one-token check's deadline that its probe (to name our model) may take; a
-``/health`` that hangs gives up the rest to the completion."""
-
 
 ADMISSION_REUSE_S = RUNNING_PROBE_S
 """An adopted server's admission report stands for the start's check and the monitor's
@@ -375,70 +369,17 @@ class Probing:
     async def one_token(
         self, timeout_s: float, *, listed: tuple[str, ...] | None = None
     ) -> CompletionResult:
-        """One real token with a fresh client and ONE ``timeout_s`` deadline for the whole
-        call. The completion is the truth: a probe first, for at most `PRE_PROBE_SHARE` of
-        the deadline (and ``probe_timeout_s``), only names our model from the ids it lists;
-        when ``/health`` hangs, fails or resets, the completion is sent all the same. With
-        ``listed`` (the ids the server listed when its ``/health`` last worked) there is no
-        probe.
-
-        Raises:
-            DeepHealthTimeout: no answer in time.
-            NoVerdict: the deadline fired, but our own late loop ate its budget
-                (``_policy/lateness.py``): nothing is known about the server; never a
-                failure of it (the monitor and the watchdog ask again).
-            BackendError: the server says it is loading (or, mlx_lm.server, dead), or the
-                completion failed (the message gives the server's words).
-        """
-        prober = self.open_prober(self.plan.spec.base_url(), timeout_s)
-        started = trio.current_time()
-        try:
-            with trio.move_on_at(started + timeout_s):
-                await guard_adopted_ollama(self.plan, timeout_s)  # loads nothing, calls no cloud
-                if listed is None:
-                    listed = await self._listed(prober, timeout_s * PRE_PROBE_SHARE)
-                return await self._one_token(prober, listed)
-            late = no_verdict("deep health", started, started + timeout_s)
-            if late is not None:
-                raise NoVerdict(late)
-            raise DeepHealthTimeout(f"deep health: no complete answer within {timeout_s:g} s")
-        finally:
-            with trio.move_on_after(1.0, shield=True):
-                await prober.aclose()
-
-    async def _listed(self, prober: Prober, within_s: float) -> tuple[str, ...]:
-        """The ids a probe lists, within ``within_s`` (and ``probe_timeout_s``); ``()`` when
-        ``/health`` did not say it serves in time (hung, failed, reset, refused).
-
-        Raises:
-            BackendError: the server says it is loading, or that it can never serve.
-        """
-        with trio.move_on_after(min(within_s, self.config.probe_timeout_s)):
-            report = await prober.report(self._flavor)
-            if serving(report.health):
-                return report.models
-            if not worth_confirming(report.health):  # Loading, or dead
-                raise BackendError(f"deep health: the server is not up ({_words(report)})")
-        return ()
-
-    async def _one_token(self, prober: Prober, listed: tuple[str, ...]) -> CompletionResult:
-        model = completion_model(self._flavor, listed, self.plan.served_model)
-        try:
-            return await prober.tiny_completion(model)
-        except BackendError as error:
-            if str(error).startswith("deep health"):
-                raise
-            raise type(error)(f"deep health: {error}") from error
+        """One real token from this instance's server within ONE ``timeout_s`` deadline
+        (`one_token.ask_one_token`: the probe that names our model, unless ``listed``
+        gives its ids; the errors it raises: `DeepHealthTimeout`, `NoVerdict`,
+        `BackendError`)."""
+        return await ask_one_token(
+            self.plan, self.config, self.open_prober, timeout_s, listed=listed
+        )
 
     async def _probe(self) -> ServerReport:
         base = self.plan.spec.base_url()
         return await probe_once(self.open_prober, base, self.config.probe_timeout_s, self._flavor)
-
-
-def _words(report: ServerReport) -> str:
-    health = report.health
-    why = getattr(health, "why", None)
-    return f"{type(health).__name__.lower()}: {why}" if why else type(health).__name__.lower()
 
 
 async def _bounded_probe(prober: Prober, flavor: InferFlavor, bound: VerdictBound) -> ServerReport:
