@@ -1,8 +1,10 @@
-"""Bodies a client sends do not disturb the supervisor's event loop (real front door over
-HTTP, real clients): a large JSON body is parsed off the loop, so the loop keeps running
-while it is read; the bodies read at once are bounded in number and in bytes, and one
-over a bound is answered 503 at once in the route's dialect, naming the bound, while the
-rest of the front door keeps answering."""
+"""Bodies a client sends do not disturb the supervisor's event loop, nor other clients (real
+front door over HTTP, real clients): a large JSON body is parsed off the loop, so the loop
+keeps running while it is read; the bytes of the bodies read at once are bounded, and so is
+the number of large bodies, one over a bound answered 503 in the route's dialect, naming
+the bound; bodies that trickle in a byte a second hold only their bytes, so other clients
+are served meanwhile; a body that stops coming gets 408.
+"""
 
 from __future__ import annotations
 
