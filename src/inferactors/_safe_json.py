@@ -14,6 +14,10 @@ Everything we parse may be hostile: a server's reply, a run file, a registry, a 
   float (``1e999``, which would read as infinity);
 - text that is not UTF-8, or not JSON (line and column).
 
+`dump_json` writes JSON as UTF-8 bytes whatever the strings hold: a lone UTF-16 surrogate
+(``"\\ud800"`` is valid JSON and reads as a ``str`` UTF-8 cannot encode) is written back as
+the same ``\\uXXXX`` escape, never an encoding error.
+
 `check_tree` applies the depth and integer rules to data that is already parsed (TOML, whose
 parser has no hooks), naming the path: ``$.instances[0].serve.port: an integer of more than
 100 digits``. Callers prefix the file name, or turn the error into their own kind (a server's
@@ -244,3 +248,21 @@ def _walk(data: object) -> Iterator[tuple[list[PathStep], object]]:
         else:
             continue
         stack.extend(reversed(children))
+
+
+def dump_json(value: object) -> bytes:
+    """``value`` as compact JSON in UTF-8 (module docstring): text as it is, except when a
+    string holds a lone surrogate, which UTF-8 cannot carry; then the whole document is
+    written with ``\\uXXXX`` escapes for every non-ASCII character (the surrogate exactly as
+    a client wrote it), which means the same JSON.
+
+    Raises:
+        ValueError: NaN or an infinity in ``value``.
+        TypeError: a value JSON has no type for.
+    """
+    try:
+        return json.dumps(
+            value, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        ).encode()
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()

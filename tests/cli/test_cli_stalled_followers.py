@@ -21,8 +21,6 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-import pytest
-
 from cli.run_support import RunProcess
 from inferactors.testing import FakeServerFaults, RuntimeKit
 from inferactors.testing._fake_launch import write_fake_server_program
@@ -111,7 +109,8 @@ def drained_to_end(client: socket.socket, within_s: float) -> bool:
     return False
 
 
-@pytest.mark.exclusive
+# Not exclusive: its bound (8 s for the server's stop and the 1 s grace) is seconds above
+# what a loaded machine takes, and what it catches never ends (the wait's 20 s timeout).
 def test_stalled_followers_do_not_hold_the_supervisor_after_sigterm(
     inferactors_kit: RuntimeKit,
 ) -> None:
@@ -164,7 +163,7 @@ def stalled_tcp(port: int, token: str, target: str) -> socket.socket:
     return client
 
 
-@pytest.mark.exclusive
+# Not exclusive: as the first test here, 8 s against a supervisor held for ever (30 s).
 def test_stalled_page_and_event_streams_on_tcp_do_not_hold_the_supervisor(
     inferactors_kit: RuntimeKit,
 ) -> None:

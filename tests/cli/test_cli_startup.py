@@ -1,6 +1,10 @@
 """``inferactors run`` start-up: instances are admitted concurrently, so a server that
 accepts and never answers delays no other, and Ctrl-C is heard at once, even in the middle
-of start-up. Real processes: the CLI, and loopback listeners that never reply."""
+of start-up. Real processes: the CLI, and loopback listeners that never reply.
+
+Not ``exclusive``: each bound is timed from the first probe's arrival (the supervisor up
+and admitting, its interpreter's start-up behind it) and leaves seconds between what the
+rule gives and what breaking it would take, so a shared machine cannot blur the two."""
 
 from __future__ import annotations
 
@@ -14,14 +18,15 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-import pytest
-
 from support import own_state_dir_env
-
-pytestmark = pytest.mark.exclusive  # start-up and Ctrl-C timed in real seconds
 
 SILENT = 6
 PROBE_TIMEOUT_S = 2.0
+"""Side by side, the silent servers' admissions end together about this long after the
+first probe; one after another, `SILENT` times this."""
+CTRL_C_PROBE_TIMEOUT_S = 10.0
+"""The probe timeout of the Ctrl-C test: start-up waited out would last this long, an
+interrupted one ends within a few seconds even on a loaded machine."""
 
 
 @contextmanager
@@ -43,8 +48,10 @@ def wait_for_a_probe(listeners: list[socket.socket]) -> None:
     assert readable, "no probe reached any silent server within 30 s"
 
 
-def run_file(tmp_path: Path, listeners: list[socket.socket]) -> Path:
-    text = f'node_id = "startup"\nprobe_timeout_s = {PROBE_TIMEOUT_S}\n'
+def run_file(
+    tmp_path: Path, listeners: list[socket.socket], probe_timeout_s: float = PROBE_TIMEOUT_S
+) -> Path:
+    text = f'node_id = "startup"\nprobe_timeout_s = {probe_timeout_s}\n'
     for i, port in enumerate(listener.getsockname()[1] for listener in listeners):
         text += (
             f'[[instances]]\nmode = "adopted"\nrole = "silent{i}"\n'
@@ -67,6 +74,7 @@ def test_silent_servers_are_admitted_side_by_side_not_one_after_another(tmp_path
     with silent_servers(SILENT) as listeners:
         process = start(run_file(tmp_path, listeners))
         try:
+            wait_for_a_probe(listeners)  # the first admission has begun
             began = time.monotonic()
             assert process.stdout is not None
             for line in process.stdout:
@@ -78,14 +86,15 @@ def test_silent_servers_are_admitted_side_by_side_not_one_after_another(tmp_path
         finally:
             process.kill()
     assert f"supervising 0 of {SILENT} instance(s)" in line
-    # One after another this takes SILENT x PROBE_TIMEOUT_S (12 s); side by side, about one.
+    # From the first probe, one after another this takes SILENT x PROBE_TIMEOUT_S (12 s);
+    # side by side, one PROBE_TIMEOUT_S (2 s).
     assert took < 3 * PROBE_TIMEOUT_S, took
     assert process.returncode == 0, rest  # stopped by SIGINT (the adopted are retried)
 
 
 def test_ctrl_c_in_the_middle_of_start_up_stops_at_once(tmp_path: Path) -> None:
     with silent_servers(SILENT) as listeners:
-        process = start(run_file(tmp_path, listeners))
+        process = start(run_file(tmp_path, listeners, CTRL_C_PROBE_TIMEOUT_S))
         try:
             wait_for_a_probe(listeners)  # admissions under way (each waits out its timeout)
             asked = time.monotonic()
@@ -96,4 +105,4 @@ def test_ctrl_c_in_the_middle_of_start_up_stops_at_once(tmp_path: Path) -> None:
             process.kill()
     assert "SIGINT: stopping managed servers" in out, out + errors
     assert "supervising" not in out  # start-up was cut short, not waited out
-    assert took < PROBE_TIMEOUT_S, took
+    assert took < CTRL_C_PROBE_TIMEOUT_S / 2, took  # waited out: CTRL_C_PROBE_TIMEOUT_S

@@ -88,7 +88,8 @@ def _free_port() -> int:
         return port
 
 
-@pytest.mark.exclusive  # the watchdog pings keep a real-time rhythm
+# Not exclusive: the pings' rhythm is the supervisor's own loop answering at once (gaps of
+# 0.50-0.52 s seen on a loaded shared machine, against the bound of 0.75 s).
 def test_run_notifies_ready_status_watchdog_reload_and_stopping(
     tmp_path: Path,
     datagrams: Datagrams,

@@ -8,7 +8,10 @@ workers, and the facade's ``status``, ``health`` and ``deep_health`` on an adopt
 A body trickled a byte every 0.2 s without end fails its probe after 1 s.
 
 Real time (trio's default clock), so the bounds leave room for a loaded machine: a call
-must end within `LATE_S`, while the per-request behaviour would take 1.6 s or more.
+must end within `LATE_S`, while the per-request behaviour would take 1.6 s or more. Not
+``exclusive``: the server and the client share one event loop in this process, so only
+that loop's own lateness moves a call's end (a few milliseconds seen on a loaded shared
+machine), against 0.45 s of room.
 """
 
 from __future__ import annotations
@@ -30,8 +33,6 @@ from inferactors._errors import DeepHealthTimeout
 from inferactors._policy.probe_report import CompletionResult, Unreachable, Up
 
 T = TypeVar("T")
-
-pytestmark = pytest.mark.exclusive  # real-time bounds: the machine to itself
 
 TIMEOUT_S = 1.0
 LATE_S = 1.45

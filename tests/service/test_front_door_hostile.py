@@ -3,6 +3,7 @@ naming what is wrong, and disturbs no other request."""
 
 from __future__ import annotations
 
+import gzip
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -70,6 +71,22 @@ async def test_a_body_larger_than_allowed_without_a_length_is_refused_as_read(
             answer = await client.post(d.url + "/v1/completions", content=body())
     assert answer.status_code == 413
     assert "more than 1000 bytes sent" in answer.text
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/completion", "/api/generate"])
+async def test_a_compressed_body_is_a_415_naming_its_content_encoding(
+    tmp_path: Path, path: str
+) -> None:
+    content = gzip.compress(b'{"model": "m", "prompt": "x"}')
+    headers = {"content-type": "application/json", "content-encoding": "gzip"}
+    with fake(tmp_path) as server:
+        async with door(entry_for("m", server)) as d, httpx.AsyncClient() as client:
+            answer = await client.post(d.url + path, content=content, headers=headers)
+    assert answer.status_code == 415, answer.text
+    error = answer.json()["error"]
+    message = error if path.startswith("/api/") else error["message"]
+    assert "Content-Encoding 'gzip' is not accepted" in message, message
+    assert not d.scheduler.granted
 
 
 async def test_curl_form_type_is_read_as_json(tmp_path: Path) -> None:

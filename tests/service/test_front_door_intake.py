@@ -1,8 +1,10 @@
-"""Bodies a client sends do not disturb the supervisor's event loop (real front door over
-HTTP, real clients): a large JSON body is parsed off the loop, so the loop keeps running
-while it is read; the bodies read at once are bounded in number and in bytes, and one
-over a bound is answered 503 at once in the route's dialect, naming the bound, while the
-rest of the front door keeps answering."""
+"""Bodies a client sends do not disturb the supervisor's event loop, nor other clients (real
+front door over HTTP, real clients): a large JSON body is parsed off the loop, so the loop
+keeps running while it is read; the bytes of the bodies read at once are bounded, and so is
+the number of large bodies, one over a bound answered 503 in the route's dialect, naming
+the bound; bodies that trickle in a byte a second hold only their bytes, so other clients
+are served meanwhile; a body that stops coming gets 408.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import trio
 from inferactors._config.front_door import FrontDoorConfig
 from inferactors._errors import InvalidConfig
 from inferactors._safe_json import parse_json
-from service.front_door_support import door, entry_for, fake
+from service.front_door_support import door, ended, entry_for, fake
 
 TICK_S = 0.01
 
@@ -69,62 +71,145 @@ async def test_a_large_body_is_parsed_off_the_event_loop(tmp_path: Path) -> None
     assert gaps[0] < cost_s * 0.6, (gaps, cost_s)
 
 
-async def _slow_upload(port: int, opened: trio.Event, path: str = "/v1/completions") -> None:
-    """A client that sends a request head and one byte of its 1000-byte body, then waits."""
+LARGE = 300_000
+"""Bytes a large slow upload sends: more than the bodies parsed on the loop (256 KiB)."""
+
+
+async def _slow_upload(
+    port: int, opened: trio.Event, sent: int = 1, every_s: float | None = None
+) -> None:
+    """A client that sends a request head and ``sent`` bytes of its 1,000,000-byte body,
+    then one more byte each ``every_s`` (or nothing)."""
+    path = "/v1/completions"
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     async with stream:
         head = (
             f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-            "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+            "Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n"
         )
-        await stream.send_all(head.encode())
+        await stream.send_all(head.encode() + b"{" + b" " * (sent - 1))
         opened.set()
-        await trio.sleep_forever()
+        if every_s is None:
+            await trio.sleep_forever()
+        while True:
+            await trio.sleep(every_s)
+            await stream.send_all(b" ")
 
 
-async def test_bodies_over_the_bound_are_refused_at_once_in_the_dialect(tmp_path: Path) -> None:
+def _large(model: str) -> bytes:
+    return json.dumps({"model": model, "prompt": "a", "pad": "x" * 400_000}).encode()
+
+
+async def test_large_bodies_over_the_bound_are_refused_in_the_dialect(tmp_path: Path) -> None:
     config = FrontDoorConfig(port=0, bodies_at_once=3, body_timeout_s=30.0)
+    json_type = {"content-type": "application/json"}
     with fake(tmp_path) as server:
         async with door(entry_for("m", server), config=config) as d:
             async with trio.open_nursery() as nursery, httpx.AsyncClient(timeout=5.0) as client:
                 for _ in range(3):
                     opened = trio.Event()
-                    nursery.start_soon(_slow_upload, d.door.port, opened)
+                    nursery.start_soon(_slow_upload, d.door.port, opened, LARGE)
                     await opened.wait()
                 await _until_reading(d.url, client)
                 started = trio.current_time()
-                openai = await client.post(d.url + "/v1/completions", json={"model": "m"})
-                ollama = await client.post(d.url + "/api/generate", json={"model": "m"})
-                listed = await client.get(d.url + "/v1/models")
+                openai = await client.post(
+                    d.url + "/v1/completions", content=_large("m"), headers=json_type
+                )
+                ollama = await client.post(
+                    d.url + "/api/generate", content=_large("m"), headers=json_type
+                )
+                small = await client.post(
+                    d.url + "/v1/completions", json={"model": "m", "prompt": "a", "max_tokens": 2}
+                )
                 took = trio.current_time() - started
                 nursery.cancel_scope.cancel()
-            after = await _completion(d.url)
-    assert took < 2.0  # answered at once, not after the slow bodies' 30 s
+            after = await _completion(d.url, _large("m"))
+    assert took < 5.0  # answered at once, not after the slow bodies' 30 s
     assert openai.status_code == ollama.status_code == 503
-    words = "reading 3 request bodies already, its bound (3 at once)"
+    words = "reading 3 large request bodies (over 262144 bytes) already, its bound (3 at once)"
     assert words in openai.json()["error"]["message"]
     assert words in ollama.json()["error"]
-    assert listed.status_code == 200
+    assert small.status_code == 200  # a small body never waits for a large body's slot
     assert after.status_code == 200  # the slots came back when the slow clients left
-    assert not d.scheduler.in_flight.get("m")
+    ended(d.scheduler)
+
+
+async def test_slow_bodies_do_not_shut_the_door_to_others(tmp_path: Path) -> None:
+    # more slow uploads than the default 64 slots, each sending its body a byte a second
+    slow = 100
+    config = FrontDoorConfig(port=0, body_timeout_s=60.0)
+    with fake(tmp_path / "a") as first, fake(tmp_path / "b") as other:
+        models = (entry_for("a", first), entry_for("b", other))
+        async with (
+            door(*models, config=config) as d,
+            trio.open_nursery() as nursery,
+            httpx.AsyncClient(timeout=30.0) as client,
+        ):
+            for _ in range(slow):
+                opened = trio.Event()
+                nursery.start_soon(_slow_upload, d.door.port, opened, 1, 1.0)
+                await opened.wait()
+            await trio.sleep(1.5)  # every slow body is being read
+            started = trio.current_time()
+            answers = [
+                await client.post(d.url + path, json={"model": "b", "prompt": "a", "max_tokens": 2})
+                for path in ("/v1/completions", "/completion", "/api/generate")
+            ]
+            took = trio.current_time() - started
+            nursery.cancel_scope.cancel()
+    assert [answer.status_code for answer in answers] == [200, 200, 200], answers[0].text
+    assert took < 10.0
+    ended(d.scheduler)
+
+
+async def test_a_body_that_stops_coming_gets_408(tmp_path: Path) -> None:
+    config = FrontDoorConfig(port=0, body_timeout_s=30.0, body_idle_timeout_s=0.5)
+    with fake(tmp_path) as server:
+        async with door(entry_for("m", server), config=config) as d:
+            stream = await trio.open_tcp_stream("127.0.0.1", d.door.port)
+            async with stream:
+                head = (
+                    f"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1:{d.door.port}\r\n"
+                    "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+                )
+                started = trio.current_time()
+                await stream.send_all(head.encode())
+                answer = b""
+                with trio.fail_after(10.0):
+                    while b"}" not in answer:
+                        data = await stream.receive_some(65536)
+                        if not data:
+                            break
+                        answer += data
+                took = trio.current_time() - started
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+    assert b"the request body stopped coming: nothing for 0.5 s (1 bytes came)" in answer
+    assert took < 5.0  # not the whole body's 30 s
+    assert not d.scheduler.granted
 
 
 async def _until_reading(url: str, client: httpx.AsyncClient) -> None:
-    """Wait until the slow uploads hold their slots (the next body is refused)."""
+    """Wait until the slow uploads hold their slots (the next large body is refused)."""
     with trio.fail_after(10.0):
         while True:
-            probe = await client.post(url + "/v1/completions", json={"model": "nosuch"})
+            probe = await client.post(
+                url + "/v1/completions",
+                content=_large("nosuch"),
+                headers={"content-type": "application/json"},
+            )
             if probe.status_code == 503:
                 return
             await trio.sleep(0.05)
 
 
-async def _completion(url: str) -> httpx.Response:
+async def _completion(url: str, body: bytes) -> httpx.Response:
     with trio.fail_after(10.0):
         async with httpx.AsyncClient(timeout=5.0) as client:
             while True:
                 answer = await client.post(
-                    url + "/v1/completions", json={"model": "m", "prompt": "a", "max_tokens": 2}
+                    url + "/v1/completions",
+                    content=body,
+                    headers={"content-type": "application/json"},
                 )
                 if answer.status_code != 503:
                     return answer

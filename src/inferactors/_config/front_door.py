@@ -9,6 +9,7 @@
     # max_body_bytes = 33554432
     # bodies_at_once = 64
     # body_timeout_s = 60.0
+    # body_idle_timeout_s = 10.0
     # connect_timeout_s = 5.0
     # read_timeout_s = 600.0
 
@@ -48,9 +49,12 @@ class FrontDoorConfig:
         api_key_file: a file holding the key clients must send as a bearer token (one line,
             mode 0600, owned by the supervisor's user).
         max_body_bytes: the largest request body read, bytes.
-        bodies_at_once: how many request bodies are read and parsed at once (more: 503 at
-            once); together they may hold at most 8 * ``max_body_bytes`` bytes.
+        bodies_at_once: how many large request bodies (over 256 KiB) are read and parsed
+            at once (one more: 503); the bodies being read, large or small, hold at most
+            8 * ``max_body_bytes`` bytes together (each only what has arrived of it).
         body_timeout_s: how long a request body may take to arrive, float seconds.
+        body_idle_timeout_s: the longest a request body may send nothing (before its first
+            byte, or between two reads) before it is refused with 408, float seconds.
         connect_timeout_s: how long connecting to a server may take, float seconds.
         read_timeout_s: how long a server may stay silent (before its first byte, or
             between two chunks of a stream), float seconds.
@@ -63,6 +67,7 @@ class FrontDoorConfig:
     max_body_bytes: int = MAX_BODY_BYTES
     bodies_at_once: int = 64
     body_timeout_s: float = 60.0
+    body_idle_timeout_s: float = 10.0
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 600.0
 
@@ -81,7 +86,12 @@ class FrontDoorConfig:
             raise InvalidConfig(f"{field}.max_body_bytes must be positive")
         if self.bodies_at_once <= 0:
             raise InvalidConfig(f"{field}.bodies_at_once must be positive")
-        for name in ("body_timeout_s", "connect_timeout_s", "read_timeout_s"):
+        for name in (
+            "body_timeout_s",
+            "body_idle_timeout_s",
+            "connect_timeout_s",
+            "read_timeout_s",
+        ):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
                 raise InvalidConfig(f"{field}.{name} must be a positive number of seconds")

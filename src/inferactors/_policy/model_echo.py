@@ -12,8 +12,9 @@ key is never split between two calls.
 
 from __future__ import annotations
 
-import json
 import re
+
+from .._safe_json import dump_json
 
 _MODEL_KEY = re.compile(rb'"model"\s*:\s*"(?:[^"\\]|\\.)*"')
 
@@ -22,5 +23,5 @@ def echo_model(body: bytes, name: str) -> bytes:
     """``body`` with every ``"model": "..."`` naming ``name``."""
     if b'"model"' not in body:
         return body
-    named = b'"model":' + json.dumps(name, ensure_ascii=False).encode()
+    named = b'"model":' + dump_json(name)
     return _MODEL_KEY.sub(lambda _: named, body)

@@ -29,7 +29,7 @@ answered by a `GrantedAnswer` (``front_door_relay``), which ends the grant exact
 the steps every route shares are ``front_door_steps``; the Ollama routes are
 ``front_door_ollama``.
 Errors come in the dialect of the route (`inferactors._policy.dialects`): an unknown
-route or method too, and anything unforeseen (500, naming only the exception's type).
+route or method too, and anything unforeseen (500, naming the exception's type and words).
 With an API key, every request must carry ``Authorization: Bearer <key>`` (401 in the
 dialect otherwise; compared in constant time). A request a web page sent is refused
 with 403 before anything starts (``_policy/browser_guard.py``): another site's ``Origin``
@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
@@ -59,6 +59,7 @@ from .front_door_ollama import OllamaRoutes
 from .front_door_relay import Outbound, PassThrough
 from .front_door_steps import DoorSteps
 from .front_door_steps import FrontDoorLimits as FrontDoorLimits
+from .json_answer import JsonAnswer
 
 _UPSTREAM_DROPPED = frozenset(
     {"host", "authorization", "content-length", "connection", "keep-alive", "te",
@@ -77,21 +78,25 @@ class _OpenAIRoutes:
         asked = await self.steps.read(request)
         if path == "/v1/rerank":
             _only_llama(asked.entry, path)
-        grant = await self.steps.grant(request, asked.entry)
-        if grant is None:
-            return Response(status_code=499)
         end = StreamEnd.OPENAI_DONE if "completions" in path else StreamEnd.ANY
-        return self.steps.pass_through(grant, Dialect.OPENAI, path, asked, end)
+        steps = self.steps
+        return await steps.answer(
+            request,
+            asked.entry,
+            lambda grant: steps.pass_through(grant, Dialect.OPENAI, path, asked, end),
+        )
 
     async def llama(self, request: Request) -> Response:
         path = request.url.path
         asked = await self.steps.read(request)
         _only_llama(asked.entry, path)
-        grant = await self.steps.grant(request, asked.entry)
-        if grant is None:
-            return Response(status_code=499)
         end = StreamEnd.LLAMA_STOP if path in ("/completion", "/infill") else StreamEnd.ANY
-        return self.steps.pass_through(grant, Dialect.LLAMACPP, path, asked, end)
+        steps = self.steps
+        return await steps.answer(
+            request,
+            asked.entry,
+            lambda grant: steps.pass_through(grant, Dialect.LLAMACPP, path, asked, end),
+        )
 
     async def upstream(self, request: Request) -> Response:
         steps = self.steps
@@ -103,25 +108,26 @@ class _OpenAIRoutes:
         request.scope.setdefault("state", {})[MODEL_KEY] = entry.name
         with steps.intake.admit() as holding:
             body = await read_body(request, steps.limits.body, holding.take)
-        grant = await steps.grant(request, entry)
-        if grant is None:
-            return Response(status_code=499)
         target = "/" + request.path_params["rest"]
         if request.url.query:
             target += "?" + request.url.query
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _UPSTREAM_DROPPED}
         outbound = Outbound(request.method, target, body, headers)
-        return PassThrough(
-            grant,
-            Dialect.LLAMACPP,
-            steps.clients,
-            outbound,
-            end=StreamEnd.ANY,
-            limits=steps.limits.reply,
+        return await steps.answer(
+            request,
+            entry,
+            lambda grant: PassThrough(
+                grant,
+                Dialect.LLAMACPP,
+                steps.clients,
+                outbound,
+                end=StreamEnd.ANY,
+                limits=steps.limits.reply,
+            ),
         )
 
     async def models(self, request: Request) -> Response:
-        return JSONResponse(lists.openai_models(self.steps.scheduler.models()))
+        return JsonAnswer(lists.openai_models(self.steps.scheduler.models()))
 
     async def model(self, request: Request) -> Response:
         entries = self.steps.scheduler.models()
@@ -129,7 +135,7 @@ class _OpenAIRoutes:
         entry = find_model(entries, name)
         if entry is None:
             raise unknown_model(entries, name)
-        return JSONResponse(lists.openai_model(entry))
+        return JsonAnswer(lists.openai_model(entry))
 
 
 def _only_llama(entry: ModelEntry, path: str) -> None:

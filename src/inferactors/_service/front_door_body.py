@@ -3,8 +3,9 @@ with the project's one safe parser, and the model it names.
 
 A hostile or broken client gets a clear 4xx (`BadRequest`) and costs no other request
 anything: the body is read at most `BodyLimits.max_bytes` (a ``Content-Length`` above it is
-refused before a byte is read: 413), within `BodyLimits.timeout_s` for the whole body (a
-client that trickles it, slowloris, gets 408; hypercorn already closes a connection whose
+refused before a byte is read: 413), within `BodyLimits.timeout_s` for the whole body, with no
+silence longer than `BodyLimits.idle_timeout_s` (a client that trickles it, slowloris, or
+stops sending it, gets 408; hypercorn already closes a connection whose
 request head does not arrive within its keep-alive timeout), and parsed by
 `inferactors._safe_json.parse_json` (depth, duplicate keys, huge integers: 400 naming line
 and column or the path).
@@ -12,7 +13,9 @@ and column or the path).
 Content types: a JSON endpoint takes ``application/json`` (any ``+json`` type, any
 parameters), no ``Content-Type`` at all, and ``application/x-www-form-urlencoded``, which
 is what ``curl -d`` sends and what Ollama's own examples use; any other type (a form upload,
-text) is refused with 415 before the body is read.
+text) is refused with 415 before the body is read. So is a compressed body (a
+``Content-Encoding`` other than ``identity``, such as ``gzip``): 415 naming it, rather than
+"not valid JSON" about its compressed bytes.
 """
 
 from __future__ import annotations
@@ -39,10 +42,13 @@ class BodyLimits:
     Attributes:
         max_bytes: the largest body accepted, bytes.
         timeout_s: how long the whole body may take to arrive, float seconds.
+        idle_timeout_s: the longest the body may send nothing (before its first chunk, or
+            between two), float seconds.
     """
 
     max_bytes: int = 32 * MiB
     timeout_s: float = 60.0
+    idle_timeout_s: float = 10.0
 
 
 class ClientGone(Exception):
@@ -50,11 +56,19 @@ class ClientGone(Exception):
 
 
 def json_content_type(request: Request) -> None:
-    """Refuse a body type that is not JSON (module docstring).
+    """Refuse a body type that is not JSON, or a body that comes compressed (module
+    docstring).
 
     Raises:
-        BadRequest: 415, naming the type.
+        BadRequest: 415, naming the type or the ``Content-Encoding``.
     """
+    encoding = request.headers.get("content-encoding")
+    if encoding is not None and encoding.strip().lower() not in ("", "identity"):
+        raise BadRequest(
+            f"Content-Encoding {shown(encoding)} is not accepted: the front door reads "
+            "request bodies uncompressed (send the JSON as it is, without Content-Encoding)",
+            status=415,
+        )
     given = request.headers.get("content-type")
     if given is None:
         return
@@ -72,7 +86,8 @@ async def read_body(
 
     Raises:
         BadRequest: 413 (too large, by ``Content-Length`` or as read), 408 (not all there
-            within the time allowed), 400 (a ``Content-Length`` that is not a number).
+            within the time allowed, or nothing sent for `BodyLimits.idle_timeout_s`), 400
+            (a ``Content-Length`` that is not a number).
         ClientGone: the client left before the body was read.
     """
     declared = request.headers.get("content-length")
@@ -83,10 +98,14 @@ async def read_body(
             raise _too_large(limits, f"{int(declared)} bytes declared")
     chunks: list[bytes] = []
     size = 0
-    with trio.move_on_after(limits.timeout_s) as waited:
+    with (
+        trio.move_on_after(limits.timeout_s) as waited,
+        trio.move_on_after(limits.idle_timeout_s) as quiet,
+    ):
         try:
             async with contextlib.aclosing(request.stream()) as stream:
                 async for chunk in stream:
+                    quiet.deadline = trio.current_time() + limits.idle_timeout_s
                     size += len(chunk)
                     if size > limits.max_bytes:
                         raise _too_large(limits, f"more than {limits.max_bytes} bytes sent")
@@ -95,6 +114,12 @@ async def read_body(
                     chunks.append(chunk)
         except ClientDisconnect:
             raise ClientGone() from None
+    if quiet.cancelled_caught:
+        raise BadRequest(
+            f"the request body stopped coming: nothing for {limits.idle_timeout_s:g} s "
+            f"({size} bytes came)",
+            status=408,
+        )
     if waited.cancelled_caught:
         raise BadRequest(
             f"the request body did not arrive within {limits.timeout_s:g} s ({size} bytes came)",

@@ -5,9 +5,10 @@ answer in the dialect of the route (`inferactors._policy.dialects`).
   its status and message, ``Retry-After`` when a retry may help;
 - an unknown route (404) or method (405), in the route's dialect;
 - a client gone before its request was read: nothing to answer (499 in the log);
-- anything unforeseen: 500, naming only the exception's type, with ``x-should-retry:
-  false`` (the request may have reached a server already; the ``openai`` client would
-  otherwise send it again on its own);
+- anything unforeseen: 500 naming what failed (the exception's type and words), with
+  ``x-should-retry: false`` (the request may have reached a server already; the ``openai``
+  client would otherwise send it again on its own); a grant it held was ended
+  (``front_door_steps.DoorSteps.answer``);
 - `RequireKey`: with an API key, a request without ``Authorization: Bearer <key>`` is a 401;
 - `RefuseBrowsers`: a request a web page sent (a foreign ``Origin`` or ``Sec-Fetch-Site``,
   or on loopback a ``Host`` that is not loopback: DNS rebinding) is a 403
@@ -21,15 +22,16 @@ import math
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .._errors import BadRequest, FrontDoorRefused
+from .._errors import BadRequest, FrontDoorRefused, one_line
 from .._policy.browser_guard import browser_refusal
 from .._policy.dialects import Dialect, error_document
 from .control_app import bearer_token
 from .front_door_body import ClientGone
 from .front_door_relay import retry_header
+from .json_answer import JsonAnswer
 
 
 def error_response(
@@ -48,7 +50,7 @@ def error_response(
     headers = {} if retry_after_s is None else {"Retry-After": str(math.ceil(retry_after_s))}
     headers |= retry_header(should_retry)
     body = error_document(dialect, status, message, param=param)
-    return JSONResponse(body, status_code=status, headers=headers)
+    return JsonAnswer(body, status_code=status, headers=headers)
 
 
 def refusal_response(dialect: Dialect, error: FrontDoorRefused | BadRequest) -> Response:
@@ -92,12 +94,23 @@ async def _on_http_error(request: Request, error: Exception) -> Response:
     words = {404: f"no route {request.url.path}", 405: f"{request.method} is not allowed here"}
     message = words.get(error.status_code, str(error.detail))
     document = error_document(dialect, error.status_code, message)
-    return JSONResponse(document, status_code=error.status_code, headers=error.headers)
+    return JsonAnswer(document, status_code=error.status_code, headers=error.headers)
 
 
 async def _on_unforeseen(request: Request, error: Exception) -> Response:
-    message = f"the front door failed to answer ({type(error).__name__})"
-    return error_response(dialect_of(request.url.path), 500, message, should_retry=False)
+    return error_response(
+        dialect_of(request.url.path), 500, unforeseen_words(error), should_retry=False
+    )
+
+
+def unforeseen_words(error: BaseException) -> str:
+    """What failed, in words, for the 500 of an error nobody foresaw: the exception's type
+    and its own message (one line, cut), the single error inside an exception group."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    what = one_line(str(error), 300)
+    named = type(error).__name__ + (f": {what}" if what else "")
+    return f"the front door failed to answer this request (a fault of the front door): {named}"
 
 
 class RequireKey:
@@ -114,7 +127,7 @@ class RequireKey:
             if not hmac.compare_digest(given, self.expected):
                 dialect = dialect_of(scope["path"])
                 body = error_document(dialect, 401, "Invalid API Key: send Authorization: Bearer")
-                answer = JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+                answer = JsonAnswer(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})
                 await answer(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -140,7 +153,7 @@ class RefuseBrowsers:
             )
             if refusal is not None:
                 body = error_document(dialect_of(scope["path"]), 403, refusal.message)
-                await JSONResponse(body, status_code=403)(scope, receive, send)
+                await JsonAnswer(body, status_code=403)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 

@@ -4,14 +4,13 @@ are to Ollama instances, translated for llama-server and mlx_lm.server ones
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import trio
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response
 
 from .._actors.front_door_seam import Grant
 from .._errors import BadRequest, InvalidConfig
@@ -20,10 +19,12 @@ from .._policy import ollama_requests as ollama
 from .._policy.dialects import Dialect
 from .._policy.ollama_replies import Kind, load_reply, ollama_time
 from .._policy.stream_end import StreamEnd
+from .._safe_json import dump_json
 from . import front_door_lists as lists
 from .front_door_relay import Outbound
 from .front_door_steps import JSON_HEADERS, Asked, DoorSteps
 from .front_door_translate import Shape, Translated
+from .json_answer import JsonAnswer
 
 _T = TypeVar("_T")
 
@@ -50,13 +51,14 @@ class OllamaRoutes:
             target, body = ollama.CHAT_PATH, _checked(ollama.chat_body, asked.document, "", flavor)
         else:
             target, body = _checked(ollama.generate_body, asked.document, "", flavor)
-        grant = await self.steps.grant(request, asked.entry)
-        if grant is None:
-            return Response(status_code=499)
-        if loading:
-            grant.done()
-            return JSONResponse(load_reply(model=asked.name, created_at=_now(), kind=shape))
-        return self._translated(grant, target, body, asked, shape, stream=stream)
+        if loading:  # the grant says it is loaded; the answer needs no server
+            reply = JsonAnswer(load_reply(model=asked.name, created_at=_now(), kind=shape))
+            return await self.steps.answer(request, asked.entry, lambda _: reply)
+        return await self.steps.answer(
+            request,
+            asked.entry,
+            lambda grant: self._translated(grant, target, body, asked, shape, stream=stream),
+        )
 
     async def embed(self, request: Request) -> Response:
         """``POST /api/embed``."""
@@ -64,17 +66,22 @@ class OllamaRoutes:
         if asked.entry.flavor is InferFlavor.OLLAMA:
             return await self._own(request, asked, "/api/embed", StreamEnd.ANY)
         body = _checked(ollama.embed_body, asked.document, "")
-        grant = await self.steps.grant(request, asked.entry)
-        if grant is None:
-            return Response(status_code=499)
-        return self._translated(grant, ollama.EMBEDDINGS_PATH, body, asked, "embed", stream=False)
+        return await self.steps.answer(
+            request,
+            asked.entry,
+            lambda grant: self._translated(
+                grant, ollama.EMBEDDINGS_PATH, body, asked, "embed", stream=False
+            ),
+        )
 
     async def _own(self, request: Request, asked: Asked, path: str, end: StreamEnd) -> Response:
         """An Ollama request for an Ollama instance: passed on as it is."""
-        grant = await self.steps.grant(request, asked.entry)
-        if grant is None:
-            return Response(status_code=499)
-        return self.steps.pass_through(grant, Dialect.OLLAMA, path, asked, end)
+        steps = self.steps
+        return await steps.answer(
+            request,
+            asked.entry,
+            lambda grant: steps.pass_through(grant, Dialect.OLLAMA, path, asked, end),
+        )
 
     def _translated(
         self,
@@ -89,7 +96,7 @@ class OllamaRoutes:
         served = grant.upstream.served_model
         if served:
             body = {"model": served, **body}
-        data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        data = dump_json(body)
         return Translated(
             grant,
             self.steps.clients,
@@ -107,19 +114,19 @@ class OllamaRoutes:
         asked = await self.steps.read(request, old_field="name")
         if asked.entry.flavor is InferFlavor.OLLAMA:
             return await self._own(request, asked, "/api/show", StreamEnd.ANY)
-        return JSONResponse(lists.ollama_show(asked.entry))
+        return JsonAnswer(lists.ollama_show(asked.entry))
 
     async def tags(self, request: Request) -> Response:
         """``GET /api/tags``."""
-        return JSONResponse(lists.ollama_tags(self.steps.scheduler.models()))
+        return JsonAnswer(lists.ollama_tags(self.steps.scheduler.models()))
 
     async def ps(self, request: Request) -> Response:
         """``GET /api/ps``."""
-        return JSONResponse(lists.ollama_ps(self.steps.scheduler.models()))
+        return JsonAnswer(lists.ollama_ps(self.steps.scheduler.models()))
 
     async def version(self, request: Request) -> Response:
         """``GET /api/version``."""
-        return JSONResponse(lists.version())
+        return JsonAnswer(lists.version())
 
     async def running(self, request: Request) -> Response:
         """``GET /`` and ``HEAD /``: Ollama's liveness answer."""

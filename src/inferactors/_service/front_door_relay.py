@@ -51,7 +51,7 @@ from typing import Any
 import attrs
 import httpx
 import trio
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from .._actors.front_door_seam import Grant, Upstream
@@ -64,6 +64,7 @@ from .._policy.stream_end import StreamEnd, ended_whole
 from .._policy.stream_frames import NDJSON_ENDS, SSE_ENDS, StreamFrames
 from .._safe_json import parse_json
 from .client_gone import cancelled_when_gone
+from .json_answer import JsonAnswer
 
 MiB = 1024 * 1024
 STREAM_TYPES = ("text/event-stream", "application/x-ndjson")
@@ -155,8 +156,10 @@ class GrantedAnswer(Response):
             async with cancelled_when_gone(receive):
                 await self.answer(send)
         finally:
-            await self._close_upstream()
-            self.grant.done()
+            try:
+                await self._close_upstream()
+            finally:
+                self.grant.done()
 
     async def answer(self, send: Send) -> None:
         """Send the whole answer to the client (`PassThrough`, or a translation)."""
@@ -334,7 +337,7 @@ async def send_json(
     send: Send, status: int, document: object, headers: Mapping[str, str] | None = None
 ) -> None:
     """Send a whole JSON answer, with ``headers``."""
-    response = JSONResponse(document, status_code=status, headers=headers)
+    response = JsonAnswer(document, status_code=status, headers=headers)
     await send({"type": "http.response.start", "status": status, "headers": response.raw_headers})
     await send({"type": "http.response.body", "body": response.body, "more_body": False})
 
@@ -373,7 +376,7 @@ def _in_dialect(dialect: Dialect, status: int, body: bytes) -> bytes:
     if message is not None and shaped:
         return body
     words = message if message is not None else cut(body.decode("utf-8", errors="replace"), 2000)
-    response = JSONResponse(error_document(dialect, status, words or f"HTTP {status}"))
+    response = JsonAnswer(error_document(dialect, status, words or f"HTTP {status}"))
     return bytes(response.body)
 
 

@@ -141,7 +141,7 @@ async def serve_front_door(
         connect_timeout_s=config.connect_timeout_s, read_timeout_s=config.read_timeout_s
     )
     limits = FrontDoorLimits(
-        body=BodyLimits(config.max_body_bytes, config.body_timeout_s),
+        body=BodyLimits(config.max_body_bytes, config.body_timeout_s, config.body_idle_timeout_s),
         intake=IntakeLimits(
             bodies=config.bodies_at_once, held_bytes=HELD_BODIES * config.max_body_bytes
         ),

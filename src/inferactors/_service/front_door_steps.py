@@ -1,13 +1,12 @@
 """The steps every request of the front door takes, shared by its routes in each dialect
 (``front_door_app``, ``front_door_ollama``): `DoorSteps.read` (the body, bounded, its JSON
-and the model it names), `DoorSteps.grant` (the scheduler's grant, given back when the
-client left while it waited) and `DoorSteps.pass_through` (the request sent on as it is,
-its ``model`` the one the server expects)."""
+and the model it names), `DoorSteps.answer` (the answer made with the scheduler's grant,
+which ends that grant exactly once on every path) and `DoorSteps.pass_through` (the request
+sent on as it is, its ``model`` the one the server expects)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -22,11 +21,12 @@ from .._edges.upstream import UpstreamClients
 from .._errors import FrontDoorRefused
 from .._policy.dialects import Dialect
 from .._policy.stream_end import StreamEnd
+from .._safe_json import dump_json
 from .client_gone import cancelled_when_gone
 from .front_door_body import BodyLimits, json_content_type, model_name, read_body
 from .front_door_intake import Intake, IntakeLimits
 from .front_door_metrics import MODEL_KEY
-from .front_door_relay import Outbound, PassThrough, ReplyLimits
+from .front_door_relay import GrantedAnswer, Outbound, PassThrough, ReplyLimits
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 
@@ -78,16 +78,49 @@ class DoorSteps:
         request.scope.setdefault("state", {})[MODEL_KEY] = entry.name
         return Asked(body, document, name, entry, arrived_at)
 
-    async def grant(self, request: Request, entry: ModelEntry) -> Grant | None:
+    async def answer(
+        self, request: Request, entry: ModelEntry, make: Callable[[Grant], Response]
+    ) -> Response:
+        """The answer ``make`` makes with a grant for ``entry``; the grant is ended exactly
+        once whatever happens after it was given (design/front-door.md):
+
+        - the client left while it waited: ended at once, a 499 (nothing is sent);
+        - ``make`` raised (or the request was cancelled): ended, and the error goes on;
+        - ``make`` gave a `GrantedAnswer` holding it: that answer ends it, once, when it has
+          run (`GrantedAnswer.__call__`'s ``finally``);
+        - ``make`` gave any other answer (one that needs no server): ended at once.
+
+        Raises:
+            FrontDoorRefused: the scheduler refused the request.
+            Exception: what ``make`` raises.
+        """
+        grant = await self._acquire(request, entry)
+        if grant is None:
+            return Response(status_code=499)
+        try:
+            made = make(grant)
+        except BaseException:
+            grant.done()
+            raise
+        if not (isinstance(made, GrantedAnswer) and made.grant is grant):
+            grant.done()
+        return made
+
+    async def _acquire(self, request: Request, entry: ModelEntry) -> Grant | None:
         """A grant for ``entry``, or None when the client left while it waited (a grant
-        that came as it left is ended at once)."""
+        that came as it left, or as the request was cancelled, is ended at once)."""
         granted: Grant | None = None
         refused: FrontDoorRefused | None = None
-        async with cancelled_when_gone(request.receive) as client:
-            try:
-                granted = await self.scheduler.acquire(entry.name)
-            except FrontDoorRefused as error:
-                refused = error
+        try:
+            async with cancelled_when_gone(request.receive) as client:
+                try:
+                    granted = await self.scheduler.acquire(entry.name)
+                except FrontDoorRefused as error:
+                    refused = error
+        except BaseException:
+            if granted is not None:
+                granted.done()
+            raise
         if refused is not None:
             raise refused
         if granted is not None and client.gone:
@@ -138,4 +171,4 @@ def _with_model(body: bytes, document: dict[str, Any], served_model: str) -> byt
     changed = {k: v for k, v in document.items() if k != "model"}
     if served_model:
         changed = {"model": served_model, **changed}
-    return json.dumps(changed, separators=(",", ":"), ensure_ascii=False).encode()
+    return dump_json(changed)
