@@ -140,7 +140,9 @@ class ControlClient:
 
     Every exchange has a deadline: ``timeout_s`` for the supervisor to answer (a frozen
     supervisor is reported, not waited on forever). A connection refused, or no socket
-    file, means no supervisor is running (exit 3); a full accept queue (``EAGAIN``) means
+    file, means no supervisor is running (exit 3), unless one holds the state directory:
+    then its socket is being made again (bound and not yet listening, or not yet bound)
+    and the connect is retried until the deadline; a full accept queue (``EAGAIN``) means
     a busy one, retried until the deadline (then exit 1). (A plain class: the client
     commands do not import attrs, see `control_http`.)
     """
@@ -264,7 +266,12 @@ class ControlClient:
                     ) from None
             except TimeoutError:
                 raise self._silent(limit_s) from None
-            except (ConnectionRefusedError, FileNotFoundError, PermissionError) as error:
+            except (ConnectionRefusedError, FileNotFoundError) as error:
+                if time.monotonic() >= deadline or not _held(self.path):
+                    raise self._unreachable(error) from None
+                # a supervisor holds the state directory: its socket is being made again
+                # (bound, not yet listening, or not yet bound): wait within the deadline
+            except PermissionError as error:
                 raise self._unreachable(error) from None
             except (OSError, http.client.HTTPException) as error:
                 why = _why(error)
@@ -298,6 +305,13 @@ class ControlClient:
             )
         why = error.strerror or str(error)
         return ControlError(f"cannot reach the supervisor at {self.path}: {why}", EXIT_ERROR)
+
+
+def _held(path: Path) -> bool:
+    """Whether a supervisor holds the state directory of the control socket ``path``."""
+    from .._edges.state_lock import lock_holder  # only when a connect failed: attrs
+
+    return lock_holder(path.parent) is not None
 
 
 def _await_socket(path: Path, timeout_s: float) -> None:
