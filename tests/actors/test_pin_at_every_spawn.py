@@ -174,12 +174,12 @@ async def test_a_supervised_restart_after_a_crash_is_refused_held_and_not_counte
 async def test_a_rehash_does_not_hold_the_event_loop_or_the_actor(
     pin_lab: PinLab, free_port: int
 ) -> None:
-    """A changed 512 MiB model is re-hashed in full at the start; meanwhile the instance
+    """A changed 1 GiB model is re-hashed in full at the start; meanwhile the instance
     answers status at once."""
     big = pin_lab.model.with_name("big.gguf")
     with big.open("wb") as file:
         file.write(b"GGUF")
-        file.truncate(512 << 20)  # sparse: hashing it reads memory, not the disk
+        file.truncate(1 << 30)  # sparse: hashing it reads memory, not the disk
     big.chmod(0o644)
     pin_lab.model.unlink()
     big.rename(pin_lab.model)
