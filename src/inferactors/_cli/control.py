@@ -14,6 +14,13 @@ from collections.abc import Callable
 from typing import Any, TypeAlias
 
 from .._errors import one_line
+from .control_args import (
+    IntermixedParser,
+    add_target_arguments,
+    add_timeout_argument,
+    positive_seconds,
+    socket_of,
+)
 from .control_client import (
     COMMAND_WAIT_S,
     DEFAULT_TIMEOUT_S,
@@ -22,11 +29,6 @@ from .control_client import (
     START_WAIT_S,
     ControlClient,
     ControlError,
-    IntermixedParser,
-    add_target_arguments,
-    add_timeout_argument,
-    positive_seconds,
-    socket_of,
 )
 from .control_format import (
     event_line,

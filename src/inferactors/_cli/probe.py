@@ -22,14 +22,11 @@ import re
 import sys
 
 from .._errors import one_line
+from .control_args import IntermixedParser, add_target_arguments, add_timeout_argument, socket_of
 from .control_client import (
     EXIT_ERROR,
     ControlClient,
     ControlError,
-    IntermixedParser,
-    add_target_arguments,
-    add_timeout_argument,
-    socket_of,
 )
 
 DEFAULT_TIMEOUT_S = 4.0

@@ -14,15 +14,12 @@ from pathlib import Path
 import trio
 
 from .._errors import InferactorsError, one_line
+from .control_args import IntermixedParser, add_target_arguments, add_timeout_argument, socket_of
 from .control_client import (
     DEFAULT_TIMEOUT_S,
     EXIT_ERROR,
     ControlClient,
     ControlError,
-    IntermixedParser,
-    add_target_arguments,
-    add_timeout_argument,
-    socket_of,
 )
 
 PAGE_ROUTE = "/ui/api/stream"
