@@ -47,24 +47,33 @@ async def settled(watch: ListenerWatch) -> int:
     return await watch.changed(await watch.changed(0, trio.current_time() + 1), 10**9)
 
 
+def start_waiters(
+    nursery: trio.Nursery, watch: ListenerWatch, seen: int, count: int, within_s: float
+) -> list[tuple[int, float]]:
+    """``count`` tasks named ``waiter`` waiting on ``watch`` from ``seen`` for ``within_s``;
+    each appends what it returned and when to the list given back."""
+    returned: list[tuple[int, float]] = []
+
+    async def waiter() -> None:
+        generation = await watch.changed(seen, trio.current_time() + within_s)
+        returned.append((generation, trio.current_time()))
+
+    for _ in range(count):
+        nursery.start_soon(waiter)
+    return returned
+
+
 async def test_a_quiet_table_is_read_once_a_tick_and_wakes_nobody_until_the_deadline(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     table = Table()
     watch = watch_over(table)
     seen = await settled(watch)
-    returned: list[tuple[int, float]] = []
-
-    async def waiter() -> None:
-        generation = await watch.changed(seen, trio.current_time() + 5.0)
-        returned.append((generation, trio.current_time()))
-
     steps = Steps()
     trio.lowlevel.add_instrument(steps)
     began, reads_before = trio.current_time(), len(table.reads)
     async with trio.open_nursery() as nursery:
-        for _ in range(20):
-            nursery.start_soon(waiter)
+        returned = start_waiters(nursery, watch, seen, 20, 5.0)
     trio.lowlevel.remove_instrument(steps)
     reads = len(table.reads) - reads_before
     steps_of_waiters = sorted(steps.count.values())
@@ -94,16 +103,8 @@ async def test_a_change_beyond_loopback_wakes_every_waiter_within_a_tick(
     table = Table()
     watch = watch_over(table)
     seen = await settled(watch)
-    returned: list[tuple[int, float]] = []
-
-    async def waiter() -> None:
-        returned.append(
-            (await watch.changed(seen, trio.current_time() + 60.0), trio.current_time())
-        )
-
     async with trio.open_nursery() as nursery:
-        for _ in range(5):
-            nursery.start_soon(waiter)
+        returned = start_waiters(nursery, watch, seen, 5, 60.0)
         await trio.sleep(1.03)
         changed_at = trio.current_time()
         change(table)  # type: ignore[operator]
