@@ -25,6 +25,8 @@ def test_a_tree_is_its_members_memory_and_cpu(
         while not (tmp_path / "child").exists() or not (tmp_path / "child").read_text():
             time.sleep(0.01)
         child = int((tmp_path / "child").read_text())
+        while psutil.Process(child).name() != "sleep":  # forked, not yet exec'ed: its
+            time.sleep(0.01)  # memory would change between the two reads below
 
         def no_host_walk(self: psutil.Process, recursive: bool = False) -> list[psutil.Process]:
             raise AssertionError("children() reads every process on the host")

@@ -8,8 +8,12 @@ from collections import Counter
 import pytest
 
 from inferactors._policy.probe_schedule import (
+    GRID_S,
+    PHASE_SLOTS,
+    PROBES_PER_SLOT,
     RUNNING_PROBE_S,
     next_probe_at,
+    packed_phase,
     phase_of,
     startup_delay,
 )
@@ -51,3 +55,13 @@ def test_a_probe_exactly_on_its_tick_waits_a_whole_period_not_zero() -> None:
 def test_a_probe_that_overran_its_tick_skips_to_the_next_one() -> None:
     assert next_probe_at(7.9, RUNNING_PROBE_S, phase=0.2) == pytest.approx(8.2)
     assert next_probe_at(8.25, RUNNING_PROBE_S, phase=0.2) == pytest.approx(9.2)
+
+
+def test_a_runtimes_first_instances_share_one_tick_and_later_ones_fill_the_grid() -> None:
+    phases = [packed_phase(ordinal) for ordinal in range(1000)]
+    assert set(phases[:PROBES_PER_SLOT]) == {0.0}  # up to 10 servers: one wake a period
+    assert phases[PROBES_PER_SLOT] == pytest.approx(GRID_S)
+    assert sorted(set(phases[:50])) == pytest.approx([k * GRID_S for k in range(PHASE_SLOTS)])
+    assert Counter(phases[:50]) == Counter({p: 10 for p in set(phases[:50])})  # 10 per slot
+    assert max(Counter(phases).values()) == 200  # 1,000 servers: 200 a slot
+    assert all(round(p / GRID_S, 9).is_integer() for p in phases)  # on the LISTEN grid

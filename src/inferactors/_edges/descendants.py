@@ -38,7 +38,6 @@ import logging
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable
 
 import attrs
@@ -131,7 +130,6 @@ class Descendants:
     seen: tuple[int, ...] = ()
     killed: tuple[int, ...] = ()
     _escapees: Escapees = attrs.field(init=False)
-    _tracked_at: float = attrs.field(init=False, factory=time.monotonic)
 
     def __attrs_post_init__(self) -> None:
         self._escapees = Escapees(self.leader, self.pgid)
@@ -139,15 +137,14 @@ class Descendants:
 
     def track(self) -> tuple[int, ...]:
         """Look for new outsiders (its tree and its cgroup); the live ones."""
-        self._tracked_at = time.monotonic()
         if self.cgroup is None:
             return self._saw(self._escapees.track())
         return self._saw(self._escapees.track(self.cgroup.members(), walk=False))
 
-    def since_tracked(self) -> float:
-        """Seconds since the last `track` (by anyone: the timer skips a look another
-        caller just made, so a server is walked about once per period, not twice)."""
-        return time.monotonic() - self._tracked_at
+    @property
+    def shape(self) -> frozenset[tuple[int, int]]:
+        """``(pid, pgid)`` of what the last `track` looked at (`Escapees.shape`)."""
+        return self._escapees.shape
 
     def track_adopted(self) -> tuple[int, ...]:
         """`track`, plus the children of this process that the server left to it

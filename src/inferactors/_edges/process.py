@@ -70,7 +70,9 @@ GROUP_POLL_S = 0.02
 
 TRACK_S = 1.0
 """How often the descendants outside the group are looked for while a server without a
-cgroup runs (s); a look made meanwhile by the record refresh counts. A server in a cgroup
+cgroup runs (s). The record refresh looks on each of its 1 s ticks while the server
+runs; the timer looks only once no look was made for `TRACK_S` * 1.5 (each look moves its
+deadline on), so it never wakes the loop while the refresh looks. A server in a cgroup
 is never looked at on a timer: its cgroup holds everything it starts."""
 
 
@@ -120,6 +122,7 @@ class ManagedProcess:
     _stop_deadline: float | None = None
     _evidence: RunEvidence | None = None
     _descendants: Descendants | None = None
+    _track_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     _survivors: tuple[int, ...] = ()
     lines: LineWatch = attrs.Factory(LineWatch)  # the start-up reading of its output
 
@@ -195,6 +198,12 @@ class ManagedProcess:
         return None if cgroup is None else Path(cgroup.path)
 
     @property
+    def tree_shape(self) -> frozenset[tuple[int, int]] | None:
+        """``(pid, pgid)`` of the server's descendants at the last `track_descendants`
+        (`Escapees.shape`); None where they are not tracked (no pidfds)."""
+        return None if self._descendants is None else self._descendants.shape
+
+    @property
     def escaped(self) -> tuple[int, ...]:
         """The live descendants tracked outside our group (see `track_descendants`)."""
         return () if self._descendants is None else self._descendants.alive()
@@ -205,6 +214,7 @@ class ManagedProcess:
         `TRACK_S`; 0.1 to 0.7 ms (the server's tree and its cgroup, ``descendants.py``)."""
         if self._descendants is None or not self.running:
             return self.escaped
+        self._track_scope.deadline = trio.current_time() + TRACK_S * 1.5
         return self._descendants.track()
 
     def _track_adopted(self) -> None:
@@ -213,13 +223,14 @@ class ManagedProcess:
             self._descendants.track_adopted()
 
     async def _track(self) -> None:
-        """Track the descendants every `TRACK_S` until the leader's exit is noticed (a look
-        someone else made meanwhile counts)."""
-        descendants = self._descendants
-        while self.running and descendants is not None:
-            with trio.move_on_after(TRACK_S):
+        """Track the descendants whenever no look was made for `TRACK_S` * 1.5 (every look,
+        this one's or another caller's, moves the deadline on), until the leader's exit is
+        noticed."""
+        while self.running and self._descendants is not None:
+            self._track_scope = trio.CancelScope(deadline=trio.current_time() + TRACK_S)
+            with self._track_scope:
                 await self._exited.wait()
-            if descendants.since_tracked() >= TRACK_S / 2:
+            if self._track_scope.cancelled_caught:
                 self.track_descendants()
 
     async def _watch_grace(self) -> None:
