@@ -1,6 +1,7 @@
-"""The monitor's timers under MockClock: a runtime's instances probe on the 200 ms grid,
-ten to a slot in load order (``_policy/probe_schedule.py``), and a readiness line that
-makes the monitor probe at once and ask the first token without probing again."""
+"""The monitor's timers under MockClock: a runtime's first 50 instances probe on the 200 ms
+grid, ten to a slot in load order, the later ones spread (``_policy/probe_schedule.py``),
+and a readiness line that makes the monitor probe at once and ask the first token without
+probing again."""
 
 from __future__ import annotations
 
@@ -14,14 +15,14 @@ from actors.monitor_support import MODEL, Script, StandIn, drain, probing
 from inferactors import InferConfig, InferenceSpec, InferFlavor, ServeArgs, open_runtime
 from inferactors._actors.instance.messages import Probed
 from inferactors._edges.bundle import Edges
-from inferactors._policy.probe_schedule import RUNNING_PROBE_S
+from inferactors._policy.probe_schedule import RUNNING_PROBE_S, probe_phase
 
 INSTANCES = 100
 FIRST_PORT = 20000
 LOADED = b"0.00.015.172 I srv  llama_server: model loaded\n"
 
 
-async def test_a_runtimes_instances_share_probe_ticks_ten_to_a_slot_in_load_order(
+async def test_a_runtimes_first_fifty_share_probe_ticks_ten_to_a_slot_and_the_rest_spread(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     script = Script()
@@ -38,10 +39,12 @@ async def test_a_runtimes_instances_share_probe_ticks_ten_to_a_slot_in_load_orde
     assert Counter(port for _, port in steady) == dict.fromkeys(ports, 4)  # 1 Hz, none skipped
     for ordinal, port in enumerate(ports):
         phases = {round((began + at) % RUNNING_PROBE_S, 6) for at, p in steady if p == port}
-        assert phases == {round((ordinal // 10 % 5) * 0.2, 6)}  # 10 a slot, in load order
+        assert phases == {round(probe_phase(ordinal), 6)}  # its own, steady
+        if ordinal < 50:
+            assert phases == {round((ordinal // 10) * 0.2, 6)}  # 10 a slot, in load order
     instants = Counter(round(at, 6) for at, _ in steady)
-    assert len(instants) == 4 * 5  # 5 wakes a second for the 100, none between
-    assert max(instants.values()) == 20
+    assert len(instants) == 4 * (5 + INSTANCES - 50)  # the 50 others each at its own phase
+    assert max(instants.values()) == 10
 
 
 def spec_on(port: int) -> InferenceSpec:

@@ -31,7 +31,7 @@ from .._events import Event
 from .._flavor import InferFlavor
 from .._models.registry import ModelRegistry
 from .._policy.admission import Admission, Plan, resolve_supervision
-from .._policy.probe_schedule import packed_phase
+from .._policy.probe_schedule import probe_phase
 from .admission import make_plan
 from .instance import InstanceActor
 from .messages import Load, call
@@ -206,7 +206,7 @@ class RuntimeLoading:
                 events=self._events,
                 registry=self.registry,
                 slot=slot,
-                tick_phase=packed_phase(self._installed),
+                tick_phase=probe_phase(self._installed),
             )
             self._installed += 1
         await call(self._supervisor, partial(Load, actor, slot=slot))

@@ -119,7 +119,7 @@ class InstanceActor:
         checks the model's pins at every spawn (None: a bare actor pins nothing); ``slot``
         is where it publishes its status (the runtime's status board); ``tick_phase`` is the
         phase of its running probes and refreshes on the runtime's grid
-        (`probe_schedule.packed_phase`)."""
+        (`probe_schedule.probe_phase`)."""
         box = Mailbox.create(instance_id, events, slot)
         ring = edges.logs.ring(instance_id, config.managed)
         post = box.inbox

@@ -31,7 +31,7 @@ from .pins import PinnedLaunch
 RECORD_REFRESH_S = 1.0
 """Period of the refreshes of a running server's record (its process group's members),
 pinned files and descendants (float seconds). They fall on the ticks of the server's
-probes (`probe_schedule.packed_phase`), so a quiet server's refresh shares a wake of the
+probes (`probe_schedule.probe_phase`), so a quiet server's refresh shares a wake of the
 loop with its probe and the runtime's LISTEN-table read."""
 
 RECORD_FORCED_S = 10.0
@@ -59,7 +59,7 @@ class ExposureWatch:
     edges: Edges
     post: trio.MemorySendChannel[object]
     tick_phase: float = 0.0
-    """The phase of its refresh ticks: its probes' (`probe_schedule.packed_phase`)."""
+    """The phase of its refresh ticks: its probes' (`probe_schedule.probe_phase`)."""
 
     async def exposure_watch(
         self, process: ManagedProcess, scope: trio.CancelScope, pins: PinnedLaunch | None = None

@@ -70,7 +70,7 @@ class Probing:
     post: trio.MemorySendChannel[object]
     admitted_at: float | None = None
     tick_phase: float = 0.0
-    """The phase of the probe ticks (`probe_schedule.packed_phase`)."""
+    """The phase of the probe ticks (`probe_schedule.probe_phase`)."""
 
     def admission_report(self) -> ServerReport | None:
         """The admission's report of an adopted server while it is at most
