@@ -1,4 +1,4 @@
-"""The descendants timer of a server without a cgroup (``ManagedProcess._track``): it looks
+"""The descendants timer of a server without a cgroup (`DescendantLooks.on_timer`): it looks
 only once no look was made for 1.5 s, so it never wakes (a wake of the loop costs more than
 the look) while another caller (the record refresh, once a second) looks, and looks about
 once a second when nobody else does.
@@ -13,8 +13,9 @@ import attrs
 import pytest
 import trio
 
+from inferactors._edges.descendant_looks import TRACK_S
 from inferactors._edges.descendants import Descendants
-from inferactors._edges.process import TRACK_S, ManagedProcess
+from inferactors._edges.process import ManagedProcess
 
 
 @attrs.frozen

@@ -19,8 +19,8 @@ here, three ways, each held by a pidfd checked against the start the scan saw
   server's (`adopted_from`, at a stop and at the leader's exit).
 
 `Descendants.track` runs right before a stop, at the leader's exit, on the record refresh
-and the identity check, and, for a server without a cgroup only, about once a second (a
-timer in ``process.py`` that skips a look another caller just made). Synchronous: with a
+and the identity check, and, for a server without a cgroup only, on a timer when nobody
+else looked for 1.5 s (``descendant_looks.py``). Synchronous: with a
 cgroup, one read of ``cgroup.procs`` (what it holds is the whole server: no walk);
 without, a walk of the server's tree, one ``children`` list per thread (0.1 to 0.7 ms for
 the real llama-server's 14 threads here, the higher figure on a loaded machine); it runs
