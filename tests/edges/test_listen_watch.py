@@ -228,3 +228,45 @@ def test_a_watch_serves_a_later_trio_run_while_its_thread_lingers() -> None:
         return returned[0][0]
 
     assert trio.run(later) == seen + 1
+
+
+async def test_a_thread_that_fails_is_logged_and_the_next_waiter_starts_another(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    table = Table()
+    failures = [RuntimeError("the table is unreadable")]
+
+    def fails_once(port: int | None) -> list[SocketEntry]:
+        if failures:
+            raise failures.pop()
+        return table(port)
+
+    def no_psutil(port: int | None) -> list[SocketEntry]:
+        raise RuntimeError("and so is psutil's")
+
+    monkeypatch.setattr(listen_watch, "psutil_listeners", no_psutil)
+    watch = ListenerWatch(SocketTable(read=fails_once), PERIOD_S, 0.2)
+    first = await watch.changed(0, trio.current_time() + 1)
+    assert await watch.changed(first, trio.current_time() + 0.3) == first  # its thread died
+    assert "listener watch: its thread failed" in caplog.text
+    monkeypatch.setattr(listen_watch, "psutil_listeners", table)
+    assert await watch.changed(first, trio.current_time() + 10) == first + 1  # a new one read
+
+
+async def test_no_thread_to_be_had_leaves_the_waiter_to_its_deadline_not_hung(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    table = Table()
+    watch = watch_over(table)
+
+    def refused(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(threading.Thread, "start", refused)
+        first = await watch.changed(0, trio.current_time() + 1)
+        deadline = trio.current_time() + 0.3
+        assert await watch.changed(first, deadline) == first
+        assert trio.current_time() >= deadline
+    assert "cannot start its thread" in caplog.text
+    assert await watch.changed(first, trio.current_time() + 10) == first + 1  # threads again

@@ -68,8 +68,8 @@ class ListenerWatch:
     _seen: frozenset[_Key] | None = None
     """The last read's listeners beyond loopback (the reading thread's)."""
     _waiters: int = 0
-    _reading: bool = False
-    """Whether a reading thread runs (under ``_lock``, with ``_waiters`` and ``_token``)."""
+    _reader: threading.Thread | None = None
+    """The reading thread, while one runs (under ``_lock``, with ``_waiters``, ``_token``)."""
     _token: trio.lowlevel.TrioToken | None = None
     _lock: threading.Lock = attrs.Factory(threading.Lock)
     _moved: trio.Event = attrs.Factory(trio.Event)
@@ -99,14 +99,31 @@ class ListenerWatch:
         with self._lock:
             self._waiters += 1
             self._token = token  # a thread left by an earlier trio run posts to this one
-            if self._reading:
+            if self._reader is not None:
                 return
-            self._reading = True
-        threading.Thread(target=self._read_ticks, name=THREAD_NAME, daemon=True).start()
+            reader = self._reader = threading.Thread(
+                target=self._read_ticks, name=THREAD_NAME, daemon=True
+            )
+        try:
+            reader.start()
+        except RuntimeError as error:  # no thread to be had: the watches' own 1 s scans
+            _log.warning("listener watch: cannot start its thread (%s)", error)
+            with self._lock:
+                self._reader = None
 
     def _read_ticks(self) -> None:
         """The reading thread: a read on each tick while anyone waits and `linger_s` after;
-        a change posts `_advance` to the trio run."""
+        a change posts `_advance` to the trio run. Whatever ends it, the next waiter starts
+        another (a failure is logged)."""
+        try:
+            self._read_until_done()
+        except Exception:
+            _log.exception("listener watch: its thread failed")
+        finally:
+            with self._lock:
+                self._release()
+
+    def _read_until_done(self) -> None:
         reader = _TableReader(self.table.read)
         quiet_since: float | None = None
         try:
@@ -137,7 +154,7 @@ class ListenerWatch:
         with self._lock:
             if self._waiters:
                 return False
-            self._reading = False
+            self._release()
             return True
 
     def _end_if_run_over(self, token: trio.lowlevel.TrioToken) -> bool:
@@ -145,8 +162,14 @@ class ListenerWatch:
         with self._lock:
             if self._token is not token:
                 return False
-            self._reading = False
+            self._release()
             return True
+
+    def _release(self) -> None:
+        """No reading thread runs from now on, if the calling thread was it (under
+        ``_lock``): a waiter that comes next starts another."""
+        if self._reader is threading.current_thread():
+            self._reader = None
 
     def _post(self) -> bool:
         """Post `_advance` to the current trio run; False when the thread is to end (the
