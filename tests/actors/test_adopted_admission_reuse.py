@@ -33,7 +33,7 @@ async def test_a_start_right_after_admission_probes_nothing_more(
         await trio.lowlevel.checkpoint()  # the monitor begins: its first probe is the admission's
         assert healths(server) == 1
         assert (runtime.status(handle)).state is InstanceState.RUNNING
-        await trio.sleep(10.0)
+        await trio.sleep(10.5)  # its ticks: 1, 2 ... 10 s (phase 0, the runtime's first)
         assert healths(server) == 1 + 10  # then every second on its phase
 
 
