@@ -2,7 +2,8 @@
 
 ``python bench/_idle_worker.py MODE PROGRAM MODEL REGISTRY DATA_ROOT RUN_AS PORT ADOPT_PORT``
 (RUN_AS ``-`` for none). It brings up its side, prints ``{"ready": ..., "server": pid}``
-and idles until EOF on stdin, then stops the server and exits. MODE:
+and idles until EOF on stdin (answering ``cpu`` with its CPU time: `answer_cpu`), then
+stops the server and exits. MODE:
 
 * product: two runtimes, at their default intervals: a managed llama.cpp one running
   PROGRAM (the real llama-server) on the registry's ``tiny`` at PORT as RUN_AS, and an
@@ -23,7 +24,7 @@ from pathlib import Path
 import httpx
 import psutil
 import trio
-from _child import read_commands, say
+from _child import answer_cpu, read_commands, say
 from _common import chat_spec
 
 from inferactors import (
@@ -61,8 +62,8 @@ async def product(
             await adopted.wait_state(other, InstanceState.RUNNING)
         pid = next(e.pid for e in drain(events) if isinstance(e, ProcessStarted))
         say(ready="product", server=pid)
-        async for _ in read_commands():
-            pass
+        async for command in read_commands():
+            answer_cpu(command)
         await runtime.stop(handle, 5.0)
 
 
@@ -95,8 +96,8 @@ async def baseline(mode: str, argv: list[str], run_as: str | None, ports: list[i
             if mode == "prober":
                 for port in ports:
                     nursery.start_soon(probe_forever, port, context)
-            async for _ in read_commands():
-                pass
+            async for command in read_commands():
+                answer_cpu(command)
             nursery.cancel_scope.cancel()
     finally:
         process.terminate()

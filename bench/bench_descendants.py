@@ -8,8 +8,8 @@ Sides, each its own process, interleaved (the order rotates every round):
 * cgroup: `ManagedProcess` with a cgroup per server (made under a cgroup the bench makes;
   the side is skipped, saying why, where this process may make none): no timer, nothing
   read while they idle;
-* no cgroup: `ManagedProcess` without one: a look every ``TRACK_S`` (1 s) per server
-  (a walk of its tree).
+* no cgroup: `ManagedProcess` without one: a look about every second per server
+  (``descendant_looks.py``; a walk of its tree).
 
 Figures: the process's own CPU time over a window that starts 1 s after the N servers
 run, divided by the window (cores), and each side against the no-cgroup side (the timer)

@@ -23,7 +23,11 @@ bind falls at every phase of the scan schedule.
 Baseline, in the same run: B1, bind -> the end of the first scan that ended after it, the
 earliest moment this scan schedule could know (the floor any 250 ms schedule imposes).
 
-Run: ``.venv/bin/python bench/bench_exposure.py`` (about 10 s).
+A second table: `LATE_SAMPLES` servers that open the extra port `LATE_S` (plus 0 to 0.3 s)
+after they listened (``--extra-after-s``), when only the runtime's reads of its LISTEN table
+(``_edges/listen_watch.py``) watch for it.
+
+Run: ``.venv/bin/python bench/bench_exposure.py`` (about 50 s).
 """
 
 from __future__ import annotations
@@ -68,6 +72,9 @@ PID_FILE = "fake.pid"
 FILE_POLL_S = 0.001
 BIND_DELAY_MAX_S = 0.3
 """Each server listens after a delay drawn from 0 to this (seconds): a random scan phase."""
+LATE_S = 3.0
+"""The late binds come this long (plus 0 to 0.3 s) after the server listened (seconds)."""
+LATE_SAMPLES = 8
 SEED = int(os.environ.get("BENCH_SEED", "3"))
 
 
@@ -136,8 +143,11 @@ async def written_at(path: Path, timeout_s: float = 30.0) -> float:
     return os.stat(path).st_mtime_ns / 1e9 + wall_to_trio
 
 
-async def one_exposure(runtime: InferRuntime, data_root: Path, net: RecordingNet) -> Stopped:
-    """Load and start an instance whose server binds 0.0.0.0 too; time it until stopped."""
+async def one_exposure(
+    runtime: InferRuntime, data_root: Path, net: RecordingNet, after_s: float = 0.0
+) -> Stopped:
+    """Load and start an instance whose server binds 0.0.0.0 too (``after_s`` after its
+    other socket); time it until stopped."""
     events = await runtime.subscribe(buffer=1000)
     with events:
         handle = await runtime.load(chat_spec(free_port()))
@@ -145,7 +155,7 @@ async def one_exposure(runtime: InferRuntime, data_root: Path, net: RecordingNet
         net.scans.clear()
         await runtime.start(handle)
         await next_event(events, ProcessStarted, lambda e: e.instance_id == iid)
-        bound = await written_at(data_root / iid / PID_FILE)
+        bound = await written_at(data_root / iid / PID_FILE) + after_s
         _, detected = await next_event(events, ExposureDetected, lambda e: e.instance_id == iid)
         exited, exited_at = await next_event(events, ProcessExited, lambda e: e.instance_id == iid)
     assert exited.reason is StopReason.EXPOSURE, exited
@@ -190,26 +200,36 @@ def rows(samples: list[Stopped]) -> list[Row]:
     ]
 
 
-async def measure(ws: Workspace, rng: random.Random) -> list[Stopped]:
-    """`SAMPLES` exposures, each server binding after a random delay (its own program and
-    runtime), so the bind falls at every phase of the 250 ms scan schedule."""
+async def measure(ws: Workspace, rng: random.Random, *, late: bool) -> list[Stopped]:
+    """Exposures, each server binding after a random delay (its own program and runtime),
+    so the bind falls at every phase of the 200 ms schedule: `SAMPLES` at its start
+    (``late`` False: the whole server listens 0 to 0.3 s late), or `LATE_SAMPLES` of an
+    extra port opened `LATE_S` plus 0 to 0.3 s after the server listened (a server long up,
+    whose runtime only reads its LISTEN table)."""
     extra_port = free_port()
     net = RecordingNet()
     samples = []
-    for _ in range(SAMPLES):
+    for _ in range(LATE_SAMPLES if late else SAMPLES):
         delay_s = rng.uniform(0.0, BIND_DELAY_MAX_S)
-        faults = FakeServerFaults(extra_port=extra_port, extra_host="0.0.0.0", bind_delay_s=delay_s)
+        late_s = LATE_S + delay_s if late else 0.0
+        faults = FakeServerFaults(
+            extra_port=extra_port,
+            extra_host="0.0.0.0",
+            bind_delay_s=0.0 if late else delay_s,
+            extra_after_s=late_s,
+        )
         config = ws.config(ws.program(faults, pid_file=Path(PID_FILE)))
         assert config.managed is not None
         async with open_runtime(config, node_id="bench", edges=Edges(net=net)) as runtime:
-            samples.append(await one_exposure(runtime, config.managed.data_root, net))
+            samples.append(await one_exposure(runtime, config.managed.data_root, net, late_s))
     return samples
 
 
 async def main() -> None:
     print_context("bench_exposure", SEED)
     with workspace() as ws:
-        samples = await measure(ws, random.Random(SEED))
+        samples = await measure(ws, random.Random(SEED), late=False)
+        later = await measure(ws, random.Random(SEED), late=True)
     late = sum(1 for s in samples if s.found_ended > s.first_scan)
     print_table(
         "Exposure: a listener on 0.0.0.0, from its bind to the server stopped",
@@ -219,6 +239,16 @@ async def main() -> None:
             f"bind: the pid file's modification time; binds delayed 0-{BIND_DELAY_MAX_S} s "
             f"at random; {late} of {SAMPLES} scans that ended first after the bind missed "
             "the listener (their socket-table read came before it).",
+        ],
+    )
+    print_table(
+        f"Exposure: a port opened on 0.0.0.0 {LATE_S:g} s after the server listened",
+        rows(later)[:1] + rows(later)[4:5],
+        MS,
+        [
+            f"bind: the pid file's modification time plus the delay the fake slept "
+            f"({LATE_S:g} to {LATE_S + BIND_DELAY_MAX_S:g} s, at random); by then only the "
+            "runtime's LISTEN-table reads (a thread, every 200 ms) watch for it.",
         ],
     )
 

@@ -12,7 +12,9 @@ interleaved (the order rotates every round):
   every 1 s, the least a watcher of those two servers does.
 
 Figures, over a window that starts 2 s after its side is ready: CPU = the process's own CPU
-time over the window / the window (cores; user + system, every thread, not its children),
+time over the window / the window (cores; ``time.process_time`` read by the process itself
+at both ends, every thread, not its children; psutil's figure counts 10 ms ticks, too coarse
+for 0.005 core over 20 s),
 RSS at the window's end (MiB), and, for what limited it, the llama-server's own CPU.
 
 Targets: at most 0.01 core for the supervisor, and at most 1.5x B2. The real llama-server is
@@ -101,10 +103,11 @@ async def one_side(who: str, round_number: int, program: Path, ws: Workspace, ad
     try:
         ready = await worker.answer(240)
         await trio.sleep(SETTLE_S)
-        began, cpu0, server0 = trio.current_time(), worker.cpu_s(), server_cpu_s(ready["server"])
+        cpu0 = await worker.cpu_time_s()
+        began, server0 = trio.current_time(), server_cpu_s(ready["server"])
         await trio.sleep(WINDOW_S)
         window = trio.current_time() - began
-        cores = (worker.cpu_s() - cpu0) / window
+        cores = (await worker.cpu_time_s() - cpu0) / window
         server = (server_cpu_s(ready["server"]) - server0) / window
         rss = worker.rss_mib()
     finally:
@@ -147,12 +150,12 @@ def report(results: list[Idle]) -> None:
 
     ours, floor, prober = (median(who, "cores") for who in SIDES)
     mem, floor_mem = median("product", "rss_mib"), median("floor", "rss_mib")
-    tick = 0.01 / WINDOW_S  # CPU times come in 10 ms clock ticks
+    tick = 0.0001  # under this, a base is too small for a ratio to mean anything
 
     def times(base: float, key: str) -> str:
         if base < tick:
-            return f"{key} {base:.4f} (under one 10 ms tick per window)"
-        return f"{ours / base:.1f}x {key} ({base:.4f})"
+            return f"{key} {base:.5f} (too small for a ratio)"
+        return f"{ours / base:.2f}x {key} ({base:.4f})"
 
     summary("idle", product=ours, floor=floor, prober=prober, rss=mem, floor_rss=floor_mem)
     over = ours / prober if prober >= tick else None
@@ -162,7 +165,8 @@ def report(results: list[Idle]) -> None:
         f"target <= {TARGET_OVER_PROBER}x B2: {verdict(over, TARGET_OVER_PROBER)}",
         f"product RSS {mem:.0f} MiB = {mem / floor_mem:.2f}x B1 ({floor_mem:.0f} MiB)",
         f"window {WINDOW_S:g} s from {SETTLE_S:g} s after ready; {load_note()} at the end.",
-        "CPU is the process's own (psutil user + system over the window); the server's CPU "
+        "CPU is the process's own (time.process_time, read by it at the window's ends: every "
+        "thread, microsecond-exact; asking wakes it once); the server's CPU "
         "(last column) is not counted: it shows what the probes cost the server.",
     ]
     header = ("side", "round", "CPU core", "RSS MiB", "llama-server core")

@@ -1,53 +1,63 @@
-"""The monitor's timers under MockClock (issue 11 items 1 and 3): probes of many instances
-spread over the second, and a readiness line that makes the monitor probe at once and ask
-the first token without probing again."""
+"""The monitor's timers under MockClock: a runtime's first 50 instances probe on the 200 ms
+grid, ten to a slot in load order, the later ones spread (``_policy/probe_schedule.py``),
+and a readiness line that makes the monitor probe at once and ask the first token without
+probing again."""
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 
 import trio
 import trio.testing
 
-from actors.monitor_support import Script, StandIn, drain, probing
+from actors.adopted_support import QuietNet
+from actors.monitor_support import MODEL, Script, StandIn, drain, probing
+from inferactors import InferConfig, InferenceSpec, InferFlavor, ServeArgs, open_runtime
 from inferactors._actors.instance.messages import Probed
-from inferactors._policy.probe_schedule import RUNNING_PROBE_S
+from inferactors._edges.bundle import Edges
+from inferactors._policy.probe_schedule import RUNNING_PROBE_S, probe_phase
 
 INSTANCES = 100
 FIRST_PORT = 20000
 LOADED = b"0.00.015.172 I srv  llama_server: model loaded\n"
 
 
-async def test_a_hundred_monitors_started_together_spread_their_probes_over_the_second(
+async def test_a_runtimes_first_fifty_share_probe_ticks_ten_to_a_slot_and_the_rest_spread(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     script = Script()
-    send, receive = trio.open_memory_channel[object](10_000)
-    seen: list[Probed] = []
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(drain, receive, seen)
-        for port in range(FIRST_PORT, FIRST_PORT + INSTANCES):
-            nursery.start_soon(probing(script, port, send).monitor, None, trio.CancelScope())
+    edges = Edges(open_prober=script.open, net=QuietNet(), measure_loop_lag=False)
+    config = InferConfig.adopted(InferFlavor.LLAMACPP)
+    ports = list(range(FIRST_PORT, FIRST_PORT + INSTANCES))
+    async with open_runtime(config, node_id="n", edges=edges, open_prober=script.open) as runtime:
+        for port in ports:
+            await runtime.start(await runtime.load(spec_on(port)))
+        began = trio.current_time()
         await trio.sleep(10.0)
-        nursery.cancel_scope.cancel()
-    steady = [(at, port) for at, port, _ in script.calls if 5.0 <= at < 9.0]
-    assert len(steady) == 4 * INSTANCES  # each instance once a second, none skipped
-    windows = Counter(int(at * 100) for at, _ in steady)  # 10 ms windows
-    assert max(windows.values()) <= 4 * 4  # at most 4 probes in any 10 ms, in each second
-    per_second = Counter(int((at % 1.0) * 100) for at, _ in steady if at < 6.0)
-    assert max(per_second.values()) <= 4
-    assert len(per_second) >= 50  # spread over at least half of the 10 ms windows
-    by_port = sorted(steady, key=lambda call: call[1])
-    for _, calls in itertools.groupby(by_port, key=lambda call: call[1]):
-        times = [at for at, _ in calls]
-        gaps = [b - a for a, b in itertools.pairwise(times)]
-        assert all(abs(gap - RUNNING_PROBE_S) < 1e-6 for gap in gaps)  # its own steady phase
+    steady = [(at - began, port) for at, port, call in script.calls if call == "report"]
+    steady = [(at, port) for at, port in steady if 5.0 <= at < 9.0]
+    assert Counter(port for _, port in steady) == dict.fromkeys(ports, 4)  # 1 Hz, none skipped
+    for ordinal, port in enumerate(ports):
+        phases = {round((began + at) % RUNNING_PROBE_S, 6) for at, p in steady if p == port}
+        assert phases == {round(probe_phase(ordinal), 6)}  # its own, steady
+        if ordinal < 50:
+            assert phases == {round((ordinal // 10) * 0.2, 6)}  # 10 a slot, in load order
+    instants = Counter(round(at, 6) for at, _ in steady)
+    assert len(instants) == 4 * (5 + INSTANCES - 50)  # the 50 others each at its own phase
+    assert max(instants.values()) == 10
 
 
-async def loaded_at(script: Script, line: bytes | None) -> list[tuple[float, str]]:
-    """Run one managed monitor whose server loads at 0.205 s (and prints ``line`` then, when
-    given); the prober's calls until 0.5 s, as ``(time, call)``."""
+def spec_on(port: int) -> InferenceSpec:
+    return InferenceSpec(
+        role="chat", runtime=InferFlavor.LLAMACPP, model=MODEL, serve=ServeArgs(port=port)
+    )
+
+
+async def loaded_at(
+    script: Script, line: bytes | None, until_s: float = 0.5
+) -> list[tuple[float, str]]:
+    """Run one managed monitor (phase 0) whose server loads at 0.205 s (and prints ``line``
+    then, when given); the prober's calls until ``until_s``, as ``(time, call)``."""
     process = StandIn()
     send, receive = trio.open_memory_channel[object](1000)
     seen: list[Probed] = []
@@ -60,7 +70,7 @@ async def loaded_at(script: Script, line: bytes | None) -> list[tuple[float, str
         script.loaded = True
         if line is not None:
             process.lines.stderr.feed(line)
-        await trio.sleep(0.5 - 0.205)
+        await trio.sleep(until_s - 0.205)
         nursery.cancel_scope.cancel()
     assert any(probed.first_token == "" for probed in seen)
     return [(round(at, 6), call) for at, _, call in script.calls]
@@ -70,10 +80,10 @@ async def test_a_model_loaded_line_is_probed_at_once_and_its_token_asked_without
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     script = Script()
-    calls = await loaded_at(script, LOADED)
+    calls = await loaded_at(script, LOADED, until_s=1.5)
     after = [call for call in calls if call[0] >= 0.205]
     assert after[:2] == [(0.205, "report"), (0.205, "token")]  # no probe between the two
-    assert after[2][0] > 0.205
+    assert after[2:] == [(1.0, "report")]  # then its running tick
     assert script.opened == 2  # the monitor's prober and the token's; no prober to re-probe
 
 

@@ -311,6 +311,25 @@ async def test_fc15_an_extra_port_on_all_interfaces_is_stopped_and_held_until_re
         await rec.state(InstanceState.RUNNING)
 
 
+async def test_fc15_a_port_opened_on_all_interfaces_long_after_running_is_stopped(
+    bench: Bench, free_port: int
+) -> None:
+    extra = another_port()
+    faults = FakeServerFaults(extra_port=extra, extra_host="0.0.0.0", extra_after_s=3.0)
+    async with supervising(bench.config(bench.program(faults))) as (runtime, rec):
+        handle = await runtime.load(chat(free_port))
+        await runtime.start(handle)
+        started = await rec.next(ProcessStarted)
+        await rec.state(InstanceState.RUNNING)
+        running_at = trio.current_time()
+        exposed = await rec.next(ExposureDetected)  # found by the runtime's LISTEN-table reads
+        assert f"0.0.0.0:{extra} (pid {started.pid})" in exposed.detail
+        assert exposed.at - started.at < 3.0 + 0.25 + SLACK_S
+        assert trio.current_time() - running_at > 1.0  # it was Running, quiet, first
+        assert (await rec.next(ProcessExited)).reason is StopReason.EXPOSURE
+        await assert_group_gone(started.pid)
+
+
 async def test_fc15_a_server_bound_to_all_interfaces_is_stopped(
     bench: Bench, free_port: int
 ) -> None:

@@ -17,6 +17,17 @@ from inferactors._edges.tree_usage import tree_usage
 pytestmark = linux_only
 
 
+def settle(pid: int) -> None:
+    """Wait until ``pid`` runs `sleep` and its resident memory stopped changing (the
+    loader maps pages lazily: on a loaded machine, for tens of ms after the exec)."""
+    process, seen = psutil.Process(pid), [-1, -2, -3]
+    deadline = time.monotonic() + 10
+    while process.name() != "sleep" or len(set(seen[-3:])) > 1:
+        assert time.monotonic() < deadline, "sleep never settled"
+        time.sleep(0.02)
+        seen.append(process.memory_info().rss)
+
+
 def test_a_tree_is_its_members_memory_and_cpu(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -25,6 +36,7 @@ def test_a_tree_is_its_members_memory_and_cpu(
         while not (tmp_path / "child").exists() or not (tmp_path / "child").read_text():
             time.sleep(0.01)
         child = int((tmp_path / "child").read_text())
+        settle(child)  # forked, exec'ing: its memory would change between the reads below
 
         def no_host_walk(self: psutil.Process, recursive: bool = False) -> list[psutil.Process]:
             raise AssertionError("children() reads every process on the host")

@@ -8,9 +8,14 @@ from collections import Counter
 import pytest
 
 from inferactors._policy.probe_schedule import (
+    GRID_S,
+    PACKED_INSTANCES,
+    PHASE_SLOTS,
+    PROBES_PER_SLOT,
     RUNNING_PROBE_S,
     next_probe_at,
     phase_of,
+    probe_phase,
     startup_delay,
 )
 
@@ -51,3 +56,24 @@ def test_a_probe_exactly_on_its_tick_waits_a_whole_period_not_zero() -> None:
 def test_a_probe_that_overran_its_tick_skips_to_the_next_one() -> None:
     assert next_probe_at(7.9, RUNNING_PROBE_S, phase=0.2) == pytest.approx(8.2)
     assert next_probe_at(8.25, RUNNING_PROBE_S, phase=0.2) == pytest.approx(9.2)
+
+
+def test_a_runtimes_first_fifty_instances_share_five_ticks_ten_to_a_tick() -> None:
+    phases = [probe_phase(ordinal) for ordinal in range(PACKED_INSTANCES)]
+    assert PACKED_INSTANCES == 50
+    assert set(phases[:PROBES_PER_SLOT]) == {0.0}  # up to 10 servers: one wake a period
+    assert phases[PROBES_PER_SLOT] == pytest.approx(GRID_S)
+    assert sorted(set(phases)) == pytest.approx([k * GRID_S for k in range(PHASE_SLOTS)])
+    assert Counter(phases) == Counter({p: 10 for p in set(phases)})  # 10 per slot
+    assert all(round(p / GRID_S, 9).is_integer() for p in phases)  # on the LISTEN grid
+
+
+def test_later_instances_are_spread_over_the_period_not_bunched() -> None:
+    phases = [probe_phase(ordinal) for ordinal in range(1000)]
+    assert all(0.0 <= p < 1.0 for p in phases)
+    spread = phases[PACKED_INSTANCES:]
+    windows = Counter(int(p * 100) for p in spread)  # 10 ms windows
+    assert len(windows) == 100  # every 10 ms of the second has some
+    assert max(windows.values()) <= 2 * len(spread) / 100  # none more than twice its share
+    instants = Counter(round(p, 9) for p in phases)
+    assert max(instants.values()) == PROBES_PER_SLOT  # at most 10 probes at one instant

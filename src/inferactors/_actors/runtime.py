@@ -103,6 +103,8 @@ class InferRuntime(RuntimeLoading, RuntimeLogs, RuntimeStatus, RuntimeRunning):
     _board: StatusBoard = attrs.Factory(StatusBoard)  # the supervisor's: read by status()
     _probing: trio.CapacityLimiter = attrs.Factory(lambda: trio.CapacityLimiter(PROBING))
     _install_locks: dict[str, tuple[trio.Lock, int]] = attrs.Factory(dict)
+    _installed: int = 0
+    """How many instance actors this runtime made (`probe_schedule.probe_phase`)."""
 
     @property
     def id(self) -> str:

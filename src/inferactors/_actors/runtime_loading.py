@@ -31,6 +31,7 @@ from .._events import Event
 from .._flavor import InferFlavor
 from .._models.registry import ModelRegistry
 from .._policy.admission import Admission, Plan, resolve_supervision
+from .._policy.probe_schedule import probe_phase
 from .admission import make_plan
 from .instance import InstanceActor
 from .messages import Load, call
@@ -51,6 +52,7 @@ class RuntimeLoading:
     _edges: Edges
     _probing: trio.CapacityLimiter
     _install_locks: dict[str, tuple[trio.Lock, int]]
+    _installed: int
 
     @property
     def id(self) -> str:
@@ -204,7 +206,9 @@ class RuntimeLoading:
                 events=self._events,
                 registry=self.registry,
                 slot=slot,
+                tick_phase=probe_phase(self._installed),
             )
+            self._installed += 1
         await call(self._supervisor, partial(Load, actor, slot=slot))
 
     def _instance_dir(self, iid: str, config: InferConfig) -> Path | None:

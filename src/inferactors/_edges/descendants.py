@@ -19,8 +19,8 @@ here, three ways, each held by a pidfd checked against the start the scan saw
   server's (`adopted_from`, at a stop and at the leader's exit).
 
 `Descendants.track` runs right before a stop, at the leader's exit, on the record refresh
-and the identity check, and, for a server without a cgroup only, about once a second (a
-timer in ``process.py`` that skips a look another caller just made). Synchronous: with a
+and the identity check, and, for a server without a cgroup only, on a timer when nobody
+else looked for 1.5 s (``descendant_looks.py``). Synchronous: with a
 cgroup, one read of ``cgroup.procs`` (what it holds is the whole server: no walk);
 without, a walk of the server's tree, one ``children`` list per thread (0.1 to 0.7 ms for
 the real llama-server's 14 threads here, the higher figure on a loaded machine); it runs
@@ -38,7 +38,6 @@ import logging
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable
 
 import attrs
@@ -131,7 +130,6 @@ class Descendants:
     seen: tuple[int, ...] = ()
     killed: tuple[int, ...] = ()
     _escapees: Escapees = attrs.field(init=False)
-    _tracked_at: float = attrs.field(init=False, factory=time.monotonic)
 
     def __attrs_post_init__(self) -> None:
         self._escapees = Escapees(self.leader, self.pgid)
@@ -139,15 +137,14 @@ class Descendants:
 
     def track(self) -> tuple[int, ...]:
         """Look for new outsiders (its tree and its cgroup); the live ones."""
-        self._tracked_at = time.monotonic()
         if self.cgroup is None:
             return self._saw(self._escapees.track())
         return self._saw(self._escapees.track(self.cgroup.members(), walk=False))
 
-    def since_tracked(self) -> float:
-        """Seconds since the last `track` (by anyone: the timer skips a look another
-        caller just made, so a server is walked about once per period, not twice)."""
-        return time.monotonic() - self._tracked_at
+    @property
+    def shape(self) -> frozenset[tuple[int, int]]:
+        """``(pid, pgid)`` of what the last `track` looked at (`Escapees.shape`)."""
+        return self._escapees.shape
 
     def track_adopted(self) -> tuple[int, ...]:
         """`track`, plus the children of this process that the server left to it

@@ -31,6 +31,10 @@ class Escapees:
 
     leader: int
     pgid: int
+    shape: frozenset[tuple[int, int]] = frozenset()
+    """``(pid, pgid)`` of every process the last `track` looked at (the leader's tree and
+    the pids given): while it is the same, so are the server's group and outsiders, as
+    far as pids tell (a pid reused in the tree between two looks is not seen)."""
     _fds: dict[int, int] = attrs.field(factory=dict)
 
     def track(self, also: Iterable[int] = (), *, walk: bool = True) -> tuple[int, ...]:
@@ -45,23 +49,25 @@ class Escapees:
         """
         self._forget_exited()
         found = descendants((self.leader, *self._fds)) if walk else []
+        shape: dict[int, int] = {}
         for pid in also:
             try:
-                if pid in self._fds or pid == self.leader or os.getpgid(pid) == self.pgid:
+                shape[pid] = os.getpgid(pid)
+                if pid in self._fds or pid == self.leader or shape[pid] == self.pgid:
                     continue  # known, or in the group: no need to read its start
                 found.append(psutil.Process(pid))
             except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
                 continue
         for child in found:
-            if child.pid in self._fds or child.pid == self.leader:
-                continue
             try:
-                if os.getpgid(child.pid) == self.pgid:
+                pgid = shape[child.pid] = os.getpgid(child.pid)
+                if child.pid in self._fds or child.pid == self.leader or pgid == self.pgid:
                     continue
                 started = child.create_time()
             except (psutil.NoSuchProcess, ProcessLookupError):
                 continue
             self._adopt(child.pid, started)
+        self.shape = frozenset(shape.items())
         return self.alive()
 
     def alive(self) -> tuple[int, ...]:

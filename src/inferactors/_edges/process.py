@@ -21,8 +21,8 @@ description; `ManagedProcess.terminate` stops it:
   the rest of the group until the grace is spent, and only then sends SIGKILL. The leader
   stays unreaped (a zombie) meanwhile, which keeps the group id ours. Descendants that
   left the group (``setsid``, a daemon's double fork) share its steps: found by its
-  cgroup right before a stop, or without one by tree and session every `TRACK_S` and
-  right before a stop (``descendants.py``),
+  cgroup right before a stop, or without one by tree and session about once a second and
+  right before a stop (``descendants.py``, ``descendant_looks.py``),
   killed with ``cgroup.kill`` where there is a cgroup; the evidence and the log say which
   survived the grace and were killed;
 - when the leader exits on its own its group is killed at once, so no grandchild outlives
@@ -48,6 +48,7 @@ import trio
 from .._errors import BackendError
 from .._policy.privilege import RunAs
 from .capture import RunEvidence
+from .descendant_looks import DescendantLooks
 from .descendants import Descendants
 from .output_lines import LineSink, LineWatch, read_stream
 from .spawn import CHILD_RLIMITS as CHILD_RLIMITS
@@ -67,15 +68,6 @@ _SETTLE_BOUND_S = REAP_BOUND_S + OUTPUT_DRAIN_S + 1.0
 
 GROUP_POLL_S = 0.02
 """How often a stop whose leader has exited looks whether the rest of its group is gone (s)."""
-
-TRACK_S = 1.0
-"""How often the descendants outside the group are looked for while a server without a
-cgroup runs (s); a look made meanwhile by the record refresh counts. A server in a cgroup
-is never looked at on a timer: its cgroup holds everything it starts."""
-
-
-STOP_TRACK_S = 0.05
-"""How often a stop's grace looks for new descendants of a server without a cgroup (s)."""
 
 
 class LaunchLike(Protocol):
@@ -120,6 +112,7 @@ class ManagedProcess:
     _stop_deadline: float | None = None
     _evidence: RunEvidence | None = None
     _descendants: Descendants | None = None
+    _looks: DescendantLooks | None = None
     _survivors: tuple[int, ...] = ()
     lines: LineWatch = attrs.Factory(LineWatch)  # the start-up reading of its output
 
@@ -163,8 +156,10 @@ class ManagedProcess:
         process.lines.sink, process.lines.pid = log, child.pid
         if isinstance(child, PosixChild) and hasattr(os, "pidfd_open"):
             process._descendants = Descendants(child.pid, child.pid, child.cgroup)
+            looks = process._looks = DescendantLooks(process._descendants)
             if child.cgroup is None:  # a cgroup holds them all: no need to look meanwhile
-                nursery.start_soon(process._track, name=f"inferactors descendants {child.pid}")
+                name = f"inferactors descendants {child.pid}"
+                nursery.start_soon(looks.on_timer, process._exited, name=name)
         nursery.start_soon(process._watch_exit, name=f"inferactors exit watcher {child.pid}")
         nursery.start_soon(process._pump_output, name=f"inferactors output {child.pid}")
         if isinstance(child, PosixChild) and child.startup_slot is not None:
@@ -195,43 +190,37 @@ class ManagedProcess:
         return None if cgroup is None else Path(cgroup.path)
 
     @property
+    def tree_shape(self) -> frozenset[tuple[int, int]] | None:
+        """``(pid, pgid)`` of the server's descendants at the last `track_descendants`
+        (`Escapees.shape`); None where they are not tracked (no pidfds)."""
+        return None if self._descendants is None else self._descendants.shape
+
+    @property
     def escaped(self) -> tuple[int, ...]:
         """The live descendants tracked outside our group (see `track_descendants`)."""
         return () if self._descendants is None else self._descendants.alive()
 
     def track_descendants(self) -> tuple[int, ...]:
         """Track (pidfds) the descendants that left our group; return the live ones. On
-        each record refresh, identity check and stop, and (without a cgroup) about every
-        `TRACK_S`; 0.1 to 0.7 ms (the server's tree and its cgroup, ``descendants.py``)."""
-        if self._descendants is None or not self.running:
+        each record refresh, identity check and stop, and (without a cgroup) when nobody
+        looked for a while (``descendant_looks.py``); 0.1 to 0.7 ms (the server's tree and
+        its cgroup, ``descendants.py``)."""
+        if self._looks is None or not self.running:
             return self.escaped
-        return self._descendants.track()
+        return self._looks.look()
 
     def _track_adopted(self) -> None:
         """`track_descendants`, with the orphans this process adopted from the server."""
         if self._descendants is not None:
             self._descendants.track_adopted()
 
-    async def _track(self) -> None:
-        """Track the descendants every `TRACK_S` until the leader's exit is noticed (a look
-        someone else made meanwhile counts)."""
-        descendants = self._descendants
-        while self.running and descendants is not None:
-            with trio.move_on_after(TRACK_S):
-                await self._exited.wait()
-            if descendants.since_tracked() >= TRACK_S / 2:
-                self.track_descendants()
-
     async def _watch_grace(self) -> None:
-        """Wait for the leader's exit; meanwhile, for a server without a cgroup, look for
-        new descendants every `STOP_TRACK_S` (what it starts on SIGTERM stays in its tree
-        while its leader lives, and would be lost to init with its exit)."""
-        descendants = self._descendants
-        while self.running:
-            with trio.move_on_after(STOP_TRACK_S):
-                await self._exited.wait()
-            if descendants is not None and descendants.cgroup is None and self.running:
-                descendants.track()
+        """Wait for the leader's exit, looking for new descendants meanwhile
+        (`DescendantLooks.through_grace`)."""
+        if self._looks is None:
+            await self._exited.wait()
+        else:
+            await self._looks.through_grace(self._exited)
 
     @property
     def started_at(self) -> float:

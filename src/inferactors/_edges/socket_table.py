@@ -86,7 +86,8 @@ anything else) when it cannot: the table then falls back to psutil."""
 class NetlinkReader:
     """LISTEN sockets from the kernel through a raw netlink ``sock_diag`` socket
     (`sock_diag.SockDiag`), opened at the first read and closed when that trio run ends
-    (a later run opens another)."""
+    (a later run opens another), or by `close`; read outside trio (the listener watch's
+    thread), it is closed by `close` or with the object."""
 
     def __init__(self) -> None:
         self._diag: SockDiag | None = None
@@ -102,6 +103,12 @@ class NetlinkReader:
         with contextlib.suppress(RuntimeError):  # outside trio: closed with the object
             trio.lowlevel.spawn_system_task(self._close_at_run_end, diag)
         return diag
+
+    def close(self) -> None:
+        """Close the socket now (a later read opens another)."""
+        diag, self._diag = self._diag, None
+        if diag is not None:
+            diag.close()
 
     async def _close_at_run_end(self, diag: SockDiag) -> None:
         try:

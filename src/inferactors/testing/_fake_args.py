@@ -67,6 +67,7 @@ def parser() -> argparse.ArgumentParser:
     add("--fail-completions-after", type=int, metavar="N", help="hang after N completions")
     add("--extra-port", type=int, help="also listen on this port (of --extra-host)")
     add("--extra-host", default="127.0.0.1")
+    add("--extra-after-s", type=float, default=0.0, help="open the extra port S s after listening")
     add("--fork-child", action="store_true", help="fork a child that stays alive (FC-12)")
     add("--bind-delay-s", type=float, default=0.0, help="listen only after S seconds")
     add("--health-fault", choices=HEALTH_FAULTS, help="llamacpp: /health misbehaves")

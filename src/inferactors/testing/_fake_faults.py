@@ -77,6 +77,8 @@ class FakeServerFaults:
         fail_completions_after: The first N completions work, later ones hang.
         extra_port: Also listen (same API) on this port of ``extra_host`` (FC-15 exposure).
         extra_host: The address of ``extra_port``; tests use 127.0.0.1 or 127.0.0.2.
+        extra_after_s: Open ``extra_port`` only this long after listening (a server that
+            binds beyond loopback long after it came up).
         fork_child: Fork a child that stays alive, in the same process group, holding the
             listening sockets it inherits (FC-12).
         bind_delay_s: Refuse connections (not listening yet) for this long after start.
@@ -137,6 +139,7 @@ class FakeServerFaults:
     fail_completions_after: int | None = attrs.field(default=None, validator=_non_negative)
     extra_port: int | None = attrs.field(default=None, validator=_port)
     extra_host: str = "127.0.0.1"
+    extra_after_s: float = attrs.field(default=0.0, validator=_non_negative)
     fork_child: bool = False
     bind_delay_s: float = attrs.field(default=0.0, validator=_non_negative)
     health_fault: str | None = attrs.field(

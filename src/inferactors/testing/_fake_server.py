@@ -81,6 +81,8 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         threading.Thread(target=server.serve_forever, daemon=True).start()
     ready = (options, state.load_left_s())
     threading.Thread(target=say_ready, args=ready, daemon=True).start()
+    if options.faults.extra_port is not None and options.faults.extra_after_s > 0:
+        threading.Thread(target=_listen_later, args=(state,), daemon=True).start()
     start_flood(options)
     _await_fate(state, watched)
 
@@ -101,7 +103,7 @@ def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
 def _listen(options: FakeServerOptions) -> list[Server]:
     faults = options.faults
     addresses = [(options.host, options.port)]
-    if faults.extra_port is not None:
+    if faults.extra_port is not None and faults.extra_after_s == 0:
         addresses.append((faults.extra_host, faults.extra_port))
     servers = []
     for host, port in addresses:
@@ -114,6 +116,23 @@ def _listen(options: FakeServerOptions) -> list[Server]:
             )
             sys.exit(1)
     return servers
+
+
+def _listen_later(state: FakeState) -> None:
+    """Open the extra port ``extra_after_s`` after listening, and serve it."""
+    faults = state.options.faults
+    assert faults.extra_port is not None
+    time.sleep(faults.extra_after_s)
+    kind = Server6 if ":" in faults.extra_host else Server
+    try:
+        server = kind((faults.extra_host, faults.extra_port), Handler)
+    except OSError as exc:
+        print(f"inferactors fake server: cannot listen on {faults.extra_port}: {exc}")
+        return
+    server.state = state
+    print(f"inferactors fake server: listening on {faults.extra_host}:{faults.extra_port} too")
+    sys.stdout.flush()
+    server.serve_forever()
 
 
 def _announce(options: FakeServerOptions, watched: Launcher | None) -> None:

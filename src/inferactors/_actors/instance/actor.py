@@ -113,17 +113,20 @@ class InstanceActor:
         events: trio.MemorySendChannel[Event],
         registry: ModelRegistry | None = None,
         slot: StatusSlot | None = None,
+        tick_phase: float = 0.0,
     ) -> InstanceActor:
         """A new actor in state Loaded; nothing runs until `serve` is started. ``registry``
         checks the model's pins at every spawn (None: a bare actor pins nothing); ``slot``
-        is where it publishes its status (the runtime's status board)."""
+        is where it publishes its status (the runtime's status board); ``tick_phase`` is the
+        phase of its running probes and refreshes on the runtime's grid
+        (`probe_schedule.probe_phase`)."""
         box = Mailbox.create(instance_id, events, slot)
         ring = edges.logs.ring(instance_id, config.managed)
         post = box.inbox
         life = ProcessLife(plan, edges, post, registry, ring, box.emit, instance_id)
         admitted_at = trio.current_time() if plan.admitted is not None else None
-        probing = Probing(plan, config, edges, post, admitted_at)
-        exposure = ExposureWatch(plan, edges, post)
+        probing = Probing(plan, config, edges, post, admitted_at, tick_phase)
+        exposure = ExposureWatch(plan, edges, post, tick_phase)
         state = State.initial(Setup.of(instance_id, runtime_id, plan))
         actor = cls(
             instance_id, runtime_id, plan, instance_dir, box, edges, life, probing, exposure, state

@@ -62,13 +62,15 @@ admission, when the CPU is shortest."""
 class Probing:
     """The probing workers of one instance; ``post`` is the actor's inbox; ``admitted_at``
     is the trio time of the admission's report of an adopted server (`Plan.admitted`;
-    None: none)."""
+    None: none); ``tick_phase`` places its running probes on the runtime's grid."""
 
     plan: Plan
     config: InferConfig
     edges: Edges
     post: trio.MemorySendChannel[object]
     admitted_at: float | None = None
+    tick_phase: float = 0.0
+    """The phase of the probe ticks (`probe_schedule.probe_phase`)."""
 
     def admission_report(self) -> ServerReport | None:
         """The admission's report of an adopted server while it is at most
@@ -137,9 +139,13 @@ class Probing:
         lateness. An overload is the supervisor's own state (`SupervisorOverloaded`),
         never a server's.
         """
-        delay, phase = FIRST_PROBE_S, phase_of(self.plan.spec.base_url())
-        look = ProbeLook(token_ok=process is None, exposure_phase=phase)  # adopted: no token
-        prober = self.open_prober(self.plan.spec.base_url(), self.config.probe_timeout_s)
+        base_url = self.plan.spec.base_url()
+        delay, phase = FIRST_PROBE_S, self.tick_phase
+        exposure_phase = phase_of(base_url)  # spread over `ADOPTED_EXPOSURE_S`
+        look = ProbeLook(
+            token_ok=process is None, exposure_phase=exposure_phase
+        )  # adopted: no token
+        prober = self.open_prober(base_url, self.config.probe_timeout_s)
         fresh = self.admission_report() if process is None else None
         bound = VerdictBound(self.config.probe_timeout_s)
         with scope:
