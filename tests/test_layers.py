@@ -135,8 +135,8 @@ def append(path: Path, code: str) -> None:
         ("_policy/launch.py", "import select", "(policy) imports the I/O library select"),
         (
             "_policy/launch.py",
-            "from .._models.registry import threading",
-            "imports the I/O library threading through inferactors._models.registry",
+            "from .._models.registry_entries import threading",
+            "imports the I/O library threading through inferactors._models.registry_entries",
         ),
         ("_policy/launch.py", "def f() -> str:\n    return open('x').read()", "calls open()"),
         ("_policy/status.py", "def f(p):\n    return p.read_text()", "calls read_text()"),

@@ -1,12 +1,13 @@
 """The supervisor actor: owns the instance actors, routes commands, enforces restarts.
 
-It keeps the instance table and every instance's restart budget (the only writer of
-both), refuses a second instance on an ip:port that a managed instance uses, forwards each
-instance command to its actor's inbox in arrival order, and fans events out to subscribers.
-Events from instance actors reach it through its own inbox (`Notify`, ``event_relay.py``),
-so it decides about a crash the moment the exit is observed, with no caller's poll. Every
-handler is synchronous; restarts wait in their own tasks. It keeps the status board
-(``status_board``) with its table: attached at load, detached at unload.
+It keeps the instance table and, through `Restarts` (``restarts.py``), every instance's
+restart budget (the only writer of both), refuses a second instance on an ip:port that a
+managed instance uses, forwards each instance command to its actor's inbox in arrival
+order, and fans events out to subscribers. Events from instance actors reach it through its
+own inbox (`Notify`, ``event_relay.py``), so it decides about a crash the moment the exit is
+observed, with no caller's poll. Every handler is synchronous; restarts wait in their own
+tasks. It keeps the status board (``status_board``) with its table: attached at load,
+detached at unload.
 
 A crash stays inside its instance (OTP's one_for_one): an instance actor contains the
 exceptions of its loop and workers itself (``mailbox``); a managed server it stops reports
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import random as random_module
 from collections.abc import Callable
-from functools import partial
 from typing import Protocol, assert_never
 
 import attrs
@@ -27,22 +27,9 @@ import trio
 
 from .._config.binding import hosts_collide, spec_host
 from .._config.config import ControlMode
-from .._errors import BackendError, InferactorsError, InvalidState, PinMismatch, UnknownInstance
-from .._events import (
-    Event,
-    GaveUp,
-    InstanceCrashed,
-    ProcessExited,
-    RestartFailed,
-    RestartScheduled,
-    StateChanged,
-    instance_of,
-)
+from .._errors import BackendError, InvalidState, UnknownInstance
+from .._events import Event
 from .._policy.admission import Plan
-from .._policy.restart import GiveUp, NoRestart, RestartBudget
-from .._policy.restart import Restart as RestartDecision
-from .._status import InstanceState
-from .._stop_reasons import Diagnosis, StopReason
 from .event_relay import EVENT_BUFFER, relay_events
 from .mailbox import Crash
 from .messages import (
@@ -53,7 +40,6 @@ from .messages import (
     PlanOf,
     Reply,
     ResetRestarts,
-    Restart,
     RestartDone,
     Route,
     Shutdown,
@@ -63,10 +49,10 @@ from .messages import (
     SupervisorCommand,
     Unload,
     answer,
-    call,
     refuse,
 )
 from .overload_report import report_overloads
+from .restarts import Restarts
 from .status_board import StatusBoard
 from .subscribers import Subscribers
 
@@ -101,12 +87,21 @@ class Supervisor:
     _events_recv: trio.MemoryReceiveChannel[Event]
     _random: Callable[[], float]
     _actors: dict[str, Actor] = attrs.Factory(dict)
-    _budgets: dict[str, RestartBudget] = attrs.Factory(dict)
-    _pending: dict[str, trio.CancelScope] = attrs.Factory(dict)
     _subscribers: Subscribers = attrs.Factory(Subscribers)
     _nursery: trio.Nursery | None = None
     board: StatusBoard = attrs.Factory(StatusBoard)
     """Every loaded instance's published status (`status_board`), kept with the table."""
+    _restarts: Restarts = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._restarts = Restarts(
+            self._random,
+            self._inbox_send,
+            self._publish,
+            self._show,
+            self._adopted,
+            self._nursery_or_fail,
+        )
 
     @classmethod
     def create(cls, *, random: Callable[[], float] = random_module.random) -> Supervisor:
@@ -178,9 +173,10 @@ class Supervisor:
             case ResetRestarts():
                 self._on_reset(command)
             case Notify():
-                self._on_event(command.event)
+                self._publish(command.event)
+                self._restarts.on_event(command.event)
             case RestartDone():
-                self._on_restart_done(command)
+                self._restarts.on_done(command)
             case _:
                 assert_never(command)
 
@@ -196,7 +192,7 @@ class Supervisor:
             refuse(command.reply, InvalidState(clash))
             return
         self._actors[actor.instance_id] = actor
-        self._budgets[actor.instance_id] = RestartBudget(actor.plan.restart_policy)
+        self._restarts.add(actor.instance_id, actor.plan.restart_policy)
         if command.slot is not None:
             self.board.attach(actor.instance_id, command.slot)
         self._nursery_or_fail().start_soon(self._serve_actor, actor)
@@ -213,8 +209,7 @@ class Supervisor:
             if self._actors.get(actor.instance_id) is actor:  # sync: one writer at a time
                 del self._actors[actor.instance_id]
                 self.board.detach(actor.instance_id)
-                self._budgets.pop(actor.instance_id, None)
-                self._cancel_pending(actor.instance_id)
+                self._restarts.forget(actor.instance_id)
 
     def _port_clash(self, actor: Actor) -> str | None:
         """Another instance whose server would take the same sockets, by the one rule of
@@ -238,20 +233,20 @@ class Supervisor:
         if actor is None:
             refuse(route.command.reply, _unknown(route.instance_id))
             return
-        pending = route.instance_id in self._pending
+        pending = self._restarts.pending(route.instance_id)
         if isinstance(route.command, Start | Stop | Shutdown):
-            self._cancel_pending(route.instance_id)  # the operator's word wins over a timer
+            # the operator's word wins over a timer
+            self._restarts.cancel_pending(route.instance_id)
         self._forward(actor, route.command)
         if pending and isinstance(route.command, Stop):
-            self._annotate(route.instance_id, None)  # no restart comes: the note is gone
+            self._restarts.note(route.instance_id, None)  # no restart comes: the note is gone
 
     def _on_unload(self, command: Unload) -> None:
         actor = self._actors.pop(command.instance_id, None)
         if actor is None:
             refuse(command.reply, _unknown(command.instance_id))
             return
-        self._cancel_pending(command.instance_id)
-        self._budgets.pop(command.instance_id, None)
+        self._restarts.forget(command.instance_id)
         self.board.detach(command.instance_id)
         self._forward(actor, Shutdown(UNLOAD_GRACE_S, command.reply))
 
@@ -264,128 +259,25 @@ class Supervisor:
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             refuse(command.reply, _unknown(actor.instance_id))  # type: ignore[attr-defined]
 
-    # Restarts (OTP restart types and intensity).
+    # Restarts (OTP restart types and intensity: ``restarts.py``).
 
     def _on_reset(self, command: ResetRestarts) -> None:
-        budget = self._budgets.get(command.instance_id)
-        if budget is None:
+        if self._restarts.reset(command.instance_id):
+            answer(command.reply, None)
+        else:
             refuse(command.reply, _unknown(command.instance_id))
-            return
-        self._budgets[command.instance_id] = budget.reset()
-        self._annotate(command.instance_id, None)
-        answer(command.reply, None)
-
-    def _on_event(self, event: Event) -> None:
-        self._publish(event)
-        iid = instance_of(event)
-        budget = None if iid is None else self._budgets.get(iid)
-        if iid is None or budget is None:
-            return
-        if isinstance(event, StateChanged):
-            budget = budget.refill_if_stable(event.at)  # up until now: stable counts
-            if event.new is InstanceState.RUNNING or event.serving:  # Degraded but serving
-                budget = budget.note_running(event.at)
-            else:
-                budget = budget.note_not_running()
-            self._budgets[iid] = budget
-        elif isinstance(event, ProcessExited):
-            exit_code, signal, diagnosis = event.exit_code, event.signal, event.diagnosis
-            self._decide(
-                event.instance_id, event.reason, exit_code, signal, diagnosis, event.last_lines
-            )
-        elif isinstance(event, InstanceCrashed) and self._adopted(event.instance_id):
-            self._decide(event.instance_id, StopReason.ERROR, None, None)  # watch it again
-
-    def _decide(
-        self,
-        iid: str,
-        reason: StopReason,
-        exit_code: int | None,
-        signal: int | None,
-        diagnosis: Diagnosis | None = None,
-        last_lines: tuple[str, ...] = (),
-    ) -> None:
-        """Apply the restart policy to an exit; the same start-up failure twice in a row
-        (the same diagnosis, or the same status and last line) gives up at once
-        (``config-error``, `RestartBudget.decide`)."""
-        now, jitter = trio.current_time(), self._random()
-        budget, decision = self._budgets[iid].decide(
-            reason=reason,
-            exit_code=exit_code,
-            signal=signal,
-            now=now,
-            random=jitter,
-            diagnosis=diagnosis,
-            last_lines=last_lines,
-        )
-        self._budgets[iid] = budget
-        match decision:
-            case RestartDecision():
-                self._publish(RestartScheduled(iid, decision.attempt, decision.delay_s, now))
-                self._annotate(
-                    iid, f"restarting in {decision.delay_s:.1f} s (attempt {decision.attempt})"
-                )
-                self._schedule(iid, decision)
-            case GiveUp():
-                self._publish(GaveUp(iid, decision.attempts, decision.why, now))
-                self._annotate(iid, f"gave up: {decision.why}", gave_up=True)
-            case NoRestart():
-                self._annotate(iid, None)
-            case _:
-                assert_never(decision)
-
-    def _schedule(self, iid: str, decision: RestartDecision) -> None:
-        self._cancel_pending(iid)
-        scope = trio.CancelScope()
-        self._pending[iid] = scope
-        self._nursery_or_fail().start_soon(self._restart_later, iid, decision, scope)
-
-    async def _restart_later(
-        self, iid: str, decision: RestartDecision, scope: trio.CancelScope
-    ) -> None:
-        with scope:
-            await trio.sleep(decision.delay_s)
-            error: InferactorsError | None = None
-            try:
-                await call(self._inbox_send, partial(_routed_restart, iid, decision.attempt))
-            except InferactorsError as failure:
-                error = failure
-            await self._inbox_send.send(RestartDone(iid, decision.attempt, error))
-
-    def _on_restart_done(self, done: RestartDone) -> None:
-        self._pending.pop(done.instance_id, None)
-        if done.instance_id not in self._budgets:
-            return
-        if done.error is None:
-            self._annotate(done.instance_id, None)
-            return
-        if isinstance(done.error, InvalidState | UnknownInstance):
-            self._annotate(done.instance_id, None)  # stopped or unloaded meanwhile
-            return
-        if isinstance(done.error, PinMismatch):  # held down by its actor: not a crash
-            self._annotate(done.instance_id, None)
-            return
-        now = trio.current_time()
-        self._publish(RestartFailed(done.instance_id, done.attempt, str(done.error), now))
-        self._decide(done.instance_id, StopReason.CRASH, None, None)
 
     def _adopted(self, iid: str) -> bool:
         actor = self._actors.get(iid)
         return actor is not None and actor.plan.mode is ControlMode.ADOPTED
 
-    def _cancel_pending(self, iid: str) -> None:
-        scope = self._pending.pop(iid, None)
-        if scope is not None:
-            scope.cancel()
-
-    def _annotate(self, iid: str, note: str | None, *, gave_up: bool = False) -> None:
+    def _show(self, iid: str, note: str | None, attempts: int, gave_up: bool) -> None:
         actor = self._actors.get(iid)
-        budget = self._budgets.get(iid)
-        if actor is None or budget is None:
+        if actor is None:
             return
-        self.board.annotate(iid, note, budget.attempts)  # readers see it before the actor
+        self.board.annotate(iid, note, attempts)  # readers see it before the actor
         send, _unread = trio.open_memory_channel[Reply[None]](1)  # nobody waits for it
-        self._forward(actor, Annotate(note, budget.attempts, send, gave_up))
+        self._forward(actor, Annotate(note, attempts, send, gave_up))
 
     # Events.
 
@@ -401,10 +293,6 @@ class Supervisor:
         if self._nursery is None:
             raise BackendError("the supervisor is not serving")
         return self._nursery
-
-
-def _routed_restart(iid: str, attempt: int, reply: object) -> Route:
-    return Route(iid, Restart(attempt, reply))  # type: ignore[arg-type]
 
 
 def _unknown(instance_id: str) -> UnknownInstance:

@@ -26,39 +26,31 @@ Checks:
   so is a model not signed as a load required (``design/signing.md``).
 
 All I/O here is synchronous; async callers run it in a thread (``trio.to_thread.run_sync``).
-A registry object may be shared by threads: checks of one model are serialised, and updates
-of the file hold an exclusive ``flock`` on ``<registry>.lock`` so that two processes adding
-models do not lose each other's entries. The file is re-read when it changed on disk, and
-every save is atomic (temporary file, fsync, ``os.replace``): a crash leaves the old file.
-The file I/O itself (saving, locking, stamping, reading) is in `registry_file.py`.
+A registry object may be shared by threads: checks of one model are serialised. The entries
+(which manifest each name stands for) and how the file is kept are in `registry_entries.py`:
+updates hold an exclusive ``flock`` on ``<registry>.lock`` so that two processes adding models
+do not lose each other's entries, the file is re-read when it changed on disk, and every
+save is atomic: a crash leaves the old file.
 """
 
 from __future__ import annotations
 
 import builtins
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 import attrs
 
-from .._errors import (
-    BackendError,
-    InvalidConfig,
-    ModelNotReady,
-    PinMismatch,
-    UnknownModel,
-    shown,
-)
+from .._errors import BackendError, ModelNotReady, PinMismatch
 from .._flavor import ModelFormat
 from .anchors import LiveAnchors, TrustAnchors
-from .hashing import Blake3Hasher, CheckFailure, FileHasher, FileStamp, ProgressFn
+from .hashing import Blake3Hasher, CheckFailure, FileHasher, ProgressFn
 from .manifest import ModelManifest, ModelSource, ResolvedModel, resolved_model
-from .manifest_io import check_manifest, check_model_name, registry_to_text
+from .manifest_io import check_manifest, check_model_name
 from .model_checks import ModelChecks
 from .pinning import PinnedModel
-from .registry_file import file_lock, read_registry, registry_stamp, write_atomic
+from .registry_entries import RegistryEntries
 from .scan import scan_model
 from .signed_add import scan_signed
 from .signing_rules import SigningRules
@@ -82,11 +74,8 @@ class ModelRegistry:
     Build one with `ModelRegistry.open` or `ModelRegistry.in_memory`, not the constructor.
     """
 
-    _path: Path | None
+    _entries: RegistryEntries
     _checks: ModelChecks
-    _models: dict[str, ModelManifest] = attrs.field(factory=dict)
-    _file_stamp: FileStamp | None = None
-    _lock: threading.RLock = attrs.field(factory=threading.RLock)
 
     @classmethod
     def open(
@@ -111,8 +100,9 @@ class ModelRegistry:
         """
         record = VerifiedRecord.beside(path, racy_margin_s=racy_margin_s)
         rules = SigningRules(LiveAnchors(anchors or TrustAnchors()))
-        registry = cls(path=path, checks=ModelChecks(hasher or Blake3Hasher(), rules, record))
-        registry._refresh()
+        checks = ModelChecks(hasher or Blake3Hasher(), rules, record)
+        registry = cls(entries=RegistryEntries(path), checks=checks)
+        registry._entries.refresh()
         return registry
 
     @classmethod
@@ -121,12 +111,13 @@ class ModelRegistry:
     ) -> ModelRegistry:
         """An empty registry that lives only in this object (tests, embedding)."""
         rules = SigningRules(LiveAnchors(anchors or TrustAnchors()))
-        return cls(path=None, checks=ModelChecks(hasher or Blake3Hasher(), rules))
+        checks = ModelChecks(hasher or Blake3Hasher(), rules)
+        return cls(entries=RegistryEntries(None), checks=checks)
 
     @property
     def path(self) -> Path | None:
         """The registry file, or None for an in-memory registry."""
-        return self._path
+        return self._entries.path
 
     @property
     def anchors(self) -> TrustAnchors:
@@ -180,7 +171,7 @@ class ModelRegistry:
             BackendError: a model file cannot be read or the registry cannot be saved.
         """
         check_model_name(name)
-        _refuse_taken(self._current(), name)
+        self._entries.refuse_taken(name)
         try:
             if signature is None:
                 scanned = scan_model(
@@ -199,7 +190,7 @@ class ModelRegistry:
         except OSError as error:
             raise BackendError(f"path: cannot read {error.filename}: {error.strerror}") from error
         manifest = check_manifest(attrs.evolve(scanned, source=source or ModelSource()))
-        self._update(lambda models: _insert(models, manifest))
+        self._entries.insert(manifest)
         return manifest
 
     def add_manifest(self, manifest: ModelManifest) -> ModelManifest:
@@ -211,7 +202,7 @@ class ModelRegistry:
             BackendError: the registry cannot be saved.
         """
         manifest = check_manifest(manifest)
-        self._update(lambda models: _insert(models, manifest))
+        self._entries.insert(manifest)
         return manifest
 
     def replace_manifest(self, manifest: ModelManifest, *, replacing: ModelManifest) -> None:
@@ -223,16 +214,7 @@ class ModelRegistry:
                 ``replacing`` (changed meanwhile: nothing is written).
             BackendError: the registry cannot be saved.
         """
-        manifest = check_manifest(manifest)
-
-        def change(models: dict[str, ModelManifest]) -> None:
-            if manifest.name != replacing.name or models.get(manifest.name) != replacing:
-                raise InvalidConfig(
-                    f"name: {manifest.name} changed in the registry meanwhile; nothing replaced"
-                )
-            models[manifest.name] = manifest
-
-        self._update(change)
+        self._entries.replace(check_manifest(manifest), replacing=replacing)
 
     def add_ollama(self, name: str, tag: str) -> ModelManifest:
         """Register an Ollama model: format ollama, no pinned files, ``source.ollama_tag=tag``.
@@ -249,7 +231,7 @@ class ModelRegistry:
             source=ModelSource(ollama_tag=tag),
         )
         manifest = check_manifest(manifest)
-        self._update(lambda models: _insert(models, manifest))
+        self._entries.insert(manifest)
         return manifest
 
     def remove(self, name: str) -> ModelManifest:
@@ -258,20 +240,11 @@ class ModelRegistry:
         Raises:
             UnknownModel: no model has that name.
         """
-        removed: builtins.list[ModelManifest] = []
-
-        def change(models: dict[str, ModelManifest]) -> None:
-            if name not in models:
-                _unknown(name)
-            removed.append(models.pop(name))
-
-        self._update(change)
-        return removed[0]
+        return self._entries.remove(name)
 
     def list(self) -> tuple[ModelManifest, ...]:
         """Every registered manifest, sorted by name."""
-        models = self._current()
-        return tuple(models[name] for name in sorted(models))
+        return self._entries.listed()
 
     def get(self, name: str) -> ModelManifest:
         """The manifest registered as ``name``.
@@ -279,8 +252,7 @@ class ModelRegistry:
         Raises:
             UnknownModel: no model has that name.
         """
-        manifest = self._current().get(name)
-        return manifest if manifest is not None else _unknown(name)
+        return self._entries.get(name)
 
     def resolve(
         self,
@@ -372,40 +344,6 @@ class ModelRegistry:
                 checks.append(ModelCheck(manifest.name, True, reason))
         return checks
 
-    def _current(self) -> dict[str, ModelManifest]:
-        with self._lock:
-            self._refresh()
-            return self._models
-
-    def _refresh(self) -> None:
-        if self._path is None:
-            return
-        stamp = registry_stamp(self._path)
-        if stamp == self._file_stamp:
-            return
-        self._models = {m.name: m for m in read_registry(self._path)} if stamp else {}
-        self._file_stamp = stamp
-
-    def _update(self, change: Callable[[dict[str, ModelManifest]], None]) -> None:
-        with self._lock, file_lock(self._path):
-            self._refresh()
-            models = dict(self._models)
-            change(models)
-            if self._path is not None:
-                write_atomic(self._path, registry_to_text(models.values()))
-                self._file_stamp = registry_stamp(self._path)
-            self._models = models
-
-
-def _refuse_taken(models: dict[str, ModelManifest], name: str) -> None:
-    if name in models:
-        raise InvalidConfig(f"name: a model named {shown(name)} is already registered")
-
-
-def _insert(models: dict[str, ModelManifest], manifest: ModelManifest) -> None:
-    _refuse_taken(models, manifest.name)
-    models[manifest.name] = manifest
-
 
 def _refusal(name: str, failure: CheckFailure) -> ModelNotReady:
     message = f"model {name} is not ready: {failure.reason}"
@@ -420,7 +358,3 @@ def _ok_reason(manifest: ModelManifest, signer: str | None) -> str:
     count = len(manifest.shards) + len(manifest.tokenizer)
     signed = f", signed by {signer}" if signer is not None else ""
     return f"{count} file{'s' if count != 1 else ''} verified{signed}"
-
-
-def _unknown(name: str) -> ModelManifest:
-    raise UnknownModel(f"no registered model {shown(name)}")

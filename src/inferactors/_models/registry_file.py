@@ -1,10 +1,10 @@
 """The registry file on disk: atomic saves, the cross-process lock, its stamp and reading it.
 
-The file I/O of `registry.ModelRegistry`: every save is atomic (temporary file, fsync,
-``os.replace``, fsync of the directory), so a crash leaves the old file; updates hold an
-exclusive ``flock`` on ``<registry>.lock`` so that two processes adding models do not lose
-each other's entries; the file's `FileStamp` tells when it changed on disk. The text format
-is `manifest_io`'s, a JSON file. All synchronous.
+The file I/O of the registry's entries (`registry_entries.RegistryEntries`): every save is
+atomic (temporary file, fsync, ``os.replace``, fsync of the directory), so a crash leaves the
+old file; updates hold an exclusive ``flock`` on ``<registry>.lock`` so that two processes
+adding models do not lose each other's entries; the file's `FileStamp` tells when it changed
+on disk. The text format is `manifest_io`'s, a JSON file. All synchronous.
 """
 
 from __future__ import annotations

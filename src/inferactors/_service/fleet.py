@@ -5,8 +5,9 @@ object that ``inferactors run``, its control API and its systemd notifier share.
 concurrently (one slow server delays no other) and yields the `Fleet`; leaving it says
 `Lifecycle.STOPPING` and stops every managed server (`Fleet.close`). What the fleet shows
 (`Fleet.views`, `Fleet.ready`, `Fleet.settled`) is cached, refreshed by each instance's own
-task on its events, so reading it never waits on an actor or does I/O. Reload:
-``_service/reload.py``.
+task on its events, so reading it never waits on an actor or does I/O. Its events and its
+instances' output lines (kept, followed, routed to their members): ``fleet_streams.py``.
+Reload: ``_service/reload.py``.
 """
 
 from __future__ import annotations
@@ -25,16 +26,16 @@ from .._edges.bundle import Edges, ProbeTimed
 from .._edges.log_ring import LogLine
 from .._edges.loop_lag import loop_lag
 from .._edges.memory_gauge import MemoryGauge
-from .._errors import InvalidState, UnknownInstance, Unsupported
-from .._events import Event, SupervisorCaughtUp, SupervisorOverloaded, instance_of
+from .._errors import InvalidState, UnknownInstance
+from .._events import Event
 from .._policy import fleet_exit, service_status
 from .._policy.reload_plan import Placement
 from .._stop_reasons import StopReason
 from .drain import Drainer, NoDrain
-from .event_fan import EventFan
 from .fleet_door import DoorDrainer, FleetDoor, open_fleet_door
 from .fleet_figures import read_figures
 from .fleet_front_door import serve_fleet_front_door
+from .fleet_streams import FleetEvents, follow_output, output_tail
 from .fleet_words import orphan_words, summary
 from .hosts import RuntimeHost, Say, open_host
 from .members import Member, keep
@@ -89,17 +90,16 @@ class Fleet:
     """Set once `close` is over: the control API's follow streams end with it."""
     history: UiHistory = attrs.Factory(UiHistory)
     """What the web page plots and lists of each instance (bounded, in memory)."""
-    _by_iid: dict[str, Member] = attrs.Factory(dict)
-    _names: dict[str, tuple[str, bool]] = attrs.Factory(dict)
-    """Every instance id the fleet had, to its name and whether it was adopted (kept after
-    an unload: its events still name it)."""
-    _fan: EventFan = attrs.Factory(EventFan)
-    _last_overload: SupervisorOverloaded | SupervisorCaughtUp | None = None
+    _events: FleetEvents = attrs.field(init=False)
+    """Its events, and every instance id it had (``fleet_streams.py``)."""
     _hooks: list[Callable[[LifecycleNote], None]] = attrs.Factory(list)
     changes: int = 0
     """How many times a member's view changed (`changed`): it grows with each; the web
     page's table is refreshed once per change (``ui_table.py``)."""
     _views_changed: trio.Event = attrs.Factory(trio.Event)
+
+    def __attrs_post_init__(self) -> None:
+        self._events = FleetEvents(self.metrics, self.history)
 
     # Reading: cached, no I/O.
 
@@ -130,7 +130,7 @@ class Fleet:
         """One probe of an instance (`Edges.on_probe`): counted in the metrics, and one
         readiness observation of its member."""
         self.metrics.on_probe(timed)
-        member = self._by_iid.get(timed.instance_id)
+        member = self._events.member_of(timed.instance_id)
         if member is not None:
             self.history.on_probe(member.name, timed.latency_s)
         if member is not None and member.refused is None:
@@ -144,22 +144,20 @@ class Fleet:
     def name_of(self, instance_id: str) -> str | None:
         """The name (role) of the instance with ``instance_id``, now or before a reload;
         None for an id the fleet never had."""
-        known = self._names.get(instance_id)
-        return None if known is None else known[0]
+        return self._events.name_of(instance_id)
 
     def adopted(self, instance_id: str) -> bool:
         """Whether the instance with ``instance_id`` is (or was) an adopted server."""
-        known = self._names.get(instance_id)
-        return known is not None and known[1]
+        return self._events.adopted(instance_id)
 
     def recent_events(self, n: int) -> tuple[Event, ...]:
         """The last ``n`` events (at most `event_fan.EVENT_RING`), oldest first."""
-        return self._fan.recent(n)
+        return self._events.recent(n)
 
     def follow_events(self) -> contextlib.AbstractContextManager[trio.MemoryReceiveChannel[Event]]:
         """Every event from now on, until the block is left (or the fleet closes: the
         channel ends); a follower that falls behind loses the newest (`EventFan.follow`)."""
-        return self._fan.follow()
+        return self._events.follow()
 
     def log_tail(self, name: str, lines: int) -> tuple[LogLine, ...]:
         """The instance's last ``lines`` output lines (across restarts), oldest first;
@@ -169,13 +167,7 @@ class Fleet:
             UnknownInstance: no such instance.
             Unsupported: an adopted server: its output is not ours to read.
         """
-        member = self._ours(name)
-        if member.handle is None:
-            return ()
-        try:
-            return member.runtime.logs(member.handle, lines)
-        except UnknownInstance:
-            return ()
+        return output_tail(self.member(name), lines)
 
     @contextlib.contextmanager
     def follow_logs(self, name: str) -> Iterator[trio.MemoryReceiveChannel[LogLine]]:
@@ -185,26 +177,8 @@ class Fleet:
             UnknownInstance: no such instance, or it has no output (refused).
             Unsupported: an adopted server (`log_tail`).
         """
-        member = self._ours(name)
-        if member.handle is None:
-            raise UnknownInstance(f"{name} is not loaded: {member.refused or 'no output'}")
-        with member.runtime.follow_logs(member.handle) as lines:
+        with follow_output(self.member(name)) as lines:
             yield lines
-
-    def _ours(self, name: str) -> Member:
-        """The member named ``name`` when its output is ours (a managed server).
-
-        Raises:
-            UnknownInstance: no such instance.
-            Unsupported: an adopted server.
-        """
-        member = self.member(name)
-        if member.placement.entry.mode.value == "adopted":
-            raise Unsupported(
-                f"{name} is adopted: inferactors did not start it and never reads its "
-                "output; see where its own process logs"
-            )
-        return member
 
     def metrics_text(self) -> bytes:
         """The Prometheus text of the fleet's metrics."""
@@ -315,15 +289,12 @@ class Fleet:
     def index(self, member: Member) -> None:
         """Route the events of ``member``'s instance id to it (`Keeper`)."""
         if member.handle is not None:
-            self._by_iid[member.handle.instance_id] = member
-            adopted = member.placement.entry.mode.value == "adopted"
-            self._names[member.handle.instance_id] = (member.name, adopted)
+            self._events.index(member.handle.instance_id, member)
             self.metrics.track([member.view()])
 
     def forget(self, member: Member) -> None:
         """Stop routing events to ``member`` (it was unloaded)."""
-        if member.handle is not None and self._by_iid.get(member.handle.instance_id) is member:
-            del self._by_iid[member.handle.instance_id]
+        self._events.forget(member)
 
     def changed(self, member: Member) -> None:
         """A member's view changed: settle, decide whether anything is left, and wake
@@ -343,18 +314,9 @@ class Fleet:
     def on_event(self, event: Event) -> None:
         """One event of any runtime: kept, counted, passed on, and its member marked. The
         supervisor's own overload is one event loop's, which every runtime of the fleet
-        reports: a report the same as the last but for its time is passed on once."""
-        if isinstance(event, SupervisorOverloaded | SupervisorCaughtUp):
-            last, self._last_overload = self._last_overload, event
-            if last is not None and attrs.evolve(event, at=last.at) == last:
-                return
-        self._fan.publish(event)
-        self.metrics.observe(event)
-        iid = instance_of(event)
-        member = None if iid is None else self._by_iid.get(iid)
-        if member is not None:
-            self.history.on_event(member.name, event)
-            member.hear(event)
+        reports: a report the same as the last but for its time is passed on once
+        (`FleetEvents.on_event`)."""
+        self._events.on_event(event)
 
     def admit(self, name: str, placement: Placement, host: RuntimeHost) -> Member:
         """Add a member and start its task (load, start, keep)."""
@@ -435,6 +397,6 @@ class Fleet:
                 for host in self.hosts:
                     nursery.start_soon(host.close)
         finally:
-            self._fan.close()
+            self._events.close()
             self.edges.logs.close()
             self.closed.set()
