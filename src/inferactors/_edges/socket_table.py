@@ -289,8 +289,9 @@ class SocketTable:
             await trio.lowlevel.checkpoint()
             return entry.pid
         if entry.inode in self._holders:
-            await trio.lowlevel.checkpoint()
-            return self._holders[entry.inode]
+            known = self._holders[entry.inode]  # read before the checkpoint: a prune may
+            await trio.lowlevel.checkpoint()  # drop it meanwhile (the listener closed)
+            return known
         where = (parse_address(entry.address), entry.port)
         pid = (await self._psutil_owners(fresh=False)).get(where)
         if pid is None:
