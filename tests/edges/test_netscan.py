@@ -184,6 +184,23 @@ async def test_the_system_scanner_is_a_netscanner_and_scans(start_helper: StartH
     assert await scanner.scan(quiet.pid, quiet.port) is None
 
 
+async def test_another_programs_listener_on_a_lan_address_at_our_port_is_not_our_exposure(
+    start_helper: StartHelper,
+) -> None:
+    scanner = SystemNetScanner()
+    ours = start_helper("127.0.0.1")
+    with socket.socket() as foreign:  # anyone may listen on 192.0.2.2:P beside 127.0.0.1:P
+        foreign.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        foreign.bind(("127.0.0.2", ours.port))
+        foreign.listen(8)
+        assert await reachable_on(ours.port, ["127.0.0.2"]) == ("127.0.0.2",)  # it answers
+        assert await scanner.scan(ours.pid, ours.port) is None  # but it is not ours
+    exposed = start_helper("127.0.0.2")  # ours on that address (the tests' LAN): exposed
+    exposure = await scanner.scan(exposed.pid, exposed.port)
+    assert exposure is not None
+    assert exposure.reachable_on == ("127.0.0.2",)
+
+
 def test_tree_listeners_of_a_vanished_process_is_empty() -> None:
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     process.wait()

@@ -272,7 +272,26 @@ class SystemNetScanner:
         reachable = tuple(a for a, reach in said.items() if reach is Reach.REACHABLE)
         if reachable and not listeners:  # bound since the dump? read the kernel again
             listeners = await self._beyond_loopback(pid, fresh=True)
+            reachable = await self._not_foreign(pid, port, reachable)
         return find_exposure(listeners, reachable, port=port)
+
+    async def _not_foreign(
+        self, pid: int, port: int, reachable: tuple[str, ...]
+    ) -> tuple[str, ...]:
+        """The ``reachable`` addresses whose connect may have reached ``pid``'s tree: an
+        address whose every listener on ``port`` is held by a known process outside the
+        tree was another program's (anyone may listen on 192.0.2.2:P beside our
+        127.0.0.1:P), not our server's exposure. One with no listener shown (a forwarded
+        port) or a holder we cannot see stays reachable."""
+        entries = [e for e in await self.table.listeners(port, fresh=True) if e.port == port]
+        ours = await self.table.holders_in_tree(pid, entries)
+        kept = []
+        for address in reachable:
+            covering = [e for e in entries if covers(e.address, address)]
+            foreign = [e for e in covering if e not in ours and await self.table.holder(e)]
+            if not covering or len(foreign) < len(covering):
+                kept.append(address)
+        return tuple(kept)
 
     async def port_exposure(self, port: int) -> Exposure | None:
         """The exposure of whatever listens on ``port`` (an adopted server's): one per-port
