@@ -1,7 +1,8 @@
-"""Listeners that close while their holders are being looked up (a host whose 1,000
-listeners close at once): the lookups answer, never raise. A `KeyError` here once crashed
-the exposure watch of every managed server scanning at that moment, and their healthy
-servers were stopped."""
+"""Another program's listeners, many and closing. Lookups of their holders while they
+close answer and never raise (a `KeyError` here once crashed the exposure watch of every
+managed server scanning when 1,000 listeners closed at once, and their healthy servers
+were stopped), and 1,000 of them cost one walk up the process tree per server, once (they
+took a core when the caches were emptied on every scan)."""
 
 from __future__ import annotations
 
@@ -39,3 +40,27 @@ async def test_holders_looked_up_while_their_listeners_close_never_raise(
         nursery.start_soon(close_them_all)
     assert len(answers) == len(ENTRIES)
     assert set(answers) <= {4242, None}
+
+
+async def test_another_programs_many_listeners_cost_one_walk_per_server_then_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    entries = [SocketEntry("0.0.0.0", 30000 + i, 5000 + i) for i in range(1000)]
+    table = SocketTable(read=lambda port: [e for e in entries if port in (None, e.port)])
+    owners = [SocketEntry(e.address, e.port, 0, 4242) for e in entries]  # one program's
+    monkeypatch.setattr(socket_table, "psutil_listeners", lambda port: owners)
+    monkeypatch.setattr(socket_table, "tree_sockets", lambda root: {})  # our trees: quiet
+    walks: list[tuple[int, int]] = []
+
+    def descends_from(pid: int, root: int) -> bool:
+        walks.append((pid, root))
+        return False
+
+    monkeypatch.setattr(socket_table, "descends_from", descends_from)
+    servers = range(100, 110)
+    await table.listeners(None)
+    for _ in range(3):  # three refreshes of ten servers' scans
+        for root in servers:
+            assert await table.holders_in_tree(root, entries) == {}
+        await table.listeners(None, fresh=True)
+    assert sorted(walks) == [(4242, root) for root in servers]  # once per server, ever

@@ -61,8 +61,11 @@ servers on a quiet host: one dump of about 60 listeners instead of 50 per-port d
 ASKED_WINDOW_S = 0.25
 """How far back the ports asked for are counted (float seconds): one exposure period."""
 
-CACHE_LIMIT = 4096
-"""Inode caches are emptied when they grow past this many entries (a bound, not a policy)."""
+CACHE_LIMIT = 65_536
+"""Inode caches are emptied when they grow past this many entries (a bound, not a policy:
+a dump prunes the inodes that closed, so they hold what listens now, per server asking).
+Emptied, every listener is looked up again: 4,096 was under 1,000 listeners of another
+program times 10 servers, and the lookups took a core (a few MiB at most)."""
 
 _log = logging.getLogger(__name__)
 
@@ -259,6 +262,7 @@ class SocketTable:
         per call, and psutil's whole table (a worker thread) for a socket outside it."""
         found: dict[SocketEntry, int] = {}
         tree: dict[int, int] | None = None
+        descends: dict[int, bool] = {}  # holder -> in the tree: one walk up per holder
         for entry in entries:
             key = (root, entry.inode)
             if entry.inode and key in self._in_tree:
@@ -266,20 +270,26 @@ class SocketTable:
             else:
                 if tree is None and not entry.pid:
                     tree = tree_sockets(root)
-                pid = await self._tree_holder(root, entry, tree or {})
+                pid = await self._tree_holder(root, entry, tree or {}, descends)
                 if entry.inode:
                     self._in_tree[key] = pid
             if pid is not None:
                 found[entry] = pid
         return found
 
-    async def _tree_holder(self, root: int, entry: SocketEntry, tree: dict[int, int]) -> int | None:
+    async def _tree_holder(
+        self, root: int, entry: SocketEntry, tree: dict[int, int], descends: dict[int, bool]
+    ) -> int | None:
         pid = tree.get(entry.inode) if entry.inode else None
         if pid is not None:
             self._holders[entry.inode] = pid
             return pid
         holder = await self.holder(entry)
-        return holder if holder is not None and descends_from(holder, root) else None
+        if holder is None:
+            return None
+        if holder not in descends:  # another program's 1,000 listeners: one walk, not 1,000
+            descends[holder] = descends_from(holder, root)
+        return holder if descends[holder] else None
 
     async def holder(self, entry: SocketEntry) -> int | None:
         """The pid holding ``entry`` (any process), or None when it cannot be seen. Kept by
