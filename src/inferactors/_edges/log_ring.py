@@ -215,6 +215,11 @@ class LogRing:
     def close(self) -> None:
         """End every follower's stream and close the file."""
         self.end_followers()
+        self.close_file()
+
+    def close_file(self) -> None:
+        """Close the file (its writer thread ends once its lines are written); the lines in
+        memory and the followers stay. `LogBook.ring` opens it again."""
         if self.file is not None:
             self.file.close()
             self.file = None
@@ -243,7 +248,7 @@ class LogRing:
 class LogBook:
     """The rings of one supervisor's instances, by instance id, within one memory budget;
     a ring outlives its processes and an unload, so a reloaded instance goes on with its
-    history."""
+    history (its file is closed while no actor runs it: `release`)."""
 
     clock: Callable[[], float] = time.time
     budget: MemoryBudget = attrs.Factory(MemoryBudget)
@@ -257,6 +262,9 @@ class LogBook:
         bytes); a file that cannot be read or opened is logged and leaves the ring without
         those lines or that file."""
         found = self._rings.get(instance_id)
+        if found is not None and found.file is None:  # released at its last unload
+            logs = ServerLogs() if managed is None else managed.logs
+            found.file = _file(instance_id, logs, None if managed is None else managed.data_root)
         if found is None:
             logs = ServerLogs() if managed is None else managed.logs
             data_root = None if managed is None else managed.data_root
@@ -267,6 +275,14 @@ class LogBook:
             found.file = _file(instance_id, logs, data_root)
             self._rings[instance_id] = found
         return found
+
+    def release(self, instance_id: str) -> None:
+        """Close the file of ``instance_id``'s ring (its actor ended: unloaded, or its
+        runtime closed), keeping its lines: its writer thread and descriptor go, and a
+        later `ring` of the same id opens the file again."""
+        found = self._rings.get(instance_id)
+        if found is not None:
+            found.close_file()
 
     def get(self, instance_id: str) -> LogRing | None:
         """The ring of ``instance_id``, or None when it never had one."""

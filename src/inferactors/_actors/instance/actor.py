@@ -298,3 +298,4 @@ class InstanceActor:
         for reply in self._state.callers():
             refuse(reply, gone)
         self._box.drain()
+        self._edges.logs.release(self.instance_id)  # its file's thread and descriptor
