@@ -248,7 +248,7 @@ async def main() -> None:
         [
             f"bind: the pid file's modification time plus the delay the fake slept "
             f"({LATE_S:g} to {LATE_S + BIND_DELAY_MAX_S:g} s, at random); by then only the "
-            "runtime's LISTEN-table reads (a thread, every 200 ms) watch for it.",
+            "runtime's LISTEN-table reads (a thread, every 150 to 200 ms) watch for it.",
         ],
     )
 
