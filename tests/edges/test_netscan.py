@@ -201,6 +201,22 @@ async def test_another_programs_listener_on_a_lan_address_at_our_port_is_not_our
     assert exposure.reachable_on == ("127.0.0.2",)
 
 
+async def test_a_listener_held_by_no_process_at_our_port_is_not_our_exposure(
+    start_helper: StartHelper,
+) -> None:
+    scanner = SystemNetScanner()
+    ours = start_helper("127.0.0.1")
+    left, right = socket.socketpair()
+    with left, right:
+        with socket.socket() as listener:  # in flight in a unix message, never received
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(("127.0.0.2", ours.port))
+            listener.listen(8)
+            socket.send_fds(left, [b"x"], [listener.fileno()])
+        assert await reachable_on(ours.port, ["127.0.0.2"]) == ("127.0.0.2",)  # it answers
+        assert await scanner.scan(ours.pid, ours.port) is None  # but no process of ours has it
+
+
 def test_tree_listeners_of_a_vanished_process_is_empty() -> None:
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     process.wait()

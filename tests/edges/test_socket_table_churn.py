@@ -2,15 +2,17 @@
 close answer and never raise (a `KeyError` here once crashed the exposure watch of every
 managed server scanning when 1,000 listeners closed at once, and their healthy servers
 were stopped), and 1,000 of them cost one walk up the process tree per server, once (they
-took a core when the caches were emptied on every scan)."""
+took a core when the caches were emptied on every scan); a socket handed into a server's
+tree is found within `OUTSIDE_KEPT_S`."""
 
 from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
 from inferactors._edges import socket_table
-from inferactors._edges.socket_table import SocketEntry, SocketTable
+from inferactors._edges.socket_table import OUTSIDE_KEPT_S, SocketEntry, SocketTable
 
 ENTRIES = [SocketEntry("0.0.0.0", 20000 + i, 1000 + i) for i in range(300)]
 
@@ -64,3 +66,21 @@ async def test_another_programs_many_listeners_cost_one_walk_per_server_then_non
             assert await table.holders_in_tree(root, entries) == {}
         await table.listeners(None, fresh=True)
     assert sorted(walks) == [(4242, root) for root in servers]  # once per server, ever
+
+
+async def test_a_socket_handed_into_a_tree_is_found_within_the_outside_period(
+    monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+) -> None:
+    entry = SocketEntry("0.0.0.0", 30001, 9001)
+    table = SocketTable(read=lambda port: [entry])
+    owners = [SocketEntry(entry.address, entry.port, 0, 4242)]  # made by another program
+    monkeypatch.setattr(socket_table, "psutil_listeners", lambda port: owners)
+    monkeypatch.setattr(socket_table, "descends_from", lambda pid, root: False)
+    tree: dict[int, int] = {}
+    monkeypatch.setattr(socket_table, "tree_sockets", lambda root: tree)
+    assert await table.holders_in_tree(100, [entry]) == {}
+    tree[entry.inode] = 777  # passed to the server's child, the giver's copy closed
+    await trio.sleep(OUTSIDE_KEPT_S / 2)
+    assert await table.holders_in_tree(100, [entry]) == {}  # the answer stands a while
+    await trio.sleep(OUTSIDE_KEPT_S / 2)
+    assert await table.holders_in_tree(100, [entry]) == {entry: 777}  # then it is looked at

@@ -279,17 +279,17 @@ class SystemNetScanner:
         self, pid: int, port: int, reachable: tuple[str, ...]
     ) -> tuple[str, ...]:
         """The ``reachable`` addresses whose connect may have reached ``pid``'s tree: an
-        address whose every listener on ``port`` is held by a known process outside the
-        tree was another program's (anyone may listen on 192.0.2.2:P beside our
-        127.0.0.1:P), not our server's exposure. One with no listener shown (a forwarded
-        port) or a holder we cannot see stays reachable."""
+        address whose listeners on ``port`` are all outside the tree (another program's:
+        anyone may listen on 192.0.2.2:P beside our 127.0.0.1:P; or held by no process, a
+        socket in flight in a unix message) was not our server's exposure. One with no
+        listener shown stays reachable: a forwarded port. The tree's sockets are ours to
+        read (a supervisor that is not root runs its servers as itself)."""
         entries = [e for e in await self.table.listeners(port, fresh=True) if e.port == port]
         ours = await self.table.holders_in_tree(pid, entries)
         kept = []
         for address in reachable:
             covering = [e for e in entries if covers(e.address, address)]
-            foreign = [e for e in covering if e not in ours and await self.table.holder(e)]
-            if not covering or len(foreign) < len(covering):
+            if not covering or any(e in ours for e in covering):
                 kept.append(address)
         return tuple(kept)
 

@@ -61,6 +61,11 @@ servers on a quiet host: one dump of about 60 listeners instead of 50 per-port d
 ASKED_WINDOW_S = 0.25
 """How far back the ports asked for are counted (float seconds): one exposure period."""
 
+OUTSIDE_KEPT_S = 10.0
+"""How long a listener found outside a server's tree is taken to stay outside (float
+seconds): a socket handed into the tree (fd passing, then the giver closes its copy) keeps
+its inode, so only a fresh look finds it; one walk per foreign holder every 10 s."""
+
 CACHE_LIMIT = 65_536
 """Inode caches are emptied when they grow past this many entries (a bound, not a policy:
 a dump prunes the inodes that closed, so they hold what listens now, per server asking).
@@ -159,6 +164,9 @@ class SocketTable:
     _pending: dict[int | None, trio.Event] = attrs.Factory(dict)
     _holders: dict[int, int | None] = attrs.Factory(dict)
     _in_tree: dict[tuple[int, int], int | None] = attrs.Factory(dict)
+    _outside_since: dict[tuple[int, int], float] = attrs.Factory(dict)
+    """When each (root, inode) was last found outside root's tree (trio time): that answer
+    is kept `OUTSIDE_KEPT_S`, since a socket can be handed into the tree (fd passing)."""
     _asked: dict[int, float] = attrs.Factory(dict)
     _owners: tuple[float, dict[tuple[object, int], int]] = (-math.inf, {})
     _owners_read: trio.Event | None = None
@@ -248,10 +256,12 @@ class SocketTable:
         if len(self._holders) + len(self._in_tree) > CACHE_LIMIT:
             self._holders.clear()
             self._in_tree.clear()
+            self._outside_since.clear()
         for inode in [inode for inode in self._holders if inode not in alive]:
             del self._holders[inode]
         for key in [key for key in self._in_tree if key[1] not in alive]:
             del self._in_tree[key]
+            self._outside_since.pop(key, None)
 
     async def holders_in_tree(
         self, root: int, entries: Iterable[SocketEntry]
@@ -265,7 +275,7 @@ class SocketTable:
         descends: dict[int, bool] = {}  # holder -> in the tree: one walk up per holder
         for entry in entries:
             key = (root, entry.inode)
-            if entry.inode and key in self._in_tree:
+            if entry.inode and key in self._in_tree and self._still_known(key):
                 pid = self._in_tree[key]
             else:
                 if tree is None and not entry.pid:
@@ -273,9 +283,17 @@ class SocketTable:
                 pid = await self._tree_holder(root, entry, tree or {}, descends)
                 if entry.inode:
                     self._in_tree[key] = pid
+                    if pid is None:
+                        self._outside_since[key] = trio.current_time()
             if pid is not None:
                 found[entry] = pid
         return found
+
+    def _still_known(self, key: tuple[int, int]) -> bool:
+        """Whether the cached in-tree answer for ``key`` still stands: a holder in the tree
+        does while the inode lives; "outside" for `OUTSIDE_KEPT_S`."""
+        since = self._outside_since.get(key)
+        return since is None or trio.current_time() - since < OUTSIDE_KEPT_S
 
     async def _tree_holder(
         self, root: int, entry: SocketEntry, tree: dict[int, int], descends: dict[int, bool]
