@@ -84,3 +84,22 @@ async def test_a_socket_handed_into_a_tree_is_found_within_the_outside_period(
     assert await table.holders_in_tree(100, [entry]) == {}  # the answer stands a while
     await trio.sleep(OUTSIDE_KEPT_S / 2)
     assert await table.holders_in_tree(100, [entry]) == {entry: 777}  # then it is looked at
+
+
+async def test_a_scan_of_brand_new_listeners_makes_no_chain_of_fresh_table_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    entries = [SocketEntry("0.0.0.0", 31000 + i, 7000 + i) for i in range(200)]
+    table = SocketTable(read=lambda port: [e for e in entries if port in (None, e.port)])
+    reads: list[int | None] = []
+
+    def psutil_listeners(port: int | None) -> list[SocketEntry]:
+        reads.append(port)  # a storm: the listeners are newer than any read shows
+        return []
+
+    monkeypatch.setattr(socket_table, "psutil_listeners", psutil_listeners)
+    monkeypatch.setattr(socket_table, "tree_sockets", lambda root: {})
+    assert await table.holders_in_tree(100, entries) == {}
+    assert len(reads) == 1  # one shared read, not one fresh read per new listener
+    assert await table.holder(entries[0]) is None  # an identity check still reads afresh
+    assert len(reads) == 2

@@ -302,17 +302,21 @@ class SocketTable:
         if pid is not None:
             self._holders[entry.inode] = pid
             return pid
-        holder = await self.holder(entry)
+        holder = await self.holder(entry, fresh=False)  # a scan never waits on fresh reads
         if holder is None:
             return None
         if holder not in descends:  # another program's 1,000 listeners: one walk, not 1,000
             descends[holder] = descends_from(holder, root)
         return holder if descends[holder] else None
 
-    async def holder(self, entry: SocketEntry) -> int | None:
+    async def holder(self, entry: SocketEntry, *, fresh: bool = True) -> int | None:
         """The pid holding ``entry`` (any process), or None when it cannot be seen. Kept by
         inode; found in psutil's whole table (a worker thread), one read shared by every
-        listener looked up within `PSUTIL_REUSE_S`, and a fresh one when it is not there."""
+        listener looked up within `PSUTIL_REUSE_S`, and (``fresh``) a fresh one when it is
+        not there. Without ``fresh`` a listener the shared read does not show is None for
+        now, not kept: an exposure scan of a storm of new listeners made thousands of fresh
+        reads one after another (100 ms each with 3,000 listeners; a real exposure went
+        unseen for 78 s and the supervisor stayed busy two minutes after the storm)."""
         if entry.pid is not None or not entry.inode:
             await trio.lowlevel.checkpoint()
             return entry.pid
@@ -322,6 +326,8 @@ class SocketTable:
             return known
         where = (parse_address(entry.address), entry.port)
         pid = (await self._psutil_owners(fresh=False)).get(where)
+        if pid is None and not fresh:
+            return None
         if pid is None:
             pid = (await self._psutil_owners(fresh=True)).get(where)
         self._holders[entry.inode] = pid
