@@ -33,12 +33,11 @@ import attrs
 import trio
 
 from .._config.binding import is_loopback_name
-from .._policy.probe_schedule import GRID_S
 from .socket_table import NetlinkReader, SocketEntry, SocketTable, psutil_listeners
 
 _log = logging.getLogger(__name__)
 
-PERIOD_S = GRID_S
+PERIOD_S = 0.2
 """The longest gap between two table reads while anyone waits (float seconds, 0.2): with
 the scan it wakes (from a fresh dump) and a stop's first signal, a listener bound on
 0.0.0.0 is stopped within 250 ms. Each gap is drawn between `JITTER` times this and this:

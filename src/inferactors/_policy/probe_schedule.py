@@ -11,8 +11,8 @@ Three regimes:
   overran its tick waits for the next one (no burst to catch up).
 
 The first phases are packed, not spread (`probe_phase`): a runtime's first
-`PROBES_PER_SLOT` instances share slot 0 of the 200 ms grid on which the runtime reads its
-LISTEN table (``_edges/listen_watch.py``), the next ones slot 1, and so on up to
+`PROBES_PER_SLOT` instances share slot 0 of a 200 ms grid (`GRID_S`), the next ones
+slot 1, and so on up to
 `PACKED_INSTANCES` (50); a running managed server's record refresh falls on its probe's
 tick too. So a runtime of up to 10 servers wakes the loop once a second for all of their
 periodic work, and of up to 50, at most 5 times. On this 2-core VM a wake of the trio loop
@@ -58,8 +58,7 @@ PHASE_SLOTS = 5
 """How many phases a probe tick can have in a period (`probe_phase`)."""
 
 GRID_S = RUNNING_PROBE_S / PHASE_SLOTS
-"""The runtime's grid (float seconds, 0.2): probe ticks fall on it, and so do the reads
-of the LISTEN table (``_edges/listen_watch.py``, whose period it is)."""
+"""The runtime's grid (float seconds, 0.2): the packed probe ticks fall on it."""
 
 
 PROBES_PER_SLOT = 10

@@ -5,9 +5,9 @@ It scans the server's sockets for a listener beyond loopback when it starts, whe
 host's listeners beyond loopback change (`NetScanner.listeners_changed`: the runtime reads
 its LISTEN table every `EXPOSURE_CHECK_S` for all its watches and wakes them only on a
 change) and every `RECORD_REFRESH_S`; at that refresh it also re-checks the verified
-model files it serves (an in-place write changes their stamp) and brings its record's
-group members up to date. It
-posts what it found (`ExposureFound`, `PinChanged`) to the actor's inbox and ends; the
+model files it serves (an in-place write changes their stamp) and, when the server's
+tree changed shape or `RECORD_FORCED_S` passed, brings its record's group members up to
+date. It posts what it found (`ExposureFound`, `PinChanged`) to the actor's inbox and ends; the
 actor's rules (``step.py``) stop the server and hold it down.
 """
 
@@ -32,7 +32,7 @@ RECORD_REFRESH_S = 1.0
 """Period of the refreshes of a running server's record (its process group's members),
 pinned files and descendants (float seconds). They fall on the ticks of the server's
 probes (`probe_schedule.probe_phase`), so a quiet server's refresh shares a wake of the
-loop with its probe and the runtime's LISTEN-table read."""
+loop with its probe."""
 
 RECORD_FORCED_S = 10.0
 """The longest a running server's record goes without a refresh while its tree keeps the
@@ -43,11 +43,11 @@ on an idle host) is skipped; the forced one catches a pid reused in the tree bet
 looks."""
 
 EXPOSURE_CHECK_S = PERIOD_S
-"""Period of the runtime's reads of its LISTEN table while a managed server runs
-(`listen_watch.PERIOD_S`): with the scan a change wakes and the 3 s-grace stop's first
-signal, a listener on 0.0.0.0 is stopped within 250 ms. One read per period serves every
-server of the runtime, and wakes their watches only when the listeners beyond loopback
-changed."""
+"""The longest gap between the runtime's reads of its LISTEN table while a managed server
+runs (`listen_watch.PERIOD_S`, in a thread of its own): with the scan a change wakes and
+the 3 s-grace stop's first signal, a listener on 0.0.0.0 is stopped within 250 ms. One
+read serves every server of the runtime, and wakes their watches only when the listeners
+beyond loopback changed."""
 
 
 @attrs.frozen
